@@ -1,0 +1,3 @@
+from appserver.cli import main
+
+raise SystemExit(main())

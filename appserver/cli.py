@@ -1,0 +1,169 @@
+"""The ``appserver`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anyio
+
+from appserver import __version__
+from appserver.rpc.connection import Limits
+from appserver.server import AppServer, ServerConfig, run
+from appserver.storage.lock import WorkspaceLocked
+from appserver.transport.stdio import claim_stdio
+from appserver.transport.websocket import ListenerError, ListenerOptions
+
+log = logging.getLogger("appserver")
+
+
+@dataclass(frozen=True)
+class Listen:
+    stdio: bool
+    host: str | None = None
+    port: int | None = None
+
+
+def parse_listen(value: str) -> Listen:
+    """``stdio://``, ``ws://HOST:PORT`` or ``ws+stdio://HOST:PORT``."""
+    if value in ("stdio://", "stdio"):
+        return Listen(stdio=True)
+    url = urlsplit(value)
+    if url.scheme not in ("ws", "ws+stdio") or not url.hostname:
+        raise argparse.ArgumentTypeError(
+            f"expected stdio://, ws://HOST:PORT or ws+stdio://HOST:PORT, got {value!r}"
+        )
+    if url.path not in ("", "/", "/ws"):
+        raise argparse.ArgumentTypeError("the WebSocket path is always /ws")
+    try:
+        port = url.port if url.port is not None else 9100
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return Listen(stdio=url.scheme == "ws+stdio", host=url.hostname, port=port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="appserver",
+        description="JSON-RPC 2.0 AppServer hosting an AI coding agent.",
+    )
+    parser.add_argument("--version", action="version", version=f"appserver {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve = commands.add_parser(
+        "app-server",
+        help="serve the AppServer protocol",
+        description=(
+            "Serve the AppServer protocol for one workspace. Protocol frames go to stdout "
+            "(stdio mode) or over WebSocket; logs always go to stderr."
+        ),
+    )
+    serve.add_argument(
+        "--listen",
+        type=parse_listen,
+        default=Listen(stdio=True),
+        metavar="URL",
+        help=(
+            "stdio:// (default: one client on stdin/stdout, exits at EOF), "
+            "ws://HOST:PORT (WebSocket clients on ws://HOST:PORT/ws; port 0 picks a free one), "
+            "or ws+stdio://HOST:PORT (both)"
+        ),
+    )
+    serve.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path.cwd(),
+        metavar="DIR",
+        help="workspace root; state lives in DIR/.craft (default: current directory)",
+    )
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("APPSERVER_TOKEN") or None,
+        help=(
+            "WebSocket clients must connect with ?token=TOKEN (default: $APPSERVER_TOKEN); "
+            "required when listening on a non-loopback address"
+        ),
+    )
+    serve.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help=(
+            "accept WebSocket requests carrying this Origin header (repeatable); "
+            "requests with any other Origin are refused with 403"
+        ),
+    )
+    serve.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=32,
+        metavar="N",
+        help="concurrent requests per connection before -32001 'Server overloaded' (default 32)",
+    )
+    serve.add_argument(
+        "--log-level",
+        default=os.environ.get("APPSERVER_LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level (default: info, or $APPSERVER_LOG_LEVEL)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "app-server":
+        parser.print_help(sys.stderr)
+        return 2
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    listen: Listen = args.listen
+    workspace: Path = args.workspace
+    if not workspace.is_dir():
+        print(f"appserver: workspace {workspace} is not a directory", file=sys.stderr)
+        return 2
+    config = ServerConfig(workspace=workspace, limits=Limits(max_in_flight=args.max_in_flight))
+    websocket = None
+    if listen.host is not None:
+        websocket = ListenerOptions(
+            host=listen.host,
+            port=listen.port or 0,
+            token=args.token,
+            allowed_origins=args.allow_origin,
+        )
+    stdio = claim_stdio() if listen.stdio else None
+
+    def on_ready(server: AppServer) -> None:
+        endpoint = server.endpoints.get("appServerWebSocket")
+        if endpoint:
+            # A fixed line scripts can wait for (the port may have been 0).
+            print(f"appserver: listening on {endpoint}", file=sys.stderr, flush=True)
+
+    try:
+        anyio.run(lambda: run(config, stdio=stdio, websocket=websocket, on_ready=on_ready))
+    except WorkspaceLocked as exc:
+        print(f"appserver: {exc}", file=sys.stderr)
+        return 1
+    except ListenerError as exc:
+        print(f"appserver: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"appserver: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Wire protocol: pydantic models, error codes and the one method table."""

@@ -1,0 +1,37 @@
+"""Base class for every wire model: camelCase on the wire, nulls omitted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """A JSON object on the wire.
+
+    Fields are snake_case in Python and camelCase on the wire; unknown
+    fields from peers are ignored so newer clients keep working.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+        frozen=False,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready dict with camelCase keys and ``None`` fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class OpenWireModel(WireModel):
+    """A wire object that keeps fields it does not know (capabilities, metadata)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Empty(WireModel):
+    """``{}`` params or result."""

@@ -1,0 +1,70 @@
+"""JSON-RPC error codes and the one exception type that reaches the wire.
+
+Standard codes come from JSON-RPC 2.0; the ``-320xx`` band is DotCraft's
+application range, kept number-for-number so DotCraft clients understand us.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+SERVER_OVERLOADED = -32001
+NOT_INITIALIZED = -32002
+ALREADY_INITIALIZED = -32003
+THREAD_NOT_FOUND = -32010
+THREAD_NOT_ACTIVE = -32011
+TURN_IN_PROGRESS = -32012
+TURN_NOT_FOUND = -32013
+TURN_NOT_RUNNING = -32014
+APPROVAL_TIMEOUT = -32020
+
+
+class RpcError(Exception):
+    """An error answered to the peer as a JSON-RPC error object.
+
+    ``data`` is sent as-is; by convention it is ``{"detail": "..."}``.
+    """
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member for this error."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+    def __repr__(self) -> str:
+        return f"RpcError({self.code}, {self.message!r}, {self.data!r})"
+
+
+def invalid_params(detail: str) -> RpcError:
+    """``-32602`` with a short human-readable ``data.detail``."""
+    return RpcError(INVALID_PARAMS, "Invalid params", {"detail": detail})
+
+
+def invalid_request(detail: str) -> RpcError:
+    """``-32600`` with a short ``data.detail``."""
+    return RpcError(INVALID_REQUEST, "Invalid request", {"detail": detail})
+
+
+def thread_not_found(thread_id: str) -> RpcError:
+    return RpcError(THREAD_NOT_FOUND, f"Thread not found: {thread_id}")
+
+
+def thread_not_active(thread_id: str) -> RpcError:
+    return RpcError(THREAD_NOT_ACTIVE, f"Thread is not active: {thread_id}")
+
+
+def turn_in_progress(thread_id: str) -> RpcError:
+    return RpcError(TURN_IN_PROGRESS, f"A turn is already in progress on thread: {thread_id}")

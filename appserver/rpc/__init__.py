@@ -1,0 +1,1 @@
+"""Transport-agnostic JSON-RPC 2.0 core. It knows messages, not threads."""

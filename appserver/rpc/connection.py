@@ -1,0 +1,485 @@
+"""One peer connection: the JSON-RPC state machine over a transport.
+
+The read loop parses frames and answers envelope-level errors itself; each
+request then runs in its own task so a slow handler never blocks the loop.
+Everything written goes through the bounded :class:`Outbox` and one writer
+task. The connection knows the ``initialize`` handshake but nothing about
+threads: it hands every request to an :class:`Application`.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+from appserver.protocol import errors as E
+from appserver.protocol.errors import RpcError
+from appserver.rpc import framing
+from appserver.rpc.outbox import Outbox, OutboxClosed
+from appserver.transport.base import FrameRejected, Transport, TransportClosed
+
+log = logging.getLogger("appserver.rpc")
+
+RequestId = str | int
+_connection_ids = itertools.count(1)
+
+
+class State(enum.Enum):
+    NEW = "new"  # waiting for `initialize`
+    INITIALIZING = "initializing"  # answered `initialize`, waiting for `initialized`
+    READY = "ready"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-connection bounds."""
+
+    max_in_flight: int = 32
+    outbox_bytes: int = 64 * 1024 * 1024
+    server_request_timeout: float = 120.0
+    drain_timeout: float = 5.0
+
+
+class ServerRequestError(Exception):
+    """A server->client request got no usable answer."""
+
+
+class PeerClosed(ServerRequestError):
+    """The connection closed before the peer answered."""
+
+
+class PeerTimeout(ServerRequestError):
+    """The peer did not answer in time."""
+
+
+class PeerErrorResponse(ServerRequestError):
+    """The peer answered with a JSON-RPC error."""
+
+    def __init__(self, error: Any) -> None:
+        super().__init__(f"peer answered with an error: {error!r}")
+        self.error = error
+
+
+@dataclass
+class RequestContext:
+    """What a handler knows about the request it serves."""
+
+    connection: Connection
+    request_id: RequestId
+    method: str
+    _after_response: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
+
+    def after_response(self, callback: Callable[[], Awaitable[None] | None]) -> None:
+        """Run ``callback`` once the response is queued, so anything it sends
+        to this connection is written after the response."""
+        self._after_response.append(callback)
+
+
+class Application(Protocol):
+    """What the JSON-RPC core calls into. Implemented by the service layer."""
+
+    async def initialize(self, ctx: RequestContext, params: Any) -> Any:
+        """Answer ``initialize``; store client info on ``ctx.connection``."""
+
+    async def handle_request(self, ctx: RequestContext, params: Any) -> Any:
+        """Answer any other request (raise :class:`RpcError` to fail it)."""
+
+    def access(self, method: str) -> str:
+        """How a request orders against others on its connection.
+
+        ``"read"`` runs alongside other reads but after every earlier write;
+        ``"write"`` runs after everything that arrived before it;
+        ``"detached"`` (long-running work) is not ordered at all.
+        """
+
+    def connection_ready(self, connection: Connection) -> None:
+        """The client sent ``initialized``."""
+
+    def connection_closed(self, connection: Connection) -> None:
+        """The connection is gone; drop its subscriptions."""
+
+
+class _Ordering:
+    """Arrival-order read/write ordering of one connection's requests.
+
+    A client that pipelines ``thread/rename`` then ``thread/read`` sees the
+    rename; independent reads still run concurrently.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, anyio.Event]] = []
+
+    def enter(self, access: str) -> tuple[list[anyio.Event], anyio.Event | None]:
+        """Take a ticket now (at arrival); returns what to wait for and our event."""
+        if access == "detached":
+            return [], None
+        if access == "write":
+            before = [event for _, event in self._pending]
+        else:
+            before = [event for kind, event in self._pending if kind == "write"]
+        mine = anyio.Event()
+        self._pending.append((access, mine))
+        return before, mine
+
+    def leave(self, mine: anyio.Event | None) -> None:
+        if mine is None:
+            return
+        mine.set()
+        self._pending = [entry for entry in self._pending if entry[1] is not mine]
+
+
+class _Waiter:
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.result: Any = None
+        self.error: ServerRequestError | None = None
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+class Connection:
+    """A JSON-RPC peer. Create it and ``await serve()``; it returns on close."""
+
+    def __init__(self, transport: Transport, app: Application, limits: Limits | None = None):
+        self.id = next(_connection_ids)
+        self.transport = transport
+        self.app = app
+        self.limits = limits or Limits()
+        self.state = State.NEW
+        self.outbox = Outbox(self.limits.outbox_bytes)
+        # Set by the application during `initialize`.
+        self.client_name = ""
+        self.client_capabilities: Any = None
+        self.opt_out: frozenset[str] = frozenset()
+        self.attrs: dict[str, Any] = {}
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._request_ids = itertools.count(1)
+        self._pending: dict[int, _Waiter] = {}
+        self._ordering = _Ordering()
+        self._tg: TaskGroup | None = None
+        self._reader_scope: anyio.CancelScope | None = None
+        self._close_reason = ""
+        self._close_code = 1000
+
+    def __repr__(self) -> str:
+        return f"<Connection #{self.id} {self.transport.kind} {self.state.value}>"
+
+    @property
+    def ready(self) -> bool:
+        return self.state is State.READY
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    # --- outbound ---------------------------------------------------------
+
+    def wants(self, method: str) -> bool:
+        """Whether a notification ``method`` would be delivered here now."""
+        return self.state is State.READY and method not in self.opt_out
+
+    def deliver(self, method: str, frame: str) -> None:
+        """Queue an already-encoded notification, honouring readiness and opt-outs."""
+        if self.wants(method):
+            self._put(frame)
+
+    def notify(self, method: str, params: Any) -> None:
+        """Encode and queue one notification for this connection only."""
+        if self.wants(method):
+            self._put(framing.notification_frame(method, params))
+
+    async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
+        """Send a server->client request and wait for its result.
+
+        Raises :class:`PeerClosed`, :class:`PeerTimeout` or
+        :class:`PeerErrorResponse`; never hangs past ``timeout``.
+        """
+        if self.state is State.CLOSED:
+            raise PeerClosed("connection closed")
+        request_id = next(self._request_ids)
+        waiter = _Waiter()
+        self._pending[request_id] = waiter
+        try:
+            self._put(framing.request_frame(request_id, method, params))
+            limit = self.limits.server_request_timeout if timeout is None else timeout
+            with anyio.move_on_after(limit):
+                await waiter.done.wait()
+            if not waiter.done.is_set():
+                raise PeerTimeout(f"no answer to {method} within {limit:g}s")
+            if waiter.error is not None:
+                raise waiter.error
+            return waiter.result
+        finally:
+            self._pending.pop(request_id, None)
+
+    def _put(self, frame: str) -> None:
+        if self.state is State.CLOSED:
+            return
+        if not self.outbox.put(frame):
+            # The peer is not reading; closing is the only way to never drop a
+            # frame silently. The client reconnects and re-reads state.
+            log.warning("closing %r: outbox over %d bytes", self, self.outbox.max_bytes)
+            self.close("outbox overflow", code=1008)
+
+    # --- lifecycle --------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Run the connection until the peer leaves or :meth:`close` is called."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._writer)
+                with anyio.CancelScope() as scope:
+                    self._reader_scope = scope
+                    await self._read_loop()
+                # Peer finished sending (EOF): answer what it asked, then stop.
+                with anyio.move_on_after(self.limits.drain_timeout):
+                    await self._idle.wait()
+                self.close("end of input")
+        finally:
+            self._mark_closed("connection ended")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.transport.close(self._close_code, self._close_reason)
+
+    def close(self, reason: str = "", code: int = 1000) -> None:
+        """End the connection.
+
+        A normal close (``code`` 1000) stops reading and lets the writer flush
+        what is queued; any other code (a stuck or vanished peer) ends at once.
+        Running request handlers are cancelled when the writer stops.
+        """
+        if self.state is State.CLOSED:
+            return
+        self._close_reason = reason
+        self._close_code = code
+        self._mark_closed(reason)
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
+        if self._tg is not None and code != 1000:
+            # Abnormal close (e.g. a stuck peer): don't wait for the writer.
+            self._tg.cancel_scope.cancel()
+
+    def _mark_closed(self, reason: str) -> None:
+        if self.state is State.CLOSED:
+            return
+        self.state = State.CLOSED
+        self.outbox.close()
+        for waiter in self._pending.values():
+            waiter.error = PeerClosed(f"connection closed: {reason}")
+            waiter.done.set()
+        self._pending.clear()
+        try:
+            self.app.connection_closed(self)
+        except Exception:
+            log.exception("connection_closed hook failed for %r", self)
+
+    async def _writer(self) -> None:
+        try:
+            while True:
+                await self.transport.send_batch(await self.outbox.get_batch())
+        except OutboxClosed:
+            pass
+        except TransportClosed:
+            self.close("peer gone", code=1001)
+        # Nothing more can be written: stop the reader and any running handler.
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    # --- inbound ----------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                frame = await self.transport.receive()
+            except TransportClosed:
+                return
+            except FrameRejected as exc:
+                error = RpcError(exc.code, exc.message, {"detail": exc.detail})
+                self._put(framing.error_frame(None, error.to_wire()))
+                continue
+            await self._handle_frame(frame)
+
+    async def _handle_frame(self, frame: str) -> None:
+        try:
+            message = json.loads(frame)
+        except (ValueError, RecursionError):
+            self._put(framing.error_frame(None, RpcError(E.PARSE_ERROR, "Parse error").to_wire()))
+            return
+        if isinstance(message, list):
+            # Batches are refused: no DotCraft or Codex client sends them and
+            # per-request ordering guarantees are defined for single messages.
+            detail = "batch requests are not supported; send one message per frame"
+            self._put(framing.error_frame(None, E.invalid_request(detail).to_wire()))
+            return
+        if not isinstance(message, dict):
+            self._put(framing.error_frame(None, E.invalid_request("expected an object").to_wire()))
+            return
+        has_id = "id" in message
+        raw_id = message.get("id")
+        if has_id and not _valid_id(raw_id) and raw_id is not None:
+            error = E.invalid_request("'id' must be a string or an integer")
+            self._put(framing.error_frame(None, error.to_wire()))
+            return
+        reply_id: RequestId | None = raw_id
+        if message.get("jsonrpc") != "2.0":
+            if has_id:
+                detail = "'jsonrpc' must be \"2.0\""
+                self._put(framing.error_frame(reply_id, E.invalid_request(detail).to_wire()))
+            return
+        method = message.get("method")
+        if method is None:
+            if has_id and ("result" in message or "error" in message):
+                self._on_response(raw_id, message)
+                return
+            self._put(
+                framing.error_frame(reply_id, E.invalid_request("missing 'method'").to_wire())
+            )
+            return
+        if not isinstance(method, str):
+            if has_id:
+                error = E.invalid_request("'method' must be a string")
+                self._put(framing.error_frame(reply_id, error.to_wire()))
+            return
+        params = message.get("params")
+        if not has_id:
+            self._on_notification(method)
+            return
+        if raw_id is None:
+            error = E.invalid_request("'id' must be a string or an integer")
+            self._put(framing.error_frame(None, error.to_wire()))
+            return
+        assert _valid_id(raw_id)
+        await self._on_request(raw_id, method, params)
+
+    def _on_notification(self, method: str) -> None:
+        if method == "initialized" and self.state is State.INITIALIZING:
+            self.state = State.READY
+            try:
+                self.app.connection_ready(self)
+            except Exception:
+                log.exception("connection_ready hook failed for %r", self)
+        # Any other client notification is ignored, as the protocol says.
+
+    def _on_response(self, raw_id: Any, message: dict[str, Any]) -> None:
+        waiter = self._pending.get(raw_id) if isinstance(raw_id, int) else None
+        if waiter is None:
+            return  # stray response: ignore
+        if "error" in message:
+            waiter.error = PeerErrorResponse(message["error"])
+        else:
+            waiter.result = message.get("result")
+        waiter.done.set()
+
+    async def _on_request(self, request_id: RequestId, method: str, params: Any) -> None:
+        if method == "initialize":
+            # Inline, so a client that pipelines initialize/initialized/requests
+            # sees them take effect in order.
+            if self.state is not State.NEW:
+                error = RpcError(E.ALREADY_INITIALIZED, "Already initialized")
+                self._put(framing.error_frame(request_id, error.to_wire()))
+                return
+            ctx = RequestContext(self, request_id, method)
+            if await self._run(ctx, self.app.initialize, params, gate=False):
+                self.state = State.INITIALIZING
+            return
+        if self.state is State.NEW:
+            error = RpcError(E.NOT_INITIALIZED, "Not initialized")
+            self._put(framing.error_frame(request_id, error.to_wire()))
+            return
+        if self.state is State.INITIALIZING:
+            detail = "Server is awaiting the 'initialized' notification before handling requests."
+            self._put(framing.error_frame(request_id, E.invalid_request(detail).to_wire()))
+            return
+        if self._in_flight >= self.limits.max_in_flight:
+            error = RpcError(E.SERVER_OVERLOADED, "Server overloaded; retry later.")
+            self._put(framing.error_frame(request_id, error.to_wire()))
+            return
+        assert self._tg is not None
+        self._in_flight += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        ctx = RequestContext(self, request_id, method)
+        before, mine = self._ordering.enter(self.app.access(method))
+        self._tg.start_soon(self._run_gated, ctx, params, before, mine)
+
+    async def _run_gated(
+        self,
+        ctx: RequestContext,
+        params: Any,
+        before: list[anyio.Event],
+        mine: anyio.Event | None,
+    ) -> None:
+        try:
+            for event in before:
+                await event.wait()
+            await self._run(ctx, self.app.handle_request, params, gate=True)
+        finally:
+            self._ordering.leave(mine)
+
+    async def _run(
+        self,
+        ctx: RequestContext,
+        handler: Callable[[RequestContext, Any], Awaitable[Any]],
+        params: Any,
+        gate: bool,
+    ) -> bool:
+        """Run one handler and queue its answer; ``True`` if it succeeded."""
+        try:
+            try:
+                result = await handler(ctx, params)
+            except RpcError as exc:
+                self._put(framing.error_frame(ctx.request_id, exc.to_wire()))
+                return False
+            except Exception:
+                ref = uuid.uuid4().hex[:8]
+                log.exception("internal error in %s (ref %s)", ctx.method, ref)
+                error = RpcError(
+                    E.INTERNAL_ERROR, "Internal error", {"detail": f"see server log, ref {ref}"}
+                )
+                self._put(framing.error_frame(ctx.request_id, error.to_wire()))
+                return False
+            try:
+                frame = framing.response_frame(ctx.request_id, result)
+            except Exception:
+                log.exception("could not encode the result of %s", ctx.method)
+                error = RpcError(E.INTERNAL_ERROR, "Internal error")
+                self._put(framing.error_frame(ctx.request_id, error.to_wire()))
+                return False
+            self._put(frame)
+            for callback in ctx._after_response:
+                try:
+                    outcome = callback()
+                    if outcome is not None:
+                        await outcome
+                except Exception:
+                    log.exception("after-response callback of %s failed", ctx.method)
+            return True
+        finally:
+            if gate:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._idle.set()
+
+
+async def serve_connection(
+    transport: Transport, app: Application, limits: Limits | None = None
+) -> Connection:
+    """Serve one peer until it leaves; returns the finished connection."""
+    connection = Connection(transport, app, limits)
+    await connection.serve()
+    return connection

@@ -1,0 +1,1 @@
+"""Threads, turns, items, the event bus and fan-out."""

@@ -1,0 +1,74 @@
+"""Live per-thread runtime flags (running, waiting on approval, ...).
+
+The snapshot rides on ``Thread``/``ThreadSummary`` as ``runtime`` and is
+broadcast as ``thread/runtimeChanged`` only when it actually changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from appserver.protocol.threads import ThreadRuntimeChangedNotification, ThreadRuntimeState
+from appserver.runtime.bus import EventBus
+
+
+@dataclass
+class _Flags:
+    running: bool = False
+    pending_approvals: int = 0
+    waiting_on_plan_confirmation: bool = False
+
+    def snapshot(self) -> ThreadRuntimeState:
+        return ThreadRuntimeState(
+            running=self.running,
+            waiting_on_approval=self.pending_approvals > 0,
+            waiting_on_plan_confirmation=self.waiting_on_plan_confirmation,
+        )
+
+
+class RuntimeStates:
+    """Runtime flags of every thread that has (had) live work in this process."""
+
+    def __init__(self, bus: EventBus) -> None:
+        self._bus = bus
+        self._flags: dict[str, _Flags] = {}
+
+    def snapshot(self, thread_id: str) -> ThreadRuntimeState:
+        flags = self._flags.get(thread_id)
+        return flags.snapshot() if flags else ThreadRuntimeState()
+
+    def is_running(self, thread_id: str) -> bool:
+        flags = self._flags.get(thread_id)
+        return bool(flags and flags.running)
+
+    def set_running(self, thread_id: str, running: bool) -> None:
+        def change(flags: _Flags) -> None:
+            flags.running = running
+            if running:
+                flags.waiting_on_plan_confirmation = False
+            else:
+                flags.pending_approvals = 0
+
+        self._change(thread_id, change)
+
+    def approval_pending(self, thread_id: str, delta: int) -> None:
+        def change(flags: _Flags) -> None:
+            flags.pending_approvals = max(0, flags.pending_approvals + delta)
+
+        self._change(thread_id, change)
+
+    def forget(self, thread_id: str) -> None:
+        self._flags.pop(thread_id, None)
+
+    def _change(self, thread_id: str, mutate: Callable[[_Flags], None]) -> None:
+        flags = self._flags.setdefault(thread_id, _Flags())
+        before = flags.snapshot()
+        mutate(flags)
+        after = flags.snapshot()
+        if after != before:
+            self._bus.publish(
+                "thread/runtimeChanged",
+                ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after),
+                broadcast=True,
+            )

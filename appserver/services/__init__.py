@@ -1,0 +1,1 @@
+"""One module per method family; each registers its handlers on the router."""

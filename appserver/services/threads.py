@@ -1,0 +1,363 @@
+"""The ``thread/*`` family: create, list, read, resume, subscribe, change
+status, rename, configure, roll back and delete threads.
+
+Notifications are published after the response is queued, so a caller
+always sees its response first. Who receives what (and the de-duplication
+DotCraft specifies) is decided by the event bus's target sets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from appserver.protocol import errors as E
+from appserver.protocol import threads as T
+from appserver.protocol.base import Empty
+from appserver.rpc.connection import RequestContext
+from appserver.runtime.bus import EventBus
+from appserver.runtime.ids import new_thread_id, now_iso
+from appserver.runtime.state import RuntimeStates
+from appserver.services.router import Router
+from appserver.storage.threads import (
+    BadCursor,
+    ItemRecord,
+    ThreadQuery,
+    ThreadRecord,
+    ThreadRepository,
+    TurnRecord,
+)
+
+log = logging.getLogger("appserver.threads")
+
+
+def item_to_wire(item: ItemRecord) -> T.Item:
+    return T.Item(
+        id=item.id,
+        turn_id=item.turn_id,
+        type=item.type,
+        status=item.status,
+        created_at=item.created_at,
+        completed_at=item.completed_at,
+        payload_kind=item.type,
+        payload=item.payload,
+    )
+
+
+def turn_to_wire(turn: TurnRecord, items: list[ItemRecord] | None) -> T.Turn:
+    return T.Turn(
+        id=turn.id,
+        thread_id=turn.thread_id,
+        status=turn.status,
+        started_at=turn.started_at,
+        completed_at=turn.completed_at,
+        token_usage=T.TokenUsage.model_validate(turn.token_usage) if turn.token_usage else None,
+        error=turn.error,
+        origin_channel=turn.origin_channel,
+        initiator=turn.initiator,
+        items=[item_to_wire(item) for item in items] if items is not None else None,
+    )
+
+
+class ThreadService:
+    """Handlers of the thread family and the thread lookups other services use."""
+
+    def __init__(
+        self,
+        repo: ThreadRepository,
+        bus: EventBus,
+        runtimes: RuntimeStates,
+        workspace: Path,
+    ) -> None:
+        self.repo = repo
+        self.bus = bus
+        self.runtimes = runtimes
+        self.workspace = str(workspace)
+
+    def register(self, router: Router) -> None:
+        handlers: dict[str, Any] = {
+            "thread/start": self.start,
+            "thread/resume": self.resume,
+            "thread/list": self.list_threads,
+            "thread/read": self.read,
+            "thread/rollback": self.rollback,
+            "thread/subscribe": self.subscribe,
+            "thread/unsubscribe": self.unsubscribe,
+            "thread/pause": self.pause,
+            "thread/archive": self.archive,
+            "thread/unarchive": self.unarchive,
+            "thread/delete": self.delete,
+            "thread/rename": self.rename,
+            "thread/mode/set": self.set_mode,
+            "thread/config/update": self.update_config,
+        }
+        for method, handler in handlers.items():
+            router.register(method, handler)
+
+    # --- helpers ----------------------------------------------------------
+
+    def normalize_workspace(self, path: str | None) -> str:
+        """Empty means the host workspace; otherwise a normalised path."""
+        if not path or not path.strip():
+            return self.workspace
+        return os.path.normpath(path.strip())
+
+    async def get(self, thread_id: str) -> ThreadRecord:
+        """The stored thread or ``-32010``."""
+        thread = await self.repo.get(thread_id)
+        if thread is None:
+            raise E.thread_not_found(thread_id)
+        return thread
+
+    async def to_wire(
+        self,
+        thread: ThreadRecord,
+        include_turns: bool = False,
+        turn_limit: int | None = None,
+        turns_cursor: str | None = None,
+    ) -> T.ThreadResult:
+        """The wire ``Thread`` (with turns and items on request)."""
+        turns: list[T.Turn] = []
+        next_cursor = None
+        if include_turns:
+            try:
+                records, next_cursor = await self.repo.turns(thread.id, turn_limit, turns_cursor)
+            except BadCursor:
+                raise E.invalid_params("'turnsCursor' is not a cursor this server issued") from None
+            items = await self.repo.items(thread.id, [turn.id for turn in records])
+            turns = [turn_to_wire(turn, items[turn.id]) for turn in records]
+        wire = T.Thread(
+            id=thread.id,
+            workspace_path=thread.workspace_path,
+            user_id=thread.user_id,
+            origin_channel=thread.origin_channel,
+            channel_context=thread.channel_context,
+            display_name=thread.display_name,
+            status=thread.status,
+            created_at=thread.created_at,
+            last_active_at=thread.last_active_at,
+            history_mode=thread.history_mode,
+            metadata=thread.metadata,
+            configuration=(
+                T.ThreadConfiguration.model_validate(thread.configuration)
+                if thread.configuration is not None
+                else None
+            ),
+            source=T.ThreadSource.model_validate(thread.source) if thread.source else None,
+            runtime=self.runtimes.snapshot(thread.id),
+            turns=turns,
+        )
+        return T.ThreadResult(thread=wire, next_turns_cursor=next_cursor)
+
+    def _summary(self, thread: ThreadRecord) -> T.ThreadSummary:
+        return T.ThreadSummary(
+            id=thread.id,
+            display_name=thread.display_name,
+            status=thread.status,
+            origin_channel=thread.origin_channel,
+            user_id=thread.user_id,
+            channel_context=thread.channel_context,
+            created_at=thread.created_at,
+            last_active_at=thread.last_active_at,
+            turn_count=thread.turn_count,
+            runtime=self.runtimes.snapshot(thread.id),
+        )
+
+    async def _set_status(self, ctx: RequestContext, thread: ThreadRecord, status: str) -> None:
+        """Persist a status change and announce it to everyone after the response."""
+        previous = thread.status
+        await self.repo.update(thread.id, status=status)
+        notification = T.ThreadStatusChangedNotification(
+            thread_id=thread.id,
+            previous_status=previous,
+            new_status=status,
+        )
+        ctx.after_response(
+            lambda: self.bus.publish(
+                "thread/statusChanged", notification, thread_id=thread.id, broadcast=True
+            )
+        )
+
+    # --- handlers ---------------------------------------------------------
+
+    async def start(self, ctx: RequestContext, params: T.ThreadStartParams) -> BaseModel:
+        identity = params.identity
+        now = now_iso()
+        config = params.config.to_wire() if params.config is not None else None
+        display_name = params.display_name.strip() if params.display_name else None
+        for _ in range(5):
+            thread = ThreadRecord(
+                id=new_thread_id(),
+                workspace_path=self.normalize_workspace(identity.workspace_path),
+                user_id=identity.user_id,
+                origin_channel=identity.channel_name,
+                channel_context=identity.channel_context,
+                display_name=display_name or None,
+                status="active",
+                created_at=now,
+                last_active_at=now,
+                history_mode=params.history_mode or "server",
+                source={"kind": "user"},
+                configuration=config,
+            )
+            try:
+                await self.repo.create(thread)
+                break
+            except sqlite3.IntegrityError:
+                continue  # id collision: draw again
+        else:
+            raise RuntimeError("could not allocate a unique thread id")
+        result = await self.to_wire(thread)
+        started = T.ThreadStartedNotification(thread=result.thread)
+        ctx.after_response(
+            lambda: self.bus.publish("thread/started", started, thread_id=thread.id, broadcast=True)
+        )
+        return result
+
+    async def resume(self, ctx: RequestContext, params: T.ThreadResumeParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        if thread.status == "archived":
+            raise E.thread_not_active(thread.id)
+        now = now_iso()
+        previous = thread.status
+        await self.repo.update(thread.id, status="active", last_active_at=now)
+        thread.status, thread.last_active_at = "active", now
+        if previous != "active":
+            changed = T.ThreadStatusChangedNotification(
+                thread_id=thread.id,
+                previous_status=previous,
+                new_status="active",
+            )
+            ctx.after_response(
+                lambda: self.bus.publish(
+                    "thread/statusChanged", changed, thread_id=thread.id, broadcast=True
+                )
+            )
+        result = await self.to_wire(thread, True, params.turn_limit, params.turns_cursor)
+        resumed = T.ThreadResumedNotification(
+            thread=result.thread, resumed_by=ctx.connection.client_name
+        )
+        ctx.after_response(
+            lambda: self.bus.publish(
+                "thread/resumed", resumed, thread_id=thread.id, include=[ctx.connection]
+            )
+        )
+        return result
+
+    async def list_threads(self, ctx: RequestContext, params: T.ThreadListParams) -> BaseModel:
+        identity = params.identity
+        query = ThreadQuery(
+            workspace_path=self.normalize_workspace(identity.workspace_path),
+            user_id=identity.user_id or None,
+            channel_context=identity.channel_context,
+            include_archived=params.include_archived,
+            include_sub_agents=params.include_sub_agents,
+            cross_channel_origins=params.cross_channel_origins or [],
+            channel_name=params.channel_name,
+            limit=params.limit,
+            cursor=params.cursor,
+        )
+        try:
+            threads, next_cursor = await self.repo.list_threads(query)
+        except BadCursor:
+            raise E.invalid_params("'cursor' is not a cursor this server issued") from None
+        return T.ThreadListResult(
+            data=[self._summary(thread) for thread in threads], next_cursor=next_cursor
+        )
+
+    async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        return await self.to_wire(
+            thread, params.include_turns, params.turn_limit, params.turns_cursor
+        )
+
+    async def rollback(self, ctx: RequestContext, params: T.ThreadRollbackParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        if thread.status == "archived":
+            raise E.thread_not_active(thread.id)
+        if self.runtimes.is_running(thread.id):
+            raise E.turn_in_progress(thread.id)
+        if params.num_turns > thread.turn_count:
+            raise E.invalid_params(f"'numTurns': the thread has only {thread.turn_count} turn(s)")
+        await self.repo.drop_last_turns(thread.id, params.num_turns)
+        return await self.to_wire(await self.get(thread.id), include_turns=True)
+
+    async def subscribe(self, ctx: RequestContext, params: T.ThreadSubscribeParams) -> BaseModel:
+        await self.get(params.thread_id)
+        added = self.bus.subscribe(params.thread_id, ctx.connection)
+        if added and params.replay_recent:
+            ctx.after_response(lambda: self.bus.replay_recent(params.thread_id, ctx.connection))
+        return Empty()
+
+    async def unsubscribe(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+        self.bus.unsubscribe(params.thread_id, ctx.connection)
+        return Empty()
+
+    async def pause(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        if thread.status == "archived":
+            raise E.thread_not_active(thread.id)
+        if thread.status != "paused":
+            await self._set_status(ctx, thread, "paused")
+        return Empty()
+
+    async def archive(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        if self.runtimes.is_running(thread.id):
+            raise E.turn_in_progress(thread.id)
+        if thread.status != "archived":
+            await self._set_status(ctx, thread, "archived")
+        return Empty()
+
+    async def unarchive(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        if thread.status == "archived":
+            await self._set_status(ctx, thread, "active")
+        return Empty()
+
+    async def delete(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        if self.runtimes.is_running(thread.id):
+            raise E.turn_in_progress(thread.id)
+        await self.repo.delete(thread.id)
+        deleted = T.ThreadDeletedNotification(thread_id=thread.id)
+
+        def announce() -> None:
+            self.bus.publish("thread/deleted", deleted, broadcast=True, exclude=[ctx.connection])
+            self.bus.forget_thread(thread.id)
+            self.runtimes.forget(thread.id)
+
+        ctx.after_response(announce)
+        return Empty()
+
+    async def rename(self, ctx: RequestContext, params: T.ThreadRenameParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        await self.repo.update(thread.id, display_name=params.display_name)
+        renamed = T.ThreadRenamedNotification(thread_id=thread.id, display_name=params.display_name)
+        ctx.after_response(
+            lambda: self.bus.publish("thread/renamed", renamed, thread_id=thread.id, broadcast=True)
+        )
+        return Empty()
+
+    async def set_mode(self, ctx: RequestContext, params: T.ThreadModeSetParams) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        config = dict(thread.configuration or {})
+        config["mode"] = params.mode
+        await self.repo.update(thread.id, configuration=config)
+        return Empty()
+
+    async def update_config(
+        self, ctx: RequestContext, params: T.ThreadConfigUpdateParams
+    ) -> BaseModel:
+        thread = await self.get(params.thread_id)
+        config = params.config.to_wire()
+        # The mode is owned by thread/mode/set: keep it unless the new config names one.
+        if "mode" not in config and thread.configuration and "mode" in thread.configuration:
+            config["mode"] = thread.configuration["mode"]
+        await self.repo.update(thread.id, configuration=config)
+        return Empty()

@@ -1,0 +1,1 @@
+"""SQLite persistence. All SQL lives in this package, behind repository classes."""

@@ -1,0 +1,368 @@
+"""Thread, turn and item rows: the only place that knows their SQL."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiosqlite
+
+from appserver.storage.db import Database
+
+
+class BadCursor(ValueError):
+    """A paging cursor that this server did not issue."""
+
+
+@dataclass
+class ThreadRecord:
+    id: str
+    workspace_path: str
+    user_id: str
+    origin_channel: str
+    status: str
+    created_at: str
+    last_active_at: str
+    channel_context: str | None = None
+    display_name: str | None = None
+    history_mode: str = "server"
+    source: dict[str, Any] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+    configuration: dict[str, Any] | None = None
+    turn_count: int = 0
+
+    @property
+    def source_kind(self) -> str:
+        return str((self.source or {}).get("kind", "user"))
+
+
+@dataclass
+class TurnRecord:
+    thread_id: str
+    id: str
+    seq: int
+    status: str
+    started_at: str
+    completed_at: str | None = None
+    token_usage: dict[str, Any] | None = None
+    error: str | None = None
+    origin_channel: str | None = None
+    initiator: dict[str, Any] | None = None
+
+
+@dataclass
+class ItemRecord:
+    thread_id: str
+    turn_id: str
+    id: str
+    seq: int
+    type: str
+    status: str
+    created_at: str
+    completed_at: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ThreadQuery:
+    """``thread/list`` filters, already normalised by the service."""
+
+    workspace_path: str
+    user_id: str | None
+    channel_context: str | None
+    include_archived: bool = False
+    include_sub_agents: bool = False
+    cross_channel_origins: list[str] = field(default_factory=list)
+    channel_name: str | None = None
+    limit: int | None = None
+    cursor: str | None = None
+
+
+def workspace_key(path: str) -> str:
+    """Workspace paths match case-insensitively, as in DotCraft."""
+    return path.lower()
+
+
+def _encode_cursor(*parts: Any) -> str:
+    raw = json.dumps(list(parts), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, arity: int) -> list[Any]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        parts = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise BadCursor(cursor) from exc
+    if not isinstance(parts, list) or len(parts) != arity:
+        raise BadCursor(cursor)
+    return parts
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else None
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _thread(row: aiosqlite.Row) -> ThreadRecord:
+    return ThreadRecord(
+        id=row["id"],
+        workspace_path=row["workspace_path"],
+        user_id=row["user_id"],
+        origin_channel=row["origin_channel"],
+        status=row["status"],
+        created_at=row["created_at"],
+        last_active_at=row["last_active_at"],
+        channel_context=row["channel_context"],
+        display_name=row["display_name"],
+        history_mode=row["history_mode"],
+        source=_loads(row["source_json"]),
+        metadata=_loads(row["metadata_json"]) or {},
+        configuration=_loads(row["configuration_json"]),
+        turn_count=row["turn_count"],
+    )
+
+
+def _turn(row: aiosqlite.Row) -> TurnRecord:
+    return TurnRecord(
+        thread_id=row["thread_id"],
+        id=row["id"],
+        seq=row["seq"],
+        status=row["status"],
+        started_at=row["started_at"],
+        completed_at=row["completed_at"],
+        token_usage=_loads(row["token_usage_json"]),
+        error=row["error"],
+        origin_channel=row["origin_channel"],
+        initiator=_loads(row["initiator_json"]),
+    )
+
+
+def _item(row: aiosqlite.Row) -> ItemRecord:
+    return ItemRecord(
+        thread_id=row["thread_id"],
+        turn_id=row["turn_id"],
+        id=row["id"],
+        seq=row["seq"],
+        type=row["type"],
+        status=row["status"],
+        created_at=row["created_at"],
+        completed_at=row["completed_at"],
+        payload=json.loads(row["payload_json"]),
+    )
+
+
+_UPDATABLE = {
+    "status": "status",
+    "display_name": "display_name",
+    "configuration": "configuration_json",
+    "last_active_at": "last_active_at",
+    "metadata": "metadata_json",
+}
+
+
+class ThreadRepository:
+    """Threads and their turns and items.
+
+    Every write goes through :meth:`Database.transaction`, so writes from
+    concurrent tasks never interleave on the shared connection.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create(self, thread: ThreadRecord) -> None:
+        """Insert a new thread. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO threads (id, workspace_path, workspace_key, user_id, origin_channel,"
+                " channel_context, display_name, status, history_mode, source_kind, source_json,"
+                " metadata_json, configuration_json, created_at, last_active_at, turn_count)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    thread.id,
+                    thread.workspace_path,
+                    workspace_key(thread.workspace_path),
+                    thread.user_id,
+                    thread.origin_channel,
+                    thread.channel_context,
+                    thread.display_name,
+                    thread.status,
+                    thread.history_mode,
+                    thread.source_kind,
+                    _dumps(thread.source),
+                    _dumps(thread.metadata) or "{}",
+                    _dumps(thread.configuration),
+                    thread.created_at,
+                    thread.last_active_at,
+                    thread.turn_count,
+                ),
+            )
+
+    async def get(self, thread_id: str) -> ThreadRecord | None:
+        async with self.db.conn.execute("SELECT * FROM threads WHERE id = ?", (thread_id,)) as cur:
+            row = await cur.fetchone()
+        return _thread(row) if row else None
+
+    async def update(self, thread_id: str, **changes: Any) -> None:
+        """Set columns of one thread (``status``, ``display_name``, ...)."""
+        columns, values = [], []
+        for name, value in changes.items():
+            column = _UPDATABLE[name]
+            columns.append(f"{column} = ?")
+            values.append(_dumps(value) if column.endswith("_json") else value)
+        if not columns:
+            return
+        sql = f"UPDATE threads SET {', '.join(columns)} WHERE id = ?"
+        async with self.db.transaction() as conn:
+            await conn.execute(sql, (*values, thread_id))
+
+    async def delete(self, thread_id: str) -> bool:
+        """Delete a thread with its turns and items; ``False`` if it did not exist."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
+            return cursor.rowcount > 0
+
+    async def list_threads(self, query: ThreadQuery) -> tuple[list[ThreadRecord], str | None]:
+        """Matching threads, newest activity first, and the next page's cursor."""
+        owner = ["channel_context IS ?"]
+        args: list[Any] = [query.channel_context]
+        if query.user_id:
+            owner.insert(0, "user_id = ?")
+            args.insert(0, query.user_id)
+        owner_sql = " AND ".join(owner)
+        if query.cross_channel_origins:
+            marks = ", ".join("?" for _ in query.cross_channel_origins)
+            owner_sql = f"({owner_sql}) OR origin_channel IN ({marks})"
+            args.extend(query.cross_channel_origins)
+        where = ["workspace_key = ?", f"({owner_sql})"]
+        args.insert(0, workspace_key(query.workspace_path))
+        if not query.include_archived:
+            where.append("status != 'archived'")
+        if not query.include_sub_agents:
+            where.append("source_kind != 'subagent'")
+        if query.channel_name:
+            where.append("origin_channel = ? COLLATE NOCASE")
+            args.append(query.channel_name)
+        if query.cursor:
+            last_active_at, last_id = _decode_cursor(query.cursor, 2)
+            where.append("(last_active_at < ? OR (last_active_at = ? AND id < ?))")
+            args.extend([last_active_at, last_active_at, last_id])
+        sql = (
+            f"SELECT * FROM threads WHERE {' AND '.join(where)}"
+            " ORDER BY last_active_at DESC, id DESC"
+        )
+        if query.limit is not None:
+            sql += " LIMIT ?"
+            args.append(query.limit + 1)
+        async with self.db.conn.execute(sql, args) as cursor:
+            rows = await cursor.fetchall()
+        threads = [_thread(row) for row in rows]
+        next_cursor = None
+        if query.limit is not None and len(threads) > query.limit:
+            threads = threads[: query.limit]
+            last = threads[-1]
+            next_cursor = _encode_cursor(last.last_active_at, last.id)
+        return threads, next_cursor
+
+    # --- turns and items --------------------------------------------------
+
+    async def add_turn(self, turn: TurnRecord, touched_at: str) -> None:
+        """Append a turn and bump the thread's turn count and activity time."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO turns (thread_id, id, seq, status, started_at, completed_at,"
+                " token_usage_json, error, origin_channel, initiator_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    turn.thread_id,
+                    turn.id,
+                    turn.seq,
+                    turn.status,
+                    turn.started_at,
+                    turn.completed_at,
+                    _dumps(turn.token_usage),
+                    turn.error,
+                    turn.origin_channel,
+                    _dumps(turn.initiator),
+                ),
+            )
+            await conn.execute(
+                "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ? WHERE id = ?",
+                (touched_at, turn.thread_id),
+            )
+
+    async def save_item(self, item: ItemRecord) -> None:
+        """Insert or replace one item (items are written when they complete)."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT OR REPLACE INTO items (thread_id, turn_id, id, seq, type, status,"
+                " created_at, completed_at, payload_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    item.thread_id,
+                    item.turn_id,
+                    item.id,
+                    item.seq,
+                    item.type,
+                    item.status,
+                    item.created_at,
+                    item.completed_at,
+                    json.dumps(item.payload, separators=(",", ":")),
+                ),
+            )
+
+    async def turns(
+        self, thread_id: str, limit: int | None = None, cursor: str | None = None
+    ) -> tuple[list[TurnRecord], str | None]:
+        """Turns oldest first. With ``limit``: the newest page before ``cursor``."""
+        where: list[str] = ["thread_id = ?"]
+        args: list[Any] = [thread_id]
+        if cursor:
+            (before_seq,) = _decode_cursor(cursor, 1)
+            where.append("seq < ?")
+            args.append(before_seq)
+        sql = f"SELECT * FROM turns WHERE {' AND '.join(where)} ORDER BY seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit + 1)
+        async with self.db.conn.execute(sql, args) as cur:
+            turns = [_turn(row) for row in await cur.fetchall()]
+        next_cursor = None
+        if limit is not None and len(turns) > limit:
+            turns = turns[:limit]
+            next_cursor = _encode_cursor(turns[-1].seq)
+        turns.reverse()
+        return turns, next_cursor
+
+    async def items(self, thread_id: str, turn_ids: list[str]) -> dict[str, list[ItemRecord]]:
+        """Items of the given turns, in order, keyed by turn id."""
+        result: dict[str, list[ItemRecord]] = {turn_id: [] for turn_id in turn_ids}
+        if not turn_ids:
+            return result
+        marks = ", ".join("?" for _ in turn_ids)
+        sql = f"SELECT * FROM items WHERE thread_id = ? AND turn_id IN ({marks}) ORDER BY seq"
+        async with self.db.conn.execute(sql, (thread_id, *turn_ids)) as cur:
+            for row in await cur.fetchall():
+                result[row["turn_id"]].append(_item(row))
+        return result
+
+    async def drop_last_turns(self, thread_id: str, count: int) -> int:
+        """Delete the newest ``count`` turns (and their items); returns how many."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute(
+                "DELETE FROM turns WHERE thread_id = ? AND seq IN"
+                " (SELECT seq FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT ?)",
+                (thread_id, thread_id, count),
+            )
+            dropped = cursor.rowcount
+            await conn.execute(
+                "UPDATE threads SET turn_count = (SELECT COUNT(*) FROM turns WHERE thread_id = ?)"
+                " WHERE id = ?",
+                (thread_id, thread_id),
+            )
+            return dropped

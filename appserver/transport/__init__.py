@@ -1,0 +1,1 @@
+"""Transports move text frames between a peer and the JSON-RPC core."""

@@ -1,0 +1,51 @@
+"""The contract every transport fulfils for the JSON-RPC core."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+
+
+class FrameRejected(Exception):
+    """An inbound frame was unusable; the core answers it with ``id: null``."""
+
+    def __init__(self, code: int, message: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.message = message
+        self.detail = detail
+
+
+class FrameTooLarge(FrameRejected):
+    """An inbound message exceeded the size cap and was skipped."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            INVALID_REQUEST,
+            "Invalid request",
+            f"message of at least {size} bytes exceeds the {limit}-byte limit",
+        )
+
+
+class TransportClosed(Exception):
+    """The peer went away (EOF, closed socket, broken pipe)."""
+
+
+class Transport(Protocol):
+    """One peer connection that carries one JSON-RPC message per frame.
+
+    ``receive`` returns the next frame, raises :class:`FrameRejected` for a
+    frame it skipped and :class:`TransportClosed` when the peer is gone.
+    ``send_batch`` writes frames in order and raises :class:`TransportClosed`
+    when they cannot be written.
+    """
+
+    kind: str
+
+    async def receive(self) -> str: ...
+
+    async def send_batch(self, frames: list[str]) -> None: ...
+
+    async def close(self, code: int = 1000, reason: str = "") -> None: ...

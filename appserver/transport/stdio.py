@@ -1,0 +1,213 @@
+"""stdio transport: UTF-8 JSON lines, one message per line.
+
+stdout carries protocol frames only. :func:`claim_stdio` moves the process's
+own fd 1 to stderr (and fd 0 to /dev/null) so nothing else in the process or
+its children can write into, or read from, the protocol stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import threading
+from typing import IO
+
+from appserver.transport.base import PARSE_ERROR, FrameRejected, FrameTooLarge, TransportClosed
+
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+_READ_CHUNK = 1 << 16
+
+
+def claim_stdio() -> tuple[IO[bytes], IO[bytes]]:
+    """Take stdin/stdout for the protocol; return private binary streams.
+
+    Afterwards ``print`` and stray library output go to stderr, and child
+    processes inherit /dev/null as stdin and stderr as stdout.
+    """
+    sys.stdout.flush()
+    protocol_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    return protocol_in, protocol_out
+
+
+class LineReader:
+    """Splits a byte stream into lines, skipping (and reporting) over-long ones."""
+
+    def __init__(self, max_line_bytes: int) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._buf = bytearray()
+        self._scan = 0
+        self._discarded = 0  # bytes thrown away of the current over-long line
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    def next_line(self) -> bytes | None:
+        """The next complete line, or ``None`` if more data is needed.
+
+        Raises :class:`FrameTooLarge` once for each over-long line.
+        """
+        index = self._buf.find(b"\n", self._scan)
+        if index < 0:
+            if len(self._buf) > self.max_line_bytes:
+                self._discarded += len(self._buf)
+                self._buf.clear()
+            self._scan = len(self._buf)
+            return None
+        line = bytes(self._buf[:index])
+        del self._buf[: index + 1]
+        self._scan = 0
+        if self._discarded or len(line) > self.max_line_bytes:
+            size = self._discarded + len(line)
+            self._discarded = 0
+            raise FrameTooLarge(size, self.max_line_bytes)
+        return line
+
+    def rest(self) -> bytes | None:
+        """What is left at EOF (a final line without newline), if usable."""
+        if self._discarded:
+            return None
+        line = bytes(self._buf)
+        self._buf.clear()
+        return line if line.strip() else None
+
+
+def _decode(line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameRejected(PARSE_ERROR, "Parse error", "message is not valid UTF-8") from exc
+
+
+class _WriteProtocol(asyncio.Protocol):
+    """Tracks pipe flow control so writers can wait for the peer to read."""
+
+    def __init__(self) -> None:
+        self._paused = False
+        self._lost = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        self._waiter = None
+
+    async def drain(self) -> None:
+        while self._paused and not self._lost:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        if self._lost:
+            raise TransportClosed
+
+
+class StdioTransport:
+    """JSON lines over a pair of byte streams (normally the process's stdio)."""
+
+    kind = "stdio"
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.WriteTransport | None,
+        protocol: _WriteProtocol | None,
+        raw_out: IO[bytes],
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._protocol = protocol
+        self._raw_out = raw_out
+        self._lines = LineReader(max_message_bytes)
+        self._eof = False
+
+    @classmethod
+    async def open(
+        cls,
+        stdin: IO[bytes],
+        stdout: IO[bytes],
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> StdioTransport:
+        """Wrap binary streams; pipes and sockets are read without threads."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=_READ_CHUNK * 4)
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+        except (ValueError, OSError):
+            # A regular file or a tty: feed the reader from a thread.
+            _start_thread_reader(loop, reader, stdin)
+        writer: asyncio.WriteTransport | None = None
+        protocol: _WriteProtocol | None = None
+        # A regular file can't be a pipe transport: plain blocking writes are fine.
+        with contextlib.suppress(ValueError, OSError):
+            writer, protocol = await loop.connect_write_pipe(_WriteProtocol, stdout)
+        return cls(reader, writer, protocol, stdout, max_message_bytes)
+
+    async def receive(self) -> str:
+        while True:
+            line = self._lines.next_line()
+            if line is None:
+                if self._eof:
+                    rest = self._lines.rest()
+                    if rest is None:
+                        raise TransportClosed
+                    return _decode(rest)
+                data = await self._reader.read(_READ_CHUNK)
+                if not data:
+                    self._eof = True
+                else:
+                    self._lines.feed(data)
+                continue
+            if line.strip():
+                return _decode(line.rstrip(b"\r"))
+
+    async def send_batch(self, frames: list[str]) -> None:
+        data = ("\n".join(frames) + "\n").encode("utf-8")
+        if self._writer is None or self._protocol is None:
+            try:
+                self._raw_out.write(data)
+                self._raw_out.flush()
+            except (OSError, ValueError) as exc:
+                raise TransportClosed from exc
+            return
+        if self._writer.is_closing():
+            raise TransportClosed
+        self._writer.write(data)
+        # Respect pipe backpressure: wait while the peer is not reading.
+        await self._protocol.drain()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        if self._writer is not None and not self._writer.is_closing():
+            self._writer.close()
+
+
+def _start_thread_reader(
+    loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader, stream: IO[bytes]
+) -> None:
+    def pump() -> None:
+        try:
+            while chunk := stream.read(_READ_CHUNK):
+                loop.call_soon_threadsafe(reader.feed_data, chunk)
+        except (OSError, ValueError):
+            pass
+        finally:
+            loop.call_soon_threadsafe(reader.feed_eof)
+
+    threading.Thread(target=pump, name="stdin-reader", daemon=True).start()
