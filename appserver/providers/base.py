@@ -1,0 +1,160 @@
+"""The one interface every model provider implements.
+
+A provider turns a :class:`ModelRequest` into a stream of normalised
+:data:`ModelEvent` values. Nothing above ``appserver/providers`` imports an
+SDK type: the turn engine only sees these dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+# --- conversation ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model made (arguments already parsed)."""
+
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ImagePart:
+    """An image attached to a user message."""
+
+    media_type: str  # e.g. "image/png"
+    data_base64: str
+
+
+@dataclass
+class Message:
+    """One conversation message, provider-neutral.
+
+    ``role="tool"`` carries one tool result (``tool_call_id`` + ``content``).
+    ``role="assistant"`` may carry ``tool_calls``.
+    """
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None  # for role="tool": which tool produced it
+    images: list[ImagePart] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model (JSON Schema for its arguments)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass
+class ModelRequest:
+    model: str
+    messages: list[Message]
+    system: str | None = None
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = 4096
+
+
+# --- events ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A fragment of a tool call's JSON arguments as the model streams it.
+
+    ``call_id``/``name`` are set on the first fragment of a call (when known).
+    """
+
+    index: int
+    arguments_delta: str
+    call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallDone:
+    """A complete tool call. Unparsable arguments arrive as ``{}`` with
+    ``arguments_error`` set, so the turn can report it instead of crashing."""
+
+    index: int
+    call: ToolCall
+    arguments_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The model finished this response (``reason``: end_turn, tool_calls, max_tokens, ...)."""
+
+    reason: str
+
+
+ErrorKind = Literal["auth", "rate_limit", "unavailable", "timeout", "other"]
+
+
+@dataclass(frozen=True)
+class ProviderError:
+    """The call failed. Always the last event of a stream."""
+
+    kind: ErrorKind
+    message: str
+
+
+ModelEvent = TextDelta | ReasoningDelta | ToolCallDelta | ToolCallDone | Usage | Stop | ProviderError
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    id: str
+    owned_by: str = ""
+    created_at: str | None = None
+
+
+class ProviderUnavailable(Exception):
+    """``list_models`` could not answer; ``code`` is machine-readable (e.g. MissingApiKey)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Provider(Protocol):
+    """A model backend."""
+
+    name: str
+    default_model: str
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        """Stream one model response. Never raises for API failures: it ends
+        with :class:`ProviderError` instead. Cancellation propagates."""
+        ...
+
+    async def list_models(self) -> list[ModelInfo]:
+        """Models this provider offers; raises :class:`ProviderUnavailable`."""
+        ...

@@ -1,0 +1,82 @@
+"""The one interface every agent tool implements.
+
+A call goes through three steps, driven by the turn engine:
+
+1. ``plan(arguments, ctx)`` validates arguments, resolves paths through the
+   workspace sandbox and says which approval (if any) the call needs. It
+   raises :class:`ToolError` for bad arguments or a refused path.
+2. The engine runs the approval flow (policy, ``scopeKey``, client request).
+3. ``run(plan, ctx)`` does the work and returns a :class:`ToolOutcome`.
+   Failures are outcomes with ``success=False``, never exceptions, except
+   cancellation, which propagates after the tool cleaned up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+
+class ToolError(Exception):
+    """Bad arguments or a refused operation; becomes ``toolResult {success: false}``."""
+
+
+@dataclass(frozen=True)
+class ApprovalNeed:
+    """What the client is asked to approve.
+
+    ``kind``: ``shell`` or ``file``. ``operation``: the command for shell;
+    ``read|write|edit|list`` for file. ``target``: working directory for
+    shell, the resolved path for file. ``outside_workspace``: the call
+    touches a path outside the workspace (subject to
+    ``requireApprovalOutsideWorkspace``).
+    """
+
+    kind: Literal["shell", "file"]
+    operation: str
+    target: str
+    reason: str
+    outside_workspace: bool = False
+
+
+@dataclass
+class ToolPlan:
+    """A validated call, ready to run once approved."""
+
+    tool: str
+    arguments: dict[str, Any]
+    approval: ApprovalNeed | None = None
+    resolved: dict[str, Any] = field(default_factory=dict)  # tool-private (paths, cwd, ...)
+
+
+@dataclass
+class ToolContext:
+    """What a tool may use while running."""
+
+    workspace: Path
+    thread_id: str
+    turn_id: str
+    call_id: str
+    # Called with each chunk of live output (shell); the engine turns it into
+    # item/commandExecution/outputDelta for clients that asked.
+    on_output: Callable[[str], None] | None = None
+
+
+@dataclass
+class ToolOutcome:
+    success: bool
+    output: str  # the text the model sees as the tool result
+    # Extra facts for items: exit_code, duration_ms, truncated, bytes_written, ...
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan: ...
+
+    async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome: ...
