@@ -15,6 +15,7 @@ import anyio
 
 from appserver import __version__
 from appserver.rpc.connection import Limits
+from appserver.runtime.turns import EngineConfig
 from appserver.server import AppServer, ServerConfig, run
 from appserver.storage.lock import WorkspaceLocked
 from appserver.transport.stdio import claim_stdio
@@ -100,6 +101,29 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     serve.add_argument(
+        "--provider",
+        choices=["offline", "openai", "anthropic"],
+        help=(
+            "model provider (default: $APPSERVER_PROVIDER, the workspace config, else offline: "
+            "a deterministic local model that needs no network)"
+        ),
+    )
+    serve.add_argument(
+        "--model", help="model name (default: $APPSERVER_MODEL, the workspace config)"
+    )
+    serve.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible or Anthropic endpoint (default: $APPSERVER_BASE_URL, vendor vars)",
+    )
+    serve.add_argument(
+        "--approval-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a turn waits for an approval answer before declining (default 120)",
+    )
+    serve.add_argument(
         "--max-in-flight",
         type=int,
         default=32,
@@ -132,7 +156,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not workspace.is_dir():
         print(f"appserver: workspace {workspace} is not a directory", file=sys.stderr)
         return 2
-    config = ServerConfig(workspace=workspace, limits=Limits(max_in_flight=args.max_in_flight))
+    provider_options = {
+        key: value
+        for key, value in (
+            ("provider", args.provider),
+            ("model", args.model),
+            ("base_url", args.base_url),
+        )
+        if value
+    }
+    config = ServerConfig(
+        workspace=workspace,
+        limits=Limits(max_in_flight=args.max_in_flight),
+        engine=EngineConfig(approval_timeout=args.approval_timeout),
+        provider_options=provider_options,
+    )
     websocket = None
     if listen.host is not None:
         websocket = ListenerOptions(

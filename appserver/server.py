@@ -3,25 +3,35 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import anyio
 from websockets.asyncio.server import Server
 
 from appserver import __version__
+from appserver.providers import make_provider, resolve_settings
+from appserver.providers.base import Provider
 from appserver.rpc.connection import Connection, Limits
+from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
+from appserver.runtime.inputs import InputMaterializer
+from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns import EngineConfig, TurnEngine
 from appserver.services.router import Router
 from appserver.services.threads import ThreadService
+from appserver.services.turns import TurnService
 from appserver.storage.db import Database
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.threads import ThreadRepository
+from appserver.storage.threads import EventRepository, ThreadRepository
+from appserver.storage.workspace_config import load_workspace_config, lookup
+from appserver.tools.registry import ToolRegistry
 from appserver.transport.base import Transport
 from appserver.transport.memory import MemoryTransport, memory_pair
 from appserver.transport.stdio import StdioTransport
@@ -43,6 +53,12 @@ class ServerConfig:
     workspace: Path
     limits: Limits = field(default_factory=Limits)
     db_path: Path | None = None  # default: <workspace>/.craft/appserver.db
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    # CLI-level provider choices (provider, model, base_url, api_key); merged
+    # with the environment and the workspace config by resolve_settings.
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    provider: Provider | None = None  # an already-built provider wins (tests)
+    allow_private_image_urls: bool = False
 
     @property
     def craft_dir(self) -> Path:
@@ -61,20 +77,59 @@ class AppServer:
         self.db = db
         self.lock = lock
         self.bus = EventBus()
-        self.runtimes = RuntimeStates(self.bus)
+        self.events = EventRepository(db)
+        self.journal = ThreadJournal(self.bus, self.events)
+        self.runtimes = RuntimeStates(self.journal)
         self.router = Router(self.bus)
+        self.workspace_config = load_workspace_config(config.craft_dir)
+        self.provider = config.provider or make_provider(
+            resolve_settings(config.provider_options, os.environ, self.workspace_config)
+        )
+        repo = ThreadRepository(db)
+        self.approvals = ApprovalBroker(
+            self.events, config.engine.approval_timeout, config.engine.reconnect_grace
+        )
+        self.engine = TurnEngine(
+            repo,
+            self.journal,
+            self.runtimes,
+            self.approvals,
+            ToolRegistry.with_defaults(),
+            self.provider,
+            config.workspace,
+            config.engine,
+            default_approval_policy=self._default_approval_policy,
+        )
         self.threads = ThreadService(
-            ThreadRepository(db), self.bus, self.runtimes, config.workspace
+            repo, self.bus, self.journal, self.runtimes, config.workspace, self.engine
         )
         self.threads.register(self.router)
+        # A client that (re)joins a thread is asked about its pending approval.
+        self.threads.subscribe_hooks.append(self.approvals.offer)
+        self.turns = TurnService(
+            self.threads,
+            self.engine,
+            InputMaterializer(
+                config.workspace,
+                config.craft_dir / "attachments" / "images",
+                config.allow_private_image_urls,
+            ),
+        )
+        self.turns.register(self.router)
         self.connections: set[Connection] = set()
         self.ready = False
         self.endpoints: dict[str, str] = {}
 
+    def _default_approval_policy(self) -> str:
+        policy = lookup(self.workspace_config, "Permissions", "DefaultApprovalPolicy")
+        return policy if policy in ("default", "autoApprove") else "default"
+
     @classmethod
     @asynccontextmanager
     async def open(cls, config: ServerConfig) -> AsyncIterator[AppServer]:
-        """Lock the workspace, open the database, and clean up on exit."""
+        """Lock the workspace, open the database, recover interrupted turns,
+        and on exit drain: cancel turns (clients get ``turn/cancelled``),
+        close connections after their outboxes flush, close the database."""
         config.workspace = config.workspace.resolve()
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
         lock.acquire({"workspacePath": str(config.workspace), "version": __version__})
@@ -82,19 +137,32 @@ class AppServer:
             db = await Database.open(config.database_path)
             try:
                 server = cls(config, db, lock)
-                server.ready = True
-                yield server
-                await server.shutdown()
+                async with anyio.create_task_group() as tg:
+                    await tg.start(server.engine.run)
+                    await server.engine.recover()
+                    server.ready = True
+                    try:
+                        yield server
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            await server.drain()
+                        tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
                     await db.close()
         finally:
             lock.release()
 
-    async def shutdown(self) -> None:
-        """Close every connection (they flush what is queued)."""
+    async def drain(self) -> None:
+        """Cancel running turns, then close every connection once its queued
+        frames (the ``turn/cancelled`` among them) are written. Idempotent."""
+        self.ready = False
+        await self.engine.shutdown()
         for connection in list(self.connections):
             connection.close("server shutting down", code=1001)
+        with anyio.move_on_after(3):
+            while self.connections:
+                await anyio.sleep(0.01)
 
     async def serve_transport(self, transport: Transport) -> Connection:
         """Serve one peer until it leaves."""
@@ -175,6 +243,7 @@ async def run(
             async def stop_on_signal() -> None:
                 signum = await wait_for_signal()
                 log.info("received signal %d; shutting down", signum)
+                await server.drain()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(stop_on_signal)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from appserver.protocol import errors as E
 from appserver.protocol import threads as T
+from appserver.protocol import turns as W
 from appserver.protocol.base import Empty
 from appserver.protocol.initialize import InitializeParams, InitializeResult
 
@@ -43,6 +44,16 @@ class NotificationSpec:
     name: str
     params: type[BaseModel]
     delivery: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class ServerRequestSpec:
+    """A server->client request the client must answer."""
+
+    name: str
+    params: type[BaseModel]
+    result: type[BaseModel]
     summary: str
 
 
@@ -173,6 +184,49 @@ METHODS: dict[str, MethodSpec] = {
             "Replace the thread's configuration overrides.",
             _THREAD_ERRORS,
         ),
+        MethodSpec(
+            "turn/start",
+            W.TurnStartParams,
+            W.TurnResult,
+            "threadManagement",
+            "Start a turn; the response (status running) precedes `turn/started`, then items "
+            "stream and exactly one of `turn/completed|failed|cancelled` ends it.",
+            (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE, E.TURN_IN_PROGRESS),
+        ),
+        MethodSpec(
+            "turn/interrupt",
+            W.TurnInterruptParams,
+            Empty,
+            "threadManagement",
+            "Cancel the running turn; `turn/cancelled` follows. Repeating it is harmless.",
+            (*_THREAD_ERRORS, E.TURN_NOT_FOUND, E.TURN_NOT_RUNNING),
+        ),
+        MethodSpec(
+            "turn/enqueue",
+            W.TurnEnqueueParams,
+            W.TurnEnqueueResult,
+            "threadManagement",
+            "Queue an input; it starts a turn when the thread is idle (now, or after the "
+            "running turn completes). Emits `thread/queue/updated`.",
+            (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE),
+        ),
+        MethodSpec(
+            "turn/queue/remove",
+            W.TurnQueueRemoveParams,
+            W.QueuedInputsResult,
+            "threadManagement",
+            "Remove a queued input.",
+            _THREAD_ERRORS,
+        ),
+        MethodSpec(
+            "turn/steer",
+            W.TurnSteerParams,
+            W.TurnSteerResult,
+            "threadManagement",
+            "Inject a queued input into the running turn at its next safe boundary "
+            "(`deliveryMode: guidance`); it returns to the queue if the turn ends first.",
+            (*_THREAD_ERRORS, E.TURN_NOT_RUNNING),
+        ),
     ]
 }
 
@@ -214,6 +268,99 @@ NOTIFICATIONS: dict[str, NotificationSpec] = {
             T.ThreadRuntimeChangedNotification,
             "all connections, only when the snapshot changes",
             "A thread's running / waiting-on-approval flags changed.",
+        ),
+        NotificationSpec(
+            "thread/queue/updated",
+            W.QueueUpdatedNotification,
+            "thread subscribers and the caller",
+            "The thread's queued inputs changed (full list).",
+        ),
+        NotificationSpec(
+            "turn/started",
+            W.TurnNotification,
+            "thread subscribers and the turn's originator",
+            "A turn began (always after the `turn/start` response).",
+        ),
+        NotificationSpec(
+            "turn/completed",
+            W.TurnNotification,
+            "thread subscribers and the turn's originator",
+            "Terminal: the turn finished; carries items and token usage.",
+        ),
+        NotificationSpec(
+            "turn/failed",
+            W.TurnFailedNotification,
+            "thread subscribers and the turn's originator",
+            "Terminal: the turn failed (after an `error` item).",
+        ),
+        NotificationSpec(
+            "turn/cancelled",
+            W.TurnCancelledNotification,
+            "thread subscribers and the turn's originator",
+            "Terminal: the turn was cancelled (interrupted, approvalCancelled, serverShutdown, "
+            "threadDeleted).",
+        ),
+        NotificationSpec(
+            "item/started",
+            W.ItemNotification,
+            "thread subscribers and the turn's originator",
+            "An item began; deltas and `item/completed` follow.",
+        ),
+        NotificationSpec(
+            "item/completed",
+            W.ItemNotification,
+            "thread subscribers and the turn's originator",
+            "An item is final (and stored).",
+        ),
+        NotificationSpec(
+            "item/agentMessage/delta",
+            W.DeltaNotification,
+            "as item/started; not with streamingSupport: false",
+            "Streamed agent text (`deltaKind: agentMessage`).",
+        ),
+        NotificationSpec(
+            "item/reasoning/delta",
+            W.DeltaNotification,
+            "as item/started; not with streamingSupport: false",
+            "Streamed reasoning (`deltaKind: reasoningContent`).",
+        ),
+        NotificationSpec(
+            "item/toolCall/argumentsDelta",
+            W.DeltaNotification,
+            "as item/started; not with streamingSupport: false",
+            "Raw JSON fragments of a tool call's arguments (`deltaKind: toolCallArguments`).",
+        ),
+        NotificationSpec(
+            "item/commandExecution/outputDelta",
+            W.DeltaNotification,
+            "only with commandExecutionStreaming: true",
+            "Live output of a shell command.",
+        ),
+        NotificationSpec(
+            "item/approval/resolved",
+            W.ApprovalResolvedNotification,
+            "thread subscribers and the turn's originator",
+            "An approval was decided (before the approvalResponse `item/completed`).",
+        ),
+        NotificationSpec(
+            "item/usage/delta",
+            W.UsageDeltaNotification,
+            "thread subscribers and the turn's originator",
+            "Token usage of one model call, with running totals.",
+        ),
+    ]
+}
+
+SERVER_REQUESTS: dict[str, ServerRequestSpec] = {
+    spec.name: spec
+    for spec in [
+        ServerRequestSpec(
+            "item/approval/request",
+            W.ApprovalRequestParams,
+            W.ApprovalRequestResult,
+            "Ask the client to approve a gated tool call. Answer with "
+            "`{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else "
+            "counts as decline.",
         ),
     ]
 }

@@ -207,6 +207,9 @@ class ThreadRollbackParams(WireModel):
 class ThreadSubscribeParams(WireModel):
     thread_id: str
     replay_recent: bool = False
+    # Beyond DotCraft: replay every notification with a larger seq (from
+    # SQLite; streaming items as one coalesced delta), then continue live.
+    after_seq: int | None = Field(default=None, ge=0)
 
 
 class ThreadRenameParams(WireModel):

@@ -1,0 +1,251 @@
+"""Model providers: choosing one and building it.
+
+:func:`resolve_settings` decides which provider to use and how to reach it;
+:func:`make_provider` builds it. Each setting is taken from the first source
+that has a non-empty value, in this order:
+
+1. **CLI flags** (``cli``): ``provider``, ``model``, ``base_url``, ``api_key``,
+   ``timeout``, ``max_retries``.
+2. **AppServer environment**: ``APPSERVER_PROVIDER``, ``APPSERVER_MODEL``,
+   ``APPSERVER_BASE_URL``, ``APPSERVER_API_KEY``, ``APPSERVER_TIMEOUT``,
+   ``APPSERVER_MAX_RETRIES``.
+3. **The provider's usual environment** (only for the provider chosen):
+   ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` for ``openai`` (with a DashScope
+   base URL, ``DASHSCOPE_API_KEY`` is tried before ``OPENAI_API_KEY``);
+   ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` for ``anthropic``.
+4. **Workspace config** (``.craft/config.json``, DotCraft's key names):
+   ``Provider``, ``Model``, ``EndPoint``, ``ApiKey``, ``Timeout``, ``MaxRetries``.
+5. **Defaults**: provider ``offline``, the provider's default model and base
+   URL, no key, timeout 120 s, 2 retries.
+
+One exception to 5: a workspace config that names an ``EndPoint`` or
+``ApiKey`` but no ``Provider`` selects ``openai``. DotCraft configs look like
+that and mean an OpenAI-compatible endpoint; environment variables alone never
+switch away from ``offline``, so an ``OPENAI_API_KEY`` exported for other tools
+does not turn on a paid API.
+
+Key names are matched ignoring case, ``-`` and ``_`` (``base_url``,
+``base-url``, ``baseUrl``, ``BaseUrl`` are the same key). Provider names:
+``offline``, ``openai`` (aliases ``openai-compatible``, ``dashscope``),
+``anthropic`` (alias ``claude``). Invalid values raise :class:`ValueError`.
+
+The SDK-backed providers are imported only when built: importing the
+``openai`` and ``anthropic`` SDKs costs seconds, which an offline server
+should not pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from appserver.providers.base import Provider
+from appserver.providers.offline import OfflineProvider
+
+ProviderName = Literal["offline", "openai", "anthropic"]
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_MAX_RETRIES = 2
+
+_PROVIDER_ALIASES: dict[str, ProviderName] = {
+    "offline": "offline",
+    "openai": "openai",
+    "openaicompatible": "openai",
+    "openaicompat": "openai",
+    "dashscope": "openai",
+    "anthropic": "anthropic",
+    "claude": "anthropic",
+}
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Everything needed to build a provider (see the module docstring)."""
+
+    provider: ProviderName = "offline"
+    model: str | None = None  # None: the provider's default model
+    base_url: str | None = None  # None: the provider's official endpoint
+    api_key: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    max_retries: int = DEFAULT_MAX_RETRIES
+
+    def describe(self) -> str:
+        """A log-safe one-line summary (never includes the key)."""
+        key = "set" if self.api_key else "missing"
+        return (
+            f"provider={self.provider} model={self.model or '(default)'} "
+            f"base_url={self.base_url or '(default)'} api_key={key}"
+        )
+
+
+def _norm(key: str) -> str:
+    return key.lower().replace("-", "").replace("_", "")
+
+
+def _lookup(source: Mapping[str, Any], key: str) -> Any:
+    wanted = _norm(key)
+    for name, value in source.items():
+        if _norm(name) == wanted and value is not None and value != "":
+            return value
+    return None
+
+
+def _first(*values: Any) -> Any:
+    for value in values:
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def _text(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {value!r}")
+    return value.strip() or None
+
+
+def resolve_settings(
+    cli: Mapping[str, Any], env: Mapping[str, str], workspace_config: Mapping[str, Any]
+) -> ProviderSettings:
+    """Resolve provider settings with precedence CLI > APPSERVER_* > vendor env > workspace."""
+    ws = workspace_config
+
+    raw_provider = _text(
+        _first(_lookup(cli, "provider"), env.get("APPSERVER_PROVIDER"), _lookup(ws, "provider")),
+        "provider",
+    )
+    provider: ProviderName
+    if raw_provider is not None:
+        provider = _provider_name(raw_provider)
+    elif _lookup(ws, "endpoint") is not None or _lookup(ws, "apikey") is not None:
+        provider = "openai"
+    else:
+        provider = "offline"
+
+    model = _text(
+        _first(_lookup(cli, "model"), env.get("APPSERVER_MODEL"), _lookup(ws, "model")), "model"
+    )
+
+    base_url = _text(
+        _first(
+            _lookup(cli, "base_url"),
+            env.get("APPSERVER_BASE_URL"),
+            *(env.get(name) for name in _vendor_base_url_vars(provider)),
+            _lookup(ws, "endpoint"),
+        ),
+        "base_url",
+    )
+
+    api_key = _text(
+        _first(
+            _lookup(cli, "api_key"),
+            env.get("APPSERVER_API_KEY"),
+            *(env.get(name) for name in _vendor_key_vars(provider, base_url)),
+            _lookup(ws, "apikey"),
+        ),
+        "api_key",
+    )
+
+    timeout = _number(
+        _first(_lookup(cli, "timeout"), env.get("APPSERVER_TIMEOUT"), _lookup(ws, "timeout")),
+        "timeout",
+        DEFAULT_TIMEOUT,
+    )
+    retries = _number(
+        _first(
+            _lookup(cli, "max_retries"),
+            env.get("APPSERVER_MAX_RETRIES"),
+            _lookup(ws, "max_retries"),
+        ),
+        "max_retries",
+        DEFAULT_MAX_RETRIES,
+    )
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    if retries < 0 or retries != int(retries):
+        raise ValueError(f"max_retries must be a non-negative integer, got {retries}")
+
+    return ProviderSettings(
+        provider=provider,
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        max_retries=int(retries),
+    )
+
+
+def _provider_name(raw: str) -> ProviderName:
+    name = _PROVIDER_ALIASES.get(_norm(raw))
+    if name is None:
+        raise ValueError(f"unknown provider {raw!r} (expected offline, openai or anthropic)")
+    return name
+
+
+def _vendor_base_url_vars(provider: ProviderName) -> tuple[str, ...]:
+    if provider == "openai":
+        return ("OPENAI_BASE_URL",)
+    if provider == "anthropic":
+        return ("ANTHROPIC_BASE_URL",)
+    return ()
+
+
+def _vendor_key_vars(provider: ProviderName, base_url: str | None) -> tuple[str, ...]:
+    if provider == "openai":
+        host = (urlsplit(base_url).hostname or "") if base_url else ""
+        # A DashScope endpoint needs a DashScope key; an OpenAI key exported for
+        # other tools would only produce a confusing 401.
+        if "dashscope" in host:
+            return ("DASHSCOPE_API_KEY", "OPENAI_API_KEY")
+        return ("OPENAI_API_KEY",)
+    if provider == "anthropic":
+        return ("ANTHROPIC_API_KEY",)
+    return ()
+
+
+def _number(value: Any, what: str, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number, got {value!r}") from None
+
+
+def make_provider(settings: ProviderSettings) -> Provider:
+    """Build the provider ``settings`` describe (no network access happens here)."""
+    if settings.provider == "openai":
+        from appserver.providers.openai_compat import OpenAIProvider
+
+        return OpenAIProvider(
+            api_key=settings.api_key,
+            base_url=settings.base_url,
+            model=settings.model,
+            timeout=settings.timeout,
+            max_retries=settings.max_retries,
+        )
+    if settings.provider == "anthropic":
+        from appserver.providers.anthropic_provider import AnthropicProvider
+
+        return AnthropicProvider(
+            api_key=settings.api_key,
+            base_url=settings.base_url,
+            model=settings.model,
+            timeout=settings.timeout,
+            max_retries=settings.max_retries,
+        )
+    return OfflineProvider()
+
+
+__all__ = [
+    "OfflineProvider",
+    "ProviderName",
+    "ProviderSettings",
+    "make_provider",
+    "resolve_settings",
+]

@@ -125,7 +125,9 @@ class ProviderError:
     message: str
 
 
-ModelEvent = TextDelta | ReasoningDelta | ToolCallDelta | ToolCallDone | Usage | Stop | ProviderError
+ModelEvent = (
+    TextDelta | ReasoningDelta | ToolCallDelta | ToolCallDone | Usage | Stop | ProviderError
+)
 
 
 @dataclass(frozen=True)

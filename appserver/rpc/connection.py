@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup
 from appserver.protocol import errors as E
 from appserver.protocol.errors import RpcError
 from appserver.rpc import framing
-from appserver.rpc.outbox import Outbox, OutboxClosed
+from appserver.rpc.outbox import Merge, Outbox, OutboxClosed
 from appserver.transport.base import FrameRejected, Transport, TransportClosed
 
 log = logging.getLogger("appserver.rpc")
@@ -45,7 +45,8 @@ class Limits:
     """Per-connection bounds."""
 
     max_in_flight: int = 32
-    outbox_bytes: int = 64 * 1024 * 1024
+    outbox_bytes: int = 64 * 1024 * 1024  # hard bound: past it the peer is closed
+    outbox_soft_bytes: int = 256 * 1024  # past it, deltas are coalesced
     server_request_timeout: float = 120.0
     drain_timeout: float = 5.0
 
@@ -77,9 +78,9 @@ class RequestContext:
     connection: Connection
     request_id: RequestId
     method: str
-    _after_response: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
+    _after_response: list[Callable[[], Any]] = field(default_factory=list)
 
-    def after_response(self, callback: Callable[[], Awaitable[None] | None]) -> None:
+    def after_response(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the response is queued, so anything it sends
         to this connection is written after the response."""
         self._after_response.append(callback)
@@ -160,7 +161,7 @@ class Connection:
         self.app = app
         self.limits = limits or Limits()
         self.state = State.NEW
-        self.outbox = Outbox(self.limits.outbox_bytes)
+        self.outbox = Outbox(self.limits.outbox_bytes, self.limits.outbox_soft_bytes)
         # Set by the application during `initialize`.
         self.client_name = ""
         self.client_capabilities: Any = None
@@ -194,10 +195,14 @@ class Connection:
         """Whether a notification ``method`` would be delivered here now."""
         return self.state is State.READY and method not in self.opt_out
 
-    def deliver(self, method: str, frame: str) -> None:
-        """Queue an already-encoded notification, honouring readiness and opt-outs."""
-        if self.wants(method):
-            self._put(frame)
+    def deliver(
+        self, method: str, frame: str, coalesce: tuple[object, Merge] | None = None
+    ) -> None:
+        """Queue an already-encoded notification (readiness and opt-outs are the
+        caller's check via :meth:`wants`). ``coalesce`` lets a lagging peer get
+        merged deltas; see :class:`~appserver.rpc.outbox.Outbox`."""
+        if self.state is State.READY:
+            self._put(frame, coalesce)
 
     def notify(self, method: str, params: Any) -> None:
         """Encode and queue one notification for this connection only."""
@@ -228,14 +233,14 @@ class Connection:
         finally:
             self._pending.pop(request_id, None)
 
-    def _put(self, frame: str) -> None:
+    def _put(self, frame: str, coalesce: tuple[object, Merge] | None = None) -> None:
         if self.state is State.CLOSED:
             return
-        if not self.outbox.put(frame):
+        if not self.outbox.put(frame, coalesce):
             # The peer is not reading; closing is the only way to never drop a
             # frame silently. The client reconnects and re-reads state.
             log.warning("closing %r: outbox over %d bytes", self, self.outbox.max_bytes)
-            self.close("outbox overflow", code=1008)
+            self.close("outbox overflow", code=1008, abort=True)
 
     # --- lifecycle --------------------------------------------------------
 
@@ -257,12 +262,12 @@ class Connection:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.transport.close(self._close_code, self._close_reason)
 
-    def close(self, reason: str = "", code: int = 1000) -> None:
-        """End the connection.
+    def close(self, reason: str = "", code: int = 1000, *, abort: bool = False) -> None:
+        """End the connection with WebSocket close ``code``.
 
-        A normal close (``code`` 1000) stops reading and lets the writer flush
-        what is queued; any other code (a stuck or vanished peer) ends at once.
-        Running request handlers are cancelled when the writer stops.
+        Normally reading stops and the writer flushes what is queued first;
+        ``abort`` (a stuck or vanished peer) ends at once. Running request
+        handlers are cancelled when the writer stops.
         """
         if self.state is State.CLOSED:
             return
@@ -271,8 +276,7 @@ class Connection:
         self._mark_closed(reason)
         if self._reader_scope is not None:
             self._reader_scope.cancel()
-        if self._tg is not None and code != 1000:
-            # Abnormal close (e.g. a stuck peer): don't wait for the writer.
+        if self._tg is not None and abort:
             self._tg.cancel_scope.cancel()
 
     def _mark_closed(self, reason: str) -> None:
@@ -296,7 +300,7 @@ class Connection:
         except OutboxClosed:
             pass
         except TransportClosed:
-            self.close("peer gone", code=1001)
+            self.close("peer gone", code=1001, abort=True)
         # Nothing more can be written: stop the reader and any running handler.
         if self._tg is not None:
             self._tg.cancel_scope.cancel()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pydantic import BaseModel
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _finish(text: str) -> str:
@@ -16,6 +18,11 @@ def _finish(text: str) -> str:
     # str.splitlines, so escape them too: one frame is always one line.
     if "\u2028" in text or "\u2029" in text:
         text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    # A peer can send a lone surrogate as a "\ud800" escape (in an id, a method
+    # name, a thread id we echo). Raw, it cannot be encoded as UTF-8 and would
+    # kill the writer; it only ever sits inside a JSON string, so escape it back.
+    if not text.isascii() and _SURROGATE.search(text):
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
 
 
@@ -41,6 +48,15 @@ def error_frame(request_id: str | int | None, error: dict[str, Any]) -> str:
 
 def notification_frame(method: str, params: Any) -> str:
     return f'{{"jsonrpc":"2.0","method":{dumps(method)},"params":{payload_json(params)}}}'
+
+
+def notification_frame_json(method: str, params_json: str, seq: int | None = None) -> str:
+    """A notification from already-encoded params, optionally stamped with ``seq``."""
+    if seq is not None:
+        params_json = (
+            f'{{"seq":{seq}}}' if params_json == "{}" else f'{{"seq":{seq},{params_json[1:]}'
+        )
+    return f'{{"jsonrpc":"2.0","method":{dumps(method)},"params":{params_json}}}'
 
 
 def request_frame(request_id: int, method: str, params: Any) -> str:

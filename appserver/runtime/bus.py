@@ -1,20 +1,18 @@
 """Fan-out of notifications to connections.
 
 Each notification is encoded once and the same frame is handed to every
-target connection's outbox. Targets are computed as a set, so a connection
-that is both the caller and a subscriber (or a broadcast target) receives
-one copy: that is how DotCraft's de-duplication rules fall out.
+target connection's outbox (thread-scoped ones go through the journal).
+Targets are computed as a set, so a connection that is both the caller and
+a subscriber (or a broadcast target) receives one copy: that is how
+DotCraft's de-duplication rules fall out.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from appserver.rpc import framing
-
-RECENT_EVENTS = 32
 
 
 class Sink(Protocol):
@@ -22,7 +20,12 @@ class Sink(Protocol):
 
     def wants(self, method: str) -> bool: ...
 
-    def deliver(self, method: str, frame: str) -> None: ...
+    def deliver(
+        self,
+        method: str,
+        frame: str,
+        coalesce: tuple[object, Callable[[str, str], str]] | None = None,
+    ) -> None: ...
 
 
 class EventBus:
@@ -32,7 +35,6 @@ class EventBus:
         self._connections: set[Sink] = set()
         self._subscribers: dict[str, set[Sink]] = {}
         self._subscriptions: dict[Sink, set[str]] = {}
-        self._recent: dict[str, deque[tuple[str, str]]] = {}
 
     @property
     def connections(self) -> frozenset[Sink]:
@@ -71,41 +73,47 @@ class EventBus:
         return frozenset(self._subscribers.get(thread_id, ()))
 
     def forget_thread(self, thread_id: str) -> None:
-        """Drop a deleted thread's subscriptions and recent events."""
+        """Drop a deleted thread's subscriptions."""
         for sink in self._subscribers.pop(thread_id, set()):
             self._subscriptions.get(sink, set()).discard(thread_id)
-        self._recent.pop(thread_id, None)
+
+    def targets(
+        self,
+        *,
+        thread_id: str | None = None,
+        broadcast: bool = False,
+        include: Iterable[Sink] = (),
+        exclude: Iterable[Sink] = (),
+    ) -> set[Sink]:
+        """Every connection if ``broadcast``, the thread's subscribers if
+        ``thread_id``, plus ``include``, minus ``exclude`` — each once."""
+        targets = set(self._connections) if broadcast else set()
+        if thread_id is not None:
+            targets |= self._subscribers.get(thread_id, set())
+        targets.update(include)
+        targets.difference_update(exclude)
+        return targets
 
     def publish(
         self,
         method: str,
         params: Any,
         *,
-        thread_id: str | None = None,
         broadcast: bool = False,
         include: Iterable[Sink] = (),
         exclude: Iterable[Sink] = (),
     ) -> None:
-        """Deliver one notification.
+        """Deliver one notification that is not about a thread (workspace-wide).
 
-        Targets: every connection if ``broadcast``, the thread's subscribers
-        if ``thread_id`` is given, plus ``include``, minus ``exclude``. Each
-        target gets the frame at most once; nobody wanting it costs nothing
-        but the recent-events record.
+        Thread-scoped notifications go through the journal, which numbers
+        and stores them.
         """
-        targets = set(self._connections) if broadcast else set()
-        if thread_id is not None:
-            targets |= self._subscribers.get(thread_id, set())
-        targets.update(include)
-        targets.difference_update(exclude)
-        wanted = [sink for sink in targets if sink.wants(method)]
-        frame = framing.notification_frame(method, params) if wanted or thread_id else ""
-        if thread_id is not None:
-            self._recent.setdefault(thread_id, deque(maxlen=RECENT_EVENTS)).append((method, frame))
-        for sink in wanted:
-            sink.deliver(method, frame)
-
-    def replay_recent(self, thread_id: str, sink: Sink) -> None:
-        """Send ``sink`` the thread's last few events (``replayRecent``)."""
-        for method, frame in list(self._recent.get(thread_id, ())):
-            sink.deliver(method, frame)
+        wanted = [
+            sink
+            for sink in self.targets(broadcast=broadcast, include=include, exclude=exclude)
+            if sink.wants(method)
+        ]
+        if wanted:
+            frame = framing.notification_frame(method, params)
+            for sink in wanted:
+                sink.deliver(method, frame)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from appserver.protocol.threads import ThreadRuntimeChangedNotification, ThreadRuntimeState
-from appserver.runtime.bus import EventBus
+from appserver.runtime.journal import ThreadJournal
 
 
 @dataclass
@@ -30,8 +30,8 @@ class _Flags:
 class RuntimeStates:
     """Runtime flags of every thread that has (had) live work in this process."""
 
-    def __init__(self, bus: EventBus) -> None:
-        self._bus = bus
+    def __init__(self, journal: ThreadJournal) -> None:
+        self._journal = journal
         self._flags: dict[str, _Flags] = {}
 
     def snapshot(self, thread_id: str) -> ThreadRuntimeState:
@@ -42,7 +42,7 @@ class RuntimeStates:
         flags = self._flags.get(thread_id)
         return bool(flags and flags.running)
 
-    def set_running(self, thread_id: str, running: bool) -> None:
+    async def set_running(self, thread_id: str, running: bool) -> None:
         def change(flags: _Flags) -> None:
             flags.running = running
             if running:
@@ -50,24 +50,25 @@ class RuntimeStates:
             else:
                 flags.pending_approvals = 0
 
-        self._change(thread_id, change)
+        await self._change(thread_id, change)
 
-    def approval_pending(self, thread_id: str, delta: int) -> None:
+    async def approval_pending(self, thread_id: str, delta: int) -> None:
         def change(flags: _Flags) -> None:
             flags.pending_approvals = max(0, flags.pending_approvals + delta)
 
-        self._change(thread_id, change)
+        await self._change(thread_id, change)
 
     def forget(self, thread_id: str) -> None:
         self._flags.pop(thread_id, None)
 
-    def _change(self, thread_id: str, mutate: Callable[[_Flags], None]) -> None:
+    async def _change(self, thread_id: str, mutate: Callable[[_Flags], None]) -> None:
         flags = self._flags.setdefault(thread_id, _Flags())
         before = flags.snapshot()
         mutate(flags)
         after = flags.snapshot()
         if after != before:
-            self._bus.publish(
+            await self._journal.emit(
+                thread_id,
                 "thread/runtimeChanged",
                 ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after),
                 broadcast=True,

@@ -111,7 +111,8 @@ class Router:
         if not caps.streaming_support:
             opt_out.update(_STREAMING_METHODS)
         if not caps.command_execution_streaming:
-            opt_out.add("item/commandExecution/outputDelta")
+            # commandExecution items and their output are opt-in (DotCraft).
+            opt_out.update(("item/commandExecution/outputDelta", "item:commandExecution"))
         if not caps.config_change:
             opt_out.add("workspace/configChanged")
         conn.opt_out = frozenset(opt_out)

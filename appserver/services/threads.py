@@ -8,9 +8,11 @@ DotCraft specifies) is decided by the event bus's target sets.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +21,12 @@ from pydantic import BaseModel
 from appserver.protocol import errors as E
 from appserver.protocol import threads as T
 from appserver.protocol.base import Empty
-from appserver.rpc.connection import RequestContext
+from appserver.rpc.connection import Connection, RequestContext
 from appserver.runtime.bus import EventBus
 from appserver.runtime.ids import new_thread_id, now_iso
+from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns import TurnEngine
 from appserver.services.router import Router
 from appserver.storage.threads import (
     BadCursor,
@@ -34,6 +38,9 @@ from appserver.storage.threads import (
 )
 
 log = logging.getLogger("appserver.threads")
+
+# `replayRecent: true` replays the notifications among the thread's last N seqs.
+RECENT_EVENTS = 32
 
 
 def item_to_wire(item: ItemRecord) -> T.Item:
@@ -71,13 +78,20 @@ class ThreadService:
         self,
         repo: ThreadRepository,
         bus: EventBus,
+        journal: ThreadJournal,
         runtimes: RuntimeStates,
         workspace: Path,
+        engine: TurnEngine | None = None,
     ) -> None:
         self.repo = repo
         self.bus = bus
+        self.journal = journal
+        self.engine = engine
         self.runtimes = runtimes
         self.workspace = str(workspace)
+        # Called (after the response) when a connection subscribes to a thread;
+        # the turn engine re-sends pending approvals this way.
+        self.subscribe_hooks: list[Callable[[str, Connection], Any]] = []
 
     def register(self, router: Router) -> None:
         handlers: dict[str, Any] = {
@@ -100,6 +114,9 @@ class ThreadService:
             router.register(method, handler)
 
     # --- helpers ----------------------------------------------------------
+
+    def _running(self, thread_id: str) -> bool:
+        return self.engine is not None and thread_id in self.engine.active
 
     def normalize_workspace(self, path: str | None) -> str:
         """Empty means the host workspace; otherwise a normalised path."""
@@ -178,8 +195,8 @@ class ThreadService:
             new_status=status,
         )
         ctx.after_response(
-            lambda: self.bus.publish(
-                "thread/statusChanged", notification, thread_id=thread.id, broadcast=True
+            lambda: self.journal.emit(
+                thread.id, "thread/statusChanged", notification, broadcast=True
             )
         )
 
@@ -215,7 +232,7 @@ class ThreadService:
         result = await self.to_wire(thread)
         started = T.ThreadStartedNotification(thread=result.thread)
         ctx.after_response(
-            lambda: self.bus.publish("thread/started", started, thread_id=thread.id, broadcast=True)
+            lambda: self.journal.emit(thread.id, "thread/started", started, broadcast=True)
         )
         return result
 
@@ -234,8 +251,8 @@ class ThreadService:
                 new_status="active",
             )
             ctx.after_response(
-                lambda: self.bus.publish(
-                    "thread/statusChanged", changed, thread_id=thread.id, broadcast=True
+                lambda: self.journal.emit(
+                    thread.id, "thread/statusChanged", changed, broadcast=True
                 )
             )
         result = await self.to_wire(thread, True, params.turn_limit, params.turns_cursor)
@@ -243,10 +260,12 @@ class ThreadService:
             thread=result.thread, resumed_by=ctx.connection.client_name
         )
         ctx.after_response(
-            lambda: self.bus.publish(
-                "thread/resumed", resumed, thread_id=thread.id, include=[ctx.connection]
+            lambda: self.journal.emit(
+                thread.id, "thread/resumed", resumed, include=[ctx.connection]
             )
         )
+        for hook in self.subscribe_hooks:
+            ctx.after_response(functools.partial(hook, thread.id, ctx.connection))
         return result
 
     async def list_threads(self, ctx: RequestContext, params: T.ThreadListParams) -> BaseModel:
@@ -280,7 +299,7 @@ class ThreadService:
         thread = await self.get(params.thread_id)
         if thread.status == "archived":
             raise E.thread_not_active(thread.id)
-        if self.runtimes.is_running(thread.id):
+        if self._running(thread.id):
             raise E.turn_in_progress(thread.id)
         if params.num_turns > thread.turn_count:
             raise E.invalid_params(f"'numTurns': the thread has only {thread.turn_count} turn(s)")
@@ -289,9 +308,22 @@ class ThreadService:
 
     async def subscribe(self, ctx: RequestContext, params: T.ThreadSubscribeParams) -> BaseModel:
         await self.get(params.thread_id)
-        added = self.bus.subscribe(params.thread_id, ctx.connection)
-        if added and params.replay_recent:
-            ctx.after_response(lambda: self.bus.replay_recent(params.thread_id, ctx.connection))
+        conn = ctx.connection
+        if self.bus.is_subscribed(params.thread_id, conn):
+            return Empty()  # idempotent: no second stream, no second replay
+        after_seq = params.after_seq
+        if after_seq is None and params.replay_recent:
+            after_seq = max(0, await self.journal.current_seq(params.thread_id) - RECENT_EVENTS)
+        if after_seq is None:
+            self.bus.subscribe(params.thread_id, conn)
+        else:
+            # Replay after the response; the journal holds the thread's lock so
+            # nothing published meanwhile is lost or sent twice.
+            replay_from = after_seq
+            ctx.after_response(lambda: self.journal.subscribe(params.thread_id, conn, replay_from))
+        thread_id = params.thread_id
+        for hook in self.subscribe_hooks:
+            ctx.after_response(functools.partial(hook, thread_id, conn))
         return Empty()
 
     async def unsubscribe(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
@@ -308,7 +340,7 @@ class ThreadService:
 
     async def archive(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
         thread = await self.get(params.thread_id)
-        if self.runtimes.is_running(thread.id):
+        if self._running(thread.id):
             raise E.turn_in_progress(thread.id)
         if thread.status != "archived":
             await self._set_status(ctx, thread, "archived")
@@ -322,15 +354,20 @@ class ThreadService:
 
     async def delete(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
         thread = await self.get(params.thread_id)
-        if self.runtimes.is_running(thread.id):
-            raise E.turn_in_progress(thread.id)
+        if self.engine is not None:
+            # Deleting wins over a running turn: it is cancelled (its clients get
+            # turn/cancelled, reason threadDeleted) before the data goes.
+            await self.engine.cancel_and_wait(thread.id, "threadDeleted")
         await self.repo.delete(thread.id)
         deleted = T.ThreadDeletedNotification(thread_id=thread.id)
 
         def announce() -> None:
             self.bus.publish("thread/deleted", deleted, broadcast=True, exclude=[ctx.connection])
             self.bus.forget_thread(thread.id)
+            self.journal.forget_thread(thread.id)
             self.runtimes.forget(thread.id)
+            if self.engine is not None:
+                self.engine.forget_thread(thread.id)
 
         ctx.after_response(announce)
         return Empty()
@@ -340,7 +377,7 @@ class ThreadService:
         await self.repo.update(thread.id, display_name=params.display_name)
         renamed = T.ThreadRenamedNotification(thread_id=thread.id, display_name=params.display_name)
         ctx.after_response(
-            lambda: self.bus.publish("thread/renamed", renamed, thread_id=thread.id, broadcast=True)
+            lambda: self.journal.emit(thread.id, "thread/renamed", renamed, broadcast=True)
         )
         return Empty()
 

@@ -32,6 +32,8 @@ class ThreadRecord:
     metadata: dict[str, str] = field(default_factory=dict)
     configuration: dict[str, Any] | None = None
     turn_count: int = 0
+    turn_serial: int = 0
+    item_serial: int = 0
 
     @property
     def source_kind(self) -> str:
@@ -94,9 +96,12 @@ def _decode_cursor(cursor: str, arity: int) -> list[Any]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise BadCursor(cursor) from exc
     if not isinstance(parts, list) or len(parts) != arity:
+        raise BadCursor(cursor)
+    # Only scalars we issued: anything else would reach SQLite as a bad binding.
+    if not all(isinstance(part, str | int) and not isinstance(part, bool) for part in parts):
         raise BadCursor(cursor)
     return parts
 
@@ -125,6 +130,8 @@ def _thread(row: aiosqlite.Row) -> ThreadRecord:
         metadata=_loads(row["metadata_json"]) or {},
         configuration=_loads(row["configuration_json"]),
         turn_count=row["turn_count"],
+        turn_serial=row["turn_serial"],
+        item_serial=row["item_serial"],
     )
 
 
@@ -275,46 +282,30 @@ class ThreadRepository:
     async def add_turn(self, turn: TurnRecord, touched_at: str) -> None:
         """Append a turn and bump the thread's turn count and activity time."""
         async with self.db.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO turns (thread_id, id, seq, status, started_at, completed_at,"
-                " token_usage_json, error, origin_channel, initiator_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    turn.thread_id,
-                    turn.id,
-                    turn.seq,
-                    turn.status,
-                    turn.started_at,
-                    turn.completed_at,
-                    _dumps(turn.token_usage),
-                    turn.error,
-                    turn.origin_channel,
-                    _dumps(turn.initiator),
-                ),
-            )
+            await _upsert_turn(conn, turn)
             await conn.execute(
                 "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ? WHERE id = ?",
                 (touched_at, turn.thread_id),
             )
 
-    async def save_item(self, item: ItemRecord) -> None:
-        """Insert or replace one item (items are written when they complete)."""
+    async def save_turn(self, turn: TurnRecord) -> None:
+        """Update a turn's status, completion, usage and error."""
         async with self.db.transaction() as conn:
+            await _upsert_turn(conn, turn)
+
+    async def save_item(self, item: ItemRecord) -> None:
+        """Insert or replace one item (streaming snapshots and completed items)."""
+        async with self.db.transaction() as conn:
+            await _upsert_item(conn, item)
             await conn.execute(
-                "INSERT OR REPLACE INTO items (thread_id, turn_id, id, seq, type, status,"
-                " created_at, completed_at, payload_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    item.thread_id,
-                    item.turn_id,
-                    item.id,
-                    item.seq,
-                    item.type,
-                    item.status,
-                    item.created_at,
-                    item.completed_at,
-                    json.dumps(item.payload, separators=(",", ":")),
-                ),
+                "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
+                (item.seq, item.thread_id),
             )
+
+    async def turn_exists(self, thread_id: str, turn_id: str) -> bool:
+        sql = "SELECT 1 FROM turns WHERE thread_id = ? AND id = ?"
+        async with self.db.conn.execute(sql, (thread_id, turn_id)) as cur:
+            return await cur.fetchone() is not None
 
     async def turns(
         self, thread_id: str, limit: int | None = None, cursor: str | None = None
@@ -366,3 +357,170 @@ class ThreadRepository:
                 (thread_id, thread_id),
             )
             return dropped
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    seq: int
+    method: str
+    topic: str | None
+    params_json: str
+
+
+class EventRepository:
+    """The per-thread notification log, the input queue and approval grants."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def last_seq(self, thread_id: str) -> int:
+        sql = "SELECT last_seq FROM threads WHERE id = ?"
+        async with self.db.conn.execute(sql, (thread_id,)) as cur:
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def record(
+        self,
+        thread_id: str,
+        seq: int,
+        method: str,
+        params_json: str | None,
+        created_at: str,
+        *,
+        topic: str | None = None,
+        turn: TurnRecord | None = None,
+        new_turn: bool = False,
+        item: ItemRecord | None = None,
+    ) -> None:
+        """One transaction: the event (if ``params_json``), the thread's
+        ``last_seq``, and the turn/item rows the event announces."""
+        async with self.db.transaction() as conn:
+            if params_json is not None:
+                await conn.execute(
+                    "INSERT INTO thread_events (thread_id, seq, method, topic, params_json,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (thread_id, seq, method, topic, params_json, created_at),
+                )
+            await conn.execute(
+                "UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id)
+            )
+            if turn is not None:
+                await _upsert_turn(conn, turn)
+                if new_turn:
+                    await conn.execute(
+                        "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ?,"
+                        " turn_serial = MAX(turn_serial, ?) WHERE id = ?",
+                        (turn.started_at, turn.seq, thread_id),
+                    )
+            if item is not None:
+                await _upsert_item(conn, item)
+                await conn.execute(
+                    "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
+                    (item.seq, thread_id),
+                )
+
+    async def set_last_seq(self, thread_id: str, seq: int) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id)
+            )
+
+    async def events_after(self, thread_id: str, after_seq: int) -> list[StoredEvent]:
+        sql = (
+            "SELECT seq, method, topic, params_json FROM thread_events"
+            " WHERE thread_id = ? AND seq > ? ORDER BY seq"
+        )
+        async with self.db.conn.execute(sql, (thread_id, after_seq)) as cur:
+            return [StoredEvent(*row) for row in await cur.fetchall()]
+
+    # --- queue ---------------------------------------------------------------
+
+    async def queue(self, thread_id: str) -> list[dict[str, Any]]:
+        sql = "SELECT payload_json FROM queued_inputs WHERE thread_id = ? ORDER BY position"
+        async with self.db.conn.execute(sql, (thread_id,)) as cur:
+            return [json.loads(row[0]) for row in await cur.fetchall()]
+
+    async def save_queue(self, thread_id: str, entries: list[tuple[str, dict[str, Any]]]) -> None:
+        """Replace the thread's queue with ``(id, payload)`` entries, in order."""
+        async with self.db.transaction() as conn:
+            await conn.execute("DELETE FROM queued_inputs WHERE thread_id = ?", (thread_id,))
+            await conn.executemany(
+                "INSERT INTO queued_inputs (thread_id, id, position, payload_json)"
+                " VALUES (?, ?, ?, ?)",
+                [
+                    (thread_id, entry_id, position, json.dumps(payload, separators=(",", ":")))
+                    for position, (entry_id, payload) in enumerate(entries)
+                ],
+            )
+
+    # --- approvals -------------------------------------------------------------
+
+    async def grant(self, kind: str, operation: str, target: str, created_at: str) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT OR IGNORE INTO approval_grants (kind, operation, target, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (kind, operation, target, created_at),
+            )
+
+    async def is_granted(self, kind: str, operation: str, target: str) -> bool:
+        sql = "SELECT 1 FROM approval_grants WHERE kind = ? AND operation = ? AND target = ?"
+        async with self.db.conn.execute(sql, (kind, operation, target)) as cur:
+            return await cur.fetchone() is not None
+
+    # --- crash recovery --------------------------------------------------------
+
+    async def unfinished_turns(self) -> list[TurnRecord]:
+        """Turns a previous process left running (it crashed or was killed)."""
+        sql = "SELECT * FROM turns WHERE status IN ('running', 'waitingApproval') ORDER BY seq"
+        async with self.db.conn.execute(sql) as cur:
+            return [_turn(row) for row in await cur.fetchall()]
+
+    async def unfinished_items(self, thread_id: str, turn_id: str) -> list[ItemRecord]:
+        sql = (
+            "SELECT * FROM items WHERE thread_id = ? AND turn_id = ? AND status != 'completed'"
+            " ORDER BY seq"
+        )
+        async with self.db.conn.execute(sql, (thread_id, turn_id)) as cur:
+            return [_item(row) for row in await cur.fetchall()]
+
+
+async def _upsert_turn(conn: aiosqlite.Connection, turn: TurnRecord) -> None:
+    await conn.execute(
+        "INSERT INTO turns (thread_id, id, seq, status, started_at, completed_at,"
+        " token_usage_json, error, origin_channel, initiator_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (thread_id, id) DO UPDATE SET status = excluded.status,"
+        " completed_at = excluded.completed_at, token_usage_json = excluded.token_usage_json,"
+        " error = excluded.error",
+        (
+            turn.thread_id,
+            turn.id,
+            turn.seq,
+            turn.status,
+            turn.started_at,
+            turn.completed_at,
+            _dumps(turn.token_usage),
+            turn.error,
+            turn.origin_channel,
+            _dumps(turn.initiator),
+        ),
+    )
+
+
+async def _upsert_item(conn: aiosqlite.Connection, item: ItemRecord) -> None:
+    await conn.execute(
+        "INSERT OR REPLACE INTO items (thread_id, turn_id, id, seq, type, status, created_at,"
+        " completed_at, payload_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            item.thread_id,
+            item.turn_id,
+            item.id,
+            item.seq,
+            item.type,
+            item.status,
+            item.created_at,
+            item.completed_at,
+            json.dumps(item.payload, separators=(",", ":")),
+        ),
+    )

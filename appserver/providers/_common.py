@@ -1,0 +1,144 @@
+"""Pieces shared by the SDK-backed providers (not part of the public API).
+
+* :class:`ToolCallAssembler` turns streamed tool-call fragments into
+  :class:`ToolCallDelta` / :class:`ToolCallDone` events.
+* :func:`parse_arguments` parses a tool call's JSON arguments without raising.
+* :func:`transport_error` classifies network failures that an SDK lets
+  escape unwrapped (the Anthropic SDK does this for errors in the middle of a
+  stream), so the providers can keep their "never raise" promise.
+* :func:`unavailable_code` names :class:`ProviderUnavailable` codes.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from appserver.providers.base import ErrorKind, ToolCall, ToolCallDelta, ToolCallDone
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Parse a tool call's JSON arguments: ``(arguments, error)``.
+
+    An empty string means "no arguments" (models send that for tools without
+    parameters). Anything that is not a JSON object becomes ``{}`` plus an
+    error message, so the turn can report it to the model instead of failing.
+    """
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {}, f"tool arguments are not valid JSON ({exc}): {_clip(raw)}"
+    if not isinstance(value, dict):
+        return {}, f"tool arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclass
+class _Pending:
+    ordinal: int
+    call_id: str
+    name: str
+    parts: list[str] = field(default_factory=list)
+
+
+class ToolCallAssembler:
+    """Collects tool-call fragments keyed by the API's own index.
+
+    Our events number tool calls 0, 1, 2... in order of first appearance (the
+    Anthropic API numbers all content blocks, text included, and OpenAI-style
+    servers are not guaranteed to start at 0), so the engine can rely on it.
+    """
+
+    def __init__(self, id_prefix: str) -> None:
+        self._id_prefix = id_prefix
+        self._pending: dict[int, _Pending] = {}
+        self._done: set[int] = set()
+
+    @property
+    def started(self) -> bool:
+        """Whether any tool call has been seen in this response."""
+        return bool(self._pending)
+
+    def fragment(
+        self, key: int, arguments: str, *, call_id: str | None = None, name: str | None = None
+    ) -> ToolCallDelta | None:
+        """Record a fragment; returns the event to emit (``None`` if there is nothing new)."""
+        pending = self._pending.get(key)
+        if pending is None:
+            ordinal = len(self._pending)
+            # Some OpenAI-compatible servers omit ids; the engine still needs one to
+            # pair the result with the call.
+            pending = _Pending(ordinal, call_id or f"{self._id_prefix}{ordinal}", name or "")
+            self._pending[key] = pending
+            pending.parts.append(arguments)
+            return ToolCallDelta(ordinal, arguments, call_id=pending.call_id, name=pending.name)
+        if name and not pending.name:
+            pending.name = name
+        if not arguments:
+            return None
+        pending.parts.append(arguments)
+        return ToolCallDelta(pending.ordinal, arguments)
+
+    def finish(self, key: int, fallback_arguments: dict[str, Any] | None = None) -> ToolCallDone:
+        """Complete one call. ``fallback_arguments`` is used when no JSON was streamed."""
+        pending = self._pending[key]
+        self._done.add(key)
+        raw = "".join(pending.parts)
+        if not raw.strip() and fallback_arguments:
+            arguments, error = dict(fallback_arguments), None
+        else:
+            arguments, error = parse_arguments(raw)
+        call = ToolCall(call_id=pending.call_id, name=pending.name, arguments=arguments)
+        return ToolCallDone(pending.ordinal, call, arguments_error=error)
+
+    def finish_all(self) -> list[ToolCallDone]:
+        """Complete every call not finished yet, in order."""
+        keys = sorted(
+            (k for k in self._pending if k not in self._done),
+            key=lambda k: self._pending[k].ordinal,
+        )
+        return [self.finish(k) for k in keys]
+
+
+def transport_error(exc: BaseException) -> tuple[ErrorKind, str] | None:
+    """Classify a raw network error, or ``None`` if ``exc`` is not one."""
+    # Imported here: only the SDK providers (which load httpx2 anyway) call this,
+    # and the offline provider should not pay for the import.
+    import httpx2
+
+    if isinstance(exc, httpx2.TimeoutException):
+        return "timeout", f"the model API did not answer in time ({type(exc).__name__})"
+    if isinstance(exc, httpx2.RequestError | ssl.SSLError | OSError):
+        return "unavailable", f"connection to the model API failed: {exc or type(exc).__name__}"
+    if isinstance(exc, anyio.EndOfStream | anyio.BrokenResourceError):
+        return "unavailable", "the connection to the model API closed unexpectedly"
+    return None
+
+
+_UNAVAILABLE_CODES: dict[ErrorKind, str] = {
+    "auth": "Unauthorized",
+    "rate_limit": "RateLimited",
+    "unavailable": "Unavailable",
+    "timeout": "Timeout",
+    "other": "ProviderError",
+}
+
+
+def unavailable_code(kind: ErrorKind) -> str:
+    """The :class:`ProviderUnavailable` code for an error kind (``list_models`` failures)."""
+    return _UNAVAILABLE_CODES[kind]
+
+
+def status_message(status: int, api_message: str | None, fallback: str) -> str:
+    """A short human message for an HTTP error answer."""
+    return f"HTTP {status}: {api_message or fallback}"

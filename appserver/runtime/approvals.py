@@ -1,0 +1,250 @@
+"""Approvals: deciding whether a gated tool call may run.
+
+Order of checks for one :class:`~appserver.tools.base.ApprovalNeed`:
+
+1. Outside the workspace with ``requireApprovalOutsideWorkspace: false``:
+   refused without asking.
+2. Thread ``approvalPolicy`` (``default`` defers to the workspace default):
+   ``autoApprove`` accepts silently.
+3. A grant already covers it: the thread's session grants (``scopeKey``,
+   from ``acceptForSession``/``acceptAlways``) or a persisted
+   ``acceptAlways`` grant for the exact (kind, operation, target).
+4. ``interrupt`` policy: the turn is cancelled at the first gated operation.
+5. Otherwise every connection watching the turn that can answer approvals
+   gets ``item/approval/request``. The first valid answer wins; others see
+   ``item/approval/resolved``. Anything malformed counts as ``decline``.
+
+It never hangs: no answer within the timeout, no connection able to answer,
+or every asker gone for longer than the reconnect grace resolves by policy
+(``decline``; ``cancel`` under ``interrupt``) with an ``error`` item saying why.
+A connection that subscribes to or resumes the thread while a request is
+pending is asked too, so a reconnecting client can still answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from appserver.protocol.turns import ApprovalRequestParams
+from appserver.rpc.connection import Connection, PeerClosed, PeerErrorResponse, PeerTimeout
+from appserver.storage.threads import EventRepository
+from appserver.tools.base import ApprovalNeed
+
+log = logging.getLogger("appserver.approvals")
+
+DECISIONS = ("accept", "acceptForSession", "acceptAlways", "decline", "cancel")
+
+
+def scope_key(need: ApprovalNeed) -> str:
+    """DotCraft's grant scope: all shell, one file operation, or exact otherwise."""
+    if need.kind == "shell":
+        return "shell:*"
+    if need.kind == "file":
+        return f"file:{need.operation.lower()}"
+    return f"{need.kind}:{need.operation}:{need.target}"
+
+
+def parse_decision(result: Any) -> str:
+    """The decision in a client's answer; anything malformed is ``decline``."""
+    if isinstance(result, dict):
+        decision = result.get("decision")
+        if isinstance(decision, str) and decision in DECISIONS:
+            return decision
+    return "decline"
+
+
+@dataclass
+class Verdict:
+    """How an approval ended.
+
+    ``decision`` is one of :data:`DECISIONS`. ``asked`` is false when no
+    request was sent (policy or grant). ``fallback`` explains a decision the
+    server took for an absent client (it becomes an ``error`` item).
+    """
+
+    decision: str
+    asked: bool = False
+    request_id: str | None = None
+    fallback: str | None = None
+    fallback_code: str | None = None
+    answered_by: Connection | None = None
+
+    @property
+    def approved(self) -> bool:
+        return self.decision in ("accept", "acceptForSession", "acceptAlways")
+
+
+@dataclass
+class PendingApproval:
+    """One request waiting for its first answer."""
+
+    params: ApprovalRequestParams
+    tg: TaskGroup
+    timeout: float
+    grace: float
+    decision: str | None = None
+    answered_by: Connection | None = None
+    asked: set[Connection] = field(default_factory=set)
+    live: set[Connection] = field(default_factory=set)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def resolve(self, decision: str, by: Connection | None) -> None:
+        if self.decision is None:
+            self.decision = decision
+            self.answered_by = by
+            self._notify()
+
+    def _notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+    def ask(self, conn: Connection) -> None:
+        """Send the request to ``conn`` (once per connection)."""
+        if self.decision is not None or conn in self.asked or conn.closed:
+            return
+        self.asked.add(conn)
+        self.live.add(conn)
+        self.tg.start_soon(self._ask, conn)
+
+    async def _ask(self, conn: Connection) -> None:
+        try:
+            result = await conn.request("item/approval/request", self.params, timeout=self.timeout)
+        except PeerErrorResponse:
+            self.resolve("decline", conn)  # an error answer fails closed
+        except (PeerClosed, PeerTimeout):
+            pass
+        else:
+            self.resolve(parse_decision(result), conn)
+        finally:
+            self.live.discard(conn)
+            self._notify()
+
+    async def wait(self) -> tuple[str | None, str | None]:
+        """The decision, or ``(None, reason_code)`` when the server must decide."""
+        deadline = anyio.current_time() + self.timeout
+        orphaned_since: float | None = None
+        while self.decision is None:
+            now = anyio.current_time()
+            if now >= deadline:
+                return None, "approval_timeout"
+            if self.live:
+                orphaned_since = None
+            elif orphaned_since is None:
+                orphaned_since = now
+            wake = deadline
+            if orphaned_since is not None:
+                if now >= orphaned_since + self.grace:
+                    return None, "approval_client_gone"
+                wake = min(wake, orphaned_since + self.grace)
+            changed = self.changed
+            with anyio.move_on_after(max(0.0, wake - now)):
+                await changed.wait()
+        return self.decision, None
+
+
+class ApprovalBroker:
+    """Runs the approval flow; knows nothing about items (the engine does those)."""
+
+    def __init__(
+        self,
+        events: EventRepository,
+        timeout: float = 120.0,
+        reconnect_grace: float = 15.0,
+    ) -> None:
+        self.events = events
+        self.timeout = timeout
+        self.reconnect_grace = reconnect_grace
+        self._session_grants: dict[str, set[str]] = {}
+        self.pending: dict[str, PendingApproval] = {}  # thread id -> its pending request
+
+    async def precheck(
+        self, thread_id: str, need: ApprovalNeed, policy: str, require_outside: bool
+    ) -> Verdict | None:
+        """Decide without asking when policy or a grant settles it."""
+        if need.outside_workspace and not require_outside:
+            return Verdict(
+                "decline",
+                fallback="outside the workspace and requireApprovalOutsideWorkspace is false",
+                fallback_code="outside_workspace_refused",
+            )
+        if policy == "autoApprove":
+            return Verdict("accept")
+        if scope_key(need) in self._session_grants.get(thread_id, set()):
+            return Verdict("accept")
+        if await self.events.is_granted(need.kind, need.operation, need.target):
+            return Verdict("accept")
+        if policy == "interrupt":
+            return Verdict("cancel", fallback="approvalPolicy is interrupt")
+        return None
+
+    def new_request_id(self) -> str:
+        return secrets.token_hex(6)
+
+    async def ask(
+        self,
+        params: ApprovalRequestParams,
+        askers: list[Connection],
+        tg: TaskGroup,
+        policy: str,
+    ) -> Verdict:
+        """Send the request to ``askers`` and wait for the first answer."""
+        capable = [conn for conn in askers if _can_answer(conn)]
+        if not capable:
+            return self._fallback(policy, params.request_id, "approval_unavailable")
+        pending = PendingApproval(params, tg, self.timeout, self.reconnect_grace)
+        self.pending[params.thread_id] = pending
+        try:
+            for conn in capable:
+                pending.ask(conn)
+            decision, reason = await pending.wait()
+        finally:
+            self.pending.pop(params.thread_id, None)
+        if decision is None:
+            assert reason is not None
+            return self._fallback(policy, params.request_id, reason)
+        return Verdict(decision, True, params.request_id, answered_by=pending.answered_by)
+
+    def offer(self, thread_id: str, conn: Connection) -> None:
+        """Ask a connection that (re)joined the thread about its pending request."""
+        pending = self.pending.get(thread_id)
+        if pending is not None and _can_answer(conn):
+            pending.ask(conn)
+
+    async def remember(self, thread_id: str, need: ApprovalNeed, decision: str, now: str) -> None:
+        """Apply ``acceptForSession`` / ``acceptAlways``."""
+        if decision in ("acceptForSession", "acceptAlways"):
+            self._session_grants.setdefault(thread_id, set()).add(scope_key(need))
+        if decision == "acceptAlways":
+            await self.events.grant(need.kind, need.operation, need.target, now)
+
+    def forget_thread(self, thread_id: str) -> None:
+        self._session_grants.pop(thread_id, None)
+
+    def _fallback(self, policy: str, request_id: str, code: str) -> Verdict:
+        decision = "cancel" if policy == "interrupt" else "decline"
+        reasons = {
+            "approval_timeout": f"no answer to the approval request within {self.timeout:g}s",
+            "approval_unavailable": "no connected client can answer approval requests",
+            "approval_client_gone": (
+                "the client watching this turn disconnected and did not come back within "
+                f"{self.reconnect_grace:g}s"
+            ),
+        }
+        return Verdict(
+            decision,
+            True,
+            request_id,
+            fallback=f"{reasons[code]}; resolved as {decision}",
+            fallback_code=code,
+        )
+
+
+def _can_answer(conn: Connection) -> bool:
+    caps = conn.client_capabilities
+    return not conn.closed and conn.ready and bool(getattr(caps, "approval_support", True))

@@ -1,0 +1,95 @@
+"""Rebuilding the model's conversation from stored items.
+
+Server-managed history is the thread's stored items: user messages, agent
+messages, tool calls and their results. Reasoning, approvals, errors and
+command-execution companions are for people, not for the model. A tool call
+that never got a result (the turn was interrupted or the server died) gets
+a synthetic one, because every provider rejects a dangling tool call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from appserver.protocol.turns import ChatMessage
+from appserver.providers.base import Message, ToolCall
+from appserver.runtime.inputs import load_image
+from appserver.storage.threads import ItemRecord
+
+INTERRUPTED_RESULT = "The tool call did not complete (the turn ended first)."
+
+
+def user_message_content(payload: dict[str, Any]) -> str:
+    parts = payload.get("materializedInputParts") or []
+    texts = [
+        str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text"
+    ]
+    return "\n\n".join(texts) if texts else str(payload.get("text", ""))
+
+
+def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
+    """The conversation the stored items describe, oldest first."""
+    messages: list[Message] = []
+    open_calls: dict[str, str] = {}  # call id -> tool name, awaiting a result
+
+    def close_open_calls() -> None:
+        for call_id, name in open_calls.items():
+            messages.append(
+                Message("tool", INTERRUPTED_RESULT, tool_call_id=call_id, tool_name=name)
+            )
+        open_calls.clear()
+
+    for item in items:
+        payload = item.payload
+        if item.type == "userMessage":
+            close_open_calls()
+            images = [
+                image
+                for image in (load_image(entry) for entry in payload.get("images") or [])
+                if image is not None
+            ]
+            messages.append(Message("user", user_message_content(payload), images=images))
+        elif item.type == "agentMessage":
+            close_open_calls()
+            text = str(payload.get("text", ""))
+            if text:
+                messages.append(Message("assistant", text))
+        elif item.type == "toolCall":
+            call = ToolCall(
+                call_id=str(payload.get("callId", item.id)),
+                name=str(payload.get("toolName", "")),
+                arguments=dict(payload.get("arguments") or {}),
+            )
+            last = messages[-1] if messages else None
+            if (
+                last is not None
+                and last.role == "assistant"
+                and not open_calls.keys() - {c.call_id for c in last.tool_calls}
+            ):
+                last.tool_calls.append(call)
+            else:
+                messages.append(Message("assistant", "", tool_calls=[call]))
+            open_calls[call.call_id] = call.name
+        elif item.type == "toolResult":
+            call_id = str(payload.get("callId", ""))
+            name = open_calls.pop(call_id, None)
+            if name is None:
+                continue  # a result without its call: nothing to attach it to
+            messages.append(
+                Message(
+                    "tool", str(payload.get("result", "")), tool_call_id=call_id, tool_name=name
+                )
+            )
+    close_open_calls()
+    return messages
+
+
+def messages_from_client(history: list[ChatMessage]) -> list[Message]:
+    """``historyMode: "client"``: the client's messages become the history."""
+    messages: list[Message] = []
+    for entry in history:
+        role = entry.role.lower()
+        if role in ("user", "assistant", "system"):
+            messages.append(Message(role, entry.text()))  # type: ignore[arg-type]
+    return messages

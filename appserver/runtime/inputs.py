@@ -1,0 +1,260 @@
+"""Turning ``turn/start`` input parts into what the model sees.
+
+``text`` stays as is. ``fileRef`` inlines a workspace file (capped).
+``localImage`` reads an image file; ``image`` fetches an http(s) URL,
+refusing private, loopback and link-local addresses (checked at connect
+time, so DNS rebinding cannot sneak past), with a timeout and size cap, and
+stores the bytes once under ``.craft/attachments/images/``. Any failure
+becomes a text placeholder (``[image:<url>]``, ``[localImage:<path>]``),
+as in DotCraft, so a bad attachment never fails the turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import logging
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpcore2 as httpcore
+import httpx2 as httpx
+
+from appserver.protocol import errors as E
+from appserver.protocol.turns import (
+    CommandRefPart,
+    FileRefPart,
+    ImageUrlPart,
+    LocalImagePart,
+    SkillRefPart,
+    TextPart,
+)
+from appserver.providers.base import ImagePart
+
+log = logging.getLogger("appserver.inputs")
+
+MAX_FILE_BYTES = 256 * 1024
+MAX_IMAGE_BYTES = 10 * 1024 * 1024
+IMAGE_TIMEOUT = 15.0
+
+_MAGIC = [
+    (b"\x89PNG\r\n\x1a\n", "image/png", "png"),
+    (b"\xff\xd8\xff", "image/jpeg", "jpg"),
+    (b"GIF87a", "image/gif", "gif"),
+    (b"GIF89a", "image/gif", "gif"),
+]
+
+
+def sniff_image(data: bytes) -> tuple[str, str] | None:
+    """``(media_type, extension)`` for PNG/JPEG/GIF/WebP bytes, else ``None``."""
+    for magic, media_type, ext in _MAGIC:
+        if data.startswith(magic):
+            return media_type, ext
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp", "webp"
+    return None
+
+
+@dataclass
+class Materialized:
+    """One user message, as stored (``native``/``materialized`` parts) and as sent."""
+
+    display_text: str
+    native_parts: list[dict[str, Any]]
+    materialized_parts: list[dict[str, Any]] = field(default_factory=list)
+    images: list[dict[str, Any]] = field(default_factory=list)
+
+    def model_text(self) -> str:
+        return "\n\n".join(
+            part["text"] for part in self.materialized_parts if part.get("type") == "text"
+        )
+
+
+def reject_unsupported(parts: Iterable[Any]) -> None:
+    """``-32602`` for parts this server cannot materialise yet."""
+    for part in parts:
+        if isinstance(part, SkillRefPart):
+            raise E.invalid_params(f"skillRef '{part.name}': skills are not available yet")
+        if isinstance(part, CommandRefPart):
+            raise E.invalid_params(f"commandRef '{part.name}': commands are not available yet")
+
+
+class InputMaterializer:
+    def __init__(self, workspace: Path, attachments: Path, allow_private_urls: bool = False):
+        self.workspace = workspace.resolve()
+        self.attachments = attachments
+        self.allow_private_urls = allow_private_urls
+
+    async def materialize(self, parts: list[Any]) -> Materialized:
+        native = [part.to_wire() for part in parts]
+        display = " ".join(part.text for part in parts if isinstance(part, TextPart)).strip()
+        result = Materialized(display_text=display, native_parts=native)
+        for part in parts:
+            if isinstance(part, TextPart):
+                result.materialized_parts.append({"type": "text", "text": part.text})
+            elif isinstance(part, FileRefPart):
+                text = await anyio.to_thread.run_sync(self._read_file, part)
+                result.materialized_parts.append({"type": "text", "text": text})
+            elif isinstance(part, LocalImagePart):
+                image = await anyio.to_thread.run_sync(self._local_image, part)
+                self._add_image(result, image, f"[localImage:{part.path}]")
+            elif isinstance(part, ImageUrlPart):
+                image = await self._remote_image(part.url)
+                self._add_image(result, image, f"[image:{part.url}]")
+        if not result.display_text:
+            result.display_text = " ".join(
+                str(p.get("path") or p.get("url") or "") for p in native
+            ).strip()
+        return result
+
+    @staticmethod
+    def _add_image(result: Materialized, image: dict[str, Any] | None, placeholder: str) -> None:
+        if image is None:
+            result.materialized_parts.append({"type": "text", "text": placeholder})
+        else:
+            result.materialized_parts.append({"type": "localImage", **image})
+            result.images.append(image)
+
+    def _read_file(self, part: FileRefPart) -> str:
+        shown = part.display_path or part.path
+        path = (self.workspace / part.path).resolve()
+        if not path.is_relative_to(self.workspace):
+            return f"[fileRef:{shown}: outside the workspace]"
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            return f"[fileRef:{shown}: {exc.strerror or 'unreadable'}]"
+        truncated = len(data) > MAX_FILE_BYTES
+        text = data[:MAX_FILE_BYTES].decode("utf-8", errors="replace")
+        note = f"\n[... truncated at {MAX_FILE_BYTES} bytes]" if truncated else ""
+        return f'<file path="{shown}">\n{text}{note}\n</file>'
+
+    def _local_image(self, part: LocalImagePart) -> dict[str, Any] | None:
+        path = Path(part.path)
+        if not path.is_absolute():
+            path = self.workspace / path
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(MAX_IMAGE_BYTES + 1)
+        except OSError:
+            return None
+        sniffed = sniff_image(data)
+        if len(data) > MAX_IMAGE_BYTES or sniffed is None:
+            return None  # only real images, so this is no way to read arbitrary files
+        image: dict[str, Any] = {"path": str(path), "mimeType": sniffed[0]}
+        if part.file_name:
+            image["fileName"] = part.file_name
+        return image
+
+    async def _remote_image(self, url: str) -> dict[str, Any] | None:
+        try:
+            data = await fetch_public(url, allow_private=self.allow_private_urls)
+        except FetchRefused as exc:
+            log.info("image %s not fetched: %s", url, exc)
+            return None
+        sniffed = sniff_image(data)
+        if sniffed is None:
+            return None
+        digest = hashlib.sha256(data).hexdigest()
+        path = self.attachments / f"{digest}.{sniffed[1]}"
+        if not path.exists():
+            await anyio.to_thread.run_sync(_write_file, path, data)
+        return {"path": str(path), "mimeType": sniffed[0], "sourceUrl": url}
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def load_image(image: dict[str, Any]) -> ImagePart | None:
+    """The model-facing image for a stored ``images`` entry (``None`` if gone)."""
+    try:
+        data = Path(str(image["path"])).read_bytes()
+    except (OSError, KeyError):
+        return None
+    sniffed = sniff_image(data)
+    if sniffed is None:
+        return None
+    return ImagePart(media_type=sniffed[0], data_base64=base64.b64encode(data).decode())
+
+
+# --- SSRF-safe fetching ---------------------------------------------------------------
+
+
+class FetchRefused(Exception):
+    """The URL was not fetched (scheme, address, status, size or timeout)."""
+
+
+def _is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
+    """Resolves the host itself and connects only to public addresses."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [str(info[4][0]) for info in infos]
+        if not addresses or not all(_is_public(address) for address in addresses):
+            raise httpcore.ConnectError(f"refusing non-public address for {host}")
+        return await self._inner.connect_tcp(
+            addresses[0], port, timeout, local_address, socket_options
+        )
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Any = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("unix sockets are not allowed")
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+async def fetch_public(url: str, allow_private: bool = False) -> bytes:
+    """GET ``url`` (http/https) with a timeout and size cap; no private targets."""
+    parsed = httpx.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise FetchRefused("only http and https URLs are fetched")
+    transport = httpx.AsyncHTTPTransport() if allow_private else _PublicTransport()
+    try:
+        async with httpx.AsyncClient(
+            transport=transport, timeout=IMAGE_TIMEOUT, follow_redirects=True, max_redirects=3
+        ) as client:
+            with anyio.fail_after(IMAGE_TIMEOUT):
+                async with client.stream("GET", url) as response:
+                    if response.status_code != 200:
+                        raise FetchRefused(f"HTTP {response.status_code}")
+                    data = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        data += chunk
+                        if len(data) > MAX_IMAGE_BYTES:
+                            raise FetchRefused("image larger than the size cap")
+                    return bytes(data)
+    except (httpx.HTTPError, TimeoutError, OSError) as exc:
+        raise FetchRefused(str(exc) or type(exc).__name__) from exc
+
+
+class _PublicTransport(httpx.AsyncHTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self._pool = httpcore.AsyncConnectionPool(network_backend=_PublicOnlyBackend())

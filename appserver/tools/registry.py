@@ -1,0 +1,69 @@
+"""The set of tools a turn may call, by name."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+
+from appserver.providers.base import ToolSpec
+from appserver.tools.base import Tool
+from appserver.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+from appserver.tools.shell import ShellTool
+
+# What both the Anthropic and the OpenAI APIs accept as a tool name.
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def default_tools() -> list[Tool]:
+    """Fresh instances of the built-in tools, in the order they are offered to the model."""
+    return [ShellTool(), ReadFileTool(), ListDirTool(), WriteFileTool(), EditFileTool()]
+
+
+class ToolRegistry:
+    """Tools by name, in registration order (the order the model sees them)."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    @classmethod
+    def with_defaults(cls) -> ToolRegistry:
+        """A registry holding :func:`default_tools`."""
+        return cls(default_tools())
+
+    def register(self, tool: Tool, *, replace: bool = False) -> None:
+        """Add ``tool``; a name already taken raises ``ValueError`` unless ``replace``."""
+        if not _NAME.match(tool.name):
+            raise ValueError(f"invalid tool name {tool.name!r}: use 1-64 of [A-Za-z0-9_-]")
+        if tool.name in self._tools and not replace:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def unregister(self, name: str) -> Tool | None:
+        """Remove a tool (e.g. when an MCP server goes away); returns it, if it was there."""
+        return self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, or ``None``."""
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Registered tool names, in order."""
+        return list(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        """What the model is offered."""
+        return [
+            ToolSpec(name=tool.name, description=tool.description, input_schema=tool.input_schema)
+            for tool in self._tools.values()
+        ]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)

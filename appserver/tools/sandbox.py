@@ -1,0 +1,66 @@
+"""Workspace sandbox: where a path argument really points.
+
+Every path a tool touches goes through :meth:`Sandbox.resolve`. Resolution
+follows symlinks (``os.path.realpath``), so a link inside the workspace that
+points outside is reported as outside, and a path that does not exist yet is
+judged by where its existing parent really is. The sandbox never refuses a
+path for being outside: it reports ``inside`` and the approval flow decides.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from appserver.tools.base import ToolError
+
+
+@dataclass(frozen=True)
+class ResolvedPath:
+    """An absolute, symlink-free path and whether it lies in the workspace."""
+
+    path: Path
+    inside: bool
+
+
+class Sandbox:
+    """Resolves tool path arguments against one workspace directory."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+
+    @property
+    def root(self) -> Path:
+        """The workspace with symlinks resolved (what ``inside`` compares against)."""
+        # Resolved on every use rather than once: the workspace may be created
+        # or re-pointed after the sandbox was built.
+        return Path(os.path.realpath(self.workspace))
+
+    def resolve(self, path: str, *, must_exist: bool = False) -> ResolvedPath:
+        """Resolve ``path`` (relative paths are relative to the workspace).
+
+        ``~`` is not expanded: a model writing ``~/x`` gets ``<workspace>/~/x``
+        instead of silently reaching into the server user's home directory.
+        Raises :class:`ToolError` for an empty path, a NUL byte, or (with
+        ``must_exist``) a path that does not exist.
+        """
+        if not path:
+            raise ToolError("path must not be empty")
+        if "\0" in path:
+            raise ToolError("path must not contain NUL bytes")
+        root = self.root
+        # os.path.join keeps an absolute ``path`` as is. realpath resolves the
+        # existing prefix and appends the missing tail, so a new file under a
+        # symlinked directory lands where the link really points.
+        resolved = Path(os.path.realpath(os.path.join(root, path)))
+        if must_exist and not os.path.exists(resolved):
+            raise ToolError(f"{path}: no such file or directory")
+        return ResolvedPath(path=resolved, inside=resolved.is_relative_to(root))
+
+    def display(self, resolved: ResolvedPath) -> str:
+        """How a path is shown to the model: workspace-relative when inside."""
+        if resolved.inside:
+            relative = resolved.path.relative_to(self.root)
+            return relative.as_posix() if relative.parts else "."
+        return str(resolved.path)

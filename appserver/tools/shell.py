@@ -1,0 +1,382 @@
+"""The ``shell`` tool: run a command with ``bash -c`` in the workspace.
+
+Each command runs in its own session and process group, so a timeout or an
+interrupted turn can kill everything it started (``sleep 30 &`` included),
+not just the shell. stdout and stderr are merged into one stream, decoded
+incrementally (a multibyte character split across reads stays intact),
+streamed live through ``ToolContext.on_output`` and kept, capped, for the
+model.
+
+Outcome rules:
+
+* exit code 0 -> ``success=True``;
+* any other exit code -> ``success=False``: the call completed, but the model
+  should see that the command failed. The output is returned all the same;
+* timeout -> ``success=False``, the process group is killed;
+* cancellation (interrupted turn) -> the process group is killed, then the
+  cancellation propagates.
+
+The result text always starts with ``exit code: N``.
+
+When the command exits normally, processes it left running in the background
+are not killed (as in a terminal); the tool stops reading their output after
+a short drain period.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import Process
+
+from appserver.tools.args import check_keys, get_int, get_str, require_str
+from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
+from appserver.tools.sandbox import Sandbox
+
+DEFAULT_TIMEOUT_S = 120.0
+MAX_TIMEOUT_S = 600.0
+OUTPUT_LIMIT_CHARS = 64 * 1024  # kept for the model (head + tail)
+STREAM_LIMIT_CHARS = 1024 * 1024  # sent live through on_output
+KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL
+DRAIN_GRACE_S = 0.5  # after exit, for output still in the pipe
+
+
+class _CappedOutput:
+    """Keeps the first and last ``limit // 2`` characters of a stream."""
+
+    def __init__(self, limit: int) -> None:
+        self._head_limit = limit // 2
+        self._tail_limit = limit - self._head_limit
+        self._head: list[str] = []
+        self._head_len = 0
+        self._tail: deque[str] = deque()
+        self._tail_len = 0
+        self.total = 0
+
+    def add(self, text: str) -> None:
+        self.total += len(text)
+        if self._head_len < self._head_limit:
+            taken = text[: self._head_limit - self._head_len]
+            self._head.append(taken)
+            self._head_len += len(taken)
+            text = text[len(taken) :]
+        if not text:
+            return
+        self._tail.append(text)
+        self._tail_len += len(text)
+        # Drop whole chunks from the left while the rest still covers the tail.
+        while self._tail_len - len(self._tail[0]) >= self._tail_limit:
+            self._tail_len -= len(self._tail.popleft())
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self._head_limit + self._tail_limit
+
+    def render(self) -> str:
+        head = "".join(self._head)
+        tail = "".join(self._tail)
+        if not self.truncated:
+            return head + tail
+        tail = tail[len(tail) - self._tail_limit :]
+        dropped = self.total - len(head) - len(tail)
+        return f"{head}\n[... {dropped} characters truncated ...]\n{tail}"
+
+
+class _LiveStream:
+    """Forwards output to ``on_output`` up to a budget, so ``yes`` cannot flood clients."""
+
+    def __init__(self, on_output: Callable[[str], None] | None, limit: int) -> None:
+        self._on_output = on_output
+        self._left = limit
+
+    def send(self, text: str) -> None:
+        if self._on_output is None or self._left <= 0:
+            return
+        if len(text) >= self._left:
+            text = text[: self._left] + "\n[... live output stopped; the output is too large ...]\n"
+            self._left = 0
+        else:
+            self._left -= len(text)
+        self._on_output(text)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is still running (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # kill(0) also succeeds for zombies. Under an init that never reaps
+    # orphans (common in containers) they would look alive forever, so ask
+    # /proc whether a member is really still running.
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name may contain spaces and ')'; fields follow the last ')'.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in (b"Z", b"X"):
+            return True
+    return False
+
+
+async def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    """Poll until the group is gone; ``False`` if it outlived ``timeout``."""
+    # Polling is the only portable way: there is no wait() for a process group
+    # whose members are not our children.
+    delay = 0.005
+    with anyio.move_on_after(timeout):
+        while _group_alive(pgid):
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return True
+    return False
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    # Already gone (or the pgid was reused by a group we may not touch).
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+async def kill_process_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM the group, then SIGKILL what is left after ``grace`` seconds.
+
+    Returns once no member is running any more (bounded by a second ``grace``
+    after SIGKILL, which cannot be ignored, so it only covers delivery).
+    """
+    _signal_group(pgid, signal.SIGTERM)
+    if await _wait_group_gone(pgid, grace):
+        return
+    _signal_group(pgid, signal.SIGKILL)
+    await _wait_group_gone(pgid, grace)
+
+
+def _status_line(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "exit code: unknown"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"exit code: {exit_code} (killed by {name})"
+    return f"exit code: {exit_code}"
+
+
+# Secrets the server holds for itself: a command the model runs must not read them.
+SECRET_ENV_VARS = frozenset(
+    {
+        "APPSERVER_TOKEN",
+        "APPSERVER_API_KEY",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "DASHSCOPE_API_KEY",
+    }
+)
+
+
+def command_environment() -> dict[str, str]:
+    """The server's environment minus its secrets."""
+    return {key: value for key, value in os.environ.items() if key not in SECRET_ENV_VARS}
+
+
+class ShellTool:
+    """``shell``: run a bash command with a timeout, live output and a capped result."""
+
+    name = "shell"
+    description = (
+        "Run a command with `bash -c` and return its exit code and combined stdout/stderr. "
+        "The command runs in the workspace root unless workdir is given; stdin is empty, so "
+        "interactive programs will not wait for input. The result starts with 'exit code: N'; "
+        f"long output keeps its first and last {OUTPUT_LIMIT_CHARS // 2} characters. Commands "
+        f"time out after {DEFAULT_TIMEOUT_S:g} s unless timeout_ms says otherwise (at most "
+        f"{MAX_TIMEOUT_S:g} s); on timeout the command and everything it started are killed."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The command line, run by `bash -c`."},
+            "workdir": {
+                "type": "string",
+                "description": "Working directory, relative to the workspace root (default: "
+                "the workspace root).",
+            },
+            "timeout_ms": {
+                "type": "integer",
+                "minimum": 1,
+                "description": f"Timeout in milliseconds (default {int(DEFAULT_TIMEOUT_S * 1000)},"
+                f" at most {int(MAX_TIMEOUT_S * 1000)}).",
+            },
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    }
+
+    def __init__(
+        self,
+        *,
+        default_timeout_s: float = DEFAULT_TIMEOUT_S,
+        max_timeout_s: float = MAX_TIMEOUT_S,
+        output_limit: int = OUTPUT_LIMIT_CHARS,
+        stream_limit: int = STREAM_LIMIT_CHARS,
+        kill_grace_s: float = KILL_GRACE_S,
+        drain_grace_s: float = DRAIN_GRACE_S,
+        shell: str = "bash",
+    ) -> None:
+        self.default_timeout_s = default_timeout_s
+        self.max_timeout_s = max_timeout_s
+        self.output_limit = output_limit
+        self.stream_limit = stream_limit
+        self.kill_grace_s = kill_grace_s
+        self.drain_grace_s = drain_grace_s
+        self.shell = shell
+
+    def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
+        """Resolve the working directory; every command needs a shell approval."""
+        check_keys(arguments, ("command", "workdir", "timeout_ms"))
+        command = require_str(arguments, "command", allow_empty=False)
+        if "\0" in command:
+            raise ToolError("command must not contain NUL bytes")
+        workdir = get_str(arguments, "workdir", required=False) or "."
+        timeout_ms = get_int(arguments, "timeout_ms", minimum=1)
+        sandbox = Sandbox(ctx.workspace)
+        cwd = sandbox.resolve(workdir, must_exist=True)
+        if not cwd.path.is_dir():
+            raise ToolError(f"workdir {workdir} is not a directory")
+        timeout_s = self.default_timeout_s
+        if timeout_ms is not None:
+            timeout_s = min(timeout_ms / 1000, self.max_timeout_s)
+        outside = "" if cwd.inside else " (outside the workspace)"
+        display = sandbox.display(cwd)
+        return ToolPlan(
+            tool=self.name,
+            arguments=arguments,
+            approval=ApprovalNeed(
+                kind="shell",
+                operation=command,
+                target=str(cwd.path),
+                reason=f"Run a shell command in {display}{outside}",
+                outside_workspace=not cwd.inside,
+            ),
+            resolved={"command": command, "cwd": cwd.path, "timeout_s": timeout_s},
+        )
+
+    async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+        """Run the command; see the module docstring for the outcome rules."""
+        command: str = plan.resolved["command"]
+        cwd: Path = plan.resolved["cwd"]
+        timeout_s: float = plan.resolved["timeout_s"]
+        started = time.monotonic()
+        try:
+            # start_new_session: own session and process group (pgid == pid),
+            # which is what lets us kill the whole tree. close_fds (default)
+            # keeps the server's protocol pipes/sockets out of the child.
+            process = await anyio.open_process(
+                [self.shell, "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env=command_environment(),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return ToolOutcome(
+                success=False,
+                output=f"failed to start the command: {exc}",
+                details={"exit_code": None, "working_directory": str(cwd)},
+            )
+
+        kept = _CappedOutput(self.output_limit)
+        live = _LiveStream(ctx.on_output, self.stream_limit)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+        def emit(text: str) -> None:
+            if text:
+                kept.add(text)
+                live.send(text)
+
+        exited: list[int] = []  # filled as soon as the shell exits, even mid-drain
+        try:
+            with anyio.move_on_after(timeout_s):
+                await self._collect(process, decoder, emit, exited)
+        finally:
+            # Reached on success, timeout, cancellation and errors alike. The
+            # shield lets an interrupted turn still wait until the group is dead.
+            with anyio.CancelScope(shield=True):
+                if not exited:
+                    await kill_process_group(process.pid, self.kill_grace_s)
+                await process.aclose()
+        emit(decoder.decode(b"", final=True))
+
+        timed_out = not exited
+        exit_code = exited[0] if exited else process.returncode
+        lines = [_status_line(exit_code)]
+        if timed_out:
+            lines.append(
+                f"command timed out after {timeout_s:g} s; it and its child processes were killed"
+            )
+        lines.append(kept.render() or "(no output)")
+        return ToolOutcome(
+            success=not timed_out and exit_code == 0,
+            output="\n".join(lines),
+            details={
+                "exit_code": exit_code,
+                "duration_ms": int((time.monotonic() - started) * 1000),
+                "timed_out": timed_out,
+                "truncated": kept.truncated,
+                "original_output_chars": kept.total,
+                "working_directory": str(cwd),
+            },
+        )
+
+    async def _collect(
+        self,
+        process: Process,
+        decoder: codecs.IncrementalDecoder,
+        emit: Callable[[str], None],
+        exited: list[int],
+    ) -> None:
+        """Pump output until the command exits and the pipe drains; append the exit code."""
+        stdout = process.stdout
+        assert stdout is not None  # opened with stdout=PIPE
+        drained = anyio.Event()
+
+        async def pump() -> None:
+            try:
+                async for chunk in stdout:
+                    emit(decoder.decode(chunk))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass
+            drained.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            exited.append(await process.wait())
+            # Output written just before exit may still be in the pipe. A
+            # background process can hold the pipe open indefinitely, so the
+            # wait for end-of-file is bounded.
+            with anyio.move_on_after(self.drain_grace_s):
+                await drained.wait()
+            tg.cancel_scope.cancel()
