@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +20,12 @@ from appserver.providers.base import Provider
 from appserver.rpc.connection import Connection, Limits
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
+from appserver.runtime.ids import now_iso
 from appserver.runtime.inputs import InputMaterializer
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns import EngineConfig, TurnEngine
+from appserver.services.families import FAMILIES
 from appserver.services.router import Router
 from appserver.services.threads import ThreadService
 from appserver.services.turns import TurnService
@@ -106,19 +108,36 @@ class AppServer:
         self.threads.register(self.router)
         # A client that (re)joins a thread is asked about its pending approval.
         self.threads.subscribe_hooks.append(self.approvals.offer)
-        self.turns = TurnService(
-            self.threads,
-            self.engine,
-            InputMaterializer(
-                config.workspace,
-                config.craft_dir / "attachments" / "images",
-                config.allow_private_image_urls,
-            ),
+        self.materializer = InputMaterializer(
+            config.workspace,
+            config.craft_dir / "attachments" / "images",
+            config.allow_private_image_urls,
         )
+        self.turns = TurnService(self.threads, self.engine, self.materializer)
         self.turns.register(self.router)
+        self._background: list[Callable[[], Awaitable[Any]]] = []
+        self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
         self.connections: set[Connection] = set()
         self.ready = False
         self.endpoints: dict[str, str] = {}
+        for install in FAMILIES:
+            install(self)
+
+    def start_background(self, run: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``run()`` for the server's lifetime (cancelled at shutdown).
+
+        Families call this from ``install``; the task starts once the server
+        is open and never blocks start-up or ``/readyz``.
+        """
+        self._background.append(run)
+
+    def announce_config_change(self, source: str, regions: list[str]) -> None:
+        """``workspace/configChanged`` to every connection that wants it."""
+        self.bus.publish(
+            "workspace/configChanged",
+            {"source": source, "regions": regions, "changedAt": now_iso()},
+            broadcast=True,
+        )
 
     def _default_approval_policy(self) -> str:
         policy = lookup(self.workspace_config, "Permissions", "DefaultApprovalPolicy")
@@ -140,6 +159,8 @@ class AppServer:
                 async with anyio.create_task_group() as tg:
                     await tg.start(server.engine.run)
                     await server.engine.recover()
+                    for run in server._background:
+                        tg.start_soon(_background, run)
                     server.ready = True
                     try:
                         yield server
@@ -158,6 +179,11 @@ class AppServer:
         frames (the ``turn/cancelled`` among them) are written. Idempotent."""
         self.ready = False
         await self.engine.shutdown()
+        for hook in self.shutdown_hooks:
+            try:
+                await hook()
+            except Exception:
+                log.exception("shutdown hook failed")
         for connection in list(self.connections):
             connection.close("server shutting down", code=1001)
         with anyio.move_on_after(3):
@@ -214,6 +240,13 @@ class AppServer:
             server.close(close_connections=True)
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await server.wait_closed()
+
+
+async def _background(run: Callable[[], Awaitable[Any]]) -> None:
+    try:
+        await run()
+    except Exception:
+        log.exception("background task %r failed", run)
 
 
 async def wait_for_signal() -> int:

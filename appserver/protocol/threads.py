@@ -267,3 +267,9 @@ class ThreadDeletedNotification(WireModel):
 class ThreadRuntimeChangedNotification(WireModel):
     thread_id: str
     runtime: ThreadRuntimeState
+
+
+class ConfigChangedNotification(WireModel):
+    source: str
+    regions: list[str]
+    changed_at: str

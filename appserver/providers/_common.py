@@ -63,6 +63,26 @@ class ToolCallAssembler:
         self._id_prefix = id_prefix
         self._pending: dict[int, _Pending] = {}
         self._done: set[int] = set()
+        self._unindexed: dict[str, int] = {}  # call id -> synthetic key
+        self._last_unindexed: int | None = None
+
+    def key_for(self, index: int | None, call_id: str | None) -> int:
+        """The key for a fragment, tolerating servers that send no ``index``.
+
+        Without an index, a new call id starts a new call and fragments without
+        an id continue the latest one.
+        """
+        if index is not None:
+            return index
+        if call_id is not None and call_id not in self._unindexed:
+            # Negative keys cannot collide with real indexes.
+            self._unindexed[call_id] = -1 - len(self._unindexed)
+        if call_id is not None:
+            self._last_unindexed = self._unindexed[call_id]
+        if self._last_unindexed is None:
+            self._last_unindexed = -1 - len(self._unindexed)
+            self._unindexed[""] = self._last_unindexed
+        return self._last_unindexed
 
     @property
     def started(self) -> bool:

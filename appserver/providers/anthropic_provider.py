@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, cast
 
@@ -132,7 +132,7 @@ class AnthropicProvider:
             client, self._client = self._client, None
             await client.close()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
         if not self.api_key:
             yield ProviderError("auth", _missing_key_message())

@@ -7,7 +7,7 @@ SDK type: the turn engine only sees these dataclasses.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -152,7 +152,7 @@ class Provider(Protocol):
     name: str
     default_model: str
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one model response. Never raises for API failures: it ends
         with :class:`ProviderError` instead. Cancellation propagates."""
         ...

@@ -63,7 +63,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,7 +172,7 @@ class OfflineProvider:
     name = "offline"
     default_model = "offline"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream the scripted answer to ``request``; failures only via ``?fail``."""
         events, delay_ms = _respond(request)
         emitted_delta = False

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -123,7 +123,7 @@ class OpenAIProvider:
             client, self._client = self._client, None
             await client.close()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
         if not self.api_key:
             yield ProviderError("auth", _missing_key_message())
@@ -209,9 +209,10 @@ def _chunk_events(chunk: ChatCompletionChunk, assembler: ToolCallAssembler) -> l
             events.append(TextDelta(delta.refusal))
         for call in delta.tool_calls or []:
             function = call.function
+            # Not every compatible server numbers its tool calls (the SDK then gives None).
+            index = call.index if isinstance(call.index, int) else None
             fragment = assembler.fragment(
-                # Not every compatible server numbers parallel calls; one call is index 0.
-                call.index if isinstance(call.index, int) else 0,
+                assembler.key_for(index, call.id),
                 (function.arguments or "") if function else "",
                 call_id=call.id,
                 name=function.name if function else None,

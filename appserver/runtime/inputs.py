@@ -16,7 +16,7 @@ import hashlib
 import ipaddress
 import logging
 import socket
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,7 @@ class Materialized:
     native_parts: list[dict[str, Any]]
     materialized_parts: list[dict[str, Any]] = field(default_factory=list)
     images: list[dict[str, Any]] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)
 
     def model_text(self) -> str:
         return "\n\n".join(
@@ -75,13 +76,15 @@ class Materialized:
         )
 
 
-def reject_unsupported(parts: Iterable[Any]) -> None:
-    """``-32602`` for parts this server cannot materialise yet."""
-    for part in parts:
-        if isinstance(part, SkillRefPart):
-            raise E.invalid_params(f"skillRef '{part.name}': skills are not available yet")
-        if isinstance(part, CommandRefPart):
-            raise E.invalid_params(f"commandRef '{part.name}': commands are not available yet")
+# A resolver turns a skillRef/commandRef part into materialized parts and
+# extra system instructions; it raises RpcError (-32602, -32040, ...) to refuse.
+Resolver = Callable[[Any], Awaitable["Resolved"]]
+
+
+@dataclass
+class Resolved:
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    instructions: list[str] = field(default_factory=list)
 
 
 class InputMaterializer:
@@ -89,6 +92,15 @@ class InputMaterializer:
         self.workspace = workspace.resolve()
         self.attachments = attachments
         self.allow_private_urls = allow_private_urls
+        # Filled by the skills and commands families: part type -> resolver.
+        self.resolvers: dict[str, Resolver] = {}
+
+    def reject_unsupported(self, parts: Iterable[Any]) -> None:
+        """``-32602`` for reference parts no installed family can resolve."""
+        for part in parts:
+            if isinstance(part, SkillRefPart | CommandRefPart) and part.type not in self.resolvers:
+                what = "skills" if isinstance(part, SkillRefPart) else "commands"
+                raise E.invalid_params(f"{part.type} '{part.name}': {what} are not available")
 
     async def materialize(self, parts: list[Any]) -> Materialized:
         native = [part.to_wire() for part in parts]
@@ -106,6 +118,11 @@ class InputMaterializer:
             elif isinstance(part, ImageUrlPart):
                 image = await self._remote_image(part.url)
                 self._add_image(result, image, f"[image:{part.url}]")
+            elif isinstance(part, SkillRefPart | CommandRefPart):
+                self.reject_unsupported([part])
+                resolved = await self.resolvers[part.type](part)
+                result.materialized_parts.extend(resolved.parts)
+                result.instructions.extend(resolved.instructions)
         if not result.display_text:
             result.display_text = " ".join(
                 str(p.get("path") or p.get("url") or "") for p in native

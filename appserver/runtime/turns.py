@@ -120,6 +120,10 @@ class UserInput:
     sender: W.SenderContext | None = None
     delivery_mode: str = "normal"
     client_history: list[Message] | None = None
+    # Extra userMessage payload fields (triggerKind, triggerLabel, channelName, ...).
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Extra system prompt text for this turn only (e.g. a referenced skill's body).
+    instructions: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -140,6 +144,7 @@ class ActiveTurn:
     # Streaming items (agent text, reasoning, tool-call arguments) not yet completed.
     open_items: dict[str, ItemRecord] = field(default_factory=dict)
     checkpoints: dict[str, float] = field(default_factory=dict)  # item id -> last save time
+    instructions: list[str] = field(default_factory=list)  # extra system text for this turn
 
     @property
     def thread_id(self) -> str:
@@ -183,6 +188,8 @@ class TurnEngine:
         self.active: dict[str, ActiveTurn] = {}
         self.queues: dict[str, list[QueuedInput]] = {}
         self._tg: TaskGroup | None = None
+        # Called with every finished turn (after its terminal notification).
+        self.turn_listeners: list[Callable[[ActiveTurn], Any]] = []
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -233,6 +240,23 @@ class TurnEngine:
         self.active[thread.id] = active
         self._tg.start_soon(self._run_turn, active, user)
         return active
+
+    async def run_turn(self, thread: ThreadRecord, user: UserInput) -> ActiveTurn:
+        """Start a turn with no client behind it (cron, heartbeat) and wait for
+        its end. Raises ``RuntimeError`` if the thread already runs a turn."""
+        if thread.id in self.active:
+            raise RuntimeError(f"a turn is already running on {thread.id}")
+        active = self.begin(thread, None, user)
+        active.released.set()
+        await active.done.wait()
+        return active
+
+    def final_text(self, active: ActiveTurn) -> str:
+        """The last agent message of a turn (what a channel or cron job reports)."""
+        for item in reversed(active.items):
+            if item.type == "agentMessage":
+                return str(item.payload.get("text", ""))
+        return ""
 
     def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> T.Turn:
         return _turn_wire(active.record, active.items if include_items else [])
@@ -332,6 +356,13 @@ class TurnEngine:
             active.done.set()
             if active.record.status == "completed" and self._tg is not None:
                 self._tg.start_soon(self._after_success, active.thread_id)
+            for listener in self.turn_listeners:
+                try:
+                    outcome = listener(active)
+                    if outcome is not None and self._tg is not None:
+                        self._tg.start_soon(_await, outcome)
+                except Exception:
+                    log.exception("turn listener failed")
 
     # --- items -------------------------------------------------------------------------
 
@@ -408,6 +439,7 @@ class TurnEngine:
         }
         if user.images:
             payload["images"] = user.images
+        payload.update(user.extra)
         if user.sender is not None:
             payload.update(
                 {
@@ -455,6 +487,7 @@ class TurnEngine:
     # --- the agent loop ------------------------------------------------------------------
 
     async def _agent_loop(self, active: ActiveTurn, user: UserInput) -> None:
+        active.instructions = list(user.instructions)
         history = await self._history(active, user)
         for _ in range(self.config.max_model_calls):
             await self._take_guidance(active, history)
@@ -499,6 +532,8 @@ class TurnEngine:
         system = self.config.system_prompt
         if config.get("agentInstructions"):
             system += "\n\n" + str(config["agentInstructions"])
+        for extra in active.instructions:
+            system += "\n\n" + extra
         request = ModelRequest(
             model=str(config.get("model") or self.provider.default_model),
             messages=history,
@@ -509,52 +544,56 @@ class TurnEngine:
         reasoning_item: ItemRecord | None = None
         call_items: dict[int, ItemRecord] = {}
         calls: list[ToolCall] = []
-        async for event in self.provider.stream(request):
-            if isinstance(event, TextDelta):
-                if text_item is None:
-                    text_item = await self._open_item(active, "agentMessage", {"text": ""})
-                await self._delta(active, text_item, event.text)
-            elif isinstance(event, ReasoningDelta):
-                if reasoning_item is None:
-                    reasoning_item = await self._open_item(active, "reasoningContent", {"text": ""})
-                await self._delta(active, reasoning_item, event.text)
-            elif isinstance(event, ToolCallDelta):
-                item = call_items.get(event.index)
-                if item is None:
-                    item = await self._open_item(
-                        active,
-                        "toolCall",
-                        {
-                            "toolName": event.name or "",
-                            "callId": event.call_id or "",
-                            "arguments": {},
-                        },
+        # aclosing: leaving early (interrupt, error) closes the HTTP stream at once.
+        async with contextlib.aclosing(self.provider.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if text_item is None:
+                        text_item = await self._open_item(active, "agentMessage", {"text": ""})
+                    await self._delta(active, text_item, event.text)
+                elif isinstance(event, ReasoningDelta):
+                    if reasoning_item is None:
+                        reasoning_item = await self._open_item(
+                            active, "reasoningContent", {"text": ""}
+                        )
+                    await self._delta(active, reasoning_item, event.text)
+                elif isinstance(event, ToolCallDelta):
+                    item = call_items.get(event.index)
+                    if item is None:
+                        item = await self._open_item(
+                            active,
+                            "toolCall",
+                            {
+                                "toolName": event.name or "",
+                                "callId": event.call_id or "",
+                                "arguments": {},
+                            },
+                        )
+                        call_items[event.index] = item
+                    await self._arguments_delta(active, item, event)
+                elif isinstance(event, ToolCallDone):
+                    item = call_items.get(event.index)
+                    if item is None:
+                        item = self._new_item(active, "toolCall", {})
+                        await self._start_item(active, item)
+                    item.payload = {
+                        "toolName": event.call.name,
+                        "callId": event.call.call_id,
+                        "arguments": event.call.arguments,
+                    }
+                    if event.arguments_error:
+                        item.payload["argumentsError"] = event.arguments_error
+                    await self._complete_item(active, item)
+                    calls.append(event.call)
+                elif isinstance(event, Usage):
+                    await self._usage(active, event)
+                elif isinstance(event, ProviderError):
+                    raise TurnFailure(
+                        f"model provider error ({event.kind}): {event.message}",
+                        f"provider_{event.kind}",
                     )
-                    call_items[event.index] = item
-                await self._arguments_delta(active, item, event)
-            elif isinstance(event, ToolCallDone):
-                item = call_items.get(event.index)
-                if item is None:
-                    item = self._new_item(active, "toolCall", {})
-                    await self._start_item(active, item)
-                item.payload = {
-                    "toolName": event.call.name,
-                    "callId": event.call.call_id,
-                    "arguments": event.call.arguments,
-                }
-                if event.arguments_error:
-                    item.payload["argumentsError"] = event.arguments_error
-                await self._complete_item(active, item)
-                calls.append(event.call)
-            elif isinstance(event, Usage):
-                await self._usage(active, event)
-            elif isinstance(event, ProviderError):
-                raise TurnFailure(
-                    f"model provider error ({event.kind}): {event.message}",
-                    f"provider_{event.kind}",
-                )
-            elif isinstance(event, Stop):
-                break
+                elif isinstance(event, Stop):
+                    break
         for item in (reasoning_item, text_item):
             if item is not None and item.id in active.open_items:
                 await self._complete_item(active, item)
@@ -952,6 +991,13 @@ class TurnEngine:
         if recovered:
             log.warning("recovered %d turn(s) interrupted by a previous stop", recovered)
         return recovered
+
+
+async def _await(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception:
+        log.exception("turn listener failed")
 
 
 def _offer(send: Any, chunk: str) -> None:

@@ -15,7 +15,7 @@ from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
 from appserver.runtime.history import messages_from_client
 from appserver.runtime.ids import now_iso
-from appserver.runtime.inputs import InputMaterializer, Materialized, reject_unsupported
+from appserver.runtime.inputs import InputMaterializer, Materialized
 from appserver.runtime.turns import QueuedInput, TurnEngine, UserInput
 from appserver.services.router import Router
 from appserver.services.threads import ThreadService
@@ -29,6 +29,7 @@ def _user_input(materialized: Materialized, sender: W.SenderContext | None) -> U
         materialized_parts=materialized.materialized_parts,
         images=materialized.images,
         sender=sender,
+        instructions=list(materialized.instructions),
     )
 
 
@@ -60,7 +61,7 @@ class TurnService:
 
     async def start(self, ctx: RequestContext, params: W.TurnStartParams) -> BaseModel:
         thread = await self._active_thread(params.thread_id)
-        reject_unsupported(params.input)
+        self.materializer.reject_unsupported(params.input)
         if thread.history_mode == "client" and params.messages is None:
             raise E.invalid_params(
                 f"Thread {thread.id} requires client-managed history, "
@@ -98,7 +99,7 @@ class TurnService:
 
     async def enqueue(self, ctx: RequestContext, params: W.TurnEnqueueParams) -> BaseModel:
         thread = await self._active_thread(params.thread_id)
-        reject_unsupported(params.input)
+        self.materializer.reject_unsupported(params.input)
         if thread.history_mode == "client":
             raise E.invalid_params(
                 f"Thread {thread.id} uses client-managed history; send turn/start with messages."

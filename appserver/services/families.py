@@ -1,0 +1,27 @@
+"""Every optional method family, installed in this order when a server opens.
+
+A family's ``install(server)`` registers its handlers on ``server.router``
+(so its capability is advertised only when it really works), may add agent
+tools to ``server.engine.tools``, input resolvers to ``server.materializer``,
+and background tasks through ``server.start_background``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from appserver.services import channels, commands, cron, mcp, plugins, skills, workspace
+
+if TYPE_CHECKING:
+    from appserver.server import AppServer
+
+FAMILIES: list[Callable[[AppServer], None]] = [
+    workspace.install,
+    skills.install,
+    plugins.install,
+    mcp.install,
+    commands.install,
+    cron.install,
+    channels.install,
+]
