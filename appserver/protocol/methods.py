@@ -346,4 +346,4 @@ SERVER_REQUESTS: dict[str, ServerRequestSpec] = _table(
 
 # Flags not tied to a client->server method; a service turns them on when it
 # is running (for example ``approvalFlow`` once turns can ask for approval).
-FEATURE_FLAGS: frozenset[str] = frozenset({"approvalFlow"})
+FEATURE_FLAGS: frozenset[str] = frozenset({"approvalFlow", "mcpServerOrigins"})
