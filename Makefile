@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest bench clean
+.PHONY: run test lint typecheck schema-check schema pytest bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+schema-check: $(STAMP)
+	$(BIN)/appserver schema --out schema --check
+
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
-test: lint typecheck pytest
+test: lint typecheck schema-check pytest
+
+schema: $(STAMP)
+	$(BIN)/appserver schema --out schema
 
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from appserver import __version__
+from appserver.protocol.schema import SCHEMA_FILE, is_current, write_schema
 from appserver.rpc.connection import Limits
 from appserver.runtime.turns import EngineConfig
 from appserver.server import AppServer, ServerConfig, run
@@ -136,13 +137,42 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="stderr log level (default: info, or $APPSERVER_LOG_LEVEL)",
     )
+    schema = commands.add_parser(
+        "schema",
+        help="write the protocol's JSON Schema",
+        description=(
+            f"Write {SCHEMA_FILE} (JSON Schema draft 2020-12: every method's params and "
+            "result, every notification, every server-to-client request) into DIR."
+        ),
+    )
+    schema.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    schema.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 if DIR's copy differs from the method table",
+    )
     return parser
+
+
+def schema_command(out: Path, check: bool) -> int:
+    if check:
+        if is_current(out):
+            return 0
+        print(
+            f"appserver: {out / SCHEMA_FILE} is stale; run `appserver schema --out {out}`",
+            file=sys.stderr,
+        )
+        return 1
+    print(write_schema(out), file=sys.stderr)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "schema":
+        return schema_command(args.out, args.check)
     if args.command != "app-server":
         parser.print_help(sys.stderr)
         return 2

@@ -71,6 +71,13 @@ def turn_to_wire(turn: TurnRecord, items: list[ItemRecord] | None) -> T.Turn:
     )
 
 
+def hidden_item_types(viewer: Connection | None) -> frozenset[str]:
+    """Item types a connection did not opt into (DotCraft filters them from reads too)."""
+    if viewer is not None and not viewer.wants("item:commandExecution"):
+        return frozenset({"commandExecution"})
+    return frozenset()
+
+
 class ThreadService:
     """Handlers of the thread family and the thread lookups other services use."""
 
@@ -137,8 +144,10 @@ class ThreadService:
         include_turns: bool = False,
         turn_limit: int | None = None,
         turns_cursor: str | None = None,
+        viewer: Connection | None = None,
     ) -> T.ThreadResult:
-        """The wire ``Thread`` (with turns and items on request)."""
+        """The wire ``Thread`` (with turns and items on request, as ``viewer``
+        may see them)."""
         turns: list[T.Turn] = []
         next_cursor = None
         if include_turns:
@@ -147,7 +156,11 @@ class ThreadService:
             except BadCursor:
                 raise E.invalid_params("'turnsCursor' is not a cursor this server issued") from None
             items = await self.repo.items(thread.id, [turn.id for turn in records])
-            turns = [turn_to_wire(turn, items[turn.id]) for turn in records]
+            hidden = hidden_item_types(viewer)
+            turns = [
+                turn_to_wire(turn, [i for i in items[turn.id] if i.type not in hidden])
+                for turn in records
+            ]
         wire = T.Thread(
             id=thread.id,
             workspace_path=thread.workspace_path,
@@ -255,7 +268,9 @@ class ThreadService:
                     thread.id, "thread/statusChanged", changed, broadcast=True
                 )
             )
-        result = await self.to_wire(thread, True, params.turn_limit, params.turns_cursor)
+        result = await self.to_wire(
+            thread, True, params.turn_limit, params.turns_cursor, ctx.connection
+        )
         resumed = T.ThreadResumedNotification(
             thread=result.thread, resumed_by=ctx.connection.client_name
         )
@@ -292,7 +307,7 @@ class ThreadService:
     async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel:
         thread = await self.get(params.thread_id)
         return await self.to_wire(
-            thread, params.include_turns, params.turn_limit, params.turns_cursor
+            thread, params.include_turns, params.turn_limit, params.turns_cursor, ctx.connection
         )
 
     async def rollback(self, ctx: RequestContext, params: T.ThreadRollbackParams) -> BaseModel:
@@ -304,7 +319,9 @@ class ThreadService:
         if params.num_turns > thread.turn_count:
             raise E.invalid_params(f"'numTurns': the thread has only {thread.turn_count} turn(s)")
         await self.repo.drop_last_turns(thread.id, params.num_turns)
-        return await self.to_wire(await self.get(thread.id), include_turns=True)
+        return await self.to_wire(
+            await self.get(thread.id), include_turns=True, viewer=ctx.connection
+        )
 
     async def subscribe(self, ctx: RequestContext, params: T.ThreadSubscribeParams) -> BaseModel:
         await self.get(params.thread_id)
