@@ -9,6 +9,7 @@ threads: it hands every request to an :class:`Application`.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 import json
@@ -173,6 +174,7 @@ class Connection:
         self._request_ids = itertools.count(1)
         self._pending: dict[int, _Waiter] = {}
         self._ordering = _Ordering()
+        self._requests: set[asyncio.Task[None]] = set()
         self._tg: TaskGroup | None = None
         self._reader_scope: anyio.CancelScope | None = None
         self._close_reason = ""
@@ -259,8 +261,13 @@ class Connection:
                 self.close("end of input")
         finally:
             self._mark_closed("connection ended")
+            self._cancel_requests()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await self.transport.close(self._close_code, self._close_reason)
+
+    def _cancel_requests(self) -> None:
+        for task in list(self._requests):
+            task.cancel()
 
     def close(self, reason: str = "", code: int = 1000, *, abort: bool = False) -> None:
         """End the connection with WebSocket close ``code``.
@@ -278,6 +285,7 @@ class Connection:
             self._reader_scope.cancel()
         if self._tg is not None and abort:
             self._tg.cancel_scope.cancel()
+            self._cancel_requests()
 
     def _mark_closed(self, reason: str) -> None:
         if self.state is State.CLOSED:
@@ -304,6 +312,7 @@ class Connection:
         # Nothing more can be written: stop the reader and any running handler.
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
+        self._cancel_requests()
 
     # --- inbound ----------------------------------------------------------
 
@@ -414,12 +423,18 @@ class Connection:
             error = RpcError(E.SERVER_OVERLOADED, "Server overloaded; retry later.")
             self._put(framing.error_frame(request_id, error.to_wire()))
             return
-        assert self._tg is not None
         self._in_flight += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
         ctx = RequestContext(self, request_id, method)
         before, mine = self._ordering.enter(self.app.access(method))
-        self._tg.start_soon(self._run_gated, ctx, params, before, mine)
+        # A plain asyncio task, tracked here and cancelled when the connection
+        # ends: anyio's start_soon costs ~40 us more per request, which is a
+        # tenth of a small request's whole round trip. (We run on asyncio only.)
+        task = asyncio.get_running_loop().create_task(
+            self._run_gated(ctx, params, before, mine), name=f"rpc {method}"
+        )
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
 
     async def _run_gated(
         self,

@@ -212,9 +212,8 @@ class ThreadRepository:
             )
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
-        async with self.db.conn.execute("SELECT * FROM threads WHERE id = ?", (thread_id,)) as cur:
-            row = await cur.fetchone()
-        return _thread(row) if row else None
+        rows = await self.db.lookup_or_fetch("SELECT * FROM threads WHERE id = ?", (thread_id,))
+        return _thread(rows[0]) if rows else None
 
     async def update(self, thread_id: str, **changes: Any) -> None:
         """Set columns of one thread (``status``, ``display_name``, ...)."""
@@ -267,9 +266,7 @@ class ThreadRepository:
         if query.limit is not None:
             sql += " LIMIT ?"
             args.append(query.limit + 1)
-        async with self.db.conn.execute(sql, args) as cursor:
-            rows = await cursor.fetchall()
-        threads = [_thread(row) for row in rows]
+        threads = [_thread(row) for row in await self.db.fetch(sql, args)]
         next_cursor = None
         if query.limit is not None and len(threads) > query.limit:
             threads = threads[: query.limit]
@@ -304,8 +301,7 @@ class ThreadRepository:
 
     async def turn_exists(self, thread_id: str, turn_id: str) -> bool:
         sql = "SELECT 1 FROM turns WHERE thread_id = ? AND id = ?"
-        async with self.db.conn.execute(sql, (thread_id, turn_id)) as cur:
-            return await cur.fetchone() is not None
+        return bool(await self.db.lookup_or_fetch(sql, (thread_id, turn_id)))
 
     async def turns(
         self, thread_id: str, limit: int | None = None, cursor: str | None = None
@@ -321,8 +317,7 @@ class ThreadRepository:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(limit + 1)
-        async with self.db.conn.execute(sql, args) as cur:
-            turns = [_turn(row) for row in await cur.fetchall()]
+        turns = [_turn(row) for row in await self.db.fetch(sql, args)]
         next_cursor = None
         if limit is not None and len(turns) > limit:
             turns = turns[:limit]
@@ -337,9 +332,8 @@ class ThreadRepository:
             return result
         marks = ", ".join("?" for _ in turn_ids)
         sql = f"SELECT * FROM items WHERE thread_id = ? AND turn_id IN ({marks}) ORDER BY seq"
-        async with self.db.conn.execute(sql, (thread_id, *turn_ids)) as cur:
-            for row in await cur.fetchall():
-                result[row["turn_id"]].append(_item(row))
+        for row in await self.db.fetch(sql, (thread_id, *turn_ids)):
+            result[row["turn_id"]].append(_item(row))
         return result
 
     async def drop_last_turns(self, thread_id: str, count: int) -> int:
@@ -374,10 +368,10 @@ class EventRepository:
         self.db = db
 
     async def last_seq(self, thread_id: str) -> int:
-        sql = "SELECT last_seq FROM threads WHERE id = ?"
-        async with self.db.conn.execute(sql, (thread_id,)) as cur:
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        rows = await self.db.lookup_or_fetch(
+            "SELECT last_seq FROM threads WHERE id = ?", (thread_id,)
+        )
+        return int(rows[0][0]) if rows else 0
 
     async def record(
         self,
@@ -465,8 +459,7 @@ class EventRepository:
 
     async def is_granted(self, kind: str, operation: str, target: str) -> bool:
         sql = "SELECT 1 FROM approval_grants WHERE kind = ? AND operation = ? AND target = ?"
-        async with self.db.conn.execute(sql, (kind, operation, target)) as cur:
-            return await cur.fetchone() is not None
+        return bool(await self.db.lookup_or_fetch(sql, (kind, operation, target)))
 
     # --- crash recovery --------------------------------------------------------
 
