@@ -23,7 +23,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 schema-check: $(STAMP)
-	$(BIN)/appserver schema --out schema --check
+	$(BIN)/appserver schema --out schema --reference docs/protocol.md --check
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q
@@ -31,7 +31,7 @@ pytest: $(STAMP)
 test: lint typecheck schema-check pytest
 
 schema: $(STAMP)
-	$(BIN)/appserver schema --out schema
+	$(BIN)/appserver schema --out schema --reference docs/protocol.md
 
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from appserver import __version__
+from appserver.protocol.reference import reference_is_current, render_reference
 from appserver.protocol.schema import SCHEMA_FILE, is_current, write_schema
 from appserver.rpc.connection import Limits
 from appserver.runtime.turns import EngineConfig
@@ -147,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     schema.add_argument(
+        "--reference",
+        type=Path,
+        metavar="FILE",
+        help="also write (or with --check, compare) the Markdown protocol reference",
+    )
+    schema.add_argument(
         "--check",
         action="store_true",
         help="write nothing; exit 1 if DIR's copy differs from the method table",
@@ -154,16 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def schema_command(out: Path, check: bool) -> int:
+def schema_command(out: Path, check: bool, reference: Path | None) -> int:
     if check:
-        if is_current(out):
-            return 0
-        print(
-            f"appserver: {out / SCHEMA_FILE} is stale; run `appserver schema --out {out}`",
-            file=sys.stderr,
-        )
-        return 1
+        stale = [] if is_current(out) else [out / SCHEMA_FILE]
+        if reference is not None and not reference_is_current(reference):
+            stale.append(reference)
+        for path in stale:
+            print(f"appserver: {path} is stale; run `make schema`", file=sys.stderr)
+        return 1 if stale else 0
     print(write_schema(out), file=sys.stderr)
+    if reference is not None:
+        reference.parent.mkdir(parents=True, exist_ok=True)
+        reference.write_text(render_reference(), "utf-8")
+        print(reference, file=sys.stderr)
     return 0
 
 
@@ -172,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "schema":
-        return schema_command(args.out, args.check)
+        return schema_command(args.out, args.check, args.reference)
     if args.command != "app-server":
         parser.print_help(sys.stderr)
         return 2
