@@ -232,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkspaceLocked as exc:
         print(f"appserver: {exc}", file=sys.stderr)
         return 1
-    except ListenerError as exc:
+    except (ListenerError, ValueError) as exc:
+        # Refused options (a non-loopback bind without token, a bad provider setting).
         print(f"appserver: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
