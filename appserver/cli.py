@@ -21,7 +21,7 @@ from appserver.runtime.turns import EngineConfig
 from appserver.server import AppServer, ServerConfig, run
 from appserver.storage.lock import WorkspaceLocked
 from appserver.transport.stdio import claim_stdio
-from appserver.transport.websocket import ListenerError, ListenerOptions
+from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
 
 log = logging.getLogger("appserver")
 
@@ -219,6 +219,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             token=args.token,
             allowed_origins=args.allow_origin,
         )
+    if websocket is not None:
+        try:
+            check_options(websocket)  # before the workspace is locked or touched
+        except ListenerError as exc:
+            print(f"appserver: {exc}", file=sys.stderr)
+            return 2
     stdio = claim_stdio() if listen.stdio else None
 
     def on_ready(server: AppServer) -> None:

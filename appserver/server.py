@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 from websockets.asyncio.server import Server
@@ -44,6 +44,10 @@ from appserver.transport.websocket import (
     bound_port,
     start_listener,
 )
+
+if TYPE_CHECKING:
+    from appserver.cron.heartbeat import HeartbeatService
+    from appserver.cron.service import CronService
 
 log = logging.getLogger("appserver.server")
 
@@ -120,6 +124,9 @@ class AppServer:
         self.connections: set[Connection] = set()
         self.ready = False
         self.endpoints: dict[str, str] = {}
+        # Set by the cron family's install; None while (or when) it is off.
+        self.cron: CronService | None = None
+        self.heartbeat: HeartbeatService | None = None
         for install in FAMILIES:
             install(self)
 
@@ -237,6 +244,9 @@ class AppServer:
         try:
             yield server
         finally:
+            # Cancel turns first so WebSocket clients still get turn/cancelled.
+            with anyio.CancelScope(shield=True):
+                await self.drain()
             server.close(close_connections=True)
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await server.wait_closed()
@@ -249,14 +259,6 @@ async def _background(run: Callable[[], Awaitable[Any]]) -> None:
         log.exception("background task %r failed", run)
 
 
-async def wait_for_signal() -> int:
-    """Block until SIGINT or SIGTERM; returns the signal number."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            return int(signum)
-    return 0
-
-
 async def run(
     config: ServerConfig,
     *,
@@ -266,6 +268,10 @@ async def run(
 ) -> None:
     """Serve until stdio EOF (when stdio is on) or a signal."""
     async with AsyncExitStack() as stack:
+        # Catch SIGINT/SIGTERM before announcing readiness: a supervisor may
+        # signal as soon as it sees the "listening" line and must still get a
+        # clean shutdown (exit 0, lock file removed), not the default death.
+        signals = stack.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
         server = await stack.enter_async_context(AppServer.open(config))
         if websocket is not None:
             await stack.enter_async_context(server.listen_websocket(websocket))
@@ -274,7 +280,10 @@ async def run(
         async with anyio.create_task_group() as tg:
 
             async def stop_on_signal() -> None:
-                signum = await wait_for_signal()
+                signum = 0
+                async for received in signals:
+                    signum = int(received)
+                    break
                 log.info("received signal %d; shutting down", signum)
                 await server.drain()
                 tg.cancel_scope.cancel()

@@ -38,8 +38,9 @@ async def server(request: pytest.FixtureRequest, workspace: Path) -> AsyncIterat
 
 
 @pytest.fixture(params=["memory", "websocket"])
-async def multi_server(request: pytest.FixtureRequest, workspace: Path
-                       ) -> AsyncIterator[ServerUnderTest]:
+async def multi_server(
+    request: pytest.FixtureRequest, workspace: Path
+) -> AsyncIterator[ServerUnderTest]:
     """A server that accepts several clients at once."""
     async with running_server(request.param, workspace) as sut:
         yield sut

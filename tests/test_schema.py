@@ -22,9 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def validator_for(ref: dict[str, Any]) -> jsonschema.Draft202012Validator:
     resource = Resource.from_contents(SCHEMA)
     registry: Registry[Any] = Registry().with_resource(SCHEMA["$id"], resource)
-    return jsonschema.Draft202012Validator(
-        {"$ref": SCHEMA["$id"] + ref["$ref"]}, registry=registry
-    )
+    return jsonschema.Draft202012Validator({"$ref": SCHEMA["$id"] + ref["$ref"]}, registry=registry)
 
 
 def test_schema_is_valid_draft_2020_12() -> None:

@@ -1,9 +1,246 @@
-"""Wire models and method-table entries of the `channels` family."""
+"""Wire models and method-table entries of the ``channels`` family: ``channel/list``,
+``channel/status``, ``externalChannel/*``, the adapter side (``system/event``
+``channelRejected``) and the ``ext/channel/send`` server->client request
+(reference §3.2, §3.10, §4, §6; DotCraft ``specs/external-channel-adapter.md``).
+
+Decisions:
+
+* ``ext/channel/send.target`` is a **string**, as in DotCraft's spec and code
+  (``ExtChannelSendParams.Target``; its adapter SDKs read ``str(target)``):
+  the platform delivery target, i.e. the sender's ``groupId`` or, without
+  one, its ``senderId``. Everything else about the destination (channel,
+  channel context, sender, group, thread, turn) travels in ``metadata``.
+* ``channel/list`` carries no capability flag: DotCraft serves it
+  unconditionally (it is not gated in ``AppServerRequestHandler``).
+"""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from appserver.protocol import errors as E
+from appserver.protocol.base import Empty, OpenWireModel, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
-METHOD_SPECS: list[MethodSpec] = []
-NOTIFICATION_SPECS: list[NotificationSpec] = []
-SERVER_REQUEST_SPECS: list[ServerRequestSpec] = []
+ChannelCategory = Literal["builtin", "social", "system", "external"]
+ChannelTransport = Literal["subprocess", "websocket"]
+
+
+# --- channel/list, channel/status -------------------------------------------------------
+
+
+class ChannelInfo(WireModel):
+    """A channel name threads can originate from (``originChannel`` values)."""
+
+    name: str
+    category: ChannelCategory
+
+
+class ChannelListResult(WireModel):
+    channels: list[ChannelInfo]
+
+
+class ChannelStatusInfo(WireModel):
+    """Runtime state of a configured channel."""
+
+    name: str
+    category: Literal["social", "external"]
+    enabled: bool
+    running: bool  # an adapter connection is attached right now
+
+
+class ChannelStatusResult(WireModel):
+    channels: list[ChannelStatusInfo]
+
+
+# --- externalChannel/* -------------------------------------------------------------------
+
+
+class ExternalChannelConfig(WireModel):
+    """One external channel (DotCraft's ``ExternalChannelConfigWire``).
+
+    Transport names are case-insensitive on input and lower-case on output.
+    Semantic checks (command required for subprocess, none of the subprocess
+    fields for websocket) answer ``-32081``, not ``-32602``.
+    """
+
+    name: str
+    enabled: bool = True
+    transport: str = "subprocess"
+    command: str | None = None
+    args: list[str] | None = None
+    working_directory: str | None = None
+    env: dict[str, str] | None = None
+
+
+class ExternalChannelListResult(WireModel):
+    channels: list[ExternalChannelConfig]
+
+
+class ExternalChannelNameParams(WireModel):
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _non_blank(cls, name: str) -> str:
+        if not name.strip():
+            raise ValueError("must not be empty")
+        return name.strip()
+
+
+class ExternalChannelResult(WireModel):
+    channel: ExternalChannelConfig
+
+
+class ExternalChannelUpsertParams(WireModel):
+    channel: ExternalChannelConfig
+
+
+class ExternalChannelRemoveResult(WireModel):
+    removed: bool = True
+
+
+# --- adapter side ----------------------------------------------------------------------------
+
+
+class ChannelAdapterCapability(OpenWireModel):
+    """``initialize.capabilities.channelAdapter``: this connection is a channel's backend."""
+
+    channel_name: str
+    delivery_capabilities: dict[str, Any] | None = None
+    channel_tools: list[dict[str, Any]] | None = None
+
+
+class SystemEventNotification(OpenWireModel):
+    """``system/event``: compaction/consolidation progress of a thread, or
+    (``kind: channelRejected``) the refusal of a channel adapter's handshake."""
+
+    kind: str
+    thread_id: str | None = None
+    turn_id: str | None = None
+    channel_name: str | None = None
+    message: str | None = None
+    percent_left: float | None = None
+    token_count: int | None = None
+
+
+class ChannelMediaSource(OpenWireModel):
+    kind: str  # hostPath | url | dataBase64 | artifactId
+    host_path: str | None = None
+    url: str | None = None
+    data_base64: str | None = None
+    artifact_id: str | None = None
+
+
+class ChannelOutboundMessage(WireModel):
+    """What to deliver: this server sends ``kind: "text"`` with the agent's final reply."""
+
+    kind: Literal["text", "file", "audio", "image", "video"] = "text"
+    text: str | None = None
+    caption: str | None = None
+    file_name: str | None = None
+    media_type: str | None = None
+    source: ChannelMediaSource | None = None
+
+
+class ChannelSendParams(WireModel):
+    """``ext/channel/send`` params. ``metadata`` carries ``threadId``, ``turnId``,
+    ``channelName`` and, when known, ``channelContext``, ``senderId``, ``groupId``."""
+
+    target: str
+    message: ChannelOutboundMessage
+    metadata: dict[str, Any] | None = None
+
+
+class ChannelSendResult(OpenWireModel):
+    delivered: bool = False
+    remote_message_id: str | None = None
+    remote_media_id: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+_NOT_FOUND = (E.INVALID_PARAMS, E.EXTERNAL_CHANNEL_NOT_FOUND)
+
+METHOD_SPECS: list[MethodSpec] = [
+    MethodSpec(
+        "channel/list",
+        Empty,
+        ChannelListResult,
+        None,
+        "Channel names threads can originate from: this server's built-in and system "
+        "channels plus enabled external channels, by category then name.",
+        access="read",
+    ),
+    MethodSpec(
+        "channel/status",
+        Empty,
+        ChannelStatusResult,
+        "channelStatus",
+        "Every configured external channel with `enabled` and `running` (an adapter "
+        "connection is attached).",
+        access="read",
+    ),
+    MethodSpec(
+        "externalChannel/list",
+        Empty,
+        ExternalChannelListResult,
+        "externalChannelManagement",
+        "Every external channel configuration, by name.",
+        access="read",
+    ),
+    MethodSpec(
+        "externalChannel/get",
+        ExternalChannelNameParams,
+        ExternalChannelResult,
+        "externalChannelManagement",
+        "One external channel configuration (name matched case-insensitively).",
+        _NOT_FOUND,
+        access="read",
+    ),
+    MethodSpec(
+        "externalChannel/upsert",
+        ExternalChannelUpsertParams,
+        ExternalChannelResult,
+        "externalChannelManagement",
+        "Create or fully replace an external channel; emits `workspace/configChanged` "
+        "(`externalChannel`). Adapters attached to a channel that is now disabled or "
+        "subprocess-only are disconnected.",
+        (
+            E.INVALID_PARAMS,
+            E.EXTERNAL_CHANNEL_VALIDATION_FAILED,
+            E.EXTERNAL_CHANNEL_NAME_CONFLICT,
+        ),
+    ),
+    MethodSpec(
+        "externalChannel/remove",
+        ExternalChannelNameParams,
+        ExternalChannelRemoveResult,
+        "externalChannelManagement",
+        "Delete an external channel; its attached adapters are disconnected. Emits "
+        "`workspace/configChanged` (`externalChannel`).",
+        _NOT_FOUND,
+    ),
+]
+
+NOTIFICATION_SPECS: list[NotificationSpec] = [
+    NotificationSpec(
+        "system/event",
+        SystemEventNotification,
+        "`channelRejected`: the rejected adapter only, right after its `initialize` "
+        "response (before `initialized`), then the connection closes",
+        "A system event; `kind: channelRejected` refuses a channel adapter.",
+    ),
+]
+
+SERVER_REQUEST_SPECS: list[ServerRequestSpec] = [
+    ServerRequestSpec(
+        "ext/channel/send",
+        ChannelSendParams,
+        ChannelSendResult,
+        "Deliver the final reply of a turn an adapter started to its platform target. "
+        "Answer `{delivered, remoteMessageId?, errorCode?, errorMessage?}`.",
+    ),
+]

@@ -15,9 +15,7 @@ from appserver.protocol import errors as E
 from appserver.protocol.schema import build_schema
 
 _ERROR_NAMES = {
-    value: name
-    for name, value in vars(E).items()
-    if name.isupper() and isinstance(value, int)
+    value: name for name, value in vars(E).items() if name.isupper() and isinstance(value, int)
 }
 
 _SAMPLE_STRINGS = {
@@ -69,6 +67,8 @@ def _type_name(schema: dict[str, Any], defs: dict[str, Any]) -> str:
 
 def _sample(schema: dict[str, Any], defs: dict[str, Any], name: str, depth: int = 0) -> Any:
     schema = _resolve(schema, defs)
+    if schema.get("examples"):  # a model's own example (json_schema_extra) wins
+        return schema["examples"][0]
     if "default" in schema and schema["default"] not in (None, [], {}):
         return schema["default"]
     for key in ("anyOf", "oneOf"):

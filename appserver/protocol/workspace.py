@@ -1,9 +1,142 @@
-"""Wire models and method-table entries of `model/list` and `workspace/config/*`."""
+"""Wire models and method-table entries of ``model/list`` and ``workspace/config/*``
+(reference §3.4 and §3.12).
+
+Decisions where DotCraft and this server differ on purpose:
+
+* ``workspace/config/update`` echoes ``apiKey`` masked (``"sk-…abcd"`` or
+  ``"********"``); DotCraft echoes it in clear. A secret never leaves the server.
+* ``provider`` is an extension of ``workspace/config/update`` (DotCraft only
+  speaks OpenAI-compatible endpoints; this server has several providers).
+* Model, key, endpoint and provider reload **hot** (the provider is rebuilt at
+  once); DotCraft marks them ``processRestart``.
+* ``model/list`` entries omit ``createdAt`` when the provider does not say.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
+
+from appserver.protocol import errors as E
+from appserver.protocol.base import Empty, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
-METHOD_SPECS: list[MethodSpec] = []
+ReloadBehavior = Literal["hot", "subsystemRestart", "processRestart"]
+
+
+# --- model/list ---------------------------------------------------------------------
+
+
+class ModelCatalogItem(WireModel):
+    """One model the active provider offers."""
+
+    id: str
+    owned_by: str = ""
+    created_at: str | None = None  # ISO-8601 UTC; omitted when the provider does not say
+
+
+class ModelListResult(WireModel):
+    """``model/list``: provider failures are in-band (``success: false``), never RPC errors."""
+
+    success: bool
+    models: list[ModelCatalogItem] = Field(default_factory=list)
+    error_code: str | None = None  # e.g. MissingApiKey, Unauthorized, Network, Timeout
+    error_message: str | None = None  # ends with " Endpoint: <url>" when the endpoint is known
+
+
+# --- workspace/config/schema ------------------------------------------------------------
+
+
+class ConfigSchemaField(WireModel):
+    """One editable setting (DotCraft's ``ConfigSchemaField``)."""
+
+    key: str  # the config.json key (PascalCase, matched case-insensitively)
+    display_name: str | None = None
+    type: str  # "text", "password", "select", "number", "bool", ...
+    sensitive: bool = False  # the value is a secret: shown masked, never in clear
+    options: list[str] | None = None  # for "select"
+    hint: str | None = None
+    reload: ReloadBehavior = "processRestart"
+    subsystem_key: str | None = None
+    default_value: Any = None
+
+
+class ConfigSchemaSection(WireModel):
+    """A group of settings at ``path`` inside config.json (``null``: the root)."""
+
+    section: str
+    order: int
+    path: list[str] | None = None
+    fields: list[ConfigSchemaField]
+
+
+class WorkspaceConfigSchemaResult(WireModel):
+    sections: list[ConfigSchemaSection]
+
+
+# --- workspace/config/update --------------------------------------------------------------
+
+
+class WorkspaceConfigUpdateParams(WireModel):
+    """Any subset of the settings; ``null`` or ``""`` removes a setting.
+
+    Which fields were *present* matters (``model_fields_set``): an absent
+    field is left alone, ``null`` deletes it. ``model: "Default"`` also
+    removes the model (the provider's default applies).
+    """
+
+    # Documentation example: `{}` is refused (at least one setting is required).
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"defaultApprovalPolicy": "default"}]}
+    )
+
+    model: str | None = None
+    api_key: str | None = None
+    end_point: str | None = None
+    default_approval_policy: str | None = None  # "default" | "autoApprove" | null
+    provider: str | None = None  # extension: "offline" | "openai" | "anthropic" | null
+
+
+class WorkspaceConfigUpdateResult(WireModel):
+    """The resulting workspace values (absent = not set); ``apiKey`` is masked."""
+
+    model: str | None = None
+    api_key: str | None = None
+    end_point: str | None = None
+    default_approval_policy: str | None = None
+    provider: str | None = None
+
+
+METHOD_SPECS: list[MethodSpec] = [
+    MethodSpec(
+        "model/list",
+        Empty,
+        ModelListResult,
+        "modelCatalogManagement",
+        "Models of the active provider. Provider failures are returned in-band as "
+        "`success: false` with `errorCode`/`errorMessage`, not as JSON-RPC errors.",
+        access="read",
+    ),
+    MethodSpec(
+        "workspace/config/schema",
+        Empty,
+        WorkspaceConfigSchemaResult,
+        "workspaceConfigManagement",
+        "The editable workspace settings: sections of fields with type, sensitivity and "
+        "reload behaviour. Never carries values.",
+        access="read",
+    ),
+    MethodSpec(
+        "workspace/config/update",
+        WorkspaceConfigUpdateParams,
+        WorkspaceConfigUpdateResult,
+        "workspaceConfigManagement",
+        "Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in "
+        "`.craft/config.json` (0600) and apply them at once. Emits `workspace/configChanged` "
+        "for the regions that really changed. The result masks `apiKey`.",
+        (E.INVALID_PARAMS,),
+    ),
+]
 NOTIFICATION_SPECS: list[NotificationSpec] = []
 SERVER_REQUEST_SPECS: list[ServerRequestSpec] = []

@@ -48,6 +48,9 @@ class Limits:
     max_in_flight: int = 32
     outbox_bytes: int = 64 * 1024 * 1024  # hard bound: past it the peer is closed
     outbox_soft_bytes: int = 256 * 1024  # past it, deltas are coalesced
+    # A write that makes no progress for this long means the peer stopped
+    # reading (keepalive pings queue behind the full buffer): close it.
+    send_timeout: float = 30.0
     server_request_timeout: float = 120.0
     drain_timeout: float = 5.0
 
@@ -179,6 +182,7 @@ class Connection:
         self._reader_scope: anyio.CancelScope | None = None
         self._close_reason = ""
         self._close_code = 1000
+        self._writer_idle = False
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.transport.kind} {self.state.value}>"
@@ -211,6 +215,11 @@ class Connection:
         if self.wants(method):
             self._put(framing.notification_frame(method, params))
 
+    def notify_now(self, method: str, params: Any) -> None:
+        """Queue a notification even before ``initialized`` and despite opt-outs:
+        only for handshake outcomes the client must see (``channelRejected``)."""
+        self._put(framing.notification_frame(method, params))
+
     async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
         """Send a server->client request and wait for its result.
 
@@ -237,6 +246,12 @@ class Connection:
 
     def _put(self, frame: str, coalesce: tuple[object, Merge] | None = None) -> None:
         if self.state is State.CLOSED:
+            return
+        # Fast path: nothing queued and the writer waiting means the peer keeps
+        # up, so write now instead of waking the writer for one frame (fan-out
+        # to many connections costs a third as much). Order is preserved: the
+        # outbox is empty and no batch is being written.
+        if self._writer_idle and not len(self.outbox) and self.transport.try_send(frame):
             return
         if not self.outbox.put(frame, coalesce):
             # The peer is not reading; closing is the only way to never drop a
@@ -304,11 +319,21 @@ class Connection:
     async def _writer(self) -> None:
         try:
             while True:
-                await self.transport.send_batch(await self.outbox.get_batch())
+                self._writer_idle = True
+                batch = await self.outbox.get_batch()
+                self._writer_idle = False
+                with anyio.fail_after(self.limits.send_timeout):
+                    await self.transport.send_batch(batch)
         except OutboxClosed:
             pass
         except TransportClosed:
             self.close("peer gone", code=1001, abort=True)
+        except TimeoutError:
+            log.warning("closing %r: peer stopped reading", self)
+            self.close("peer stopped reading", code=1008, abort=True)
+        except Exception:
+            log.exception("closing %r: writing failed", self)
+            self.close("internal error", code=1011, abort=True)
         # Nothing more can be written: stop the reader and any running handler.
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
@@ -408,7 +433,10 @@ class Connection:
                 self._put(framing.error_frame(request_id, error.to_wire()))
                 return
             ctx = RequestContext(self, request_id, method)
-            if await self._run(ctx, self.app.initialize, params, gate=False):
+            ok = await self._run(ctx, self.app.initialize, params, gate=False)
+            # An after-response callback may have closed the connection (a
+            # rejected channel adapter): never reopen it.
+            if ok and self.state is State.NEW:
                 self.state = State.INITIALIZING
             return
         if self.state is State.NEW:
@@ -464,6 +492,12 @@ class Connection:
             except RpcError as exc:
                 self._put(framing.error_frame(ctx.request_id, exc.to_wire()))
                 return False
+            except UnicodeEncodeError:
+                # JSON allows "\ud800" escapes that are not text; they fail where
+                # they meet storage or the OS. That is the client's input, not a crash.
+                error = E.invalid_params("a string contains an unpaired UTF-16 surrogate")
+                self._put(framing.error_frame(ctx.request_id, error.to_wire()))
+                return False
             except Exception:
                 ref = uuid.uuid4().hex[:8]
                 log.exception("internal error in %s (ref %s)", ctx.method, ref)
@@ -480,6 +514,13 @@ class Connection:
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
                 return False
             self._put(frame)
+            if gate:
+                # The request is answered: free its slot now. Its notifications
+                # below still hold its ordering ticket, so later requests wait
+                # for them, but a client that fires its next request on the
+                # response is never told the server is overloaded.
+                gate = False
+                self._release_slot()
             for callback in ctx._after_response:
                 try:
                     outcome = callback()
@@ -490,9 +531,12 @@ class Connection:
             return True
         finally:
             if gate:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._idle.set()
+                self._release_slot()
+
+    def _release_slot(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
 
 
 async def serve_connection(

@@ -19,12 +19,26 @@ connection is closed.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 
-import anyio
+# Turns a run of frames with the same coalesce key into one frame. Called once
+# per run when the writer takes the batch, so merging stays linear in size.
+Merge = Callable[[list[str]], str]
 
-Merge = Callable[[str, str], str]
+
+class _Run:
+    """Frames waiting to be merged into one."""
+
+    __slots__ = ("frames", "merge")
+
+    def __init__(self, first: str, merge: Merge) -> None:
+        self.frames = [first]
+        self.merge = merge
+
+    def render(self) -> str:
+        return self.frames[0] if len(self.frames) == 1 else self.merge(self.frames)
 
 
 class OutboxClosed(Exception):
@@ -37,9 +51,9 @@ class Outbox:
     def __init__(self, max_bytes: int, soft_bytes: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.soft_bytes = min(max_bytes, soft_bytes if soft_bytes is not None else 256 * 1024)
-        self._frames: deque[str] = deque()
+        self._frames: deque[str | _Run] = deque()
         self._bytes = 0
-        self._wakeup = anyio.Event()
+        self._wakeup = asyncio.Event()
         self._closed = False
         self._last_key: object = None  # coalesce key of the newest queued frame
         self.coalesced = 0  # frames merged away (for tests and stats)
@@ -59,26 +73,26 @@ class Outbox:
         """
         if self._closed:
             return False
+        size = len(frame)
+        if self._frames and self._bytes + size > self.max_bytes:
+            return False
         if (
             coalesce is not None
             and self._frames
             and self._bytes > self.soft_bytes
             and self._last_key == coalesce[0]
         ):
-            previous = self._frames.pop()
-            merged = coalesce[1](previous, frame)
-            self._frames.append(merged)
-            self._bytes += len(merged) - len(previous)
+            last = self._frames[-1]
+            if isinstance(last, str):
+                last = self._frames[-1] = _Run(last, coalesce[1])
+            last.frames.append(frame)
+            self._bytes += size
             self.coalesced += 1
             return True
-        size = len(frame)
-        if self._frames and self._bytes + size > self.max_bytes:
-            return False
         self._frames.append(frame)
         self._bytes += size
         self._last_key = coalesce[0] if coalesce is not None else None
-        if not self._wakeup.is_set():
-            self._wakeup.set()
+        self._wakeup.set()
         return True
 
     async def get_batch(self) -> list[str]:
@@ -89,9 +103,9 @@ class Outbox:
         while not self._frames:
             if self._closed:
                 raise OutboxClosed
-            self._wakeup = anyio.Event()
+            self._wakeup.clear()
             await self._wakeup.wait()
-        batch = list(self._frames)
+        batch = [entry if isinstance(entry, str) else entry.render() for entry in self._frames]
         self._frames.clear()
         self._bytes = 0
         self._last_key = None  # frames being written can no longer be merged

@@ -24,7 +24,7 @@ class Sink(Protocol):
         self,
         method: str,
         frame: str,
-        coalesce: tuple[object, Callable[[str, str], str]] | None = None,
+        coalesce: tuple[object, Callable[[list[str]], str]] | None = None,
     ) -> None: ...
 
 

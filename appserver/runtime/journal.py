@@ -14,7 +14,9 @@ into one delta per run: no gap, no duplicate.
 
 from __future__ import annotations
 
+import bisect
 import json
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +28,45 @@ from appserver.rpc import framing
 from appserver.runtime.bus import EventBus, Sink
 from appserver.runtime.ids import now_iso
 from appserver.storage.threads import EventRepository, ItemRecord, StoredEvent, TurnRecord
+
+SEEN_RANGES = 256  # separate runs of seqs remembered per (connection, thread)
+
+
+class SeqRanges:
+    """A set of seqs stored as sorted, merged ``[first, last]`` runs.
+
+    A connection that watches a turn receives long unbroken runs of seqs, so
+    this stays tiny however long the turn; only the oldest runs are dropped
+    past :data:`SEEN_RANGES`.
+    """
+
+    __slots__ = ("_firsts", "_lasts")
+
+    def __init__(self) -> None:
+        self._firsts: list[int] = []
+        self._lasts: list[int] = []
+
+    def add(self, seq: int) -> None:
+        if self._lasts and seq == self._lasts[-1] + 1:
+            self._lasts[-1] = seq  # the common case: the next seq of a run
+            return
+        if self._lasts and seq > self._lasts[-1]:
+            self._firsts.append(seq)
+            self._lasts.append(seq)
+        elif seq not in self:
+            index = bisect.bisect_left(self._firsts, seq)
+            self._firsts.insert(index, seq)
+            self._lasts.insert(index, seq)
+        else:
+            return
+        if len(self._firsts) > SEEN_RANGES:
+            del self._firsts[0], self._lasts[0]
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        index = bisect.bisect_right(self._firsts, seq) - 1
+        return index >= 0 and seq <= self._lasts[index]
 
 
 @dataclass
@@ -50,6 +91,12 @@ class ThreadJournal:
         self._locks: dict[str, anyio.Lock] = {}
         # Deltas of items still streaming, for exact replay: thread -> item -> deltas.
         self._streaming: dict[str, dict[str, list[_Delta]]] = {}
+        # Seqs a connection received as a broadcast while not subscribed to the
+        # thread (thread/renamed, runtimeChanged, ...): a later afterSeq replay
+        # skips them, so nothing arrives twice. Bounded per (connection, thread).
+        self._seen: weakref.WeakKeyDictionary[Sink, dict[str, SeqRanges]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def lock(self, thread_id: str) -> anyio.Lock:
         lock = self._locks.get(thread_id)
@@ -166,7 +213,7 @@ class ThreadJournal:
         broadcast: bool,
         include: Iterable[Sink],
         exclude: Iterable[Sink],
-        coalesce: tuple[object, Callable[[str, str], str]] | None = None,
+        coalesce: tuple[object, Callable[[list[str]], str]] | None = None,
     ) -> None:
         targets = self.bus.targets(
             thread_id=thread_id, broadcast=broadcast, include=include, exclude=exclude
@@ -174,20 +221,36 @@ class ThreadJournal:
         wanted = [sink for sink in targets if _wants(sink, method, topic)]
         if wanted:
             frame = framing.notification_frame_json(method, body, seq)
+            subscribers = self.bus.subscribers(thread_id)
             for sink in wanted:
                 sink.deliver(method, frame, coalesce)
+                if sink not in subscribers:
+                    self._remember(sink, thread_id, seq)
 
-    async def subscribe(self, thread_id: str, sink: Sink, after_seq: int | None) -> None:
-        """Subscribe ``sink``; with ``after_seq``, first replay what it missed."""
+    def _remember(self, sink: Sink, thread_id: str, seq: int) -> None:
+        self._seen.setdefault(sink, {}).setdefault(thread_id, SeqRanges()).add(seq)
+
+    async def subscribe(
+        self, thread_id: str, sink: Sink, after_seq: int | None, *, skip_seen: bool = True
+    ) -> None:
+        """Subscribe ``sink``; with ``after_seq``, first replay what it missed.
+
+        ``skip_seen`` leaves out what the connection already received as a
+        broadcast (``afterSeq``: "send what I missed"); ``replayRecent`` asks for
+        the recent events as such and gets them all.
+        """
         async with self.lock(thread_id):
+            seen = self._seen.get(sink, {}).pop(thread_id, None) if skip_seen else None
             if after_seq is not None:
-                for method, topic, frame in await self._replay(thread_id, after_seq):
-                    if _wants(sink, method, topic):
+                for seq, method, topic, frame in await self._replay(thread_id, after_seq):
+                    if (seen is None or seq not in seen) and _wants(sink, method, topic):
                         sink.deliver(method, frame)
             self.bus.subscribe(thread_id, sink)
 
-    async def _replay(self, thread_id: str, after_seq: int) -> list[tuple[str, str | None, str]]:
-        """``(method, topic, frame)`` for everything after ``after_seq``, in seq order."""
+    async def _replay(
+        self, thread_id: str, after_seq: int
+    ) -> list[tuple[int, str, str | None, str]]:
+        """``(seq, method, topic, frame)`` for everything after ``after_seq``, in order."""
         stored = await self.events.events_after(thread_id, after_seq)
         entries: list[tuple[int, str | None, _Delta | StoredEvent]] = [
             (event.seq, None, event) for event in stored
@@ -197,7 +260,7 @@ class ThreadJournal:
                 (delta.seq, streaming_id, delta) for delta in deltas if delta.seq > after_seq
             )
         entries.sort(key=lambda entry: entry[0])
-        frames: list[tuple[str, str | None, str]] = []
+        frames: list[tuple[int, str, str | None, str]] = []
         run: _Delta | None = None  # consecutive deltas of one item, coalesced
         run_item: str | None = None
         for _, item_id, entry in entries:
@@ -215,21 +278,20 @@ class ThreadJournal:
                 frames.append(_delta_frame(run))
                 run = None
             frame = framing.notification_frame_json(entry.method, entry.params_json, entry.seq)
-            frames.append((entry.method, entry.topic, frame))
+            frames.append((entry.seq, entry.method, entry.topic, frame))
         if run is not None:
             frames.append(_delta_frame(run))
         return frames
 
 
-def merge_delta_frames(older: str, newer: str) -> str:
-    """One delta frame carrying both texts and the newer ``seq`` (lagging peers)."""
-    first, second = json.loads(older), json.loads(newer)
-    second["params"]["delta"] = (
-        f"{first['params'].get('delta', '')}{second['params'].get('delta', '')}"
-    )
-    return framing.dumps(second)
+def merge_delta_frames(frames: list[str]) -> str:
+    """One delta frame carrying all texts and the newest ``seq`` (lagging peers)."""
+    parsed = [json.loads(frame) for frame in frames]
+    merged = parsed[-1]
+    merged["params"]["delta"] = "".join(str(p["params"].get("delta", "")) for p in parsed)
+    return framing.dumps(merged)
 
 
-def _delta_frame(delta: _Delta) -> tuple[str, str | None, str]:
+def _delta_frame(delta: _Delta) -> tuple[int, str, str | None, str]:
     frame = framing.notification_frame_json(delta.method, framing.dumps(delta.params), delta.seq)
-    return delta.method, delta.topic, frame
+    return delta.seq, delta.method, delta.topic, frame

@@ -97,6 +97,7 @@ class QueuedInput:
     images: list[dict[str, Any]]
     materialized: list[dict[str, Any]]
     origin: Connection | None = None
+    instructions: list[str] = field(default_factory=list)  # e.g. a referenced skill's body
 
     def to_user_input(self, delivery_mode: str) -> UserInput:
         return UserInput(
@@ -106,6 +107,7 @@ class QueuedInput:
             images=self.images,
             sender=self.wire.sender,
             delivery_mode=delivery_mode,
+            instructions=list(self.instructions),
         )
 
 
@@ -350,7 +352,7 @@ class TurnEngine:
                         if entry.wire.id in active.guidance:
                             entry.wire.status = "queued"
                     active.guidance.clear()
-                    await self.queue_changed(active.thread_id)
+                    await self.queue_changed(active.thread_id, include=active.watchers)
             except Exception:
                 log.exception("could not clear runtime state of %s", active.thread_id)
             active.done.set()
@@ -522,10 +524,11 @@ class TurnEngine:
             if entry is None:
                 continue
             queue.remove(entry)
+            active.instructions.extend(entry.instructions)
             await self._add_user_message(active, entry.to_user_input("guidance"))
             history.extend(messages_from_items(active.items[-1:]))
         active.guidance.clear()
-        await self.queue_changed(active.thread_id)
+        await self.queue_changed(active.thread_id, include=active.watchers)
 
     async def _model_call(self, active: ActiveTurn, history: list[Message]) -> list[ToolCall]:
         config = active.thread.configuration or {}
@@ -889,6 +892,7 @@ class TurnEngine:
                         wire=W.QueuedTurnInput.model_validate(row["wire"]),
                         images=list(row.get("images") or []),
                         materialized=list(row.get("materialized") or []),
+                        instructions=list(row.get("instructions") or []),
                     )
                 )
             self.queues[thread_id] = queue
@@ -914,7 +918,7 @@ class TurnEngine:
         queue.remove(entry)
         active = self.begin(thread, entry.origin, entry.to_user_input("queued"))
         active.released.set()
-        await self.queue_changed(thread.id)
+        await self.queue_changed(thread.id, include=active.watchers)
         return active
 
     async def _after_success(self, thread_id: str) -> None:
@@ -937,6 +941,7 @@ class TurnEngine:
                         "wire": entry.wire.to_wire(),
                         "images": entry.images,
                         "materialized": entry.materialized,
+                        "instructions": entry.instructions,
                     },
                 )
                 for entry in entries

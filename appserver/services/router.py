@@ -73,6 +73,11 @@ class Router:
         self.features: set[str] = set()
         self.extensions: dict[str, Any] = {}
         self.closed_hooks: list[Callable[[Connection], None]] = []
+        # Called once the client's info and capabilities are stored on the
+        # connection, before the `initialize` response is built (services that
+        # react to a capability, e.g. channel adapters; use ctx.after_response
+        # for anything that must follow the response).
+        self.initialize_hooks: list[Callable[[RequestContext, InitializeParams], None]] = []
 
     def register(self, method: str, handler: Handler) -> None:
         """Serve ``method`` with ``handler(ctx, params_model) -> result_model``."""
@@ -116,6 +121,8 @@ class Router:
         if not caps.config_change:
             opt_out.add("workspace/configChanged")
         conn.opt_out = frozenset(opt_out)
+        for hook in self.initialize_hooks:
+            hook(ctx, request)
         return InitializeResult(
             server_info=ServerInfo(name=self.server_name, version=__version__),
             capabilities=self.capabilities(),

@@ -180,9 +180,15 @@ class ThreadService:
             ),
             source=T.ThreadSource.model_validate(thread.source) if thread.source else None,
             runtime=self.runtimes.snapshot(thread.id),
+            queued_inputs=await self._queued_inputs(thread.id),
             turns=turns,
         )
         return T.ThreadResult(thread=wire, next_turns_cursor=next_cursor)
+
+    async def _queued_inputs(self, thread_id: str) -> list[dict[str, Any]]:
+        if self.engine is None:
+            return []
+        return [entry.wire.to_wire() for entry in await self.engine.load_queue(thread_id)]
 
     def _summary(self, thread: ThreadRecord) -> T.ThreadSummary:
         return T.ThreadSummary(
@@ -336,8 +342,12 @@ class ThreadService:
         else:
             # Replay after the response; the journal holds the thread's lock so
             # nothing published meanwhile is lost or sent twice.
-            replay_from = after_seq
-            ctx.after_response(lambda: self.journal.subscribe(params.thread_id, conn, replay_from))
+            replay_from, skip_seen = after_seq, params.after_seq is not None
+            ctx.after_response(
+                lambda: self.journal.subscribe(
+                    params.thread_id, conn, replay_from, skip_seen=skip_seen
+                )
+            )
         thread_id = params.thread_id
         for hook in self.subscribe_hooks:
             ctx.after_response(functools.partial(hook, thread_id, conn))

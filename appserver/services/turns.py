@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -16,7 +17,7 @@ from appserver.rpc.connection import RequestContext
 from appserver.runtime.history import messages_from_client
 from appserver.runtime.ids import now_iso
 from appserver.runtime.inputs import InputMaterializer, Materialized
-from appserver.runtime.turns import QueuedInput, TurnEngine, UserInput
+from appserver.runtime.turns import ActiveTurn, QueuedInput, TurnEngine, UserInput
 from appserver.services.router import Router
 from appserver.services.threads import ThreadService
 from appserver.storage.threads import ThreadRecord
@@ -40,6 +41,11 @@ class TurnService:
         self.threads = threads
         self.engine = engine
         self.materializer = materializer
+        # Called right after `turn/start` reserved a turn and before its response
+        # is built; may adjust the turn's attribution (record.origin_channel,
+        # record.initiator) and `user.extra`, which the turn reads only once the
+        # response is queued (channel adapters attribute turns to their channel).
+        self.start_hooks: list[Callable[[RequestContext, ActiveTurn, UserInput], None]] = []
 
     def register(self, router: Router) -> None:
         handlers: dict[str, Any] = {
@@ -81,6 +87,8 @@ class TurnService:
         if params.messages is not None:
             user.client_history = messages_from_client(params.messages)
         active = self.engine.begin(thread, ctx.connection, user)
+        for hook in self.start_hooks:
+            hook(ctx, active, user)
         # Synchronous callback: runs right after the response is queued, even if
         # the connection is closing, so the turn can never be left waiting.
         ctx.after_response(active.released.set)
@@ -122,6 +130,7 @@ class TurnService:
             images=materialized.images,
             materialized=materialized.materialized_parts,
             origin=ctx.connection,
+            instructions=list(materialized.instructions),
         )
         queue = await self.engine.enqueue(thread, entry)
         return W.TurnEnqueueResult(queued_input=wire, queued_inputs=[e.wire for e in queue])

@@ -107,7 +107,10 @@ class Database:
     async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error)."""
         async with self._write_lock:
-            await self.conn.execute("BEGIN IMMEDIATE")
+            # Shielded: a cancellation landing while BEGIN runs would otherwise
+            # leave the transaction open, and every later write would fail.
+            with anyio.CancelScope(shield=True):
+                await self.conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self.conn
             except BaseException:

@@ -48,4 +48,9 @@ class Transport(Protocol):
 
     async def send_batch(self, frames: list[str]) -> None: ...
 
+    def try_send(self, frame: str) -> bool:
+        """Write ``frame`` now without waiting, if the peer is keeping up;
+        ``False`` means "queue it instead" (never an error)."""
+        ...
+
     async def close(self, code: int = 1000, reason: str = "") -> None: ...

@@ -27,6 +27,13 @@ class MemoryTransport:
         except (anyio.EndOfStream, anyio.ClosedResourceError) as exc:
             raise TransportClosed from exc
 
+    def try_send(self, frame: str) -> bool:
+        try:
+            self._send.send_nowait(frame)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return True
+
     async def send(self, frame: str) -> None:
         await self.send_batch([frame])
 

@@ -94,6 +94,10 @@ class _WriteProtocol(asyncio.Protocol):
         self._lost = False
         self._waiter: asyncio.Future[None] | None = None
 
+    @property
+    def paused(self) -> bool:
+        return self._paused or self._lost
+
     def pause_writing(self) -> None:
         self._paused = True
 
@@ -192,6 +196,13 @@ class StdioTransport:
         self._writer.write(data)
         # Respect pipe backpressure: wait while the peer is not reading.
         await self._protocol.drain()
+
+    def try_send(self, frame: str) -> bool:
+        writer, protocol = self._writer, self._protocol
+        if writer is None or protocol is None or protocol.paused or writer.is_closing():
+            return False
+        writer.write(frame.encode("utf-8") + b"\n")
+        return True
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if self._writer is not None and not self._writer.is_closing():

@@ -18,10 +18,11 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
+from websockets.protocol import State
 
 from appserver.transport.base import INVALID_REQUEST, FrameRejected, TransportClosed
 
@@ -49,6 +50,19 @@ class WebSocketTransport:
                 INVALID_REQUEST, "Invalid request", "binary frames are not supported; send text"
             )
         return message
+
+    def try_send(self, frame: str) -> bool:
+        ws = self._ws
+        # `paused` is set while the socket's write buffer is above its high-water
+        # mark: then the frame waits in the outbox, where it can be coalesced.
+        if ws.paused or ws.protocol.state is not State.OPEN:
+            return False
+        try:
+            # The library's own synchronous send path (no task switch, no drain).
+            broadcast([ws], frame, raise_exceptions=True)
+        except ExceptionGroup:
+            return False
+        return True
 
     async def send_batch(self, frames: list[str]) -> None:
         try:
@@ -129,17 +143,22 @@ class Admission:
         return None
 
 
+def check_options(options: ListenerOptions) -> None:
+    """Raise :class:`ListenerError` for options the listener refuses."""
+    if not options.token and not is_loopback(options.host):
+        raise ListenerError(
+            f"refusing to listen on non-loopback address {options.host!r} without a token "
+            "(pass --token or set APPSERVER_TOKEN)"
+        )
+
+
 async def start_listener(
     options: ListenerOptions,
     on_connection: Callable[[WebSocketTransport], Awaitable[None]],
     is_ready: Callable[[], bool],
 ) -> Server:
     """Bind and start accepting. Raises :class:`ListenerError` for unsafe options."""
-    if not options.token and not is_loopback(options.host):
-        raise ListenerError(
-            f"refusing to listen on non-loopback address {options.host!r} without a token "
-            "(pass --token or set APPSERVER_TOKEN)"
-        )
+    check_options(options)
 
     async def handler(ws: ServerConnection) -> None:
         await on_connection(WebSocketTransport(ws))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from appserver.rpc.connection import Limits
+from appserver.runtime.turns import EngineConfig
 from appserver.server import AppServer, ServerConfig
 from appserver.transport.websocket import ListenerOptions
 from tests.support.client import RpcClient
@@ -75,8 +76,17 @@ class ProcessStream:
 
 
 def server_command(workspace: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "appserver", "app-server", "--workspace", str(workspace),
-            "--log-level", "warning", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "appserver",
+        "app-server",
+        "--workspace",
+        str(workspace),
+        "--log-level",
+        "warning",
+        *extra,
+    ]
 
 
 def child_env() -> dict[str, str]:
@@ -104,9 +114,10 @@ async def read_listening_url(process: Process, timeout: float = 15) -> str:
 class ServerUnderTest:
     """One running server and a way to open clients to it."""
 
-    def __init__(self, kind: str, workspace: Path) -> None:
+    def __init__(self, kind: str, workspace: Path, server_args: Sequence[str] = ()) -> None:
         self.kind = kind
         self.workspace = workspace
+        self.server_args = tuple(server_args)  # extra CLI flags for the stdio subprocess
         self.multi_client = kind != "stdio"
         self.app: AppServer | None = None
         self.url: str | None = None
@@ -115,8 +126,13 @@ class ServerUnderTest:
         self._stdio_used = False
 
     @asynccontextmanager
-    async def connect(self, name: str = "test-client", *, initialize: bool = True,
-                      capabilities: dict[str, Any] | None = None) -> AsyncIterator[RpcClient]:
+    async def connect(
+        self,
+        name: str = "test-client",
+        *,
+        initialize: bool = True,
+        capabilities: dict[str, Any] | None = None,
+    ) -> AsyncIterator[RpcClient]:
         async with AsyncExitStack() as stack:
             if self.kind == "memory":
                 assert self.app is not None
@@ -130,7 +146,9 @@ class ServerUnderTest:
                     raise RuntimeError("stdio serves exactly one client per process")
                 self._stdio_used = True
                 process = await stack.enter_async_context(
-                    await anyio.open_process(server_command(self.workspace), env=child_env())
+                    await anyio.open_process(
+                        server_command(self.workspace, *self.server_args), env=child_env()
+                    )
                 )
                 stack.callback(_terminate, process)
                 stream = ProcessStream(process)
@@ -149,13 +167,28 @@ def _terminate(process: Process) -> None:
 
 
 @asynccontextmanager
-async def running_server(kind: str, workspace: Path, limits: Limits | None = None
-                         ) -> AsyncIterator[ServerUnderTest]:
-    """Start a server of ``kind`` for ``workspace``; stop it on exit."""
-    sut = ServerUnderTest(kind, workspace)
+async def running_server(
+    kind: str,
+    workspace: Path,
+    limits: Limits | None = None,
+    engine: EngineConfig | None = None,
+    **options: Any,
+) -> AsyncIterator[ServerUnderTest]:
+    """Start a server of ``kind`` for ``workspace``; stop it on exit.
+
+    ``engine`` tunes the turn engine (stdio: only ``approval_timeout``, as
+    ``--approval-timeout``); ``options`` are more :class:`ServerConfig` fields
+    (in-process kinds only), e.g. ``provider`` or ``allow_private_image_urls``.
+    """
+    args: list[str] = []
+    if engine is not None:
+        args += ["--approval-timeout", str(engine.approval_timeout)]
+    sut = ServerUnderTest(kind, workspace, args)
     async with AsyncExitStack() as stack:
         if kind in ("memory", "websocket"):
-            config = ServerConfig(workspace=workspace, limits=limits or Limits())
+            config = ServerConfig(workspace=workspace, limits=limits or Limits(), **options)
+            if engine is not None:
+                config.engine = engine
             sut.app = await stack.enter_async_context(AppServer.open(config))
         if kind == "websocket":
             assert sut.app is not None

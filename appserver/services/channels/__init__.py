@@ -1,0 +1,22 @@
+"""The ``channels`` family: ``channel/list``, ``channel/status``,
+``externalChannel/*`` and the channel-adapter side (admission, turn
+attribution, reply delivery through ``ext/channel/send``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from appserver.services.channels.adapters import AdapterHub
+from appserver.services.channels.management import ChannelManagement
+from appserver.storage.channels import ExternalChannelRepository
+
+if TYPE_CHECKING:
+    from appserver.server import AppServer
+
+
+def install(server: AppServer) -> None:
+    """Register the family's handlers and hooks on ``server``."""
+    repo = ExternalChannelRepository(server.db)
+    hub = AdapterHub(server, repo)
+    hub.install()
+    ChannelManagement(server, repo, hub).register()

@@ -1,0 +1,255 @@
+"""The adapter side of external channels (DotCraft ``external-channel-adapter.md``).
+
+A client whose ``initialize`` carries ``capabilities.channelAdapter`` is the
+remote backend of one external channel (Telegram, Feishu, ...). Right after
+the ``initialize`` response the hub looks the channel up:
+
+* registered, enabled, ``websocket`` transport: the connection is attached to
+  the channel (``channel/status`` reports it ``running``);
+* otherwise: ``system/event {kind: "channelRejected", channelName, message}``
+  is sent (before ``initialized``: the client must learn why) and the
+  connection is closed with WebSocket code 1008.
+
+The check applies on every transport (DotCraft only routes adapters over
+WebSocket; over stdio or in-process the same rule is simply kept).
+
+Turns an attached adapter starts with ``turn/start`` are attributed to its
+channel: the turn's ``originChannel`` and ``initiator.channelName`` are the
+channel name, ``initiator.userId`` the ``sender.senderId``, and the
+``userMessage`` item carries ``channelName`` (and the thread's
+``channelContext``) next to the sender fields. When such a turn completes,
+its final agent text is sent to the adapter with the server->client request
+``ext/channel/send`` (to the starting connection, or to the channel's newest
+attached one if that connection is gone), but only to adapters that
+advertised ``deliveryCapabilities.structuredDelivery: true`` (DotCraft's
+condition for unified delivery; an adapter that posts replies itself from
+``turn/completed`` leaves it unset). Failed or cancelled turns, and turns
+whose final text is empty, send nothing. Delivery failures are logged and
+never affect the turn or the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from appserver.protocol import channels as C
+from appserver.protocol.initialize import InitializeParams
+from appserver.rpc.connection import Connection, RequestContext, ServerRequestError
+from appserver.runtime.turns import ActiveTurn, UserInput
+from appserver.storage.channels import ExternalChannelRecord, ExternalChannelRepository
+
+if TYPE_CHECKING:
+    from appserver.server import AppServer
+
+log = logging.getLogger("appserver.channels")
+
+ATTR = "channelAdapter"  # key of the binding in Connection.attrs
+REJECT_CLOSE_CODE = 1008  # policy violation
+
+
+@dataclass
+class AdapterBinding:
+    """What an attached adapter connection serves."""
+
+    channel_name: str  # the configured spelling
+    capability: C.ChannelAdapterCapability
+
+    @property
+    def structured_delivery(self) -> bool:
+        caps = self.capability.delivery_capabilities or {}
+        return caps.get("structuredDelivery") is True
+
+
+def binding_of(connection: Connection | None) -> AdapterBinding | None:
+    """The adapter binding of ``connection`` (``None`` for ordinary clients)."""
+    if connection is None:
+        return None
+    binding = connection.attrs.get(ATTR)
+    return binding if isinstance(binding, AdapterBinding) else None
+
+
+class AdapterHub:
+    """Admits or rejects adapters, attributes their turns, delivers replies."""
+
+    def __init__(self, server: AppServer, repo: ExternalChannelRepository) -> None:
+        self.server = server
+        self.repo = repo
+        # lower-cased channel name -> attached connections, oldest first
+        self.attached: dict[str, list[Connection]] = {}
+
+    def install(self) -> None:
+        self.server.router.initialize_hooks.append(self.on_initialize)
+        self.server.router.closed_hooks.append(self.on_closed)
+        self.server.turns.start_hooks.append(self.on_turn_start)
+        self.server.engine.turn_listeners.append(self.on_turn_finished)
+
+    # --- admission ------------------------------------------------------------------
+
+    def on_initialize(self, ctx: RequestContext, request: InitializeParams) -> None:
+        raw = request.capabilities.channel_adapter
+        if raw is None:
+            return
+        connection = ctx.connection
+        try:
+            capability = C.ChannelAdapterCapability.model_validate(raw)
+        except ValidationError:
+            name = str(raw.get("channelName", "")) if isinstance(raw, dict) else ""
+            message = "'channelAdapter.channelName' is required."
+            ctx.after_response(lambda: self.reject(connection, name, message))
+            return
+        ctx.after_response(lambda: self._admit(connection, capability))
+
+    async def _admit(self, connection: Connection, capability: C.ChannelAdapterCapability) -> None:
+        name = capability.channel_name.strip()
+        try:
+            record = await self.repo.get(name) if name else None
+        except Exception:
+            log.exception("could not look up channel %r", name)
+            self.reject(connection, name, f"Channel '{name}' could not be checked.")
+            return
+        reason = self._refusal(name, record)
+        if reason is not None or record is None:
+            self.reject(connection, name, reason or "")
+            return
+        if connection.closed:
+            return  # gone while we looked
+        connection.attrs[ATTR] = AdapterBinding(record.name, capability)
+        self.attached.setdefault(record.name.lower(), []).append(connection)
+        log.info("channel adapter attached: %s (%s)", record.name, connection.client_name)
+
+    @staticmethod
+    def _refusal(name: str, record: ExternalChannelRecord | None) -> str | None:
+        if record is None:
+            return f"Channel '{name}' is not registered in server configuration."
+        if not record.enabled:
+            return f"Channel '{name}' is disabled in server configuration."
+        if record.transport != "websocket":
+            return (
+                f"Channel '{name}' is subprocess-only; WebSocket adapter attach is not supported."
+            )
+        return None
+
+    def reject(self, connection: Connection, name: str, message: str) -> None:
+        """``system/event channelRejected``, then close (code 1008)."""
+        log.warning("rejected channel adapter %r: %s", name, message)
+        event = C.SystemEventNotification(
+            kind="channelRejected", channel_name=name, message=message
+        )
+        connection.notify_now("system/event", event)
+        connection.close(message, code=REJECT_CLOSE_CODE)
+
+    def on_closed(self, connection: Connection) -> None:
+        binding = binding_of(connection)
+        if binding is None:
+            return
+        key = binding.channel_name.lower()
+        remaining = [c for c in self.attached.get(key, []) if c is not connection]
+        if remaining:
+            self.attached[key] = remaining
+        else:
+            self.attached.pop(key, None)
+
+    def detach_all(self, name: str, message: str) -> None:
+        """Disconnect every adapter of ``name`` (the channel was removed or changed)."""
+        for connection in list(self.attached.get(name.lower(), [])):
+            self.reject(connection, name, message)
+
+    def is_running(self, name: str) -> bool:
+        return any(not c.closed for c in self.attached.get(name.lower(), []))
+
+    # --- attribution -----------------------------------------------------------------
+
+    def on_turn_start(self, ctx: RequestContext, active: ActiveTurn, user: UserInput) -> None:
+        binding = binding_of(ctx.connection)
+        if binding is None:
+            return
+        name = binding.channel_name
+        initiator: dict[str, Any] = {"channelName": name}
+        sender = user.sender
+        if sender is not None:
+            initiator.update(
+                userId=sender.sender_id,
+                userName=sender.sender_name,
+                userRole=sender.sender_role,
+                groupId=sender.group_id,
+            )
+        else:
+            initiator["userId"] = ctx.connection.client_name
+        if active.thread.channel_context:
+            initiator["channelContext"] = active.thread.channel_context
+        active.record.origin_channel = name
+        active.record.initiator = {k: v for k, v in initiator.items() if v is not None}
+        user.extra["channelName"] = name
+        if active.thread.channel_context:
+            user.extra["channelContext"] = active.thread.channel_context
+
+    # --- delivery ------------------------------------------------------------------------
+
+    def on_turn_finished(self, active: ActiveTurn) -> Awaitable[None] | None:
+        binding = binding_of(active.origin)
+        if binding is None or active.record.status != "completed":
+            return None
+        if not binding.structured_delivery:
+            return None
+        text = self.server.engine.final_text(active)
+        if not text.strip():
+            return None
+        return self._deliver(binding, active, text)
+
+    def _target_connection(self, binding: AdapterBinding, active: ActiveTurn) -> Connection | None:
+        origin = active.origin
+        if origin is not None and not origin.closed:
+            return origin
+        # The adapter reconnected: its newest connection for the channel delivers.
+        for connection in reversed(self.attached.get(binding.channel_name.lower(), [])):
+            current = binding_of(connection)
+            if not connection.closed and current is not None and current.structured_delivery:
+                return connection
+        return None
+
+    async def _deliver(self, binding: AdapterBinding, active: ActiveTurn, text: str) -> None:
+        initiator = active.record.initiator or {}
+        sender_id = initiator.get("userId")
+        group_id = initiator.get("groupId")
+        metadata: dict[str, Any] = {
+            "threadId": active.thread_id,
+            "turnId": active.record.id,
+            "channelName": binding.channel_name,
+            "channelContext": active.thread.channel_context,
+            "senderId": sender_id,
+            "groupId": group_id,
+        }
+        params = C.ChannelSendParams(
+            # DotCraft: the group is the delivery target; without one, the sender.
+            target=str(group_id or sender_id or active.thread.user_id),
+            message=C.ChannelOutboundMessage(kind="text", text=text),
+            metadata={k: v for k, v in metadata.items() if v is not None},
+        )
+        connection = self._target_connection(binding, active)
+        if connection is None:
+            log.warning(
+                "no %s adapter attached; reply of %s/%s not delivered",
+                binding.channel_name,
+                active.thread_id,
+                active.record.id,
+            )
+            return
+        try:
+            raw = await connection.request("ext/channel/send", params)
+            result = C.ChannelSendResult.model_validate(raw if isinstance(raw, dict) else {})
+        except (ServerRequestError, ValidationError) as exc:
+            log.warning("ext/channel/send to %s failed: %s", binding.channel_name, exc)
+            return
+        if not result.delivered:
+            log.warning(
+                "%s adapter did not deliver the reply of %s: %s %s",
+                binding.channel_name,
+                active.record.id,
+                result.error_code or "",
+                result.error_message or "",
+            )

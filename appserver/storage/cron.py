@@ -1,0 +1,187 @@
+"""Cron job rows and the heartbeat's state: the only place that knows their SQL."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from appserver.storage.db import Database
+
+
+@dataclass
+class CronJobRecord:
+    """One job as stored. ``schedule`` is the validated wire schedule."""
+
+    id: str
+    name: str
+    message: str
+    schedule: dict[str, Any]
+    enabled: bool
+    delete_after_run: bool
+    created_at_ms: int
+    dedicated: bool
+    thread_id: str | None = None
+    approval_policy: str | None = None
+    next_run_at_ms: int | None = None
+    last_run_at_ms: int | None = None
+    last_status: str | None = None
+    last_error: str | None = None
+    last_thread_id: str | None = None
+    last_result: str | None = None
+
+
+@dataclass
+class RunRecord:
+    """What one run changes on its job (``thread_id``: a dedicated thread made for it)."""
+
+    thread_id: str | None
+    last_run_at_ms: int
+    last_status: str
+    last_error: str | None
+    last_thread_id: str | None
+    last_result: str | None
+    next_run_at_ms: int | None = None
+
+
+@dataclass
+class HeartbeatState:
+    thread_id: str | None = None
+    last_run_at_ms: int | None = None
+    last_result: str | None = None
+    last_error: str | None = None
+
+
+def _job(row: sqlite3.Row) -> CronJobRecord:
+    return CronJobRecord(
+        id=row["id"],
+        name=row["name"],
+        message=row["message"],
+        schedule=json.loads(row["schedule_json"]),
+        enabled=bool(row["enabled"]),
+        delete_after_run=bool(row["delete_after_run"]),
+        created_at_ms=row["created_at_ms"],
+        dedicated=bool(row["dedicated"]),
+        thread_id=row["thread_id"],
+        approval_policy=row["approval_policy"],
+        next_run_at_ms=row["next_run_at_ms"],
+        last_run_at_ms=row["last_run_at_ms"],
+        last_status=row["last_status"],
+        last_error=row["last_error"],
+        last_thread_id=row["last_thread_id"],
+        last_result=row["last_result"],
+    )
+
+
+class CronRepository:
+    """Cron jobs and the heartbeat row. Every write is one transaction."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def insert(self, job: CronJobRecord) -> None:
+        """Add a job. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO cron_jobs (id, name, message, schedule_json, enabled,"
+                " delete_after_run, created_at_ms, thread_id, dedicated, approval_policy,"
+                " next_run_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job.id,
+                    job.name,
+                    job.message,
+                    json.dumps(job.schedule, separators=(",", ":")),
+                    int(job.enabled),
+                    int(job.delete_after_run),
+                    job.created_at_ms,
+                    job.thread_id,
+                    int(job.dedicated),
+                    job.approval_policy,
+                    job.next_run_at_ms,
+                ),
+            )
+
+    async def get(self, job_id: str) -> CronJobRecord | None:
+        rows = await self.db.fetch("SELECT * FROM cron_jobs WHERE id = ?", (job_id,))
+        return _job(rows[0]) if rows else None
+
+    async def list_jobs(self, include_disabled: bool) -> list[CronJobRecord]:
+        """Jobs in creation order (rowid breaks ties within a millisecond)."""
+        where = "" if include_disabled else " WHERE enabled = 1"
+        rows = await self.db.fetch(f"SELECT * FROM cron_jobs{where} ORDER BY created_at_ms, rowid")
+        return [_job(row) for row in rows]
+
+    async def delete(self, job_id: str) -> bool:
+        """Remove a job; ``False`` if it was not there."""
+        async with self.db.transaction() as conn:
+            cursor = await conn.execute("DELETE FROM cron_jobs WHERE id = ?", (job_id,))
+            return cursor.rowcount > 0
+
+    async def set_enabled(self, job_id: str, enabled: bool, next_run_at_ms: int | None) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE cron_jobs SET enabled = ?, next_run_at_ms = ? WHERE id = ?",
+                (int(enabled), next_run_at_ms, job_id),
+            )
+
+    async def save_run(self, job_id: str, run: RunRecord) -> None:
+        """Record a run's outcome and the job's next run."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "UPDATE cron_jobs SET thread_id = ?, last_run_at_ms = ?, last_status = ?,"
+                " last_error = ?, last_thread_id = ?, last_result = ?, next_run_at_ms = ?"
+                " WHERE id = ?",
+                (
+                    run.thread_id,
+                    run.last_run_at_ms,
+                    run.last_status,
+                    run.last_error,
+                    run.last_thread_id,
+                    run.last_result,
+                    run.next_run_at_ms,
+                    job_id,
+                ),
+            )
+
+    async def first_due(self, now_ms: int) -> CronJobRecord | None:
+        """The enabled job that has waited longest for a run due by ``now_ms``."""
+        rows = await self.db.fetch(
+            "SELECT * FROM cron_jobs WHERE enabled = 1 AND next_run_at_ms <= ?"
+            " ORDER BY next_run_at_ms, id LIMIT 1",
+            (now_ms,),
+        )
+        return _job(rows[0]) if rows else None
+
+    async def earliest_run(self) -> int | None:
+        """The earliest ``next_run_at_ms`` of an enabled job."""
+        rows = await self.db.fetch("SELECT MIN(next_run_at_ms) FROM cron_jobs WHERE enabled = 1")
+        value = rows[0][0] if rows else None
+        return int(value) if value is not None else None
+
+    # --- heartbeat ---------------------------------------------------------------
+
+    async def heartbeat(self) -> HeartbeatState:
+        rows = await self.db.fetch(
+            "SELECT thread_id, last_run_at_ms, last_result, last_error"
+            " FROM heartbeat_state WHERE id = 1"
+        )
+        if not rows:
+            return HeartbeatState()
+        row = rows[0]
+        return HeartbeatState(
+            thread_id=row["thread_id"],
+            last_run_at_ms=row["last_run_at_ms"],
+            last_result=row["last_result"],
+            last_error=row["last_error"],
+        )
+
+    async def save_heartbeat(self, state: HeartbeatState) -> None:
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO heartbeat_state (id, thread_id, last_run_at_ms, last_result,"
+                " last_error) VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                " thread_id = excluded.thread_id, last_run_at_ms = excluded.last_run_at_ms,"
+                " last_result = excluded.last_result, last_error = excluded.last_error",
+                (state.thread_id, state.last_run_at_ms, state.last_result, state.last_error),
+            )

@@ -1,0 +1,52 @@
+"""Python client for the appserver JSON-RPC AppServer.
+
+>>> async with AppServerClient.spawn(["appserver", "app-server"]) as client:  # doctest: +SKIP
+...     thread = (await client.thread_start(identity={"channelName": "cli", "userId": "me"}))
+...     outcome = await client.run_turn(thread["thread"]["id"], "hello")
+
+See README.md for the whole tour.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from appserver_client._generated import METHODS, NOTIFICATIONS, SERVER_REQUESTS
+from appserver_client.client import (
+    DECISIONS,
+    ApprovalHandler,
+    AppServerClient,
+    ClientOptions,
+    Opening,
+    TurnOutcome,
+)
+from appserver_client.errors import (
+    AppServerError,
+    ClientClosed,
+    ConnectFailed,
+    ConnectionLost,
+    NotificationOverflow,
+    RpcError,
+)
+from appserver_client.notifications import Notification, NotificationStream
+
+__all__ = [
+    "DECISIONS",
+    "METHODS",
+    "NOTIFICATIONS",
+    "SERVER_REQUESTS",
+    "AppServerClient",
+    "AppServerError",
+    "ApprovalHandler",
+    "ClientClosed",
+    "ClientOptions",
+    "ConnectFailed",
+    "ConnectionLost",
+    "Notification",
+    "NotificationOverflow",
+    "NotificationStream",
+    "Opening",
+    "RpcError",
+    "TurnOutcome",
+    "__version__",
+]

@@ -1,0 +1,158 @@
+"""The ``appserver`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from appserver import __version__
+from appserver.cli import Listen, build_parser, main, parse_listen
+from tests.support.client import RpcClient
+from tests.support.helpers import IDENTITY
+from tests.support.servers import WsStream, child_env, read_listening_url, server_command
+
+APPSERVER = [sys.executable, "-m", "appserver"]
+
+
+async def run_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    with anyio.fail_after(20):
+        return await anyio.run_process(
+            [*APPSERVER, *args], env=env or child_env(), check=False, stdin=subprocess.DEVNULL
+        )
+
+
+async def test_version() -> None:
+    done = await run_cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.decode().strip() == f"appserver {__version__}"
+
+
+def test_help_mentions_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["app-server", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in (
+        "--listen",
+        "--workspace",
+        "--token",
+        "--allow-origin",
+        "--max-in-flight",
+        "--log-level",
+        "stdio://",
+        "ws://HOST:PORT",
+        "ws+stdio://",
+        "APPSERVER_TOKEN",
+    ):
+        assert flag in text, flag
+
+
+def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "app-server" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "http://127.0.0.1:9100",
+        "ws://",
+        "ws://127.0.0.1:99999",
+        "ws://127.0.0.1:9100/other",
+        "tcp://x:1",
+        "127.0.0.1:9100",
+        "ws://127.0.0.1:port",
+    ],
+)
+def test_bad_listen_value_exits_2(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["app-server", "--listen", value])
+    assert exit_info.value.code == 2
+    assert "--listen" in capsys.readouterr().err
+
+
+def test_parse_listen() -> None:
+    assert parse_listen("stdio://") == Listen(stdio=True)
+    assert parse_listen("stdio") == Listen(stdio=True)
+    assert parse_listen("ws://127.0.0.1:0") == Listen(stdio=False, host="127.0.0.1", port=0)
+    assert parse_listen("ws://localhost") == Listen(stdio=False, host="localhost", port=9100)
+    assert parse_listen("ws://[::1]:9200/ws") == Listen(stdio=False, host="::1", port=9200)
+    assert parse_listen("ws+stdio://127.0.0.1:7") == Listen(stdio=True, host="127.0.0.1", port=7)
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_listen("wss://127.0.0.1:1")
+
+
+async def test_bad_listen_value_exits_2_in_a_process(workspace: Path) -> None:
+    done = await run_cli("app-server", "--workspace", str(workspace), "--listen", "http://x:1")
+    assert done.returncode == 2
+    assert b"--listen" in done.stderr
+    assert done.stdout == b""
+
+
+async def test_missing_workspace_exits_2(tmp_path: Path) -> None:
+    done = await run_cli("app-server", "--workspace", str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert b"not a directory" in done.stderr
+    assert not (tmp_path / "missing").exists()
+
+
+async def test_token_from_environment_is_honoured(workspace: Path) -> None:
+    env = {**child_env(), "APPSERVER_TOKEN": "env-token"}
+    process = await anyio.open_process(
+        server_command(workspace, "--listen", "ws://127.0.0.1:0"),
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    async with process:
+        try:
+            url = await read_listening_url(process)
+            assert "env-token" not in url  # the token is never printed
+            for bad in (url, url + "?token=wrong"):
+                with pytest.raises(InvalidStatus) as info:
+                    async with connect(bad):
+                        pass
+                assert info.value.response.status_code == 401
+            async with connect(url + "?token=env-token") as ws, anyio.create_task_group() as tg:
+                client = RpcClient(WsStream(ws))
+                await client.run(tg)
+                await client.initialize()
+                assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
+                tg.cancel_scope.cancel()
+            process.terminate()
+            with anyio.fail_after(10):
+                assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_no_token_on_loopback_admits_clients(workspace: Path) -> None:
+    """Without token and env var, a loopback listener accepts clients without a token."""
+    process = await anyio.open_process(
+        server_command(workspace, "--listen", "ws://127.0.0.1:0"),
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+    )
+    async with process:
+        try:
+            url = await read_listening_url(process)
+            async with connect(url) as ws:
+                await ws.send('{"jsonrpc":"2.0","id":1,"method":"thread/list"}')
+                assert '"code":-32002' in str(await ws.recv())
+            process.terminate()
+            with anyio.fail_after(10):
+                assert await process.wait() == 0
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
