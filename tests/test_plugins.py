@@ -232,6 +232,13 @@ async def test_user_owned_plugin(workspace: Path) -> None:
         {**skill_file("my-skill", "Does my thing."), **echo_mcp_file()},
     )
     async with running_server("memory", workspace) as sut, sut.connect() as client:
+        # Found on disk, not installed by this server: off until a client enables it,
+        # so starting the server never runs a cloned repository's MCP commands.
+        first = await plugin_list(client)
+        assert first["plugins"][0]["enabled"] is False
+        assert ("PluginNotEnabled", "info") in codes(first["diagnostics"])
+        assert (await client.request("mcp/status/list"))["servers"] == []
+        await client.request("plugin/setEnabled", {"id": "my-plugin", "enabled": True})
         listed = await plugin_list(client)
         assert [p["id"] for p in listed["plugins"]] == ["my-plugin", AUTHORING_ID, BUILTIN_ID]
         plugin = listed["plugins"][0]
@@ -288,6 +295,7 @@ async def test_workspace_server_shadows_a_plugin_server(workspace: Path) -> None
         write_plugin(
             workspace, "mine", manifest("my-plugin"), {**skill_file("s", "S."), **echo_mcp_file()}
         )
+        await client.request("plugin/setEnabled", {"id": "my-plugin", "enabled": True})
         plugin = await view(client, "my-plugin")
         assert plugin["mcpServers"] == [
             {
@@ -331,6 +339,7 @@ async def test_bad_manifests_become_diagnostics(workspace: Path) -> None:
         workspace, "bad-icon", manifest("bad-icon", interface={"logo": "./missing.png"}), skills
     )
     async with running_server("memory", workspace) as sut, sut.connect() as client:
+        await client.request("plugin/setEnabled", {"id": "bad-mcp", "enabled": True})
         listed = await plugin_list(client)
         found = codes(listed["diagnostics"])
         assert {
@@ -355,7 +364,8 @@ async def test_bad_manifests_become_diagnostics(workspace: Path) -> None:
         [dup] = [p for p in listed["plugins"] if p["id"] == "dup"]
         assert dup["rootPath"] == str(plugins_dir(workspace) / "dup-a")
         legacy = await view(client, "legacy")
-        assert codes(legacy["diagnostics"]) == {("UnsupportedPluginNativeTools", "warning")}
+        own = {c for c in codes(legacy["diagnostics"]) if c[0] != "PluginNotEnabled"}
+        assert own == {("UnsupportedPluginNativeTools", "warning")}
         assert legacy["functions"] == []
         bad_mcp = await view(client, "bad-mcp")
         [problem] = bad_mcp["diagnostics"]

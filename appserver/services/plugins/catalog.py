@@ -4,7 +4,8 @@ Workspace plugins come first; a later directory repeating an id is skipped
 (``DuplicatePluginId``). Built-in catalog entries that are not installed
 are listed as installable (``source: builtin``), never enabled. A workspace
 directory holding a ``.builtin`` marker was installed from the catalog by
-this server and may be removed by it; any other directory is user-owned.
+this server and may be removed by it; any other directory is user-owned, and
+is off until a client enables it (it could run commands through .mcp.json).
 """
 
 from __future__ import annotations
@@ -114,8 +115,23 @@ def discover(plugins_dir: Path, catalog_dir: Path, switches: dict[str, bool]) ->
             )
             continue
         seen.add(key)
-        enabled = switches.get(key, True)
-        if not enabled:
+        installed_by_us = (child / MARKER).is_file()
+        # A plugin directory we did not install (e.g. one that came with a cloned
+        # repository) may run commands through its .mcp.json: it stays off until a
+        # client enables it, so starting the server never runs untrusted code.
+        enabled = switches.get(key, installed_by_us)
+        if key not in switches and not installed_by_us:
+            found.diagnostics.append(
+                PluginDiagnostic(
+                    severity="info",
+                    code="PluginNotEnabled",
+                    message=f"Plugin '{manifest.id}' was found in the workspace and is off "
+                    "until enabled with plugin/setEnabled.",
+                    plugin_id=manifest.id,
+                    path=str(child),
+                )
+            )
+        elif not enabled:
             found.diagnostics.append(
                 PluginDiagnostic(
                     severity="info",
