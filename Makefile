@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client pytest bench clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client pytest node-test bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,14 +38,29 @@ client-check: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q
 
-test: lint typecheck schema-check client-check pytest
+test: lint typecheck schema-check client-check pytest node-test
+
+# The Node client (clients/node): npm ci when node_modules is missing or the lock changed,
+# then check src/generated.ts against the schema, build with tsc, and run `node --test`
+# against real servers from $(VENV).
+NODE_DIR := clients/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	cd $(NODE_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+node-test: $(STAMP) $(NODE_STAMP)
+	cd $(NODE_DIR) && npm run --silent check-generated && npm run --silent build && npm run --silent test:run
 
 schema: $(STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md
 	$(BIN)/python clients/python/generate.py
+	node clients/node/scripts/generate.mjs
 
 client: $(STAMP)
 	$(BIN)/python clients/python/generate.py
+	node clients/node/scripts/generate.mjs
 
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py

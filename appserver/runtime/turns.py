@@ -323,7 +323,11 @@ class TurnEngine:
                 "outputTokens": active.output_tokens,
                 "totalTokens": active.input_tokens + active.output_tokens,
             }
-            turn = self.turn_wire(active)
+            # One frame goes to every watcher, so leave out the opt-in item type:
+            # clients that asked for commandExecution items got them as events.
+            turn = _turn_wire(
+                active.record, [i for i in active.items if i.type != "commandExecution"]
+            )
             params: WireModel
             if record.status == "completed":
                 method, params = "turn/completed", W.TurnNotification(turn=turn)
