@@ -47,6 +47,7 @@ from appserver.runtime.history import messages_from_items
 from appserver.runtime.ids import now_iso
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
+from appserver.runtime.wire import item_to_wire, turn_to_wire
 from appserver.storage.threads import (
     ItemRecord,
     ThreadRecord,
@@ -261,7 +262,7 @@ class TurnEngine:
         return ""
 
     def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> T.Turn:
-        return _turn_wire(active.record, active.items if include_items else [])
+        return turn_to_wire(active.record, active.items if include_items else [])
 
     # --- the turn ----------------------------------------------------------------------
 
@@ -325,7 +326,7 @@ class TurnEngine:
             }
             # One frame goes to every watcher, so leave out the opt-in item type:
             # clients that asked for commandExecution items got them as events.
-            turn = _turn_wire(
+            turn = turn_to_wire(
                 active.record, [i for i in active.items if i.type != "commandExecution"]
             )
             params: WireModel
@@ -392,26 +393,21 @@ class TurnEngine:
         return "item:commandExecution" if item.type == "commandExecution" else None
 
     async def _start_item(self, active: ActiveTurn, item: ItemRecord) -> None:
-        await self.journal.emit(
-            active.thread_id,
-            "item/started",
-            W.ItemNotification(
-                thread_id=active.thread_id, turn_id=active.record.id, item=_item_wire(item)
-            ),
-            include=active.watchers,
-            topic=self._topic(item),
-            item=item,
-        )
+        await self._emit_item(active, "item/started", item)
 
     async def _complete_item(self, active: ActiveTurn, item: ItemRecord) -> None:
         item.status = "completed"
         item.completed_at = now_iso()
         active.open_items.pop(item.id, None)
+        await self._emit_item(active, "item/completed", item)
+
+    async def _emit_item(self, active: ActiveTurn, method: str, item: ItemRecord) -> None:
+        """Store the item and announce it (stored first: read-your-writes)."""
         await self.journal.emit(
             active.thread_id,
-            "item/completed",
+            method,
             W.ItemNotification(
-                thread_id=active.thread_id, turn_id=active.record.id, item=_item_wire(item)
+                thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
             ),
             include=active.watchers,
             topic=self._topic(item),
@@ -852,7 +848,7 @@ class TurnEngine:
                 active.thread_id,
                 "item/approval/resolved",
                 W.ApprovalResolvedNotification(
-                    thread_id=active.thread_id, turn_id=active.record.id, item=_item_wire(item)
+                    thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
                 ),
                 include=active.watchers,
             )
@@ -979,7 +975,7 @@ class TurnEngine:
                     turn.thread_id,
                     "item/completed",
                     W.ItemNotification(
-                        thread_id=turn.thread_id, turn_id=turn.id, item=_item_wire(item)
+                        thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)
                     ),
                     item=item,
                 )
@@ -993,7 +989,7 @@ class TurnEngine:
             await self.journal.emit(
                 turn.thread_id,
                 "turn/failed",
-                W.TurnFailedNotification(turn=_turn_wire(turn, items), error=turn.error),
+                W.TurnFailedNotification(turn=turn_to_wire(turn, items), error=turn.error),
                 turn=turn,
             )
             recovered += 1
@@ -1035,31 +1031,3 @@ def _initiator(
     if thread.channel_context:
         initiator["channelContext"] = thread.channel_context
     return {key: value for key, value in initiator.items() if value is not None}
-
-
-def _item_wire(item: ItemRecord) -> T.Item:
-    return T.Item(
-        id=item.id,
-        turn_id=item.turn_id,
-        type=item.type,
-        status=item.status,
-        created_at=item.created_at,
-        completed_at=item.completed_at,
-        payload_kind=item.type,
-        payload=item.payload,
-    )
-
-
-def _turn_wire(record: TurnRecord, items: list[ItemRecord]) -> T.Turn:
-    return T.Turn(
-        id=record.id,
-        thread_id=record.thread_id,
-        status=record.status,
-        started_at=record.started_at,
-        completed_at=record.completed_at,
-        token_usage=T.TokenUsage.model_validate(record.token_usage) if record.token_usage else None,
-        error=record.error,
-        origin_channel=record.origin_channel,
-        initiator=record.initiator,
-        items=[_item_wire(item) for item in items],
-    )

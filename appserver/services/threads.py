@@ -27,48 +27,19 @@ from appserver.runtime.ids import new_thread_id, now_iso
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns import TurnEngine
+from appserver.runtime.wire import turn_to_wire
 from appserver.services.router import Router
 from appserver.storage.threads import (
     BadCursor,
-    ItemRecord,
     ThreadQuery,
     ThreadRecord,
     ThreadRepository,
-    TurnRecord,
 )
 
 log = logging.getLogger("appserver.threads")
 
 # `replayRecent: true` replays the notifications among the thread's last N seqs.
 RECENT_EVENTS = 32
-
-
-def item_to_wire(item: ItemRecord) -> T.Item:
-    return T.Item(
-        id=item.id,
-        turn_id=item.turn_id,
-        type=item.type,
-        status=item.status,
-        created_at=item.created_at,
-        completed_at=item.completed_at,
-        payload_kind=item.type,
-        payload=item.payload,
-    )
-
-
-def turn_to_wire(turn: TurnRecord, items: list[ItemRecord] | None) -> T.Turn:
-    return T.Turn(
-        id=turn.id,
-        thread_id=turn.thread_id,
-        status=turn.status,
-        started_at=turn.started_at,
-        completed_at=turn.completed_at,
-        token_usage=T.TokenUsage.model_validate(turn.token_usage) if turn.token_usage else None,
-        error=turn.error,
-        origin_channel=turn.origin_channel,
-        initiator=turn.initiator,
-        items=[item_to_wire(item) for item in items] if items is not None else None,
-    )
 
 
 def hidden_item_types(viewer: Connection | None) -> frozenset[str]:
