@@ -27,6 +27,9 @@ class _Flags:
         )
 
 
+_IDLE = ThreadRuntimeState()  # shared: wire models are never mutated after creation
+
+
 class RuntimeStates:
     """Runtime flags of every thread that has (had) live work in this process."""
 
@@ -36,7 +39,7 @@ class RuntimeStates:
 
     def snapshot(self, thread_id: str) -> ThreadRuntimeState:
         flags = self._flags.get(thread_id)
-        return flags.snapshot() if flags else ThreadRuntimeState()
+        return flags.snapshot() if flags else _IDLE
 
     def is_running(self, thread_id: str) -> bool:
         flags = self._flags.get(thread_id)

@@ -53,6 +53,9 @@ class Database:
         self.conn = conn
         self._reader = reader
         self._write_lock = anyio.Lock()
+        # Bumped by every write transaction: a value read while the generation
+        # was G is current exactly as long as the generation is still G.
+        self.generation = 0
 
     @classmethod
     async def open(cls, path: Path | str) -> Database:
@@ -116,10 +119,12 @@ class Database:
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self.conn.execute("ROLLBACK")
+                    self.generation += 1
                 raise
             else:
                 with anyio.CancelScope(shield=True):
                     await self.conn.execute("COMMIT")
+                    self.generation += 1
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """All rows of a read, in one trip to the database thread."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import aiosqlite
 
 from appserver.storage.db import Database
+
+THREAD_CACHE_SIZE = 1024
 
 
 class BadCursor(ValueError):
@@ -182,6 +185,9 @@ class ThreadRepository:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # Recently read threads, each valid only while no write has happened
+        # since (Database.generation), so no write path can leave it stale.
+        self._cache: dict[str, tuple[int, ThreadRecord]] = {}
 
     async def create(self, thread: ThreadRecord) -> None:
         """Insert a new thread. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
@@ -212,8 +218,19 @@ class ThreadRepository:
             )
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
+        """The thread, or ``None``. Callers get their own copy to change."""
+        cached = self._cache.get(thread_id)
+        if cached is not None and cached[0] == self.db.generation:
+            return copy.copy(cached[1])
+        generation = self.db.generation  # taken before reading: see Database.generation
         rows = await self.db.lookup_or_fetch("SELECT * FROM threads WHERE id = ?", (thread_id,))
-        return _thread(rows[0]) if rows else None
+        if not rows:
+            return None
+        thread = _thread(rows[0])
+        self._cache[thread_id] = (generation, thread)
+        if len(self._cache) > THREAD_CACHE_SIZE:
+            del self._cache[next(iter(self._cache))]
+        return copy.copy(thread)
 
     async def update(self, thread_id: str, **changes: Any) -> None:
         """Set columns of one thread (``status``, ``display_name``, ...)."""
