@@ -122,6 +122,7 @@ class AppServer:
         self._background: list[Callable[[], Awaitable[Any]]] = []
         self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
         self.connections: set[Connection] = set()
+        self._connections_changed = anyio.Event()  # set when a connection ends
         self.ready = False
         self.endpoints: dict[str, str] = {}
         # Set by the cron family's install; None while (or when) it is off.
@@ -195,7 +196,8 @@ class AppServer:
             connection.close("server shutting down", code=1001)
         with anyio.move_on_after(3):
             while self.connections:
-                await anyio.sleep(0.01)
+                self._connections_changed = anyio.Event()
+                await self._connections_changed.wait()
 
     async def serve_transport(self, transport: Transport) -> Connection:
         """Serve one peer until it leaves."""
@@ -205,6 +207,7 @@ class AppServer:
             await connection.serve()
         finally:
             self.connections.discard(connection)
+            self._connections_changed.set()
         return connection
 
     @asynccontextmanager

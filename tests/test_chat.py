@@ -103,7 +103,6 @@ def test_chat_switch_threads_interrupt_and_cancel(workspace: Path) -> None:
         child.expect(APPROVAL)
         child.sendline("s")
         child.expect_exact("[approval] acceptForSession")
-        time.sleep(0.3)
         child.sendintr()
         child.expect_exact("[turn cancelled: interrupted]")
         child.expect_exact("you> ")
