@@ -141,6 +141,7 @@ class StdioTransport:
         self._raw_out = raw_out
         self._lines = LineReader(max_message_bytes)
         self._eof = False
+        self._pending: list[str] = []  # accepted by try_send, written at the loop's next turn
 
     @classmethod
     async def open(
@@ -193,6 +194,7 @@ class StdioTransport:
             return
         if self._writer.is_closing():
             raise TransportClosed
+        self._flush()  # frames accepted by try_send go first
         self._writer.write(data)
         # Respect pipe backpressure: wait while the peer is not reading.
         await self._protocol.drain()
@@ -201,10 +203,24 @@ class StdioTransport:
         writer, protocol = self._writer, self._protocol
         if writer is None or protocol is None or protocol.paused or writer.is_closing():
             return False
-        writer.write(frame.encode("utf-8") + b"\n")
+        # Frames accepted in one event-loop iteration leave in one write at its
+        # end: pipelined answers cost one syscall, not one each, and a single
+        # answer is not delayed.
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._pending.append(frame)
         return True
 
+    def _flush(self) -> None:
+        if not self._pending or self._writer is None:
+            return
+        data = ("\n".join(self._pending) + "\n").encode("utf-8")
+        self._pending.clear()
+        if not self._writer.is_closing():
+            self._writer.write(data)
+
     async def close(self, code: int = 1000, reason: str = "") -> None:
+        self._flush()
         if self._writer is not None and not self._writer.is_closing():
             self._writer.close()
 
