@@ -31,8 +31,14 @@ def dumps(value: Any) -> str:
     return _finish(_encoder.encode(value))
 
 
+class RawJSON(str):
+    """A result already encoded as JSON (a cached answer); sent as is."""
+
+
 def payload_json(value: Any) -> str:
     """JSON text for a result or params value: a wire model or plain JSON data."""
+    if isinstance(value, RawJSON):
+        return str(value)
     if isinstance(value, BaseModel):
         return _finish(value.model_dump_json(by_alias=True, exclude_none=True))
     return dumps(value)

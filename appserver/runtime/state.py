@@ -41,6 +41,13 @@ class RuntimeStates:
         flags = self._flags.get(thread_id)
         return flags.snapshot() if flags else _IDLE
 
+    def key(self, thread_id: str) -> tuple[bool, int, bool] | None:
+        """A cheap value that changes whenever the thread's snapshot does."""
+        flags = self._flags.get(thread_id)
+        if flags is None:
+            return None
+        return (flags.running, flags.pending_approvals, flags.waiting_on_plan_confirmation)
+
     def is_running(self, thread_id: str) -> bool:
         flags = self._flags.get(thread_id)
         return bool(flags and flags.running)

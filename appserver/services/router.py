@@ -20,12 +20,14 @@ from appserver.protocol.errors import RpcError
 from appserver.protocol.initialize import InitializeParams, InitializeResult, ServerInfo
 from appserver.protocol.methods import FEATURE_FLAGS, METHODS
 from appserver.rpc.connection import Connection, RequestContext
+from appserver.rpc.framing import RawJSON
 from appserver.runtime.bus import EventBus
 
 log = logging.getLogger("appserver.router")
 
 P = TypeVar("P", bound=BaseModel)
-Handler = Callable[[RequestContext, Any], Awaitable[BaseModel]]
+# A handler returns a wire model, or RawJSON for an answer it already encoded.
+Handler = Callable[[RequestContext, Any], Awaitable[BaseModel | RawJSON]]
 
 # Notifications a client implicitly opts out of through its capabilities.
 _STREAMING_METHODS = (
@@ -128,7 +130,7 @@ class Router:
             capabilities=self.capabilities(),
         )
 
-    async def handle_request(self, ctx: RequestContext, params: Any) -> BaseModel:
+    async def handle_request(self, ctx: RequestContext, params: Any) -> BaseModel | RawJSON:
         spec = METHODS.get(ctx.method)
         handler = self.handlers.get(ctx.method)
         if spec is None or handler is None or spec.name == "initialize":

@@ -21,7 +21,9 @@ from pydantic import BaseModel
 from appserver.protocol import errors as E
 from appserver.protocol import threads as T
 from appserver.protocol.base import Empty
+from appserver.rpc import framing
 from appserver.rpc.connection import Connection, RequestContext
+from appserver.rpc.framing import RawJSON
 from appserver.runtime.bus import EventBus
 from appserver.runtime.ids import new_thread_id, now_iso
 from appserver.runtime.journal import ThreadJournal
@@ -40,6 +42,7 @@ log = logging.getLogger("appserver.threads")
 
 # `replayRecent: true` replays the notifications among the thread's last N seqs.
 RECENT_EVENTS = 32
+READ_CACHE_SIZE = 1024  # encoded thread/read answers kept (see ThreadService.read)
 
 
 def hidden_item_types(viewer: Connection | None) -> frozenset[str]:
@@ -70,6 +73,7 @@ class ThreadService:
         # Called (after the response) when a connection subscribes to a thread;
         # the turn engine re-sends pending approvals this way.
         self.subscribe_hooks: list[Callable[[str, Connection], Any]] = []
+        self._read_cache: dict[str, tuple[tuple[Any, ...], RawJSON]] = {}
 
     def register(self, router: Router) -> None:
         handlers: dict[str, Any] = {
@@ -281,10 +285,35 @@ class ThreadService:
             data=[self._summary(thread) for thread in threads], next_cursor=next_cursor
         )
 
-    async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel:
+    async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel | RawJSON:
+        if params.include_turns:
+            thread = await self.get(params.thread_id)
+            return await self.to_wire(
+                thread, True, params.turn_limit, params.turns_cursor, ctx.connection
+            )
+        # Without turns the answer depends only on the stored record, the runtime
+        # flags and the queue: while all three are unchanged, send the bytes of
+        # the last answer (a hot read is then a dictionary lookup).
+        key = self._read_key(params.thread_id)
+        cached = self._read_cache.get(params.thread_id)
+        if key is not None and cached is not None and cached[0] == key:
+            return cached[1]
         thread = await self.get(params.thread_id)
-        return await self.to_wire(
-            thread, params.include_turns, params.turn_limit, params.turns_cursor, ctx.connection
+        encoded = RawJSON(framing.payload_json(await self.to_wire(thread)))
+        if key is not None and key == self._read_key(params.thread_id):
+            self._read_cache[params.thread_id] = (key, encoded)
+            if len(self._read_cache) > READ_CACHE_SIZE:
+                del self._read_cache[next(iter(self._read_cache))]
+        return encoded
+
+    def _read_key(self, thread_id: str) -> tuple[Any, ...] | None:
+        queue = self.engine.queues.get(thread_id) if self.engine is not None else []
+        if queue is None:
+            return None  # not loaded yet: the first read loads it
+        return (
+            self.repo.db.generation,
+            self.runtimes.key(thread_id),
+            tuple((entry.wire.id, entry.wire.status) for entry in queue),
         )
 
     async def rollback(self, ctx: RequestContext, params: T.ThreadRollbackParams) -> BaseModel:
