@@ -153,6 +153,16 @@ async def test_lone_surrogates_are_echoed_safely(server: ServerUnderTest) -> Non
         assert (await client.request("thread/list", LIST))["data"] == []
 
 
+async def test_lone_surrogate_in_a_param_is_invalid_params(server: ServerUnderTest) -> None:
+    """It reaches SQLite as text it cannot encode: the client's fault, not -32603."""
+    async with server.connect() as client:
+        frame = '{"jsonrpc":"2.0","id":7,"method":"thread/read","params":{"threadId":"t\\ud800"}}'
+        reply = await client.exchange(frame, 7)
+        error = assert_error_frame(reply, E.INVALID_PARAMS, 7)
+        assert "surrogate" in error["data"]["detail"]
+        assert (await client.request("thread/list", LIST))["data"] == []
+
+
 # --- params --------------------------------------------------------------------
 
 

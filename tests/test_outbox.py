@@ -211,3 +211,23 @@ async def test_a_peer_that_never_reads_is_closed_others_get_the_turn(workspace: 
             mark = good.mark()
             turn_id = await start_turn(good, thread_id, "after the stuck peer")
             assert (await wait_terminal(good, turn_id, start=mark))["method"] == "turn/completed"
+
+
+async def test_a_write_that_never_completes_closes_the_peer(workspace: Path) -> None:
+    """Keepalive pings queue behind a full buffer, so only a send timeout catches this."""
+    with anyio.fail_after(10):
+        async with running_server("memory", workspace) as sut:
+            assert sut.app is not None
+            transport = StuckTransport()
+            stuck = Connection(transport, sut.app.router, Limits(send_timeout=0.2))
+            request = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"clientInfo": {"name": "stuck", "version": "1"}},
+            }
+            await transport.to_server.send(json.dumps(request))
+            await stuck.serve()  # returns once the connection gave up on the peer
+            assert transport.sent == 1  # the initialize answer got stuck in the socket
+            assert transport.closed.is_set()
+            assert stuck.closed

@@ -205,7 +205,8 @@ async def test_cli_refuses_non_loopback_without_token(workspace: Path) -> None:
     assert done.returncode != 0
     assert b"non-loopback" in done.stderr and b"token" in done.stderr
     assert done.stdout == b""
-    # It left the workspace unlocked.
+    # It refused before touching the workspace at all, and left it unlocked.
+    assert not (workspace / ".craft").exists()
     lock = WorkspaceLock(workspace / ".craft" / "appserver.lock")
     lock.acquire({})
     lock.release()

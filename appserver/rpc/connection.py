@@ -211,11 +211,6 @@ class Connection:
         if self.state is State.READY:
             self._put(frame, coalesce)
 
-    def notify(self, method: str, params: Any) -> None:
-        """Encode and queue one notification for this connection only."""
-        if self.wants(method):
-            self._put(framing.notification_frame(method, params))
-
     def notify_now(self, method: str, params: Any) -> None:
         """Queue a notification even before ``initialized`` and despite opt-outs:
         only for handshake outcomes the client must see (``channelRejected``)."""

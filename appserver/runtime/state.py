@@ -48,10 +48,6 @@ class RuntimeStates:
             return None
         return (flags.running, flags.pending_approvals, flags.waiting_on_plan_confirmation)
 
-    def is_running(self, thread_id: str) -> bool:
-        flags = self._flags.get(thread_id)
-        return bool(flags and flags.running)
-
     async def set_running(self, thread_id: str, running: bool) -> None:
         def change(flags: _Flags) -> None:
             flags.running = running

@@ -837,12 +837,10 @@ class TurnEngine:
         if verdict.fallback:
             await self._error_item(active, verdict.fallback, verdict.fallback_code or "", False)
         await self.approvals.remember(active.thread_id, need, verdict.decision, now_iso())
-        await self._record_response(active, request_id, verdict, exclude=verdict.answered_by)
+        await self._record_response(active, request_id, verdict)
         return verdict
 
-    async def _record_response(
-        self, active: ActiveTurn, request_id: str, verdict: Verdict, exclude: Connection | None
-    ) -> None:
+    async def _record_response(self, active: ActiveTurn, request_id: str, verdict: Verdict) -> None:
         async def resolved(item: ItemRecord) -> None:
             await self.journal.emit(
                 active.thread_id,
