@@ -23,6 +23,7 @@ chat: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -36,7 +37,7 @@ client-check: $(STAMP)
 	$(BIN)/python clients/python/generate.py --check
 
 pytest: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2
 
 test: lint typecheck schema-check client-check pytest node-test
 

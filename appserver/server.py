@@ -20,20 +20,17 @@ from appserver.providers.base import Provider
 from appserver.rpc.connection import Connection, Limits
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
-from appserver.runtime.ids import now_iso
-from appserver.runtime.inputs import InputMaterializer
-from appserver.runtime.journal import ThreadJournal
-from appserver.runtime.state import RuntimeStates
+from appserver.runtime.host import Runtime
+from appserver.runtime.threads import Threads
 from appserver.runtime.turns import EngineConfig, TurnEngine
+from appserver.services.context import FamilyContext
 from appserver.services.families import FAMILIES
 from appserver.services.router import Router
 from appserver.services.threads import ThreadService
 from appserver.services.turns import TurnService
 from appserver.storage.db import Database
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.threads import EventRepository, ThreadRepository
 from appserver.storage.workspace_config import load_workspace_config, lookup
-from appserver.tools.registry import ToolRegistry
 from appserver.transport.base import Transport
 from appserver.transport.memory import MemoryTransport, memory_pair
 from appserver.transport.stdio import StdioTransport
@@ -48,6 +45,10 @@ from appserver.transport.websocket import (
 if TYPE_CHECKING:
     from appserver.cron.heartbeat import HeartbeatService
     from appserver.cron.service import CronService
+    from appserver.services.commands.service import CommandsService
+    from appserver.services.mcp.service import McpService
+    from appserver.services.plugins.service import PluginService
+    from appserver.services.skills.service import SkillsService
 
 log = logging.getLogger("appserver.server")
 
@@ -76,76 +77,95 @@ class ServerConfig:
 
 
 class AppServer:
-    """One workspace's server: open with :meth:`open`, then serve transports."""
+    """One workspace's server: open with :meth:`open`, then serve transports.
+
+    It composes the runtime (the in-process API), the JSON-RPC front door
+    (router, thread and turn handlers, the method families) and transports.
+    """
 
     def __init__(self, config: ServerConfig, db: Database, lock: WorkspaceLock) -> None:
         self.config = config
         self.db = db
         self.lock = lock
-        self.bus = EventBus()
-        self.events = EventRepository(db)
-        self.journal = ThreadJournal(self.bus, self.events)
-        self.runtimes = RuntimeStates(self.journal)
-        self.router = Router(self.bus)
         self.workspace_config = load_workspace_config(config.craft_dir)
-        self.provider = config.provider or make_provider(
-            resolve_settings(config.provider_options, os.environ, self.workspace_config)
-        )
-        repo = ThreadRepository(db)
-        self.approvals = ApprovalBroker(
-            self.events, config.engine.approval_timeout, config.engine.reconnect_grace
-        )
-        self.engine = TurnEngine(
-            repo,
-            self.journal,
-            self.runtimes,
-            self.approvals,
-            ToolRegistry.with_defaults(),
-            self.provider,
+        self.runtime = Runtime(
+            db,
             config.workspace,
-            config.engine,
+            config.provider
+            or make_provider(
+                resolve_settings(config.provider_options, os.environ, self.workspace_config)
+            ),
+            config=config.engine,
+            attachments=config.craft_dir / "attachments" / "images",
+            allow_private_image_urls=config.allow_private_image_urls,
             default_approval_policy=self._default_approval_policy,
         )
-        self.threads = ThreadService(
-            repo, self.bus, self.journal, self.runtimes, config.workspace, self.engine
-        )
-        self.threads.register(self.router)
-        # A client that (re)joins a thread is asked about its pending approval.
-        self.threads.subscribe_hooks.append(self.approvals.offer)
-        self.materializer = InputMaterializer(
-            config.workspace,
-            config.craft_dir / "attachments" / "images",
-            config.allow_private_image_urls,
-        )
-        self.turns = TurnService(self.threads, self.engine, self.materializer)
-        self.turns.register(self.router)
-        self._background: list[Callable[[], Awaitable[Any]]] = []
-        self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
+        self.router = Router(self.runtime.bus)
+        ThreadService(self.runtime.threads).register(self.router)
+        turn_service = TurnService(self.runtime.turns)
+        turn_service.register(self.router)
         self.connections: set[Connection] = set()
         self._connections_changed = anyio.Event()  # set when a connection ends
         self.ready = False
         self.endpoints: dict[str, str] = {}
-        # Set by the cron family's install; None while (or when) it is off.
-        self.cron: CronService | None = None
-        self.heartbeat: HeartbeatService | None = None
-        for install in FAMILIES:
-            install(self)
-
-    def start_background(self, run: Callable[[], Awaitable[Any]]) -> None:
-        """Run ``run()`` for the server's lifetime (cancelled at shutdown).
-
-        Families call this from ``install``; the task starts once the server
-        is open and never blocks start-up or ``/readyz``.
-        """
-        self._background.append(run)
-
-    def announce_config_change(self, source: str, regions: list[str]) -> None:
-        """``workspace/configChanged`` to every connection that wants it."""
-        self.bus.publish(
-            "workspace/configChanged",
-            {"source": source, "regions": regions, "changedAt": now_iso()},
-            broadcast=True,
+        self.families = FamilyContext(
+            router=self.router,
+            runtime=self.runtime,
+            turn_service=turn_service,
+            workspace=config.workspace,
+            craft_dir=config.craft_dir,
+            workspace_config=self.workspace_config,
+            provider_options=config.provider_options,
+            provider_fixed=config.provider is not None,
+            is_ready=lambda: self.ready,
         )
+        for install in FAMILIES:
+            install(self.families)
+
+    # Short names for the parts tests and the CLI look at.
+    @property
+    def engine(self) -> TurnEngine:
+        return self.runtime.engine
+
+    @property
+    def approvals(self) -> ApprovalBroker:
+        return self.runtime.approvals
+
+    @property
+    def bus(self) -> EventBus:
+        return self.runtime.bus
+
+    @property
+    def threads(self) -> Threads:
+        return self.runtime.threads
+
+    @property
+    def provider(self) -> Provider:
+        return self.runtime.engine.provider
+
+    @property
+    def cron(self) -> CronService | None:
+        return self.families.cron
+
+    @property
+    def skills(self) -> SkillsService | None:
+        return self.families.skills
+
+    @property
+    def plugins(self) -> PluginService | None:
+        return self.families.plugins
+
+    @property
+    def mcp(self) -> McpService | None:
+        return self.families.mcp
+
+    @property
+    def commands(self) -> CommandsService | None:
+        return self.families.commands
+
+    @property
+    def heartbeat(self) -> HeartbeatService | None:
+        return self.families.heartbeat
 
     def _default_approval_policy(self) -> str:
         policy = lookup(self.workspace_config, "Permissions", "DefaultApprovalPolicy")
@@ -165,9 +185,8 @@ class AppServer:
             try:
                 server = cls(config, db, lock)
                 async with anyio.create_task_group() as tg:
-                    await tg.start(server.engine.run)
-                    await server.engine.recover()
-                    for run in server._background:
+                    await tg.start(server.runtime.run)
+                    for run in server.families.background:
                         tg.start_soon(_background, run)
                     server.ready = True
                     try:
@@ -186,8 +205,8 @@ class AppServer:
         """Cancel running turns, then close every connection once its queued
         frames (the ``turn/cancelled`` among them) are written. Idempotent."""
         self.ready = False
-        await self.engine.shutdown()
-        for hook in self.shutdown_hooks:
+        await self.runtime.shutdown()
+        for hook in self.families.shutdown_hooks:
             try:
                 await hook()
             except Exception:
@@ -202,6 +221,7 @@ class AppServer:
     async def serve_transport(self, transport: Transport) -> Connection:
         """Serve one peer until it leaves."""
         connection = Connection(transport, self.router, self.config.limits)
+        self.router.attach(connection)
         self.connections.add(connection)
         try:
             await connection.serve()

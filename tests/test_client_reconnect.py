@@ -119,7 +119,7 @@ async def test_subscribed_thread_replays_what_happened_while_disconnected(
                     if (await stream.next()).is_terminal:
                         break
             assert watcher.last_seq(thread_id) is not None
-            watcher_connection = next(c for c in sut.app.connections if c.client_name == "watcher")
+            watcher_connection = next(c for c in sut.app.connections if c.session.name == "watcher")
             watcher_connection.close("test: dropped", code=1001, abort=True)
             # The watcher waits 0.5-1 s before reconnecting; this turn happens meanwhile.
             second = await worker.run_turn(thread_id, "while you were away")

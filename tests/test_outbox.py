@@ -13,7 +13,7 @@ import pytest
 from appserver.rpc import framing
 from appserver.rpc.connection import Connection, Limits
 from appserver.rpc.outbox import Outbox, OutboxClosed
-from appserver.runtime.journal import merge_delta_frames
+from appserver.services.peer import merge_delta_frames
 from appserver.transport.base import TransportClosed
 from tests.support.servers import running_server
 from tests.support.turns import new_thread, one_item, start_turn, streamed_text, wait_terminal
@@ -183,7 +183,7 @@ async def test_a_peer_that_never_reads_is_closed_others_get_the_turn(workspace: 
                     await transport.to_server.send(json.dumps({"jsonrpc": "2.0", **request}))
                 # Subscribed once a thread event reaches its outbox.
                 with anyio.fail_after(5):
-                    while not sut.app.bus.is_subscribed(thread_id, stuck):
+                    while not sut.app.bus.is_subscribed(thread_id, stuck.session):
                         await anyio.sleep(0.01)
 
                 mark = good.mark()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from appserver.runtime.ids import now_iso
+from appserver.protocol.ids import now_iso
 from appserver.storage.db import Database, load_migrations, migrations_dir
 from appserver.storage.lock import WorkspaceLock, WorkspaceLocked
 from appserver.storage.threads import ItemRecord, ThreadRecord, ThreadRepository, TurnRecord

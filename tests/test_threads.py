@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from appserver.protocol import errors as E
-from appserver.runtime.ids import now_iso
+from appserver.protocol.ids import now_iso
 from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
 from tests.support.client import RpcClient
 from tests.support.helpers import (

@@ -188,7 +188,7 @@ class HeartbeatService:
                 result=outcome.result,
                 error=outcome.error,
                 token_usage=outcome.token_usage,
-            ).to_wire(),
+            ),
             broadcast=True,
         )
         if outcome.error is not None:

@@ -15,16 +15,13 @@ decides (``default`` -> decline, ``autoApprove`` -> accept,
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from appserver.protocol import threads as T
 from appserver.protocol.cron import JobTokenUsage
-from appserver.runtime.ids import new_thread_id, now_iso
+from appserver.runtime.threads import NewThread, Threads
 from appserver.runtime.turns import TurnEngine, UserInput
-from appserver.services.threads import ThreadService
 from appserver.storage.threads import ThreadRecord
 
 
@@ -92,7 +89,7 @@ class JobRunner:
     def __init__(
         self,
         engine: TurnEngine,
-        threads: ThreadService,
+        threads: Threads,
         accepting: Callable[[], bool] = lambda: True,
     ) -> None:
         self.engine = engine
@@ -101,32 +98,15 @@ class JobRunner:
 
     async def create_thread(self, spec: ThreadSpec) -> ThreadRecord:
         """Make a dedicated thread in the host workspace and announce it to everyone."""
-        now = now_iso()
-        for _ in range(5):
-            thread = ThreadRecord(
-                id=new_thread_id(),
-                workspace_path=self.threads.normalize_workspace(None),
+        return await self.threads.create(
+            NewThread(
                 user_id=spec.user_id,
-                origin_channel=spec.channel_name,
+                channel_name=spec.channel_name,
                 display_name=spec.display_name,
-                status="active",
-                created_at=now,
-                last_active_at=now,
                 source=dict(spec.source),
                 configuration=spec.configuration,
             )
-            try:
-                await self.threads.repo.create(thread)
-                break
-            except sqlite3.IntegrityError:
-                continue  # id collision: draw again
-        else:
-            raise RuntimeError("could not allocate a unique thread id")
-        wire = (await self.threads.to_wire(thread)).thread
-        await self.threads.journal.emit(
-            thread.id, "thread/started", T.ThreadStartedNotification(thread=wire), broadcast=True
         )
-        return thread
 
     async def run(
         self, thread_id: str | None, dedicated: ThreadSpec | None, trigger: Trigger
@@ -171,7 +151,7 @@ class JobRunner:
             created_thread=created,
         )
         if record.status == "completed":
-            outcome.result = self.engine.final_text(active)
+            outcome.result = active.final_text()
         elif record.status == "failed":
             outcome.error = record.error or "the turn failed"
         else:

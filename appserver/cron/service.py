@@ -148,10 +148,6 @@ class CronService:
         """Jobs, oldest first (``/cron`` shows disabled ones too, hence the default)."""
         return [job_info(job) for job in await self.repo.list_jobs(include_disabled)]
 
-    async def get_job(self, job_id: str) -> CronJobInfo | None:
-        job = await self.repo.get(job_id)
-        return job_info(job) if job is not None else None
-
     async def describe_jobs(self) -> str:
         """A Markdown list of every job, for chat commands (``/cron``)."""
         jobs = await self.repo.list_jobs(include_disabled=True)
@@ -319,7 +315,7 @@ class CronService:
                 result=outcome.result,
                 error=outcome.error,
                 token_usage=outcome.token_usage,
-            ).to_wire(),
+            ),
             broadcast=True,
         )
         self._changed.set()
@@ -327,6 +323,6 @@ class CronService:
     def _state_changed(self, job: CronJobInfo, removed: bool) -> None:
         self.bus.publish(
             "cron/stateChanged",
-            CronStateChangedNotification(job=job, removed=removed).to_wire(),
+            CronStateChangedNotification(job=job, removed=removed),
             broadcast=True,
         )

@@ -1,10 +1,17 @@
-"""One peer connection: the JSON-RPC state machine over a transport.
+"""One peer connection: the JSON-RPC core over a transport.
 
 The read loop parses frames and answers envelope-level errors itself; each
 request then runs in its own task so a slow handler never blocks the loop.
 Everything written goes through the bounded :class:`Outbox` and one writer
-task. The connection knows the ``initialize`` handshake but nothing about
-threads: it hands every request to an :class:`Application`.
+task. The core keeps envelopes, ids, per-connection ordering, the in-flight
+gate and server->client requests; it knows no method, no handshake and no
+application error code: an :class:`Application` admits, answers and
+orders requests (the DotCraft application adds ``initialize``/``initialized``).
+
+For the methods the application says so (``Application.holds``), a caller
+sees the response before any notification or server request queued to it
+while the request ran: those frames are held back until the response is
+queued.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import itertools
 import json
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -35,9 +42,7 @@ _connection_ids = itertools.count(1)
 
 
 class State(enum.Enum):
-    NEW = "new"  # waiting for `initialize`
-    INITIALIZING = "initializing"  # answered `initialize`, waiting for `initialized`
-    READY = "ready"
+    OPEN = "open"
     CLOSED = "closed"
 
 
@@ -91,24 +96,34 @@ class RequestContext:
 
 
 class Application(Protocol):
-    """What the JSON-RPC core calls into. Implemented by the service layer."""
+    """What the JSON-RPC core calls into: one protocol's methods and handshake."""
 
-    async def initialize(self, ctx: RequestContext, params: Any) -> Any:
-        """Answer ``initialize``; store client info on ``ctx.connection``."""
-
-    async def handle_request(self, ctx: RequestContext, params: Any) -> Any:
-        """Answer any other request (raise :class:`RpcError` to fail it)."""
+    def admit(self, connection: Connection, method: str) -> RpcError | None:
+        """Check a request at arrival (before it is ordered or counted);
+        an error is answered at once. Handshake gates go here."""
 
     def access(self, method: str) -> str:
         """How a request orders against others on its connection.
 
+        ``"inline"`` runs in the read loop before the next frame is read
+        (a handshake, so pipelined requests see it take effect);
         ``"read"`` runs alongside other reads but after every earlier write;
         ``"write"`` runs after everything that arrived before it;
         ``"detached"`` (long-running work) is not ordered at all.
         """
 
-    def connection_ready(self, connection: Connection) -> None:
-        """The client sent ``initialized``."""
+    async def handle_request(self, ctx: RequestContext, params: Any) -> Any:
+        """Answer a request (raise :class:`RpcError` to fail it)."""
+
+    def handle_notification(self, connection: Connection, method: str, params: Any) -> None:
+        """A client notification, handled in the read loop in arrival order."""
+
+    def overloaded(self) -> RpcError:
+        """The error for a request past the in-flight limit."""
+
+    def holds(self, method: str) -> bool:
+        """Whether frames queued to the caller while ``method`` runs (the
+        notifications it causes) are held back until its response is queued."""
 
     def connection_closed(self, connection: Connection) -> None:
         """The connection is gone; drop its subscriptions."""
@@ -165,13 +180,13 @@ class Connection:
         self.transport = transport
         self.app = app
         self.limits = limits or Limits()
-        self.state = State.NEW
+        self.state = State.OPEN
         self.outbox = Outbox(self.limits.outbox_bytes, self.limits.outbox_soft_bytes)
-        # Set by the application during `initialize`.
-        self.client_name = ""
-        self.client_capabilities: Any = None
-        self.opt_out: frozenset[str] = frozenset()
-        self.attrs: dict[str, Any] = {}
+        # The application's per-connection state (the DotCraft application's Peer).
+        self.session: Any = None
+        # Frames held back while a write request runs (sent after its response).
+        self._holding = 0
+        self._held: list[tuple[str, tuple[object, Merge] | None]] = []
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -189,32 +204,33 @@ class Connection:
         return f"<Connection #{self.id} {self.transport.kind} {self.state.value}>"
 
     @property
-    def ready(self) -> bool:
-        return self.state is State.READY
-
-    @property
     def closed(self) -> bool:
         return self.state is State.CLOSED
 
     # --- outbound ---------------------------------------------------------
 
-    def wants(self, method: str) -> bool:
-        """Whether a notification ``method`` would be delivered here now."""
-        return self.state is State.READY and method not in self.opt_out
-
-    def deliver(
-        self, method: str, frame: str, coalesce: tuple[object, Merge] | None = None
-    ) -> None:
-        """Queue an already-encoded notification (readiness and opt-outs are the
-        caller's check via :meth:`wants`). ``coalesce`` lets a lagging peer get
-        merged deltas; see :class:`~appserver.rpc.outbox.Outbox`."""
-        if self.state is State.READY:
+    def send(self, frame: str, coalesce: tuple[object, Merge] | None = None) -> None:
+        """Queue an encoded notification. ``coalesce`` lets a lagging peer get
+        merged deltas; see :class:`~appserver.rpc.outbox.Outbox`. While a write
+        request runs, the frame waits for that request's response."""
+        if self._holding:
+            self._held.append((frame, coalesce))
+        else:
             self._put(frame, coalesce)
 
-    def notify_now(self, method: str, params: Any) -> None:
-        """Queue a notification even before ``initialized`` and despite opt-outs:
-        only for handshake outcomes the client must see (``channelRejected``)."""
-        self._put(framing.notification_frame(method, params))
+    def notify(self, method: str, params: Any) -> None:
+        """Encode and queue one notification."""
+        self.send(framing.notification_frame(method, params))
+
+    def _hold(self) -> None:
+        self._holding += 1
+
+    def _release(self) -> None:
+        self._holding -= 1
+        if not self._holding and self._held:
+            held, self._held = self._held, []
+            for frame, coalesce in held:
+                self._put(frame, coalesce)
 
     async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
         """Send a server->client request and wait for its result.
@@ -228,7 +244,7 @@ class Connection:
         waiter = _Waiter()
         self._pending[request_id] = waiter
         try:
-            self._put(framing.request_frame(request_id, method, params))
+            self.send(framing.request_frame(request_id, method, params))
             limit = self.limits.server_request_timeout if timeout is None else timeout
             with anyio.move_on_after(limit):
                 await waiter.done.wait()
@@ -392,7 +408,7 @@ class Connection:
             return
         params = message.get("params")
         if not has_id:
-            self._on_notification(method)
+            self._on_notification(method, params)
             return
         if raw_id is None:
             error = E.invalid_request("'id' must be a string or an integer")
@@ -401,14 +417,11 @@ class Connection:
         assert _valid_id(raw_id)
         await self._on_request(raw_id, method, params)
 
-    def _on_notification(self, method: str) -> None:
-        if method == "initialized" and self.state is State.INITIALIZING:
-            self.state = State.READY
-            try:
-                self.app.connection_ready(self)
-            except Exception:
-                log.exception("connection_ready hook failed for %r", self)
-        # Any other client notification is ignored, as the protocol says.
+    def _on_notification(self, method: str, params: Any) -> None:
+        try:
+            self.app.handle_notification(self, method, params)
+        except Exception:
+            log.exception("notification %s failed on %r", method, self)
 
     def _on_response(self, raw_id: Any, message: dict[str, Any]) -> None:
         waiter = self._pending.get(raw_id) if isinstance(raw_id, int) else None
@@ -421,41 +434,29 @@ class Connection:
         waiter.done.set()
 
     async def _on_request(self, request_id: RequestId, method: str, params: Any) -> None:
-        if method == "initialize":
-            # Inline, so a client that pipelines initialize/initialized/requests
-            # sees them take effect in order.
-            if self.state is not State.NEW:
-                error = RpcError(E.ALREADY_INITIALIZED, "Already initialized")
-                self._put(framing.error_frame(request_id, error.to_wire()))
-                return
-            ctx = RequestContext(self, request_id, method)
-            ok = await self._run(ctx, self.app.initialize, params, gate=False)
-            # An after-response callback may have closed the connection (a
-            # rejected channel adapter): never reopen it.
-            if ok and self.state is State.NEW:
-                self.state = State.INITIALIZING
+        refused = self.app.admit(self, method)
+        if refused is not None:
+            self._put(framing.error_frame(request_id, refused.to_wire()))
             return
-        if self.state is State.NEW:
-            error = RpcError(E.NOT_INITIALIZED, "Not initialized")
-            self._put(framing.error_frame(request_id, error.to_wire()))
-            return
-        if self.state is State.INITIALIZING:
-            detail = "Server is awaiting the 'initialized' notification before handling requests."
-            self._put(framing.error_frame(request_id, E.invalid_request(detail).to_wire()))
+        access = self.app.access(method)
+        ctx = RequestContext(self, request_id, method)
+        if access == "inline":
+            # In the read loop, ungated: a handshake takes effect before the
+            # next pipelined frame is read.
+            await self._run(ctx, params, gate=False, hold=self.app.holds(method))
             return
         if self._in_flight >= self.limits.max_in_flight:
-            error = RpcError(E.SERVER_OVERLOADED, "Server overloaded; retry later.")
-            self._put(framing.error_frame(request_id, error.to_wire()))
+            self._put(framing.error_frame(request_id, self.app.overloaded().to_wire()))
             return
         self._in_flight += 1
         self._idle = asyncio.Event() if self._idle.is_set() else self._idle
-        ctx = RequestContext(self, request_id, method)
-        before, mine = self._ordering.enter(self.app.access(method))
+        before, mine = self._ordering.enter(access)
         # A plain asyncio task, tracked here and cancelled when the connection
         # ends: anyio's start_soon costs ~40 us more per request, which is a
         # tenth of a small request's whole round trip. (We run on asyncio only.)
         task = asyncio.get_running_loop().create_task(
-            self._run_gated(ctx, params, before, mine), name=f"rpc {method}"
+            self._run_gated(ctx, params, before, mine, self.app.holds(method)),
+            name=f"rpc {method}",
         )
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
@@ -466,25 +467,26 @@ class Connection:
         params: Any,
         before: list[asyncio.Event],
         mine: asyncio.Event | None,
+        hold: bool,
     ) -> None:
         try:
             for event in before:
                 await event.wait()
-            await self._run(ctx, self.app.handle_request, params, gate=True)
+            await self._run(ctx, params, gate=True, hold=hold)
         finally:
             self._ordering.leave(mine)
 
-    async def _run(
-        self,
-        ctx: RequestContext,
-        handler: Callable[[RequestContext, Any], Awaitable[Any]],
-        params: Any,
-        gate: bool,
-    ) -> bool:
-        """Run one handler and queue its answer; ``True`` if it succeeded."""
+    async def _run(self, ctx: RequestContext, params: Any, gate: bool, hold: bool) -> bool:
+        """Run one handler and queue its answer; ``True`` if it succeeded.
+
+        With ``hold``, frames sent to this connection while the handler runs
+        (the notifications it causes, or anything else) follow the response.
+        """
+        if hold:
+            self._hold()
         try:
             try:
-                result = await handler(ctx, params)
+                result = await self.app.handle_request(ctx, params)
             except RpcError as exc:
                 self._put(framing.error_frame(ctx.request_id, exc.to_wire()))
                 return False
@@ -510,10 +512,13 @@ class Connection:
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
                 return False
             self._put(frame)
+            if hold:
+                hold = False
+                self._release()  # what the request caused follows its response
             if gate:
-                # The request is answered: free its slot now. Its notifications
-                # below still hold its ordering ticket, so later requests wait
-                # for them, but a client that fires its next request on the
+                # The request is answered: free its slot now. Its after-response
+                # work below still holds its ordering ticket, so later requests
+                # wait for it, but a client that fires its next request on the
                 # response is never told the server is overloaded.
                 gate = False
                 self._release_slot()
@@ -526,6 +531,8 @@ class Connection:
                     log.exception("after-response callback of %s failed", ctx.method)
             return True
         finally:
+            if hold:
+                self._release()
             if gate:
                 self._release_slot()
 
@@ -533,12 +540,3 @@ class Connection:
         self._in_flight -= 1
         if self._in_flight == 0:
             self._idle.set()
-
-
-async def serve_connection(
-    transport: Transport, app: Application, limits: Limits | None = None
-) -> Connection:
-    """Serve one peer until it leaves; returns the finished connection."""
-    connection = Connection(transport, app, limits)
-    await connection.serve()
-    return connection

@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from pydantic import BaseModel
 
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from appserver.protocol.encoding import dumps, model_json
 
-
-def _finish(text: str) -> str:
-    # json escapes \n and other control characters inside strings; U+2028/2029
-    # are legal in JSON but split lines in JavaScript and Python's
-    # str.splitlines, so escape them too: one frame is always one line.
-    if "\u2028" in text or "\u2029" in text:
-        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-    # A peer can send a lone surrogate as a "\ud800" escape (in an id, a method
-    # name, a thread id we echo). Raw, it cannot be encoded as UTF-8 and would
-    # kill the writer; it only ever sits inside a JSON string, so escape it back.
-    if not text.isascii() and _SURROGATE.search(text):
-        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return text
-
-
-def dumps(value: Any) -> str:
-    """Compact single-line JSON for an already JSON-ready value."""
-    return _finish(_encoder.encode(value))
+__all__ = [
+    "RawJSON",
+    "dumps",
+    "error_frame",
+    "notification_frame",
+    "notification_frame_json",
+    "payload_json",
+    "request_frame",
+    "response_frame",
+]
 
 
 class RawJSON(str):
@@ -40,7 +29,7 @@ def payload_json(value: Any) -> str:
     if isinstance(value, RawJSON):
         return str(value)
     if isinstance(value, BaseModel):
-        return _finish(value.model_dump_json(by_alias=True, exclude_none=True))
+        return model_json(value)
     return dumps(value)
 
 

@@ -10,15 +10,19 @@ Order of checks for one :class:`~appserver.tools.base.ApprovalNeed`:
    from ``acceptForSession``/``acceptAlways``) or a persisted
    ``acceptAlways`` grant for the exact (kind, operation, target).
 4. ``interrupt`` policy: the turn is cancelled at the first gated operation.
-5. Otherwise every connection watching the turn that can answer approvals
-   gets ``item/approval/request``. The first valid answer wins; others see
-   ``item/approval/resolved``. Anything malformed counts as ``decline``.
+5. Otherwise every participant watching the turn that can answer approvals
+   is asked through its front door (:meth:`Participant.ask_approval`; the
+   JSON-RPC front door sends ``item/approval/request``). The first valid
+   answer wins; others see ``item/approval/resolved``. Anything malformed, or
+   an error answer, counts as ``decline``. A front door may also answer out
+   of band with :meth:`ApprovalBroker.answer`.
 
-It never hangs: no answer within the timeout, no connection able to answer,
+It never hangs: no answer within the timeout, no participant able to answer,
 or every asker gone for longer than the reconnect grace resolves by policy
 (``decline``; ``cancel`` under ``interrupt``) with an ``error`` item saying why.
-A connection that subscribes to or resumes the thread while a request is
+A participant that subscribes to or resumes the thread while a request is
 pending is asked too, so a reconnecting client can still answer.
+These rules live here once, for every front door.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from appserver.protocol.turns import ApprovalRequestParams
-from appserver.rpc.connection import Connection, PeerClosed, PeerErrorResponse, PeerTimeout
+from appserver.runtime.events import Participant, QuestionRefused, QuestionUnanswered
 from appserver.storage.threads import EventRepository
 from appserver.tools.base import ApprovalNeed
 
@@ -51,11 +55,11 @@ def scope_key(need: ApprovalNeed) -> str:
 
 
 def parse_decision(result: Any) -> str:
-    """The decision in a client's answer; anything malformed is ``decline``."""
-    if isinstance(result, dict):
-        decision = result.get("decision")
-        if isinstance(decision, str) and decision in DECISIONS:
-            return decision
+    """The decision in a client's answer (``{"decision": ...}`` or the bare
+    string); anything malformed is ``decline``."""
+    decision = result.get("decision") if isinstance(result, dict) else result
+    if isinstance(decision, str) and decision in DECISIONS:
+        return decision
     return "decline"
 
 
@@ -73,7 +77,7 @@ class Verdict:
     request_id: str | None = None
     fallback: str | None = None
     fallback_code: str | None = None
-    answered_by: Connection | None = None
+    answered_by: Participant | None = None
 
     @property
     def approved(self) -> bool:
@@ -89,12 +93,12 @@ class PendingApproval:
     timeout: float
     grace: float
     decision: str | None = None
-    answered_by: Connection | None = None
-    asked: set[Connection] = field(default_factory=set)
-    live: set[Connection] = field(default_factory=set)
+    answered_by: Participant | None = None
+    asked: set[Participant] = field(default_factory=set)
+    live: set[Participant] = field(default_factory=set)
     changed: anyio.Event = field(default_factory=anyio.Event)
 
-    def resolve(self, decision: str, by: Connection | None) -> None:
+    def resolve(self, decision: str, by: Participant | None) -> None:
         if self.decision is None:
             self.decision = decision
             self.answered_by = by
@@ -104,25 +108,27 @@ class PendingApproval:
         self.changed.set()
         self.changed = anyio.Event()
 
-    def ask(self, conn: Connection) -> None:
-        """Send the request to ``conn`` (once per connection)."""
-        if self.decision is not None or conn in self.asked or conn.closed:
+    def ask(self, participant: Participant) -> None:
+        """Ask ``participant`` (once per participant)."""
+        if self.decision is not None or participant in self.asked or participant.closed:
             return
-        self.asked.add(conn)
-        self.live.add(conn)
-        self.tg.start_soon(self._ask, conn)
+        self.asked.add(participant)
+        self.live.add(participant)
+        self.tg.start_soon(self._ask, participant)
 
-    async def _ask(self, conn: Connection) -> None:
+    async def _ask(self, participant: Participant) -> None:
         try:
-            result = await conn.request("item/approval/request", self.params, timeout=self.timeout)
-        except PeerErrorResponse:
-            self.resolve("decline", conn)  # an error answer fails closed
-        except (PeerClosed, PeerTimeout):
+            answer = await participant.ask_approval(self.params, self.timeout)
+        except QuestionRefused:
+            self.resolve("decline", participant)  # an error answer fails closed
+        except QuestionUnanswered:
             pass
+        except Exception:
+            log.exception("asking %r for an approval failed", participant)
         else:
-            self.resolve(parse_decision(result), conn)
+            self.resolve(parse_decision(answer), participant)
         finally:
-            self.live.discard(conn)
+            self.live.discard(participant)
             self._notify()
 
     async def wait(self) -> tuple[str | None, str | None]:
@@ -189,12 +195,12 @@ class ApprovalBroker:
     async def ask(
         self,
         params: ApprovalRequestParams,
-        askers: list[Connection],
+        askers: list[Participant],
         tg: TaskGroup,
         policy: str,
     ) -> Verdict:
-        """Send the request to ``askers`` and wait for the first answer."""
-        capable = [conn for conn in askers if _can_answer(conn)]
+        """Ask ``askers`` and wait for the first answer."""
+        capable = [asker for asker in askers if _can_answer(asker)]
         if not capable:
             return self._fallback(policy, params.request_id, "approval_unavailable")
         pending = PendingApproval(params, tg, self.timeout, self.reconnect_grace)
@@ -210,11 +216,23 @@ class ApprovalBroker:
             return self._fallback(policy, params.request_id, reason)
         return Verdict(decision, True, params.request_id, answered_by=pending.answered_by)
 
-    def offer(self, thread_id: str, conn: Connection) -> None:
-        """Ask a connection that (re)joined the thread about its pending request."""
+    def offer(self, thread_id: str, participant: Participant) -> None:
+        """Ask a participant that (re)joined the thread about its pending request."""
         pending = self.pending.get(thread_id)
-        if pending is not None and _can_answer(conn):
-            pending.ask(conn)
+        if pending is not None and _can_answer(participant):
+            pending.ask(participant)
+
+    def answer(
+        self, thread_id: str, request_id: str, decision: str, by: Participant | None = None
+    ) -> bool:
+        """Answer a pending request out of band (a front door whose protocol
+        answers approvals in its own frames); ``False`` if none matches.
+        The first answer wins, as for every other way of answering."""
+        pending = self.pending.get(thread_id)
+        if pending is None or pending.params.request_id != request_id:
+            return False
+        pending.resolve(parse_decision(decision), by)
+        return True
 
     async def remember(self, thread_id: str, need: ApprovalNeed, decision: str, now: str) -> None:
         """Apply ``acceptForSession`` / ``acceptAlways``."""
@@ -245,6 +263,5 @@ class ApprovalBroker:
         )
 
 
-def _can_answer(conn: Connection) -> bool:
-    caps = conn.client_capabilities
-    return not conn.closed and conn.ready and bool(getattr(caps, "approval_support", True))
+def _can_answer(participant: Participant) -> bool:
+    return not participant.closed and participant.can_answer_approvals()

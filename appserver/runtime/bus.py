@@ -1,93 +1,80 @@
-"""Fan-out of notifications to connections.
+"""Who receives which events: connected participants and thread subscriptions.
 
-Each notification is encoded once and the same frame is handed to every
-target connection's outbox (thread-scoped ones go through the journal).
-Targets are computed as a set, so a connection that is both the caller and
+Targets are computed as a set, so a participant that is both the caller and
 a subscriber (or a broadcast target) receives one copy: that is how
-DotCraft's de-duplication rules fall out.
+DotCraft's de-duplication rules fall out. Thread-scoped events go through
+the journal, which numbers and stores them first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
 
-from appserver.rpc import framing
-
-
-class Sink(Protocol):
-    """A connection as the bus sees it."""
-
-    def wants(self, method: str) -> bool: ...
-
-    def deliver(
-        self,
-        method: str,
-        frame: str,
-        coalesce: tuple[object, Callable[[list[str]], str]] | None = None,
-    ) -> None: ...
+from appserver.protocol.base import WireModel
+from appserver.runtime.events import Event, Participant
 
 
 class EventBus:
     """Who is connected, who subscribes to which thread, and delivery."""
 
     def __init__(self) -> None:
-        self._connections: set[Sink] = set()
-        self._subscribers: dict[str, set[Sink]] = {}
-        self._subscriptions: dict[Sink, set[str]] = {}
+        self._participants: set[Participant] = set()
+        self._subscribers: dict[str, set[Participant]] = {}
+        self._subscriptions: dict[Participant, set[str]] = {}
 
     @property
-    def connections(self) -> frozenset[Sink]:
-        return frozenset(self._connections)
+    def participants(self) -> frozenset[Participant]:
+        return frozenset(self._participants)
 
-    def add_connection(self, sink: Sink) -> None:
-        self._connections.add(sink)
+    def join(self, participant: Participant) -> None:
+        """``participant`` receives broadcasts from now on."""
+        self._participants.add(participant)
 
-    def remove_connection(self, sink: Sink) -> None:
-        """Forget a closed connection and cancel its subscriptions."""
-        self._connections.discard(sink)
-        for thread_id in self._subscriptions.pop(sink, set()):
+    def leave(self, participant: Participant) -> None:
+        """Forget a participant that left and cancel its subscriptions."""
+        self._participants.discard(participant)
+        for thread_id in self._subscriptions.pop(participant, set()):
             subscribers = self._subscribers.get(thread_id)
             if subscribers is not None:
-                subscribers.discard(sink)
+                subscribers.discard(participant)
                 if not subscribers:
                     del self._subscribers[thread_id]
 
-    def subscribe(self, thread_id: str, sink: Sink) -> bool:
-        """Subscribe ``sink`` to a thread; ``False`` if it already was."""
+    def subscribe(self, thread_id: str, participant: Participant) -> bool:
+        """Subscribe to a thread; ``False`` if it already was."""
         subscribers = self._subscribers.setdefault(thread_id, set())
-        if sink in subscribers:
+        if participant in subscribers:
             return False
-        subscribers.add(sink)
-        self._subscriptions.setdefault(sink, set()).add(thread_id)
+        subscribers.add(participant)
+        self._subscriptions.setdefault(participant, set()).add(thread_id)
         return True
 
-    def unsubscribe(self, thread_id: str, sink: Sink) -> None:
-        self._subscribers.get(thread_id, set()).discard(sink)
-        self._subscriptions.get(sink, set()).discard(thread_id)
+    def unsubscribe(self, thread_id: str, participant: Participant) -> None:
+        self._subscribers.get(thread_id, set()).discard(participant)
+        self._subscriptions.get(participant, set()).discard(thread_id)
 
-    def is_subscribed(self, thread_id: str, sink: Sink) -> bool:
-        return sink in self._subscribers.get(thread_id, ())
+    def is_subscribed(self, thread_id: str, participant: object) -> bool:
+        return participant in self._subscribers.get(thread_id, ())
 
-    def subscribers(self, thread_id: str) -> frozenset[Sink]:
+    def subscribers(self, thread_id: str) -> frozenset[Participant]:
         return frozenset(self._subscribers.get(thread_id, ()))
 
     def forget_thread(self, thread_id: str) -> None:
         """Drop a deleted thread's subscriptions."""
-        for sink in self._subscribers.pop(thread_id, set()):
-            self._subscriptions.get(sink, set()).discard(thread_id)
+        for participant in self._subscribers.pop(thread_id, set()):
+            self._subscriptions.get(participant, set()).discard(thread_id)
 
     def targets(
         self,
         *,
         thread_id: str | None = None,
         broadcast: bool = False,
-        include: Iterable[Sink] = (),
-        exclude: Iterable[Sink] = (),
-    ) -> set[Sink]:
-        """Every connection if ``broadcast``, the thread's subscribers if
+        include: Iterable[Participant] = (),
+        exclude: Iterable[Participant] = (),
+    ) -> set[Participant]:
+        """Every participant if ``broadcast``, the thread's subscribers if
         ``thread_id``, plus ``include``, minus ``exclude`` — each once."""
-        targets = set(self._connections) if broadcast else set()
+        targets = set(self._participants) if broadcast else set()
         if thread_id is not None:
             targets |= self._subscribers.get(thread_id, set())
         targets.update(include)
@@ -96,24 +83,20 @@ class EventBus:
 
     def publish(
         self,
-        method: str,
-        params: Any,
+        kind: str,
+        params: WireModel,
         *,
         broadcast: bool = False,
-        include: Iterable[Sink] = (),
-        exclude: Iterable[Sink] = (),
+        include: Iterable[Participant] = (),
+        exclude: Iterable[Participant] = (),
     ) -> None:
-        """Deliver one notification that is not about a thread (workspace-wide).
+        """Deliver one event that is not about a thread (workspace-wide).
 
-        Thread-scoped notifications go through the journal, which numbers
-        and stores them.
+        Thread-scoped events go through the journal, which numbers and stores them.
         """
-        wanted = [
-            sink
-            for sink in self.targets(broadcast=broadcast, include=include, exclude=exclude)
-            if sink.wants(method)
-        ]
-        if wanted:
-            frame = framing.notification_frame(method, params)
-            for sink in wanted:
-                sink.deliver(method, frame)
+        event: Event | None = None
+        for participant in self.targets(broadcast=broadcast, include=include, exclude=exclude):
+            if participant.wants(kind, None):
+                if event is None:
+                    event = Event(kind, params)
+                participant.deliver(event)

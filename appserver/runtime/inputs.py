@@ -25,7 +25,6 @@ import anyio
 import httpcore2 as httpcore
 import httpx2 as httpx
 
-from appserver.protocol import errors as E
 from appserver.protocol.turns import (
     CommandRefPart,
     FileRefPart,
@@ -35,6 +34,7 @@ from appserver.protocol.turns import (
     TextPart,
 )
 from appserver.providers.base import ImagePart
+from appserver.runtime.errors import InvalidInput
 
 log = logging.getLogger("appserver.inputs")
 
@@ -70,14 +70,9 @@ class Materialized:
     images: list[dict[str, Any]] = field(default_factory=list)
     instructions: list[str] = field(default_factory=list)
 
-    def model_text(self) -> str:
-        return "\n\n".join(
-            part["text"] for part in self.materialized_parts if part.get("type") == "text"
-        )
-
 
 # A resolver turns a skillRef/commandRef part into materialized parts and
-# extra system instructions; it raises RpcError (-32602, -32040, ...) to refuse.
+# extra system instructions; it raises to refuse (InvalidInput, or its family's error).
 Resolver = Callable[[Any], Awaitable["Resolved"]]
 
 
@@ -96,11 +91,11 @@ class InputMaterializer:
         self.resolvers: dict[str, Resolver] = {}
 
     def reject_unsupported(self, parts: Iterable[Any]) -> None:
-        """``-32602`` for reference parts no installed family can resolve."""
+        """:class:`InvalidInput` for reference parts no installed family can resolve."""
         for part in parts:
             if isinstance(part, SkillRefPart | CommandRefPart) and part.type not in self.resolvers:
                 what = "skills" if isinstance(part, SkillRefPart) else "commands"
-                raise E.invalid_params(f"{part.type} '{part.name}': {what} are not available")
+                raise InvalidInput(f"{part.type} '{part.name}': {what} are not available")
 
     async def materialize(self, parts: list[Any]) -> Materialized:
         native = [part.to_wire() for part in parts]

@@ -1,33 +1,34 @@
-"""Thread-scoped notifications: numbered, persisted, fanned out, replayable.
+"""Thread-scoped events: numbered, persisted, fanned out, replayable.
 
-Every notification about a thread gets the next per-thread ``seq``. Deltas
-are numbered and delivered but not stored; every other ("lifecycle")
-notification is written to SQLite in the same transaction as the turn or
-item row it announces, *before* anyone sees it: a client that has seen
-``item/completed`` can ``thread/read`` it from any connection.
+Every event about a thread gets the next per-thread ``seq``. Deltas are
+numbered and delivered but not stored; every other ("lifecycle") event is
+written to SQLite in the same transaction as the turn or item row it
+announces, *before* anyone sees it: a client that has seen
+``item/completed`` can read the item back from any front door.
 
-``thread/subscribe {afterSeq}`` replays, under the thread's lock (so no new
-event can slip between replay and live delivery), every stored event after
-that point plus, for items still streaming, their missed deltas coalesced
-into one delta per run: no gap, no duplicate.
+``subscribe(thread, participant, after_seq)`` replays, under the thread's
+lock (so no new event can slip between replay and live delivery), every
+stored event after that point plus, for items still streaming, their missed
+deltas merged into one delta per run: no gap, no duplicate.
+
+Events are typed (:class:`~appserver.runtime.events.Event`); how they are
+encoded is each front door's business.
 """
 
 from __future__ import annotations
 
 import bisect
-import json
 import weakref
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
 
 import anyio
 
 from appserver.protocol.base import WireModel
-from appserver.rpc import framing
-from appserver.runtime.bus import EventBus, Sink
-from appserver.runtime.ids import now_iso
-from appserver.storage.threads import EventRepository, ItemRecord, StoredEvent, TurnRecord
+from appserver.protocol.ids import now_iso
+from appserver.protocol.turns import DeltaNotification
+from appserver.runtime.bus import EventBus
+from appserver.runtime.events import Event, Participant
+from appserver.storage.threads import EventRepository, ItemRecord, TurnRecord
 
 SEEN_RANGES = 256  # separate runs of seqs remembered per (connection, thread)
 
@@ -69,20 +70,8 @@ class SeqRanges:
         return index >= 0 and seq <= self._lasts[index]
 
 
-@dataclass
-class _Delta:
-    seq: int
-    method: str
-    topic: str | None
-    params: dict[str, Any]
-
-
-def _wants(sink: Sink, method: str, topic: str | None) -> bool:
-    return sink.wants(method) and (topic is None or sink.wants(topic))
-
-
 class ThreadJournal:
-    """The one way thread-scoped notifications leave the runtime."""
+    """The one way thread-scoped events leave the runtime."""
 
     def __init__(self, bus: EventBus, events: EventRepository) -> None:
         self.bus = bus
@@ -90,11 +79,11 @@ class ThreadJournal:
         self._seq: dict[str, int] = {}
         self._locks: dict[str, anyio.Lock] = {}
         # Deltas of items still streaming, for exact replay: thread -> item -> deltas.
-        self._streaming: dict[str, dict[str, list[_Delta]]] = {}
-        # Seqs a connection received as a broadcast while not subscribed to the
+        self._streaming: dict[str, dict[str, list[Event]]] = {}
+        # Seqs a participant received as a broadcast while not subscribed to the
         # thread (thread/renamed, runtimeChanged, ...): a later afterSeq replay
-        # skips them, so nothing arrives twice. Bounded per (connection, thread).
-        self._seen: weakref.WeakKeyDictionary[Sink, dict[str, SeqRanges]] = (
+        # skips them, so nothing arrives twice. Bounded per (participant, thread).
+        self._seen: weakref.WeakKeyDictionary[Participant, dict[str, SeqRanges]] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -119,29 +108,30 @@ class ThreadJournal:
     async def emit(
         self,
         thread_id: str,
-        method: str,
+        kind: str,
         params: WireModel,
         *,
         broadcast: bool = False,
-        include: Iterable[Sink] = (),
-        exclude: Iterable[Sink] = (),
+        include: Iterable[Participant] = (),
+        exclude: Iterable[Participant] = (),
         topic: str | None = None,
         turn: TurnRecord | None = None,
         new_turn: bool = False,
         item: ItemRecord | None = None,
     ) -> int:
-        """Persist (with ``turn``/``item`` rows) then deliver a lifecycle notification.
+        """Persist (with ``turn``/``item`` rows) then deliver a lifecycle event.
 
-        ``topic`` narrows delivery beyond the method: a connection receives the
-        notification only if it wants both (see ``Connection.wants``).
+        ``topic`` narrows delivery beyond the kind: a participant receives the
+        event only if it wants both (see ``Participant.wants``).
         """
-        body = framing.payload_json(params)
+        event = Event(kind, params, thread_id=thread_id, topic=topic)
+        body = event.params_json()
         async with self.lock(thread_id):
-            seq = await self._next_seq(thread_id)
+            seq = event.seq = await self._next_seq(thread_id)
             await self.events.record(
                 thread_id,
                 seq,
-                method,
+                kind,
                 body,
                 now_iso(),
                 topic=topic,
@@ -151,46 +141,30 @@ class ThreadJournal:
             )
             if item is not None and item.status == "completed":
                 self._streaming.get(thread_id, {}).pop(item.id, None)
-            self._deliver(thread_id, method, topic, body, seq, broadcast, include, exclude)
+            self._deliver(event, broadcast, include, exclude)
         return seq
 
     async def emit_delta(
         self,
         thread_id: str,
         item_id: str,
-        method: str,
-        params: WireModel,
+        kind: str,
+        params: DeltaNotification,
         *,
-        include: Iterable[Sink] = (),
+        include: Iterable[Participant] = (),
         topic: str | None = None,
     ) -> int:
         """Number and deliver a streaming delta (kept in memory until the item completes)."""
-        wire = params.to_wire()
         async with self.lock(thread_id):
             seq = self._seq.get(thread_id)
             if seq is None:
                 seq = await self.events.last_seq(thread_id)
             seq += 1
             self._seq[thread_id] = seq
-            self._streaming.setdefault(thread_id, {}).setdefault(item_id, []).append(
-                _Delta(seq, method, topic, wire)
-            )
-            self._deliver(
-                thread_id,
-                method,
-                topic,
-                framing.dumps(wire),
-                seq,
-                False,
-                include,
-                (),
-                coalesce=((thread_id, item_id, method), merge_delta_frames),
-            )
+            event = Event(kind, params, thread_id=thread_id, seq=seq, topic=topic, stream=item_id)
+            self._streaming.setdefault(thread_id, {}).setdefault(item_id, []).append(event)
+            self._deliver(event, False, include, ())
         return seq
-
-    def forget_item(self, thread_id: str, item_id: str) -> None:
-        """Drop an item's in-memory deltas (it completed or was abandoned)."""
-        self._streaming.get(thread_id, {}).pop(item_id, None)
 
     async def flush_seq(self, thread_id: str) -> None:
         """Persist the seq counter (deltas advance it without a write)."""
@@ -205,93 +179,98 @@ class ThreadJournal:
 
     def _deliver(
         self,
-        thread_id: str,
-        method: str,
-        topic: str | None,
-        body: str,
-        seq: int,
+        event: Event,
         broadcast: bool,
-        include: Iterable[Sink],
-        exclude: Iterable[Sink],
-        coalesce: tuple[object, Callable[[list[str]], str]] | None = None,
+        include: Iterable[Participant],
+        exclude: Iterable[Participant],
     ) -> None:
+        thread_id = event.thread_id
+        assert thread_id is not None and event.seq is not None
         targets = self.bus.targets(
             thread_id=thread_id, broadcast=broadcast, include=include, exclude=exclude
         )
-        wanted = [sink for sink in targets if _wants(sink, method, topic)]
-        if wanted:
-            frame = framing.notification_frame_json(method, body, seq)
-            subscribers = self.bus.subscribers(thread_id)
-            for sink in wanted:
-                sink.deliver(method, frame, coalesce)
-                if sink not in subscribers:
-                    self._remember(sink, thread_id, seq)
+        if not targets:
+            return
+        subscribers = self.bus.subscribers(thread_id)
+        for participant in targets:
+            if participant.wants(event.kind, event.topic):
+                participant.deliver(event)
+                if participant not in subscribers:
+                    self._remember(participant, thread_id, event.seq)
 
-    def _remember(self, sink: Sink, thread_id: str, seq: int) -> None:
-        self._seen.setdefault(sink, {}).setdefault(thread_id, SeqRanges()).add(seq)
+    def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
+        self._seen.setdefault(participant, {}).setdefault(thread_id, SeqRanges()).add(seq)
 
     async def subscribe(
-        self, thread_id: str, sink: Sink, after_seq: int | None, *, skip_seen: bool = True
+        self,
+        thread_id: str,
+        participant: Participant,
+        after_seq: int | None,
+        *,
+        skip_seen: bool = True,
     ) -> None:
-        """Subscribe ``sink``; with ``after_seq``, first replay what it missed.
+        """Subscribe ``participant``; with ``after_seq``, first replay what it missed.
 
-        ``skip_seen`` leaves out what the connection already received as a
+        ``skip_seen`` leaves out what the participant already received as a
         broadcast (``afterSeq``: "send what I missed"); ``replayRecent`` asks for
         the recent events as such and gets them all.
         """
         async with self.lock(thread_id):
-            seen = self._seen.get(sink, {}).pop(thread_id, None) if skip_seen else None
+            seen = self._seen.get(participant, {}).pop(thread_id, None) if skip_seen else None
             if after_seq is not None:
-                for seq, method, topic, frame in await self._replay(thread_id, after_seq):
-                    if (seen is None or seq not in seen) and _wants(sink, method, topic):
-                        sink.deliver(method, frame)
-            self.bus.subscribe(thread_id, sink)
+                for event in await self.replay(thread_id, after_seq):
+                    assert event.seq is not None
+                    if (seen is None or event.seq not in seen) and participant.wants(
+                        event.kind, event.topic
+                    ):
+                        participant.deliver(event)
+            self.bus.subscribe(thread_id, participant)
 
-    async def _replay(
-        self, thread_id: str, after_seq: int
-    ) -> list[tuple[int, str, str | None, str]]:
-        """``(seq, method, topic, frame)`` for everything after ``after_seq``, in order."""
-        stored = await self.events.events_after(thread_id, after_seq)
-        entries: list[tuple[int, str | None, _Delta | StoredEvent]] = [
-            (event.seq, None, event) for event in stored
-        ]
-        for streaming_id, deltas in self._streaming.get(thread_id, {}).items():
-            entries.extend(
-                (delta.seq, streaming_id, delta) for delta in deltas if delta.seq > after_seq
+    async def replay(self, thread_id: str, after_seq: int) -> list[Event]:
+        """Every event after ``after_seq``, in order; runs of one item's deltas merged.
+
+        Call under :meth:`lock` to keep live delivery from interleaving.
+        """
+        entries: list[Event] = [
+            Event(
+                stored.method,
+                None,
+                thread_id=thread_id,
+                seq=stored.seq,
+                topic=stored.topic,
+                params_json=stored.params_json,
             )
-        entries.sort(key=lambda entry: entry[0])
-        frames: list[tuple[int, str, str | None, str]] = []
-        run: _Delta | None = None  # consecutive deltas of one item, coalesced
-        run_item: str | None = None
-        for _, item_id, entry in entries:
-            if isinstance(entry, _Delta):
-                if run is not None and item_id == run_item and entry.method == run.method:
-                    merged = dict(run.params)
-                    merged["delta"] = f"{merged.get('delta', '')}{entry.params.get('delta', '')}"
-                    run = _Delta(entry.seq, entry.method, entry.topic, merged)
-                    continue
-                if run is not None:
-                    frames.append(_delta_frame(run))
-                run, run_item = entry, item_id
-                continue
-            if run is not None:
-                frames.append(_delta_frame(run))
-                run = None
-            frame = framing.notification_frame_json(entry.method, entry.params_json, entry.seq)
-            frames.append((entry.seq, entry.method, entry.topic, frame))
-        if run is not None:
-            frames.append(_delta_frame(run))
-        return frames
+            for stored in await self.events.events_after(thread_id, after_seq)
+        ]
+        for deltas in self._streaming.get(thread_id, {}).values():
+            entries.extend(
+                delta for delta in deltas if delta.seq is not None and delta.seq > after_seq
+            )
+        entries.sort(key=lambda event: event.seq or 0)
+        merged: list[Event] = []
+        for event in entries:
+            last = merged[-1] if merged else None
+            if (
+                event.stream is not None
+                and last is not None
+                and last.stream == event.stream
+                and last.kind == event.kind
+            ):
+                merged[-1] = merge_deltas(last, event)
+            else:
+                merged.append(event)
+        return merged
 
 
-def merge_delta_frames(frames: list[str]) -> str:
-    """One delta frame carrying all texts and the newest ``seq`` (lagging peers)."""
-    parsed = [json.loads(frame) for frame in frames]
-    merged = parsed[-1]
-    merged["params"]["delta"] = "".join(str(p["params"].get("delta", "")) for p in parsed)
-    return framing.dumps(merged)
-
-
-def _delta_frame(delta: _Delta) -> tuple[int, str, str | None, str]:
-    frame = framing.notification_frame_json(delta.method, framing.dumps(delta.params), delta.seq)
-    return delta.seq, delta.method, delta.topic, frame
+def merge_deltas(first: Event, second: Event) -> Event:
+    """One delta event carrying both texts and the newer ``seq``."""
+    head, tail = first.params, second.params
+    assert isinstance(head, DeltaNotification) and isinstance(tail, DeltaNotification)
+    return Event(
+        second.kind,
+        head.model_copy(update={"delta": f"{head.delta}{tail.delta}"}),
+        thread_id=second.thread_id,
+        seq=second.seq,
+        topic=second.topic,
+        stream=second.stream,
+    )

@@ -41,7 +41,7 @@ from appserver.storage.cron import CronRepository
 from appserver.storage.workspace_config import lookup
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 
 def job_not_found(job_id: str) -> RpcError:
@@ -51,7 +51,7 @@ def job_not_found(job_id: str) -> RpcError:
 class CronHandlers:
     """Handlers of the cron family over a :class:`CronService`."""
 
-    def __init__(self, server: AppServer, service: CronService) -> None:
+    def __init__(self, server: FamilyContext, service: CronService) -> None:
         self.server = server
         self.service = service
 
@@ -113,29 +113,29 @@ class CronHandlers:
         return C.CronRunResult(queued=True, job=job)
 
 
-def _not_draining(server: AppServer) -> Callable[[], bool]:
+def _not_draining(server: FamilyContext) -> Callable[[], bool]:
     """False once the server, having been ready, began to drain (``ready`` went
     back to false); true before start-up completes and while it serves."""
     seen_ready = False
 
     def accepting() -> bool:
         nonlocal seen_ready
-        seen_ready = seen_ready or server.ready
-        return server.ready or not seen_ready
+        seen_ready = seen_ready or server.is_ready()
+        return server.is_ready() or not seen_ready
 
     return accepting
 
 
-def install(server: AppServer) -> None:
+def install(server: FamilyContext) -> None:
     """Install the heartbeat and (unless switched off) cron on ``server``."""
     repo = CronRepository(server.db)
-    runner = JobRunner(server.engine, server.threads, accepting=_not_draining(server))
+    runner = JobRunner(server.runtime.engine, server.threads, accepting=_not_draining(server))
 
     heartbeat = HeartbeatService(
-        server.config.craft_dir,
+        server.craft_dir,
         repo,
         runner,
-        server.bus,
+        server.runtime.bus,
         interval_s=configured_interval(os.environ, server.workspace_config),
     )
     server.heartbeat = heartbeat
@@ -149,8 +149,8 @@ def install(server: AppServer) -> None:
 
     if lookup(server.workspace_config, "Cron", "Enabled") is False:
         return
-    cron = CronService(repo, runner, server.bus)
+    cron = CronService(repo, runner, server.runtime.bus)
     server.cron = cron
     CronHandlers(server, cron).register()
-    server.engine.tools.register(CronTool(cron))
+    server.runtime.engine.tools.register(CronTool(cron))
     server.start_background(cron.run)

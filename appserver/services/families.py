@@ -2,7 +2,7 @@
 
 A family's ``install(server)`` registers its handlers on ``server.router``
 (so its capability is advertised only when it really works), may add agent
-tools to ``server.engine.tools``, input resolvers to ``server.materializer``,
+tools to ``server.runtime.engine.tools``, input resolvers to ``server.runtime.materializer``,
 and background tasks through ``server.start_background``.
 """
 
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from appserver.services import channels, commands, cron, mcp, plugins, skills, workspace
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
-FAMILIES: list[Callable[[AppServer], None]] = [
+FAMILIES: list[Callable[[FamilyContext], None]] = [
     workspace.install,
     skills.install,
     plugins.install,

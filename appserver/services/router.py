@@ -1,9 +1,13 @@
-"""The typed layer above the JSON-RPC core.
+"""The DotCraft application on the JSON-RPC core: the first front door.
 
 The router is the :class:`~appserver.rpc.connection.Application` the core
-calls. It looks the method up in the method table, validates params with
-the method's pydantic model (``-32602`` with a one-line detail), checks the
-capability gate and calls the handler a service registered.
+calls. It owns DotCraft's handshake (``initialize``, then ``initialized``;
+a :class:`~appserver.services.peer.Peer` per connection), looks the method
+up in the method table, validates params with the method's pydantic model
+(``-32602`` with a one-line detail), checks the capability gate, calls the
+handler a service registered, and turns the runtime's refusals into
+DotCraft's error codes. Answers a handler marks cacheable are kept encoded
+until their key changes.
 """
 
 from __future__ import annotations
@@ -19,15 +23,58 @@ from appserver.protocol import errors as E
 from appserver.protocol.errors import RpcError
 from appserver.protocol.initialize import InitializeParams, InitializeResult, ServerInfo
 from appserver.protocol.methods import FEATURE_FLAGS, METHODS
+from appserver.rpc import framing
 from appserver.rpc.connection import Connection, RequestContext
 from appserver.rpc.framing import RawJSON
+from appserver.runtime import errors as R
 from appserver.runtime.bus import EventBus
+from appserver.services.peer import Handshake, Peer, peer_of
 
 log = logging.getLogger("appserver.router")
 
 P = TypeVar("P", bound=BaseModel)
 # A handler returns a wire model, or RawJSON for an answer it already encoded.
 Handler = Callable[[RequestContext, Any], Awaitable[BaseModel | RawJSON]]
+# For a cacheable answer: (what is asked, a version that changes whenever the
+# answer would), or None to not cache this one.
+AnswerKey = Callable[[Any], tuple[Any, Any] | None]
+ANSWER_CACHE_SIZE = 1024  # encoded answers kept (see Router.register)
+
+# Methods whose notifications to the caller follow its response (DotCraft: a
+# client sees `turn/start`'s answer before `turn/started`, `thread/start`'s
+# before `thread/started`, ...). Other methods' notifications go out as they
+# happen, as DotCraft's do (`thread/queue/updated` during `turn/enqueue`).
+FOLLOW_THE_RESPONSE = frozenset(
+    {
+        "initialize",
+        "thread/start",
+        "thread/resume",
+        "thread/subscribe",
+        "thread/pause",
+        "thread/archive",
+        "thread/unarchive",
+        "thread/delete",
+        "thread/rename",
+        "turn/start",
+    }
+)
+
+# The runtime's refusals as DotCraft error codes.
+_REFUSAL_CODES: dict[type[R.Refusal], int] = {
+    R.ThreadNotFound: E.THREAD_NOT_FOUND,
+    R.ThreadNotActive: E.THREAD_NOT_ACTIVE,
+    R.TurnInProgress: E.TURN_IN_PROGRESS,
+    R.TurnNotFound: E.TURN_NOT_FOUND,
+    R.TurnNotRunning: E.TURN_NOT_RUNNING,
+}
+
+
+def refusal_error(refusal: R.Refusal) -> RpcError:
+    """The JSON-RPC error for a runtime refusal."""
+    if isinstance(refusal, R.InvalidInput):
+        return E.invalid_params(refusal.message)
+    return RpcError(_REFUSAL_CODES.get(type(refusal), E.INVALID_PARAMS), refusal.message)
+
 
 # Notifications a client implicitly opts out of through its capabilities.
 _STREAMING_METHODS = (
@@ -72,22 +119,36 @@ class Router:
         self.bus = bus
         self.server_name = server_name
         self.handlers: dict[str, Handler] = {}
+        self.answer_keys: dict[str, AnswerKey] = {}
+        self._answers: dict[tuple[str, Any], tuple[Any, RawJSON]] = {}
         self.features: set[str] = set()
         self.extensions: dict[str, Any] = {}
-        self.closed_hooks: list[Callable[[Connection], None]] = []
-        # Called once the client's info and capabilities are stored on the
-        # connection, before the `initialize` response is built (services that
+        self.closed_hooks: list[Callable[[Peer], None]] = []
+        # Called once the client's info and capabilities are stored on its
+        # peer, before the `initialize` response is built (services that
         # react to a capability, e.g. channel adapters; use ctx.after_response
         # for anything that must follow the response).
         self.initialize_hooks: list[Callable[[RequestContext, InitializeParams], None]] = []
 
-    def register(self, method: str, handler: Handler) -> None:
-        """Serve ``method`` with ``handler(ctx, params_model) -> result_model``."""
+    def register(self, method: str, handler: Handler, answer_key: AnswerKey | None = None) -> None:
+        """Serve ``method`` with ``handler(ctx, params_model) -> result_model``.
+
+        With ``answer_key(params)``, answers are cached encoded: while the key
+        is the same (and not ``None``), a repeated request gets the same bytes.
+        The answer must not depend on who asks.
+        """
         if method not in METHODS:
             raise KeyError(f"{method} is not in the method table")
         if method in self.handlers:
             raise KeyError(f"{method} already has a handler")
         self.handlers[method] = handler
+        if answer_key is not None:
+            self.answer_keys[method] = answer_key
+
+    def attach(self, connection: Connection) -> Peer:
+        """Give a new connection its peer (before it is served)."""
+        peer = connection.session = Peer(connection)
+        return peer
 
     def enable_feature(self, flag: str) -> None:
         if flag not in FEATURE_FLAGS:
@@ -108,12 +169,75 @@ class Router:
 
     # --- Application protocol --------------------------------------------
 
+    def admit(self, connection: Connection, method: str) -> RpcError | None:
+        peer = connection.session if connection.session is not None else self.attach(connection)
+        if method == "initialize":
+            if peer.handshake is not Handshake.NEW:
+                return RpcError(E.ALREADY_INITIALIZED, "Already initialized")
+            return None
+        if peer.handshake is Handshake.NEW:
+            return RpcError(E.NOT_INITIALIZED, "Not initialized")
+        if peer.handshake is Handshake.INITIALIZING:
+            return E.invalid_request(
+                "Server is awaiting the 'initialized' notification before handling requests."
+            )
+        return None
+
+    def access(self, method: str) -> str:
+        if method == "initialize":
+            return "inline"
+        spec = METHODS.get(method)
+        return spec.access if spec is not None else "read"
+
+    def overloaded(self) -> RpcError:
+        return RpcError(E.SERVER_OVERLOADED, "Server overloaded; retry later.")
+
+    def holds(self, method: str) -> bool:
+        return method in FOLLOW_THE_RESPONSE
+
+    async def handle_request(self, ctx: RequestContext, params: Any) -> BaseModel | RawJSON:
+        if ctx.method == "initialize":
+            return await self.initialize(ctx, params)
+        spec = METHODS.get(ctx.method)
+        handler = self.handlers.get(ctx.method)
+        if spec is None or handler is None:
+            raise RpcError(E.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
+        request = parse_params(spec.params, params)
+        answer_key = self.answer_keys.get(ctx.method)
+        try:
+            if answer_key is None:
+                return await handler(ctx, request)
+            return await self._cached(ctx.method, answer_key, handler, ctx, request)
+        except R.Refusal as refusal:
+            raise refusal_error(refusal) from None
+
+    async def _cached(
+        self,
+        method: str,
+        answer_key: AnswerKey,
+        handler: Handler,
+        ctx: RequestContext,
+        request: Any,
+    ) -> RawJSON:
+        key = answer_key(request)
+        cache_id = (method, key[0]) if key is not None else None
+        cached = self._answers.get(cache_id) if cache_id is not None else None
+        if key is not None and cached is not None and cached[0] == key[1]:
+            return cached[1]  # a hot read is a dictionary lookup
+        encoded = RawJSON(framing.payload_json(await handler(ctx, request)))
+        if cache_id is not None and key == answer_key(request):  # nothing changed meanwhile
+            assert key is not None
+            self._answers[cache_id] = (key[1], encoded)
+            if len(self._answers) > ANSWER_CACHE_SIZE:
+                del self._answers[next(iter(self._answers))]
+        return encoded
+
     async def initialize(self, ctx: RequestContext, params: Any) -> BaseModel:
         request = parse_params(InitializeParams, params)
-        conn = ctx.connection
+        peer = peer_of(ctx)
         caps = request.capabilities
-        conn.client_name = request.client_info.name
-        conn.client_capabilities = caps
+        peer.name = request.client_info.name
+        peer.capabilities = caps
         opt_out = set(caps.opt_out_notification_methods)
         if not caps.streaming_support:
             opt_out.update(_STREAMING_METHODS)
@@ -122,29 +246,25 @@ class Router:
             opt_out.update(("item/commandExecution/outputDelta", "item:commandExecution"))
         if not caps.config_change:
             opt_out.add("workspace/configChanged")
-        conn.opt_out = frozenset(opt_out)
+        peer.opt_out = frozenset(opt_out)
         for hook in self.initialize_hooks:
             hook(ctx, request)
+        if peer.handshake is Handshake.NEW and not peer.closed:
+            peer.handshake = Handshake.INITIALIZING
         return InitializeResult(
             server_info=ServerInfo(name=self.server_name, version=__version__),
             capabilities=self.capabilities(),
         )
 
-    async def handle_request(self, ctx: RequestContext, params: Any) -> BaseModel | RawJSON:
-        spec = METHODS.get(ctx.method)
-        handler = self.handlers.get(ctx.method)
-        if spec is None or handler is None or spec.name == "initialize":
-            raise RpcError(E.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
-        return await handler(ctx, parse_params(spec.params, params))
-
-    def access(self, method: str) -> str:
-        spec = METHODS.get(method)
-        return spec.access if spec is not None else "read"
-
-    def connection_ready(self, connection: Connection) -> None:
-        self.bus.add_connection(connection)
+    def handle_notification(self, connection: Connection, method: str, params: Any) -> None:
+        peer = peer_of(connection)
+        if method == "initialized" and peer.handshake is Handshake.INITIALIZING:
+            peer.handshake = Handshake.READY
+            self.bus.join(peer)
+        # Any other client notification is ignored, as the protocol says.
 
     def connection_closed(self, connection: Connection) -> None:
-        self.bus.remove_connection(connection)
+        peer = peer_of(connection)
+        self.bus.leave(peer)
         for hook in self.closed_hooks:
-            hook(connection)
+            hook(peer)

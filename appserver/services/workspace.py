@@ -43,7 +43,7 @@ from appserver.rpc.connection import RequestContext
 from appserver.storage.workspace import ConfigFileError, WorkspaceConfigFile, get_value, set_value
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 log = logging.getLogger("appserver.workspace")
 
@@ -197,9 +197,9 @@ def config_schema() -> list[W.ConfigSchemaSection]:
 class WorkspaceService:
     """Handlers of the family; owns the config file writer."""
 
-    def __init__(self, server: AppServer) -> None:
+    def __init__(self, server: FamilyContext) -> None:
         self.server = server
-        self.file = WorkspaceConfigFile(server.config.craft_dir)
+        self.file = WorkspaceConfigFile(server.craft_dir)
         # Replaced providers may still serve a streaming turn: closed at shutdown.
         self._retired: list[Provider] = []
 
@@ -264,7 +264,7 @@ class WorkspaceService:
                     if value != current:
                         changed.append(setting)
                         set_value(document, setting.path, value)
-                if any(s.provider for s in changed) and self.server.config.provider is None:
+                if any(s.provider for s in changed) and not self.server.provider_fixed:
                     # Built inside the edit so a bad combination is refused unwritten.
                     new_provider = self._build_provider(document)
                 result = self._result(document)
@@ -280,7 +280,7 @@ class WorkspaceService:
 
     def _build_provider(self, document: dict[str, Any]) -> Provider:
         try:
-            settings = resolve_settings(self.server.config.provider_options, os.environ, document)
+            settings = resolve_settings(self.server.provider_options, os.environ, document)
             provider = make_provider(settings)
         except ValueError as exc:
             raise E.invalid_params(str(exc)) from None
@@ -295,7 +295,6 @@ class WorkspaceService:
         if provider is not None:
             self._retired.append(self.server.provider)
             self.server.provider = provider
-            self.server.engine.provider = provider
 
     @staticmethod
     def _result(document: dict[str, Any]) -> W.WorkspaceConfigUpdateResult:
@@ -307,7 +306,7 @@ class WorkspaceService:
         """At shutdown: close replaced providers and the active one (their HTTP
         clients), unless the active one was injected by whoever built the server."""
         providers = list(self._retired)
-        if self.server.config.provider is None:
+        if not self.server.provider_fixed:
             providers.append(self.server.provider)
         self._retired.clear()
         for provider in providers:
@@ -319,6 +318,6 @@ class WorkspaceService:
                     log.warning("could not close provider %s", provider.name, exc_info=True)
 
 
-def install(server: AppServer) -> None:
+def install(server: FamilyContext) -> None:
     """Register ``model/list`` and ``workspace/config/*`` on ``server``."""
     WorkspaceService(server).register()

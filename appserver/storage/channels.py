@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from appserver.runtime.ids import now_iso
+from appserver.protocol.ids import now_iso
 from appserver.storage.db import Database
 
 _COLUMNS = "name, enabled, transport, command, args_json, working_directory, env_json"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from appserver.runtime.ids import now_iso
+from appserver.protocol.ids import now_iso
 from appserver.storage.db import Database
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appserver.runtime.ids import now_iso
+from appserver.protocol.ids import now_iso
 from appserver.storage.db import Database
 
 

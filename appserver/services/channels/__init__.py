@@ -11,10 +11,10 @@ from appserver.services.channels.management import ChannelManagement
 from appserver.storage.channels import ExternalChannelRepository
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 
-def install(server: AppServer) -> None:
+def install(server: FamilyContext) -> None:
     """Register the family's handlers and hooks on ``server``."""
     repo = ExternalChannelRepository(server.db)
     hub = AdapterHub(server, repo)

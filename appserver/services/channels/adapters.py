@@ -39,16 +39,18 @@ from pydantic import ValidationError
 
 from appserver.protocol import channels as C
 from appserver.protocol.initialize import InitializeParams
-from appserver.rpc.connection import Connection, RequestContext, ServerRequestError
+from appserver.rpc.connection import RequestContext, ServerRequestError
+from appserver.runtime.events import Participant
 from appserver.runtime.turns import ActiveTurn, UserInput
+from appserver.services.peer import Peer, peer_of
 from appserver.storage.channels import ExternalChannelRecord, ExternalChannelRepository
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 log = logging.getLogger("appserver.channels")
 
-ATTR = "channelAdapter"  # key of the binding in Connection.attrs
+ATTR = "channelAdapter"  # key of the binding in Peer.attrs
 REJECT_CLOSE_CODE = 1008  # policy violation
 
 
@@ -65,28 +67,28 @@ class AdapterBinding:
         return caps.get("structuredDelivery") is True
 
 
-def binding_of(connection: Connection | None) -> AdapterBinding | None:
-    """The adapter binding of ``connection`` (``None`` for ordinary clients)."""
-    if connection is None:
+def binding_of(participant: Participant | None) -> AdapterBinding | None:
+    """The adapter binding of a client (``None`` for ordinary clients)."""
+    if not isinstance(participant, Peer):
         return None
-    binding = connection.attrs.get(ATTR)
+    binding = participant.attrs.get(ATTR)
     return binding if isinstance(binding, AdapterBinding) else None
 
 
 class AdapterHub:
     """Admits or rejects adapters, attributes their turns, delivers replies."""
 
-    def __init__(self, server: AppServer, repo: ExternalChannelRepository) -> None:
+    def __init__(self, server: FamilyContext, repo: ExternalChannelRepository) -> None:
         self.server = server
         self.repo = repo
-        # lower-cased channel name -> attached connections, oldest first
-        self.attached: dict[str, list[Connection]] = {}
+        # lower-cased channel name -> attached peers, oldest first
+        self.attached: dict[str, list[Peer]] = {}
 
     def install(self) -> None:
         self.server.router.initialize_hooks.append(self.on_initialize)
         self.server.router.closed_hooks.append(self.on_closed)
         self.server.turns.start_hooks.append(self.on_turn_start)
-        self.server.engine.turn_listeners.append(self.on_turn_finished)
+        self.server.runtime.engine.turn_listeners.append(self.on_turn_finished)
 
     # --- admission ------------------------------------------------------------------
 
@@ -94,7 +96,7 @@ class AdapterHub:
         raw = request.capabilities.channel_adapter
         if raw is None:
             return
-        connection = ctx.connection
+        connection = peer_of(ctx)
         try:
             capability = C.ChannelAdapterCapability.model_validate(raw)
         except ValidationError:
@@ -104,7 +106,7 @@ class AdapterHub:
             return
         ctx.after_response(lambda: self._admit(connection, capability))
 
-    async def _admit(self, connection: Connection, capability: C.ChannelAdapterCapability) -> None:
+    async def _admit(self, connection: Peer, capability: C.ChannelAdapterCapability) -> None:
         name = capability.channel_name.strip()
         try:
             record = await self.repo.get(name) if name else None
@@ -120,7 +122,7 @@ class AdapterHub:
             return  # gone while we looked
         connection.attrs[ATTR] = AdapterBinding(record.name, capability)
         self.attached.setdefault(record.name.lower(), []).append(connection)
-        log.info("channel adapter attached: %s (%s)", record.name, connection.client_name)
+        log.info("channel adapter attached: %s (%s)", record.name, connection.name)
 
     @staticmethod
     def _refusal(name: str, record: ExternalChannelRecord | None) -> str | None:
@@ -134,16 +136,16 @@ class AdapterHub:
             )
         return None
 
-    def reject(self, connection: Connection, name: str, message: str) -> None:
+    def reject(self, connection: Peer, name: str, message: str) -> None:
         """``system/event channelRejected``, then close (code 1008)."""
         log.warning("rejected channel adapter %r: %s", name, message)
         event = C.SystemEventNotification(
             kind="channelRejected", channel_name=name, message=message
         )
-        connection.notify_now("system/event", event)
-        connection.close(message, code=REJECT_CLOSE_CODE)
+        connection.notify("system/event", event)
+        connection.connection.close(message, code=REJECT_CLOSE_CODE)
 
-    def on_closed(self, connection: Connection) -> None:
+    def on_closed(self, connection: Peer) -> None:
         binding = binding_of(connection)
         if binding is None:
             return
@@ -165,7 +167,8 @@ class AdapterHub:
     # --- attribution -----------------------------------------------------------------
 
     def on_turn_start(self, ctx: RequestContext, active: ActiveTurn, user: UserInput) -> None:
-        binding = binding_of(ctx.connection)
+        peer = peer_of(ctx)
+        binding = binding_of(peer)
         if binding is None:
             return
         name = binding.channel_name
@@ -179,7 +182,7 @@ class AdapterHub:
                 groupId=sender.group_id,
             )
         else:
-            initiator["userId"] = ctx.connection.client_name
+            initiator["userId"] = peer.name
         if active.thread.channel_context:
             initiator["channelContext"] = active.thread.channel_context
         active.record.origin_channel = name
@@ -196,14 +199,14 @@ class AdapterHub:
             return None
         if not binding.structured_delivery:
             return None
-        text = self.server.engine.final_text(active)
+        text = active.final_text()
         if not text.strip():
             return None
         return self._deliver(binding, active, text)
 
-    def _target_connection(self, binding: AdapterBinding, active: ActiveTurn) -> Connection | None:
+    def _target_connection(self, binding: AdapterBinding, active: ActiveTurn) -> Peer | None:
         origin = active.origin
-        if origin is not None and not origin.closed:
+        if isinstance(origin, Peer) and not origin.closed:
             return origin
         # The adapter reconnected: its newest connection for the channel delivers.
         for connection in reversed(self.attached.get(binding.channel_name.lower(), [])):
@@ -240,7 +243,7 @@ class AdapterHub:
             )
             return
         try:
-            raw = await connection.request("ext/channel/send", params)
+            raw = await connection.connection.request("ext/channel/send", params)
             result = C.ChannelSendResult.model_validate(raw if isinstance(raw, dict) else {})
         except (ServerRequestError, ValidationError) as exc:
             log.warning("ext/channel/send to %s failed: %s", binding.channel_name, exc)

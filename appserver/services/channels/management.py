@@ -26,8 +26,8 @@ from appserver.rpc.connection import RequestContext
 from appserver.storage.channels import ExternalChannelRecord, ExternalChannelRepository
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
     from appserver.services.channels.adapters import AdapterHub
+    from appserver.services.context import FamilyContext
 
 # Channels every client of this server can originate threads from.
 BUILTIN_CHANNELS = ("cli", "appserver")
@@ -100,7 +100,7 @@ def to_record(channel: C.ExternalChannelConfig) -> ExternalChannelRecord:
 class ChannelManagement:
     """Handlers over the repository; tells the adapter hub about config changes."""
 
-    def __init__(self, server: AppServer, repo: ExternalChannelRepository, hub: AdapterHub):
+    def __init__(self, server: FamilyContext, repo: ExternalChannelRepository, hub: AdapterHub):
         self.server = server
         self.repo = repo
         self.hub = hub

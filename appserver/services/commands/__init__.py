@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from appserver.services.commands.service import CommandsService
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 USER_COMMANDS_ENV = "APPSERVER_USER_COMMANDS_DIR"
 
@@ -33,16 +33,15 @@ def user_commands_root() -> Path | None:
         return None
 
 
-def commands_of(server: AppServer) -> CommandsService | None:
+def commands_of(server: FamilyContext) -> CommandsService | None:
     """The server's commands service, if the family is installed."""
     service = getattr(server, "commands", None)
     return service if isinstance(service, CommandsService) else None
 
 
-def install(server: AppServer) -> None:
+def install(server: FamilyContext) -> None:
     """Serve ``command/*``, resolve ``commandRef`` parts, expose ``server.commands``."""
     service = CommandsService(server, user_commands_root())
     service.register(server.router)
-    server.materializer.resolvers["commandRef"] = service.resolve_command_ref
-    # AppServer has no declared slot for optional families; commands_of() is the typed way in.
-    setattr(server, "commands", service)  # noqa: B010
+    server.runtime.materializer.resolvers["commandRef"] = service.resolve_command_ref
+    server.commands = service

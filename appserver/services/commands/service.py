@@ -28,18 +28,18 @@ from pydantic import BaseModel
 
 from appserver.protocol import commands as C
 from appserver.protocol import errors as E
-from appserver.protocol import threads as T
 from appserver.protocol.errors import RpcError
 from appserver.protocol.turns import CommandRefPart
 from appserver.rpc.connection import RequestContext
 from appserver.runtime.inputs import Resolved
+from appserver.runtime.threads import NewThread
 from appserver.services.commands import catalog
 from appserver.services.commands.catalog import BuiltinCommand, CustomCommand
 from appserver.services.router import Router
 from appserver.storage.threads import ThreadRecord
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 # Which server attribute backs each capability-gated built-in.
 _SERVICE_ATTRIBUTES = {"cronManagement": "cron", "heartbeatManagement": "heartbeat"}
@@ -70,9 +70,9 @@ def _is_admin(params: C.CommandExecuteParams) -> bool:
 class CommandsService:
     """Slash commands: listing, executing and expanding ``commandRef`` parts."""
 
-    def __init__(self, server: AppServer, user_root: Path | None) -> None:
+    def __init__(self, server: FamilyContext, user_root: Path | None) -> None:
         self.server = server
-        self.workspace_root = server.config.craft_dir / "commands"
+        self.workspace_root = server.craft_dir / "commands"
         self.user_root = user_root
         self._builtins: dict[str, BuiltinHandler] = {
             "/new": self._new,
@@ -206,22 +206,21 @@ class CommandsService:
         # Same identity, configuration and history mode as the thread the
         # command ran on. Nothing is archived: the newest thread already comes
         # first in thread/list, and clients with many threads keep them.
-        params = T.ThreadStartParams(
-            identity=T.SessionIdentity(
-                channel_name=thread.origin_channel,
+        threads = self.server.threads
+        created = await threads.create(
+            NewThread(
                 user_id=thread.user_id,
-                channel_context=thread.channel_context,
+                channel_name=thread.origin_channel,
                 workspace_path=thread.workspace_path,
+                channel_context=thread.channel_context,
+                history_mode=thread.history_mode,
+                configuration=thread.configuration,
             ),
-            config=(
-                T.ThreadConfiguration.model_validate(thread.configuration)
-                if thread.configuration is not None
-                else None
-            ),
-            history_mode=thread.history_mode,
+            announce=False,
         )
-        started = await self.server.threads.start(ctx, params)
-        assert isinstance(started, T.ThreadResult)
+        started = await threads.view(created)
+        # command/execute is not held back like writes are: announce after the answer.
+        ctx.after_response(lambda: threads.announce_started(created))
         return C.CommandExecuteResult(
             handled=True,
             message="Started a new conversation.",
@@ -235,7 +234,7 @@ class CommandsService:
     async def _stop(
         self, ctx: RequestContext, thread: ThreadRecord, args: list[str]
     ) -> C.CommandExecuteResult:
-        active = self.server.engine.interrupt(thread.id)
+        active = self.server.runtime.engine.interrupt(thread.id)
         if active is None:
             return C.CommandExecuteResult(handled=True, message="No turn is running.")
         return C.CommandExecuteResult(

@@ -42,7 +42,7 @@ from appserver.services.router import Router
 from appserver.storage.mcp import McpServerRepository
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 log = logging.getLogger("appserver.mcp")
 
@@ -53,10 +53,10 @@ TEST_FAILED = "McpServerTestFailed"
 class McpService:
     """Configuration handlers plus the runtime that keeps the servers connected."""
 
-    def __init__(self, server: AppServer) -> None:
+    def __init__(self, server: FamilyContext) -> None:
         self.server = server
         self.repo = McpServerRepository(server.db)
-        self.runtime = McpRuntime(server.engine.tools, server.config.workspace, self._broadcast)
+        self.runtime = McpRuntime(server.runtime.engine.tools, server.workspace, self._broadcast)
         # Set when the plugins family is installed: enabled plugins' servers.
         self.plugin_declarations: Callable[[], Awaitable[list[PluginServerDeclaration]]] | None = (
             None
@@ -95,7 +95,7 @@ class McpService:
             await self.runtime.reconcile(effective.servers, restart)
 
     def _broadcast(self, status: M.McpServerStatus) -> None:
-        self.server.bus.publish(
+        self.server.runtime.bus.publish(
             "mcp/status/updated", M.McpStatusUpdatedNotification(server=status), broadcast=True
         )
 
@@ -168,9 +168,7 @@ class McpService:
         if not config.enabled:
             return M.McpTestResult(success=False)
         try:
-            spec = launch_spec(
-                config, self.server.config.workspace, os.environ, TEST_STARTUP_TIMEOUT
-            )
+            spec = launch_spec(config, self.server.workspace, os.environ, TEST_STARTUP_TIMEOUT)
             async with open_connection(spec) as connection:
                 tool_count = len(connection.tools)
         except (McpClientError, LaunchError) as exc:

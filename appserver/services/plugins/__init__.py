@@ -14,21 +14,20 @@ from typing import TYPE_CHECKING
 from appserver.services.plugins.service import PluginService
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 __all__ = ["PluginService", "install", "plugins_of"]
 
 
-def plugins_of(server: AppServer) -> PluginService | None:
+def plugins_of(server: FamilyContext) -> PluginService | None:
     """The server's plugin service, if the family is installed."""
     service = getattr(server, "plugins", None)
     return service if isinstance(service, PluginService) else None
 
 
-def install(server: AppServer) -> None:
+def install(server: FamilyContext) -> None:
     """Serve ``plugin/*`` and expose ``server.plugins``."""
     service = PluginService(server)
     service.register(server.router)
     server.start_background(service.run)
-    # AppServer has no declared slot for optional families; plugins_of() is the typed way in.
-    setattr(server, "plugins", service)  # noqa: B010
+    server.plugins = service

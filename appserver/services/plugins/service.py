@@ -45,7 +45,7 @@ from appserver.services.skills import skills_of
 from appserver.storage.plugins import PluginStateRepository, plugin_key
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 log = logging.getLogger("appserver.plugins")
 
@@ -60,11 +60,11 @@ def plugin_not_found(plugin_id: str) -> E.RpcError:
 class PluginService:
     """Discovery, the workspace's switches, install/remove of catalog plugins."""
 
-    def __init__(self, server: AppServer) -> None:
+    def __init__(self, server: FamilyContext) -> None:
         self.server = server
         self.repo = PluginStateRepository(server.db)
-        self.workspace = server.config.workspace
-        self.plugins_dir = server.config.craft_dir / "plugins"
+        self.workspace = server.workspace
+        self.plugins_dir = server.craft_dir / "plugins"
         self.catalog_dir = builtin_catalog_dir()
         # Set by the MCP family: its workspace servers (for shadowing) and a
         # way to make the runtime pick up changed plugin servers.

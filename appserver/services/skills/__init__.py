@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from appserver.services.skills.service import SkillsService
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 USER_SKILLS_ENV = "APPSERVER_USER_SKILLS_DIR"
 
@@ -42,16 +42,15 @@ def user_skills_root() -> Path | None:
         return None
 
 
-def skills_of(server: AppServer) -> SkillsService | None:
+def skills_of(server: FamilyContext) -> SkillsService | None:
     """The server's skills service, if the family is installed."""
     service = getattr(server, "skills", None)
     return service if isinstance(service, SkillsService) else None
 
 
-def install(server: AppServer) -> None:
+def install(server: FamilyContext) -> None:
     """Serve ``skills/*``, resolve ``skillRef`` parts, expose ``server.skills``."""
     service = SkillsService(server, user_skills_root())
     service.register(server.router)
-    server.materializer.resolvers["skillRef"] = service.resolve_skill_ref
-    # AppServer has no declared slot for optional families; skills_of() is the typed way in.
-    setattr(server, "skills", service)  # noqa: B010
+    server.runtime.materializer.resolvers["skillRef"] = service.resolve_skill_ref
+    server.skills = service

@@ -22,7 +22,7 @@ from appserver.services.skills.catalog import Skill, SkillRoot
 from appserver.storage.skills import SkillStateRepository, skill_key
 
 if TYPE_CHECKING:
-    from appserver.server import AppServer
+    from appserver.services.context import FamilyContext
 
 CONFIG_REGIONS = ["skills"]
 UNINSTALLABLE = ("workspace", "user")
@@ -50,10 +50,10 @@ class SkillsService:
     the service is reachable as ``server.skills`` (see :func:`skills_of`).
     """
 
-    def __init__(self, server: AppServer, user_root: Path | None) -> None:
+    def __init__(self, server: FamilyContext, user_root: Path | None) -> None:
         self.server = server
         self.repo = SkillStateRepository(server.db)
-        self.workspace_root = server.config.craft_dir / "skills"
+        self.workspace_root = server.craft_dir / "skills"
         self.builtin_root = catalog.BUILTIN_ROOT
         self.user_root = user_root  # None: no user skills (no home directory)
         self._plugins: dict[str, SkillRoot] = {}

@@ -1,0 +1,42 @@
+"""JSON text for wire models and plain JSON data: compact, one line, UTF-8 safe.
+
+Shared by every layer that writes JSON (the stored event log, the JSON-RPC
+framing, other protocols' encoders), so the stored form of an event and the
+params of its notification are the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel
+
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def finish(text: str) -> str:
+    """Make encoded JSON safe to send as one line."""
+    # json escapes \n and other control characters inside strings; U+2028/2029
+    # are legal in JSON but split lines in JavaScript and Python's
+    # str.splitlines, so escape them too: one frame is always one line.
+    if "\u2028" in text or "\u2029" in text:
+        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    # A peer can send a lone surrogate as a "\ud800" escape (in an id, a method
+    # name, a thread id we echo). Raw, it cannot be encoded as UTF-8 and would
+    # kill the writer; it only ever sits inside a JSON string, so escape it back.
+    if not text.isascii() and _SURROGATE.search(text):
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
+
+
+def dumps(value: Any) -> str:
+    """Compact single-line JSON for an already JSON-ready value."""
+    return finish(_encoder.encode(value))
+
+
+def model_json(value: BaseModel) -> str:
+    """A wire model as compact JSON (camelCase, nulls left out)."""
+    return finish(value.model_dump_json(by_alias=True, exclude_none=True))

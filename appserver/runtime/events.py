@@ -1,0 +1,133 @@
+"""What the runtime says (typed events) and what it asks (the question port).
+
+The runtime speaks no wire protocol. It publishes :class:`Event` objects and
+asks approval questions through :class:`Participant`, an interface each front
+door implements for each of its clients: the JSON-RPC front door encodes an
+event as a DotCraft notification and asks with ``item/approval/request``;
+another protocol encodes its own frames, or answers by policy.
+
+Event kinds are named after DotCraft's notification methods (``turn/started``,
+``item/agentMessage/delta``): that vocabulary is the runtime's, and the params
+are the protocol package's typed models (``protocol.turns``,
+``protocol.threads``). A front door reads ``event.params`` (typed) or
+``event.params_json()`` (the stored JSON text), whichever it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from appserver.protocol.base import WireModel
+from appserver.protocol.encoding import model_json
+
+T = TypeVar("T")
+
+
+class Event:
+    """One thing that happened, as every front door sees it.
+
+    ``thread_id`` and ``seq`` are set for thread-scoped events (``seq`` is the
+    thread's event number). ``stream`` names the streaming item a delta
+    belongs to (deltas of one stream may be merged for a lagging client).
+    ``topic`` narrows delivery beyond the kind (``item:commandExecution``).
+    """
+
+    __slots__ = ("_json", "_memo", "_params", "kind", "seq", "stream", "thread_id", "topic")
+
+    def __init__(
+        self,
+        kind: str,
+        params: WireModel | None,
+        *,
+        thread_id: str | None = None,
+        seq: int | None = None,
+        topic: str | None = None,
+        stream: str | None = None,
+        params_json: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self._params = params
+        self.thread_id = thread_id
+        self.seq = seq
+        self.topic = topic
+        self.stream = stream
+        self._json = params_json
+        self._memo: dict[object, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Event {self.kind} thread={self.thread_id} seq={self.seq}>"
+
+    @property
+    def params(self) -> WireModel:
+        """The typed params (parsed on first use when the event was read back)."""
+        params = self._params
+        if params is None:
+            from appserver.protocol.methods import NOTIFICATIONS  # the one table
+
+            parsed = NOTIFICATIONS[self.kind].params.model_validate_json(self._json or "{}")
+            assert isinstance(parsed, WireModel)
+            params = self._params = parsed
+        return params
+
+    def params_json(self) -> str:
+        """The params as compact JSON text (the form stored in the event log)."""
+        if self._json is None:
+            assert self._params is not None
+            self._json = model_json(self._params)
+        return self._json
+
+    def encoded(self, key: object, encode: Callable[[Event], T]) -> T:
+        """``encode(self)``, computed once per ``key`` however many clients get it.
+
+        Front doors keep their encoding of the event here, so fan-out to many
+        clients of one front door encodes once.
+        """
+        memo = self._memo
+        if memo is None:
+            memo = self._memo = {}
+        elif key in memo:
+            return memo[key]  # type: ignore[no-any-return]
+        value = memo[key] = encode(self)
+        return value
+
+
+class Participant(Protocol):
+    """A client of some front door, as the runtime sees it.
+
+    It receives events (the front door filters and encodes them) and may be
+    asked approval questions. ``deliver`` must not block: a front door queues.
+    """
+
+    @property
+    def name(self) -> str:
+        """Who the client is, for attribution (``initiator.userId``)."""
+
+    @property
+    def closed(self) -> bool:
+        """The client is gone; nothing more reaches it."""
+
+    def wants(self, kind: str, topic: str | None) -> bool:
+        """Whether an event of ``kind`` (and ``topic``) should reach this client."""
+
+    def deliver(self, event: Event) -> None:
+        """Queue ``event`` for the client (never blocks)."""
+
+    def can_answer_approvals(self) -> bool:
+        """Whether :meth:`ask_approval` may be called now."""
+
+    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+        """Ask the client; return its decision (``accept``, ``decline``, ...).
+
+        Raise :class:`QuestionUnanswered` if the client left or did not answer
+        within ``timeout``; :class:`QuestionRefused` if it answered with an
+        error (the runtime then declines).
+        """
+
+
+class QuestionUnanswered(Exception):
+    """The client left, or did not answer in time."""
+
+
+class QuestionRefused(Exception):
+    """The client answered the question with an error."""

@@ -1,0 +1,96 @@
+"""The runtime of one workspace, assembled: the in-process API every front
+door (and cron) drives.
+
+``runtime.threads`` and ``runtime.turns`` are the use cases; a front door
+gives each of its clients a :class:`~appserver.runtime.events.Participant`,
+calls :meth:`Runtime.join` to let it receive broadcasts, passes it as the
+origin of what it starts, and subscribes it to threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from appserver.providers.base import Provider
+from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.bus import EventBus
+from appserver.runtime.events import Participant
+from appserver.runtime.inputs import InputMaterializer
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.state import RuntimeStates
+from appserver.runtime.threads import Threads
+from appserver.runtime.turn_cases import Turns
+from appserver.runtime.turns import EngineConfig, TurnEngine
+from appserver.storage.db import Database
+from appserver.storage.threads import EventRepository, ThreadRepository
+from appserver.tools.registry import ToolRegistry
+
+
+class Runtime:
+    """Threads, turns, items, events and approvals of one workspace."""
+
+    def __init__(
+        self,
+        db: Database,
+        workspace: Path,
+        provider: Provider,
+        *,
+        config: EngineConfig | None = None,
+        tools: ToolRegistry | None = None,
+        attachments: Path | None = None,
+        allow_private_image_urls: bool = False,
+        default_approval_policy: Callable[[], str] = lambda: "default",
+    ) -> None:
+        config = config or EngineConfig()
+        self.db = db
+        self.bus = EventBus()
+        self.events = EventRepository(db)
+        self.journal = ThreadJournal(self.bus, self.events)
+        self.states = RuntimeStates(self.journal)
+        self.repo = ThreadRepository(db)
+        self.approvals = ApprovalBroker(
+            self.events, config.approval_timeout, config.reconnect_grace
+        )
+        self.engine = TurnEngine(
+            self.repo,
+            self.journal,
+            self.states,
+            self.approvals,
+            tools if tools is not None else ToolRegistry.with_defaults(),
+            provider,
+            workspace,
+            config,
+            default_approval_policy=default_approval_policy,
+        )
+        self.materializer = InputMaterializer(
+            workspace,
+            attachments or workspace / ".craft" / "attachments" / "images",
+            allow_private_image_urls,
+        )
+        self.threads = Threads(
+            self.repo, self.bus, self.journal, self.states, self.engine, self.approvals, workspace
+        )
+        self.turns = Turns(self.threads, self.engine, self.materializer)
+
+    async def run(
+        self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Run turns until cancelled (start with ``task_group.start``), after
+        failing the turns a previous process left running."""
+        await self.engine.recover()
+        await self.engine.run(task_status)
+
+    async def shutdown(self) -> None:
+        """Cancel running turns; each ends with ``turn/cancelled`` (``serverShutdown``)."""
+        await self.engine.shutdown()
+
+    def join(self, participant: Participant) -> None:
+        """``participant`` receives workspace-wide broadcasts from now on."""
+        self.bus.join(participant)
+
+    def leave(self, participant: Participant) -> None:
+        """``participant`` left: drop it from broadcasts and subscriptions."""
+        self.bus.leave(participant)

@@ -1,0 +1,342 @@
+"""Thread use cases: create, look up, view, list, resume, subscribe, change
+status, rename, configure, roll back and delete threads.
+
+Callable in-process by any front door (and by cron): no connection, no
+request context, no wire encoding. Refusals are :mod:`runtime.errors`
+exceptions; events go out through the journal and the bus. The participant
+a call is made "by" is only used to address events (who gets ``thread/resumed``,
+who does not get ``thread/deleted``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appserver.protocol import threads as T
+from appserver.protocol.ids import new_thread_id, now_iso
+from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.bus import EventBus
+from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
+from appserver.runtime.events import Participant
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns import TurnEngine
+from appserver.runtime.wire import turn_to_wire
+from appserver.storage.threads import BadCursor, ThreadQuery, ThreadRecord, ThreadRepository
+
+# `replayRecent` replays the events among the thread's last N seqs.
+RECENT_EVENTS = 32
+
+
+@dataclass
+class NewThread:
+    """What a new thread is made of (identity, title, configuration)."""
+
+    user_id: str = ""
+    channel_name: str = ""
+    workspace_path: str | None = None  # None or blank: the host workspace
+    channel_context: str | None = None
+    display_name: str | None = None
+    history_mode: str = "server"
+    source: dict[str, Any] = field(default_factory=lambda: {"kind": "user"})
+    configuration: dict[str, Any] | None = None
+
+
+class Threads:
+    """The thread use cases over one workspace's store and runtime."""
+
+    def __init__(
+        self,
+        repo: ThreadRepository,
+        bus: EventBus,
+        journal: ThreadJournal,
+        runtimes: RuntimeStates,
+        engine: TurnEngine,
+        approvals: ApprovalBroker,
+        workspace: Path,
+    ) -> None:
+        self.repo = repo
+        self.bus = bus
+        self.journal = journal
+        self.runtimes = runtimes
+        self.engine = engine
+        self.approvals = approvals
+        self.workspace = str(workspace)
+
+    # --- lookups -----------------------------------------------------------------
+
+    def normalize_workspace(self, path: str | None) -> str:
+        """Empty means the host workspace; otherwise a normalised path."""
+        if not path or not path.strip():
+            return self.workspace
+        return os.path.normpath(path.strip())
+
+    async def get(self, thread_id: str) -> ThreadRecord:
+        """The stored thread, or :class:`ThreadNotFound`."""
+        thread = await self.repo.get(thread_id)
+        if thread is None:
+            raise ThreadNotFound(thread_id)
+        return thread
+
+    async def get_active(self, thread_id: str) -> ThreadRecord:
+        """The thread if its status is ``active``, else :class:`ThreadNotActive`."""
+        thread = await self.get(thread_id)
+        if thread.status != "active":
+            raise ThreadNotActive(thread.id)
+        return thread
+
+    def running(self, thread_id: str) -> bool:
+        return thread_id in self.engine.active
+
+    async def view(
+        self,
+        thread: ThreadRecord,
+        include_turns: bool = False,
+        turn_limit: int | None = None,
+        turns_cursor: str | None = None,
+        hidden_item_types: Collection[str] = (),
+    ) -> T.ThreadResult:
+        """The thread as a typed ``Thread`` (with turns and items on request,
+        leaving out ``hidden_item_types``)."""
+        turns: list[T.Turn] = []
+        next_cursor = None
+        if include_turns:
+            try:
+                records, next_cursor = await self.repo.turns(thread.id, turn_limit, turns_cursor)
+            except BadCursor:
+                raise InvalidInput("'turnsCursor' is not a cursor this server issued") from None
+            items = await self.repo.items(thread.id, [turn.id for turn in records])
+            turns = [
+                turn_to_wire(turn, [i for i in items[turn.id] if i.type not in hidden_item_types])
+                for turn in records
+            ]
+        queue = await self.engine.load_queue(thread.id)
+        wire = T.Thread(
+            id=thread.id,
+            workspace_path=thread.workspace_path,
+            user_id=thread.user_id,
+            origin_channel=thread.origin_channel,
+            channel_context=thread.channel_context,
+            display_name=thread.display_name,
+            status=thread.status,
+            created_at=thread.created_at,
+            last_active_at=thread.last_active_at,
+            history_mode=thread.history_mode,
+            metadata=thread.metadata,
+            configuration=(
+                T.ThreadConfiguration.model_validate(thread.configuration)
+                if thread.configuration is not None
+                else None
+            ),
+            source=T.ThreadSource.model_validate(thread.source) if thread.source else None,
+            runtime=self.runtimes.snapshot(thread.id),
+            queued_inputs=[entry.wire.to_wire() for entry in queue],
+            turns=turns,
+        )
+        return T.ThreadResult(thread=wire, next_turns_cursor=next_cursor)
+
+    def version(self, thread_id: str) -> tuple[Any, ...] | None:
+        """A cheap value that changes whenever the thread's turn-less view does
+        (``None``: unknown yet). Front doors may cache an encoded view by it."""
+        queue = self.engine.inputs.loaded(thread_id)
+        if queue is None:
+            return None  # not loaded yet: the first view loads it
+        return (
+            self.repo.db.generation,
+            self.runtimes.key(thread_id),
+            tuple((entry.wire.id, entry.wire.status) for entry in queue),
+        )
+
+    def summary(self, thread: ThreadRecord) -> T.ThreadSummary:
+        return T.ThreadSummary(
+            id=thread.id,
+            display_name=thread.display_name,
+            status=thread.status,
+            origin_channel=thread.origin_channel,
+            user_id=thread.user_id,
+            channel_context=thread.channel_context,
+            created_at=thread.created_at,
+            last_active_at=thread.last_active_at,
+            turn_count=thread.turn_count,
+            runtime=self.runtimes.snapshot(thread.id),
+        )
+
+    async def list(self, query: ThreadQuery) -> tuple[list[T.ThreadSummary], str | None]:
+        """One page of summaries and the cursor of the next page."""
+        try:
+            threads, next_cursor = await self.repo.list_threads(query)
+        except BadCursor:
+            raise InvalidInput("'cursor' is not a cursor this server issued") from None
+        return [self.summary(thread) for thread in threads], next_cursor
+
+    # --- changes -----------------------------------------------------------------
+
+    async def create(self, spec: NewThread, *, announce: bool = True) -> ThreadRecord:
+        """Make a thread and announce ``thread/started`` to everyone (unless
+        ``announce`` is false: then call :meth:`announce_started`)."""
+        now = now_iso()
+        for _ in range(5):
+            thread = ThreadRecord(
+                id=new_thread_id(),
+                workspace_path=self.normalize_workspace(spec.workspace_path),
+                user_id=spec.user_id,
+                origin_channel=spec.channel_name,
+                channel_context=spec.channel_context,
+                display_name=spec.display_name or None,
+                status="active",
+                created_at=now,
+                last_active_at=now,
+                history_mode=spec.history_mode,
+                source=dict(spec.source),
+                configuration=spec.configuration,
+            )
+            try:
+                await self.repo.create(thread)
+                break
+            except sqlite3.IntegrityError:
+                continue  # id collision: draw again
+        else:
+            raise RuntimeError("could not allocate a unique thread id")
+        if announce:
+            await self.announce_started(thread)
+        return thread
+
+    async def announce_started(self, thread: ThreadRecord) -> None:
+        started = T.ThreadStartedNotification(thread=(await self.view(thread)).thread)
+        await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
+
+    async def resume(
+        self,
+        thread_id: str,
+        by: Participant,
+        turn_limit: int | None = None,
+        turns_cursor: str | None = None,
+        hidden_item_types: Collection[str] = (),
+    ) -> T.ThreadResult:
+        """Reactivate a paused thread; ``by`` gets ``thread/resumed`` and is
+        asked about a pending approval."""
+        thread = await self.get(thread_id)
+        if thread.status == "archived":
+            raise ThreadNotActive(thread.id)
+        now = now_iso()
+        previous = thread.status
+        await self.repo.update(thread.id, status="active", last_active_at=now)
+        thread.status, thread.last_active_at = "active", now
+        result = await self.view(thread, True, turn_limit, turns_cursor, hidden_item_types)
+        if previous != "active":
+            changed = T.ThreadStatusChangedNotification(
+                thread_id=thread.id, previous_status=previous, new_status="active"
+            )
+            await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
+        resumed = T.ThreadResumedNotification(thread=result.thread, resumed_by=by.name)
+        await self.journal.emit(thread.id, "thread/resumed", resumed, include=[by])
+        self.approvals.offer(thread.id, by)
+        return result
+
+    async def subscribe(
+        self,
+        thread_id: str,
+        participant: Participant,
+        after_seq: int | None = None,
+        replay_recent: bool = False,
+    ) -> None:
+        """Stream the thread's events to ``participant`` (idempotent).
+
+        With ``after_seq``, first replay what it missed (leaving out what it
+        already got as broadcasts); ``replay_recent`` replays the recent events.
+        """
+        await self.get(thread_id)
+        if self.bus.is_subscribed(thread_id, participant):
+            return  # idempotent: no second stream, no second replay
+        replay_from = after_seq
+        if replay_from is None and replay_recent:
+            replay_from = max(0, await self.journal.current_seq(thread_id) - RECENT_EVENTS)
+        await self.journal.subscribe(
+            thread_id, participant, replay_from, skip_seen=after_seq is not None
+        )
+        self.approvals.offer(thread_id, participant)
+
+    def unsubscribe(self, thread_id: str, participant: Participant) -> None:
+        self.bus.unsubscribe(thread_id, participant)
+
+    async def _set_status(self, thread: ThreadRecord, status: str) -> None:
+        previous = thread.status
+        await self.repo.update(thread.id, status=status)
+        changed = T.ThreadStatusChangedNotification(
+            thread_id=thread.id, previous_status=previous, new_status=status
+        )
+        await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
+
+    async def pause(self, thread_id: str) -> None:
+        thread = await self.get(thread_id)
+        if thread.status == "archived":
+            raise ThreadNotActive(thread.id)
+        if thread.status != "paused":
+            await self._set_status(thread, "paused")
+
+    async def archive(self, thread_id: str) -> None:
+        thread = await self.get(thread_id)
+        if self.running(thread.id):
+            raise TurnInProgress(thread.id)
+        if thread.status != "archived":
+            await self._set_status(thread, "archived")
+
+    async def unarchive(self, thread_id: str) -> None:
+        thread = await self.get(thread_id)
+        if thread.status == "archived":
+            await self._set_status(thread, "active")
+
+    async def rename(self, thread_id: str, display_name: str) -> None:
+        thread = await self.get(thread_id)
+        await self.repo.update(thread.id, display_name=display_name)
+        renamed = T.ThreadRenamedNotification(thread_id=thread.id, display_name=display_name)
+        await self.journal.emit(thread.id, "thread/renamed", renamed, broadcast=True)
+
+    async def set_mode(self, thread_id: str, mode: str) -> None:
+        thread = await self.get(thread_id)
+        config = dict(thread.configuration or {})
+        config["mode"] = mode
+        await self.repo.update(thread.id, configuration=config)
+
+    async def configure(self, thread_id: str, config: dict[str, Any]) -> None:
+        """Replace the thread's configuration (its mode is kept unless named)."""
+        thread = await self.get(thread_id)
+        config = dict(config)
+        # The mode is owned by set_mode: keep it unless the new config names one.
+        if "mode" not in config and thread.configuration and "mode" in thread.configuration:
+            config["mode"] = thread.configuration["mode"]
+        await self.repo.update(thread.id, configuration=config)
+
+    async def rollback(self, thread_id: str, num_turns: int) -> ThreadRecord:
+        """Drop the last ``num_turns`` turns; returns the thread as it is now."""
+        thread = await self.get(thread_id)
+        if thread.status == "archived":
+            raise ThreadNotActive(thread.id)
+        if self.running(thread.id):
+            raise TurnInProgress(thread.id)
+        if num_turns > thread.turn_count:
+            raise InvalidInput(f"'numTurns': the thread has only {thread.turn_count} turn(s)")
+        await self.repo.drop_last_turns(thread.id, num_turns)
+        return await self.get(thread.id)
+
+    async def delete(self, thread_id: str, by: Participant | None = None) -> None:
+        """Delete the thread (a running turn is cancelled first, reason
+        ``threadDeleted``); everyone but ``by`` gets ``thread/deleted``."""
+        thread = await self.get(thread_id)
+        await self.engine.cancel_and_wait(thread.id, "threadDeleted")
+        await self.repo.delete(thread.id)
+        self.bus.publish(
+            "thread/deleted",
+            T.ThreadDeletedNotification(thread_id=thread.id),
+            broadcast=True,
+            exclude=[by] if by is not None else [],
+        )
+        self.bus.forget_thread(thread.id)
+        self.journal.forget_thread(thread.id)
+        self.runtimes.forget(thread.id)
+        self.engine.forget_thread(thread.id)

@@ -1,0 +1,178 @@
+"""Turn use cases: start, interrupt, enqueue, remove from the queue, steer,
+answer an approval. Callable in-process by any front door: no connection,
+no request context, no wire encoding; refusals are ``runtime.errors``."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from appserver.protocol import turns as W
+from appserver.protocol.ids import now_iso
+from appserver.providers.base import Message
+from appserver.runtime.errors import InvalidInput, TurnInProgress, TurnNotFound, TurnNotRunning
+from appserver.runtime.events import Participant
+from appserver.runtime.inputs import InputMaterializer, Materialized
+from appserver.runtime.threads import Threads
+from appserver.runtime.turns.engine import TurnEngine
+from appserver.runtime.turns.model import ActiveTurn, QueuedInput, UserInput
+
+# Adjusts a just-reserved turn before it runs (attribution, userMessage extras).
+Prepare = Callable[[ActiveTurn, UserInput], None]
+
+
+def user_input(materialized: Materialized, sender: W.SenderContext | None) -> UserInput:
+    return UserInput(
+        display_text=materialized.display_text,
+        native_parts=materialized.native_parts,
+        materialized_parts=materialized.materialized_parts,
+        images=materialized.images,
+        sender=sender,
+        instructions=list(materialized.instructions),
+    )
+
+
+class Turns:
+    """The turn use cases over the engine."""
+
+    def __init__(
+        self, threads: Threads, engine: TurnEngine, materializer: InputMaterializer
+    ) -> None:
+        self.threads = threads
+        self.engine = engine
+        self.materializer = materializer
+
+    async def start(
+        self,
+        thread_id: str,
+        parts: list[Any],
+        origin: Participant | None = None,
+        *,
+        sender: W.SenderContext | None = None,
+        messages: list[Message] | None = None,
+        prepare: Prepare | None = None,
+    ) -> ActiveTurn:
+        """Start a turn with the input ``parts`` (``protocol.turns`` input parts).
+
+        ``messages`` is the history of a client-managed thread. ``prepare`` runs
+        on the reserved turn before it starts. The turn runs on its own; wait
+        on ``active.done`` for its end.
+        """
+        thread = await self.threads.get_active(thread_id)
+        self.materializer.reject_unsupported(parts)
+        if thread.history_mode == "client" and messages is None:
+            raise InvalidInput(
+                f"Thread {thread.id} requires client-managed history, "
+                "but no messages were provided."
+            )
+        if thread.history_mode != "client" and messages is not None:
+            raise InvalidInput(
+                f"Thread {thread.id} uses server-managed history and does not accept "
+                "client-supplied messages."
+            )
+        if thread.id in self.engine.active:
+            raise TurnInProgress(thread.id)
+        materialized = await self.materializer.materialize(parts)
+        if thread.id in self.engine.active:  # another start won while we read files
+            raise TurnInProgress(thread.id)
+        user = user_input(materialized, sender)
+        user.client_history = messages
+        active = self.engine.begin(thread, origin, user)
+        if prepare is not None:
+            prepare(active, user)  # before the turn's task first runs
+        return active
+
+    async def interrupt(self, thread_id: str, turn_id: str) -> ActiveTurn:
+        """Cancel the running turn ``turn_id`` (idempotent while it winds down)."""
+        thread = await self.threads.get(thread_id)
+        active = self.engine.active.get(thread.id)
+        if active is not None and active.record.id == turn_id:
+            self.engine.interrupt(thread.id)
+            return active
+        if not await self.threads.repo.turn_exists(thread.id, turn_id):
+            raise TurnNotFound(turn_id)
+        raise TurnNotRunning(turn_id)
+
+    async def enqueue(
+        self,
+        thread_id: str,
+        parts: list[Any],
+        origin: Participant | None = None,
+        sender: W.SenderContext | None = None,
+    ) -> tuple[W.QueuedTurnInput, list[W.QueuedTurnInput]]:
+        """Queue an input (an idle thread starts it at once); returns the entry
+        and the whole queue."""
+        thread = await self.threads.get_active(thread_id)
+        self.materializer.reject_unsupported(parts)
+        if thread.history_mode == "client":
+            raise InvalidInput(
+                f"Thread {thread.id} uses client-managed history; send turn/start with messages."
+            )
+        materialized = await self.materializer.materialize(parts)
+        running = self.engine.active.get(thread.id)
+        wire = W.QueuedTurnInput(
+            id=f"queued_{int(time.time() * 1000)}_{secrets.token_hex(3)}",
+            thread_id=thread.id,
+            native_input_parts=materialized.native_parts,
+            materialized_input_parts=materialized.materialized_parts,
+            display_text=materialized.display_text,
+            sender=sender,
+            created_at=now_iso(),
+            ready_after_turn_id=running.record.id if running is not None else None,
+        )
+        entry = QueuedInput(
+            wire=wire,
+            images=materialized.images,
+            materialized=materialized.materialized_parts,
+            origin=origin,
+            instructions=list(materialized.instructions),
+        )
+        queue = await self.engine.enqueue(thread, entry)
+        return wire, [e.wire for e in queue]
+
+    async def remove_queued(
+        self, thread_id: str, entry_id: str, by: Participant | None = None
+    ) -> list[W.QueuedTurnInput]:
+        """Drop a queued input; returns the queue."""
+        thread = await self.threads.get(thread_id)
+        queue = await self.engine.load_queue(thread.id)
+        entry = next((e for e in queue if e.wire.id == entry_id), None)
+        if entry is None:
+            raise InvalidInput(f"queued input not found: {entry_id}")
+        queue.remove(entry)
+        active = self.engine.active.get(thread.id)
+        if active is not None and entry.wire.id in active.guidance:
+            active.guidance.remove(entry.wire.id)
+        await self.engine.queue_changed(thread.id, include=[by] if by is not None else [])
+        return [e.wire for e in queue]
+
+    async def steer(
+        self,
+        thread_id: str,
+        expected_turn_id: str,
+        entry_id: str,
+        by: Participant | None = None,
+    ) -> tuple[str, list[W.QueuedTurnInput]]:
+        """Inject a queued input into the running turn at its next safe boundary;
+        returns the turn id and the queue."""
+        thread = await self.threads.get(thread_id)
+        active = self.engine.active.get(thread.id)
+        if active is None or active.record.id != expected_turn_id:
+            raise TurnNotRunning(expected_turn_id)
+        queue = await self.engine.load_queue(thread.id)
+        entry = next((e for e in queue if e.wire.id == entry_id), None)
+        if entry is None:
+            raise InvalidInput(f"queued input not found: {entry_id}")
+        if entry.wire.status != "guidancePending":
+            entry.wire.status = "guidancePending"
+            active.guidance.append(entry.wire.id)
+            await self.engine.queue_changed(thread.id, include=[by] if by is not None else [])
+        return active.record.id, [e.wire for e in queue]
+
+    def answer_approval(
+        self, thread_id: str, request_id: str, decision: str, by: Participant | None = None
+    ) -> bool:
+        """Answer a pending approval out of band; ``False`` if none matches."""
+        return self.engine.approvals.answer(thread_id, request_id, decision, by)

@@ -1,0 +1,165 @@
+"""The agent loop: call the model with the history, stream its answer into
+items, run the tools it calls, repeat until it answers without tools."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from appserver.providers.base import (
+    Message,
+    ModelRequest,
+    Provider,
+    ProviderError,
+    ReasoningDelta,
+    Stop,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolCallDone,
+    Usage,
+)
+from appserver.runtime.history import messages_from_items
+from appserver.runtime.turns.items import ItemLog
+from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
+from appserver.runtime.turns.queue import InputQueues
+from appserver.runtime.turns.tooling import ToolRunner
+from appserver.storage.threads import ItemRecord, ThreadRepository
+
+
+class AgentLoop:
+    """Drives the model and the tools for one turn."""
+
+    def __init__(
+        self,
+        items: ItemLog,
+        tools: ToolRunner,
+        queues: InputQueues,
+        repo: ThreadRepository,
+        config: EngineConfig,
+        provider: Callable[[], Provider],
+    ) -> None:
+        self.items = items
+        self.tools = tools
+        self.queues = queues
+        self.repo = repo
+        self.config = config
+        self.provider = provider  # read per call: the workspace may switch providers
+
+    async def run(self, active: ActiveTurn, user: UserInput) -> None:
+        active.instructions = list(user.instructions)
+        history = await self._history(active, user)
+        for _ in range(self.config.max_model_calls):
+            await self._take_guidance(active, history)
+            calls = await self._model_call(active, history)
+            if not calls:
+                return
+            for call in calls:
+                await self.tools.call(active, call, history)
+        raise TurnFailure(
+            f"the agent made {self.config.max_model_calls} model calls without finishing",
+            "max_model_calls",
+        )
+
+    async def _history(self, active: ActiveTurn, user: UserInput) -> list[Message]:
+        if user.client_history is not None:
+            history = list(user.client_history)
+        else:
+            turns, _ = await self.repo.turns(active.thread_id)
+            prior = [turn.id for turn in turns if turn.id != active.record.id]
+            stored = await self.repo.items(active.thread_id, prior)
+            history = messages_from_items(item for turn_id in prior for item in stored[turn_id])
+        history.extend(messages_from_items(active.items))
+        return history
+
+    async def _take_guidance(self, active: ActiveTurn, history: list[Message]) -> None:
+        """Steered inputs join the running turn at this safe boundary."""
+        if not active.guidance:
+            return
+        queue = self.queues.queues.get(active.thread_id, [])
+        for entry_id in active.guidance:
+            entry = next((e for e in queue if e.wire.id == entry_id), None)
+            if entry is None:
+                continue
+            queue.remove(entry)
+            active.instructions.extend(entry.instructions)
+            await self.items.user_message(active, entry.to_user_input("guidance"))
+            history.extend(messages_from_items(active.items[-1:]))
+        active.guidance.clear()
+        await self.queues.changed(active.thread_id, include=active.watchers)
+
+    async def _model_call(self, active: ActiveTurn, history: list[Message]) -> list[ToolCall]:
+        provider = self.provider()
+        config = active.thread.configuration or {}
+        system = self.config.system_prompt
+        if config.get("agentInstructions"):
+            system += "\n\n" + str(config["agentInstructions"])
+        for extra in active.instructions:
+            system += "\n\n" + extra
+        request = ModelRequest(
+            model=str(config.get("model") or provider.default_model),
+            messages=history,
+            system=system,
+            tools=self.tools.tools.specs(),
+        )
+        text_item: ItemRecord | None = None
+        reasoning_item: ItemRecord | None = None
+        call_items: dict[int, ItemRecord] = {}
+        calls: list[ToolCall] = []
+        items = self.items
+        # aclosing: leaving early (interrupt, error) closes the HTTP stream at once.
+        async with contextlib.aclosing(provider.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if text_item is None:
+                        text_item = await items.open(active, "agentMessage", {"text": ""})
+                    await items.text_delta(active, text_item, event.text)
+                elif isinstance(event, ReasoningDelta):
+                    if reasoning_item is None:
+                        reasoning_item = await items.open(active, "reasoningContent", {"text": ""})
+                    await items.text_delta(active, reasoning_item, event.text)
+                elif isinstance(event, ToolCallDelta):
+                    item = call_items.get(event.index)
+                    if item is None:
+                        item = await items.open(
+                            active,
+                            "toolCall",
+                            {
+                                "toolName": event.name or "",
+                                "callId": event.call_id or "",
+                                "arguments": {},
+                            },
+                        )
+                        call_items[event.index] = item
+                    await items.arguments_delta(active, item, event)
+                elif isinstance(event, ToolCallDone):
+                    item = call_items.get(event.index)
+                    if item is None:
+                        item = items.new(active, "toolCall", {})
+                        await items.start(active, item)
+                    item.payload = {
+                        "toolName": event.call.name,
+                        "callId": event.call.call_id,
+                        "arguments": event.call.arguments,
+                    }
+                    if event.arguments_error:
+                        item.payload["argumentsError"] = event.arguments_error
+                    await items.complete(active, item)
+                    calls.append(event.call)
+                elif isinstance(event, Usage):
+                    await items.usage(active, event)
+                elif isinstance(event, ProviderError):
+                    raise TurnFailure(
+                        f"model provider error ({event.kind}): {event.message}",
+                        f"provider_{event.kind}",
+                    )
+                elif isinstance(event, Stop):
+                    break
+        for open_item in (reasoning_item, text_item):
+            if open_item is not None and open_item.id in active.open_items:
+                await items.complete(active, open_item)
+        text = str(text_item.payload.get("text", "")) if text_item is not None else ""
+        if text or calls:
+            # Text and tool calls of one response are one assistant message.
+            history.append(Message("assistant", text, tool_calls=list(calls)))
+        return calls

@@ -1,0 +1,340 @@
+"""The turn engine: one user input becomes a turn; the agent calls the model,
+streams its answer, calls tools (pausing on approvals) and ends the turn.
+
+A turn belongs to the runtime, not to the client that started it: it runs
+in the engine's task group, every participant subscribed to the thread (plus
+the one that started it) sees its events, and a vanished client changes
+nothing but who can answer approvals.
+
+Every turn ends with exactly one terminal event — ``turn/completed``,
+``turn/failed`` or ``turn/cancelled`` — on every path: provider error, tool
+crash, interrupt, approval cancel, client gone, server shutdown. The
+``_finish`` step runs shielded in a ``finally`` and is the only place a
+terminal event is emitted.
+
+A turn starts running as soon as it is reserved. That a client sees the
+answer to its request before the turn's first event is its front door's
+guarantee, not the engine's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from appserver.protocol import threads as T
+from appserver.protocol import turns as W
+from appserver.protocol.base import WireModel
+from appserver.protocol.ids import now_iso
+from appserver.providers.base import Provider
+from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.events import Participant
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns.agent import AgentLoop
+from appserver.runtime.turns.asking import ApprovalConversation
+from appserver.runtime.turns.items import ItemLog
+from appserver.runtime.turns.model import (
+    ActiveTurn,
+    EngineConfig,
+    QueuedInput,
+    TurnFailure,
+    UserInput,
+    initiator,
+)
+from appserver.runtime.turns.queue import InputQueues
+from appserver.runtime.turns.recovery import recover
+from appserver.runtime.turns.tooling import ToolRunner
+from appserver.runtime.wire import turn_to_wire
+from appserver.storage.threads import ThreadRecord, ThreadRepository, TurnRecord
+from appserver.tools.registry import ToolRegistry
+
+log = logging.getLogger("appserver.turns")
+
+
+class TurnEngine:
+    """Runs turns; one active turn per thread."""
+
+    def __init__(
+        self,
+        repo: ThreadRepository,
+        journal: ThreadJournal,
+        runtimes: RuntimeStates,
+        approvals: ApprovalBroker,
+        tools: ToolRegistry,
+        provider: Provider,
+        workspace: Path,
+        config: EngineConfig | None = None,
+        default_approval_policy: Callable[[], str] = lambda: "default",
+    ) -> None:
+        self.repo = repo
+        self.journal = journal
+        self.runtimes = runtimes
+        self.approvals = approvals
+        self.tools = tools
+        self.provider = provider  # replaceable: the workspace may switch providers
+        self.workspace = workspace
+        self.config = config or EngineConfig()
+        self.active: dict[str, ActiveTurn] = {}
+        self.inputs = InputQueues(journal)
+        self.items = ItemLog(journal, repo, self.config.checkpoint_interval)
+        asking = ApprovalConversation(
+            self.items, approvals, journal.bus, runtimes, repo, default_approval_policy
+        )
+        self.agent = AgentLoop(
+            self.items,
+            ToolRunner(self.items, asking, tools, workspace),
+            self.inputs,
+            repo,
+            self.config,
+            lambda: self.provider,
+        )
+        self._tg: TaskGroup | None = None
+        # Called with every finished turn (after its terminal event).
+        self.turn_listeners: list[Callable[[ActiveTurn], Any]] = []
+
+    @property
+    def queues(self) -> dict[str, list[QueuedInput]]:
+        return self.inputs.queues
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def run(
+        self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Own the task group turns run in; returns when cancelled."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def shutdown(self) -> None:
+        """Cancel every running turn (``turn/cancelled`` reason ``serverShutdown``)."""
+        turns = list(self.active.values())
+        for active in turns:
+            active.cancel("serverShutdown")
+        with anyio.move_on_after(self.config.shutdown_grace):
+            for active in turns:
+                await active.done.wait()
+
+    async def recover(self) -> int:
+        """Fail the turns a previous process left running (see ``recovery``)."""
+        return await recover(self.journal, self.repo)
+
+    # --- starting ------------------------------------------------------------------
+
+    def begin(
+        self, thread: ThreadRecord, origin: Participant | None, user: UserInput
+    ) -> ActiveTurn:
+        """Reserve the thread for a new turn and schedule it.
+
+        Synchronous on purpose: the caller checked the thread is idle, and no
+        other request can slip in between the check and this reservation.
+        The turn's task starts at the next scheduling point, so a caller may
+        still adjust the returned turn's attribution before it runs.
+        """
+        assert self._tg is not None, "engine is not running"
+        assert thread.id not in self.active
+        seq = thread.turn_serial + 1
+        thread.turn_serial = seq
+        record = TurnRecord(
+            thread_id=thread.id,
+            id=f"turn_{seq:03d}",
+            seq=seq,
+            status="running",
+            started_at=now_iso(),
+            origin_channel=thread.origin_channel,
+            initiator=initiator(thread, user.sender, origin),
+        )
+        active = ActiveTurn(thread=thread, record=record, origin=origin)
+        active.next_item_seq = thread.item_serial
+        self.active[thread.id] = active
+        self._tg.start_soon(self._run_turn, active, user)
+        return active
+
+    async def run_turn(self, thread: ThreadRecord, user: UserInput) -> ActiveTurn:
+        """Start a turn with no client behind it (cron, heartbeat) and wait for
+        its end. Raises ``RuntimeError`` if the thread already runs a turn."""
+        if thread.id in self.active:
+            raise RuntimeError(f"a turn is already running on {thread.id}")
+        active = self.begin(thread, None, user)
+        await active.done.wait()
+        return active
+
+    def final_text(self, active: ActiveTurn) -> str:
+        """The last agent message of a turn (what a channel or cron job reports)."""
+        return active.final_text()
+
+    def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> T.Turn:
+        return turn_to_wire(active.record, active.items if include_items else [])
+
+    # --- the turn ----------------------------------------------------------------------
+
+    async def _run_turn(self, active: ActiveTurn, user: UserInput) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                active.tg = tg  # approval questions run here
+                try:
+                    with active.scope:
+                        await self._start(active)
+                        await self.items.user_message(active, user)
+                        await self.agent.run(active, user)
+                        active.record.status = "completed"
+                except TurnFailure as exc:
+                    await self._fail(active, str(exc), exc.code)
+                except Exception as exc:
+                    log.exception("turn %s on %s crashed", active.record.id, active.thread_id)
+                    await self._fail(active, f"internal error: {type(exc).__name__}", "internal")
+                finally:
+                    tg.cancel_scope.cancel()  # stop approval askers still waiting
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._finish(active)
+
+    async def _fail(self, active: ActiveTurn, message: str, code: str) -> None:
+        active.record.status = "failed"
+        active.record.error = message
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.items.error(active, message, code, fatal=True)
+            except Exception:
+                log.exception("could not record the failure of %s", active.record.id)
+
+    async def _start(self, active: ActiveTurn) -> None:
+        await self.runtimes.set_running(active.thread_id, True)
+        await self.journal.emit(
+            active.thread_id,
+            "turn/started",
+            W.TurnNotification(turn=self.turn_wire(active)),
+            include=active.watchers,
+            turn=active.record,
+            new_turn=True,
+        )
+
+    async def _finish(self, active: ActiveTurn) -> None:
+        """Close open items, persist, emit the one terminal event."""
+        try:
+            record = active.record
+            if record.status == "running":
+                record.status = "cancelled"  # the scope was cancelled (interrupt, shutdown)
+            for item in list(active.open_items.values()):
+                await self.items.complete(active, item)  # keep the text streamed so far
+            record.completed_at = now_iso()
+            record.token_usage = {
+                "inputTokens": active.input_tokens,
+                "outputTokens": active.output_tokens,
+                "totalTokens": active.input_tokens + active.output_tokens,
+            }
+            # One event goes to every watcher, so leave out the opt-in item type:
+            # clients that asked for commandExecution items got them as events.
+            turn = turn_to_wire(
+                active.record, [i for i in active.items if i.type != "commandExecution"]
+            )
+            params: WireModel
+            if record.status == "completed":
+                kind, params = "turn/completed", W.TurnNotification(turn=turn)
+            elif record.status == "failed":
+                kind = "turn/failed"
+                params = W.TurnFailedNotification(turn=turn, error=record.error or "failed")
+            else:
+                reason = active.cancel_reason or "interrupted"
+                kind = "turn/cancelled"
+                params = W.TurnCancelledNotification(turn=turn, reason=reason)
+            await self.journal.emit(
+                active.thread_id, kind, params, include=active.watchers, turn=record
+            )
+        except Exception:
+            log.exception("could not finish turn %s", active.record.id)
+        finally:
+            self.active.pop(active.thread_id, None)
+            try:
+                await self.journal.flush_seq(active.thread_id)
+                await self.runtimes.set_running(active.thread_id, False)
+                if active.guidance:
+                    # Steered inputs the turn never reached go back to the queue.
+                    for entry in self.inputs.queues.get(active.thread_id, []):
+                        if entry.wire.id in active.guidance:
+                            entry.wire.status = "queued"
+                    active.guidance.clear()
+                    await self.inputs.changed(active.thread_id, include=active.watchers)
+            except Exception:
+                log.exception("could not clear runtime state of %s", active.thread_id)
+            active.done.set()
+            if active.record.status == "completed" and self._tg is not None:
+                self._tg.start_soon(self._after_success, active.thread_id)
+            for listener in self.turn_listeners:
+                try:
+                    outcome = listener(active)
+                    if outcome is not None and self._tg is not None:
+                        self._tg.start_soon(_await, outcome)
+                except Exception:
+                    log.exception("turn listener failed")
+
+    # --- interrupt, queue ----------------------------------------------------------------
+
+    def interrupt(self, thread_id: str) -> ActiveTurn | None:
+        """Cancel the thread's running turn (idempotent); ``turn/cancelled`` follows."""
+        active = self.active.get(thread_id)
+        if active is not None:
+            active.cancel("interrupted")
+        return active
+
+    def forget_thread(self, thread_id: str) -> None:
+        self.inputs.forget(thread_id)
+        self.approvals.forget_thread(thread_id)
+
+    async def cancel_and_wait(self, thread_id: str, reason: str) -> None:
+        active = self.active.get(thread_id)
+        if active is not None:
+            active.cancel(reason)
+            with anyio.move_on_after(self.config.shutdown_grace):
+                await active.done.wait()
+
+    async def load_queue(self, thread_id: str) -> list[QueuedInput]:
+        return await self.inputs.load(thread_id)
+
+    async def queue_changed(self, thread_id: str, include: list[Participant] | None = None) -> None:
+        await self.inputs.changed(thread_id, include)
+
+    async def enqueue(self, thread: ThreadRecord, entry: QueuedInput) -> list[QueuedInput]:
+        """Queue an input; an idle thread starts it right away."""
+        queue = await self.inputs.load(thread.id)
+        queue.append(entry)
+        await self.inputs.changed(thread.id, include=[entry.origin] if entry.origin else [])
+        if thread.id not in self.active:
+            await self.start_next(thread)
+        return queue
+
+    async def start_next(self, thread: ThreadRecord) -> ActiveTurn | None:
+        """Start the first queued input as a new turn, if the thread is idle and active."""
+        if thread.id in self.active or thread.status != "active":
+            return None
+        queue = await self.inputs.load(thread.id)
+        entry = next((e for e in queue if e.wire.status == "queued"), None)
+        if entry is None or thread.id in self.active:
+            return None
+        queue.remove(entry)
+        active = self.begin(thread, entry.origin, entry.to_user_input("queued"))
+        await self.inputs.changed(thread.id, include=active.watchers)
+        return active
+
+    async def _after_success(self, thread_id: str) -> None:
+        """A completed turn hands the thread to the next queued input."""
+        try:
+            thread = await self.repo.get(thread_id)
+            if thread is not None:
+                await self.start_next(thread)
+        except Exception:
+            log.exception("could not start the next queued input of %s", thread_id)
+
+
+async def _await(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception:
+        log.exception("turn listener failed")

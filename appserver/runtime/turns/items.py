@@ -1,0 +1,210 @@
+"""Items of a running turn: creating, streaming, completing and announcing them.
+
+Every item is stored before it is announced (read-your-writes), streaming
+text is checkpointed now and then for crash recovery, and deltas are
+numbered events that are never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from appserver.protocol import turns as W
+from appserver.protocol.ids import now_iso
+from appserver.providers.base import ToolCallDelta, Usage
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.turns.model import ActiveTurn, UserInput
+from appserver.runtime.wire import item_to_wire
+from appserver.storage.threads import ItemRecord, ThreadRepository
+
+DELTA_KINDS = {
+    "agentMessage": ("item/agentMessage/delta", "agentMessage"),
+    "reasoningContent": ("item/reasoning/delta", "reasoningContent"),
+}
+COMMAND_TOPIC = "item:commandExecution"  # commandExecution items are opt-in
+
+
+class ItemLog:
+    """Writes a turn's items through the journal."""
+
+    def __init__(
+        self, journal: ThreadJournal, repo: ThreadRepository, checkpoint_interval: float
+    ) -> None:
+        self.journal = journal
+        self.repo = repo
+        self.checkpoint_interval = checkpoint_interval
+
+    def new(self, active: ActiveTurn, kind: str, payload: dict[str, Any]) -> ItemRecord:
+        active.next_item_seq += 1
+        item = ItemRecord(
+            thread_id=active.thread_id,
+            turn_id=active.record.id,
+            id=f"item_{active.next_item_seq:03d}",
+            seq=active.next_item_seq,
+            type=kind,
+            status="started",
+            created_at=now_iso(),
+            payload=payload,
+        )
+        active.items.append(item)
+        return item
+
+    async def start(self, active: ActiveTurn, item: ItemRecord) -> None:
+        await self._announce(active, "item/started", item)
+
+    async def open(self, active: ActiveTurn, kind: str, payload: dict[str, Any]) -> ItemRecord:
+        """A new item that streams until :meth:`complete`."""
+        item = self.new(active, kind, payload)
+        active.open_items[item.id] = item
+        await self.start(active, item)
+        return item
+
+    async def complete(self, active: ActiveTurn, item: ItemRecord) -> None:
+        item.status = "completed"
+        item.completed_at = now_iso()
+        active.open_items.pop(item.id, None)
+        await self._announce(active, "item/completed", item)
+
+    async def _announce(self, active: ActiveTurn, kind: str, item: ItemRecord) -> None:
+        """Store the item and announce it (stored first: read-your-writes)."""
+        await self.journal.emit(
+            active.thread_id,
+            kind,
+            W.ItemNotification(
+                thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
+            ),
+            include=active.watchers,
+            topic=COMMAND_TOPIC if item.type == "commandExecution" else None,
+            item=item,
+        )
+
+    async def instant(
+        self, active: ActiveTurn, kind: str, payload: dict[str, Any], between: Any = None
+    ) -> ItemRecord:
+        """An item created already complete (user message, approvals, errors)."""
+        item = self.new(active, kind, payload)
+        item.status = "completed"
+        item.completed_at = item.created_at
+        await self.start(active, item)
+        if between is not None:
+            await between(item)
+        await self.complete(active, item)
+        return item
+
+    async def error(self, active: ActiveTurn, message: str, code: str, fatal: bool) -> None:
+        await self.instant(active, "error", {"message": message, "code": code, "fatal": fatal})
+
+    async def user_message(self, active: ActiveTurn, user: UserInput) -> None:
+        payload: dict[str, Any] = {
+            "text": user.display_text,
+            "deliveryMode": user.delivery_mode,
+            "nativeInputParts": user.native_parts,
+            "materializedInputParts": user.materialized_parts,
+        }
+        if user.images:
+            payload["images"] = user.images
+        payload.update(user.extra)
+        if user.sender is not None:
+            payload.update(
+                {
+                    "senderId": user.sender.sender_id,
+                    "senderName": user.sender.sender_name,
+                    "senderRole": user.sender.sender_role,
+                    "groupId": user.sender.group_id,
+                }
+            )
+            payload = {key: value for key, value in payload.items() if value is not None}
+        await self.instant(active, "userMessage", payload)
+
+    async def text_delta(self, active: ActiveTurn, item: ItemRecord, text: str) -> None:
+        """Append streamed text to an open item and send the delta."""
+        if not text:
+            return  # empty deltas are never sent
+        item.payload["text"] = str(item.payload.get("text", "")) + text
+        item.status = "streaming"
+        kind, delta_kind = DELTA_KINDS[item.type]
+        await self.journal.emit_delta(
+            active.thread_id,
+            item.id,
+            kind,
+            W.DeltaNotification(
+                thread_id=active.thread_id,
+                turn_id=active.record.id,
+                item_id=item.id,
+                delta=text,
+                delta_kind=delta_kind,
+            ),
+            include=active.watchers,
+        )
+        await self._maybe_checkpoint(active, item)
+
+    async def _maybe_checkpoint(self, active: ActiveTurn, item: ItemRecord) -> None:
+        # Streaming text is saved now and then (not per delta) so a crash loses
+        # at most `checkpoint_interval` seconds of it.
+        now = anyio.current_time()
+        last = active.checkpoints.setdefault(item.id, now)
+        if now - last >= self.checkpoint_interval:
+            active.checkpoints[item.id] = now
+            await self.repo.save_item(item)
+
+    async def arguments_delta(
+        self, active: ActiveTurn, item: ItemRecord, event: ToolCallDelta
+    ) -> None:
+        if event.name and not item.payload.get("toolName"):
+            item.payload["toolName"] = event.name
+        if event.call_id and not item.payload.get("callId"):
+            item.payload["callId"] = event.call_id
+        if not event.arguments_delta:
+            return
+        item.status = "streaming"
+        await self.journal.emit_delta(
+            active.thread_id,
+            item.id,
+            "item/toolCall/argumentsDelta",
+            W.DeltaNotification(
+                thread_id=active.thread_id,
+                turn_id=active.record.id,
+                item_id=item.id,
+                delta=event.arguments_delta,
+                delta_kind="toolCallArguments",
+                tool_name=event.name,
+                call_id=event.call_id,
+            ),
+            include=active.watchers,
+        )
+
+    async def output_delta(self, active: ActiveTurn, item: ItemRecord, chunk: str) -> None:
+        """A chunk of a running command's output (an opt-in ``commandExecution`` delta)."""
+        item.payload["aggregatedOutput"] += chunk
+        await self.journal.emit_delta(
+            active.thread_id,
+            item.id,
+            "item/commandExecution/outputDelta",
+            W.DeltaNotification(
+                thread_id=active.thread_id,
+                turn_id=active.record.id,
+                item_id=item.id,
+                delta=chunk,
+            ),
+            include=active.watchers,
+            topic=COMMAND_TOPIC,
+        )
+
+    async def usage(self, active: ActiveTurn, usage: Usage) -> None:
+        active.input_tokens += usage.input_tokens
+        active.output_tokens += usage.output_tokens
+        await self.journal.emit(
+            active.thread_id,
+            "item/usage/delta",
+            W.UsageDeltaNotification(
+                thread_id=active.thread_id,
+                turn_id=active.record.id,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                total_input_tokens=active.input_tokens,
+                total_output_tokens=active.output_tokens,
+            ),
+            include=active.watchers,
+        )

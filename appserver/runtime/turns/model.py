@@ -1,0 +1,142 @@
+"""The turn's data: configuration, inputs, the running turn's state, failures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from appserver.protocol import turns as W
+from appserver.providers.base import Message
+from appserver.runtime.events import Participant
+from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a coding agent working in the user's workspace. Use the tools to inspect and "
+    "change files and to run commands. Be concise."
+)
+
+
+class TurnFailure(Exception):
+    """Ends the turn as ``turn/failed`` with this message (after an ``error`` item)."""
+
+    def __init__(self, message: str, code: str = "turn_failed") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class EngineConfig:
+    """Tunables of the turn engine."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_model_calls: int = 32
+    approval_timeout: float = 120.0
+    reconnect_grace: float = 15.0
+    checkpoint_interval: float = 0.5  # how often streaming text is saved for crash recovery
+    shutdown_grace: float = 5.0
+
+
+@dataclass
+class UserInput:
+    """What starts a turn (or is injected as guidance)."""
+
+    display_text: str
+    native_parts: list[dict[str, Any]]
+    materialized_parts: list[dict[str, Any]]
+    images: list[dict[str, Any]]
+    sender: W.SenderContext | None = None
+    delivery_mode: str = "normal"
+    client_history: list[Message] | None = None
+    # Extra userMessage payload fields (triggerKind, triggerLabel, channelName, ...).
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Extra system prompt text for this turn only (e.g. a referenced skill's body).
+    instructions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class QueuedInput:
+    """A ``turn/enqueue`` entry (kept in SQLite; ``origin`` only in memory)."""
+
+    wire: W.QueuedTurnInput
+    images: list[dict[str, Any]]
+    materialized: list[dict[str, Any]]
+    origin: Participant | None = None
+    instructions: list[str] = field(default_factory=list)  # e.g. a referenced skill's body
+
+    def to_user_input(self, delivery_mode: str) -> UserInput:
+        return UserInput(
+            display_text=self.wire.display_text,
+            native_parts=self.wire.native_input_parts,
+            materialized_parts=self.materialized,
+            images=self.images,
+            sender=self.wire.sender,
+            delivery_mode=delivery_mode,
+            instructions=list(self.instructions),
+        )
+
+
+@dataclass
+class ActiveTurn:
+    """A running turn: its records, who started it, and its cancel scope."""
+
+    thread: ThreadRecord
+    record: TurnRecord
+    origin: Participant | None
+    items: list[ItemRecord] = field(default_factory=list)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    cancel_reason: str | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+    tg: TaskGroup | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    next_item_seq: int = 0
+    guidance: list[str] = field(default_factory=list)  # queued input ids to inject
+    # Streaming items (agent text, reasoning, tool-call arguments) not yet completed.
+    open_items: dict[str, ItemRecord] = field(default_factory=dict)
+    checkpoints: dict[str, float] = field(default_factory=dict)  # item id -> last save time
+    instructions: list[str] = field(default_factory=list)  # extra system text for this turn
+
+    @property
+    def thread_id(self) -> str:
+        return self.thread.id
+
+    @property
+    def watchers(self) -> list[Participant]:
+        """Participants that get this turn's events without subscribing."""
+        return [self.origin] if self.origin is not None and not self.origin.closed else []
+
+    def cancel(self, reason: str) -> None:
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.scope.cancel()
+
+    def final_text(self) -> str:
+        """The last agent message (what a channel or cron job reports)."""
+        for item in reversed(self.items):
+            if item.type == "agentMessage":
+                return str(item.payload.get("text", ""))
+        return ""
+
+
+def initiator(
+    thread: ThreadRecord, sender: W.SenderContext | None, origin: Participant | None
+) -> dict[str, Any]:
+    """The turn's ``initiator``: channel, and the sender or the starting client."""
+    result: dict[str, Any] = {"channelName": thread.origin_channel}
+    if sender is not None:
+        result.update(
+            {
+                "userId": sender.sender_id,
+                "userName": sender.sender_name,
+                "userRole": sender.sender_role,
+                "groupId": sender.group_id,
+            }
+        )
+    elif origin is not None:
+        result["userId"] = origin.name
+    if thread.channel_context:
+        result["channelContext"] = thread.channel_context
+    return {key: value for key, value in result.items() if value is not None}

@@ -1,0 +1,55 @@
+"""Crash recovery: turns a previous process left running are marked failed."""
+
+from __future__ import annotations
+
+import logging
+
+from appserver.protocol import turns as W
+from appserver.protocol.ids import now_iso
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.wire import item_to_wire, turn_to_wire
+from appserver.storage.threads import ThreadRepository
+
+log = logging.getLogger("appserver.turns")
+
+RECOVERED_ERROR = (
+    "The server stopped while this turn was running; "
+    "it was marked failed when the server started again."
+)
+
+
+async def recover(journal: ThreadJournal, repo: ThreadRepository) -> int:
+    """Fail turns a previous process left running; returns how many.
+
+    Items still streaming are completed with the text saved so far;
+    completed items were stored as they completed, so nothing is lost.
+    """
+    events = journal.events
+    recovered = 0
+    for turn in await events.unfinished_turns():
+        now = now_iso()
+        for item in await events.unfinished_items(turn.thread_id, turn.id):
+            item.status = "completed"
+            item.completed_at = now
+            await journal.emit(
+                turn.thread_id,
+                "item/completed",
+                W.ItemNotification(
+                    thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)
+                ),
+                item=item,
+            )
+        turn.status = "failed"
+        turn.completed_at = now
+        turn.error = RECOVERED_ERROR
+        items = (await repo.items(turn.thread_id, [turn.id]))[turn.id]
+        await journal.emit(
+            turn.thread_id,
+            "turn/failed",
+            W.TurnFailedNotification(turn=turn_to_wire(turn, items), error=turn.error),
+            turn=turn,
+        )
+        recovered += 1
+    if recovered:
+        log.warning("recovered %d turn(s) interrupted by a previous stop", recovered)
+    return recovered

@@ -1,0 +1,152 @@
+"""Running the agent's tool calls: planning, approval, execution, results.
+
+The shell runs with a ``commandExecution`` companion item whose output
+streams as deltas; every other tool returns its outcome at once. A crash of
+a tool is the model's problem (an error result), never the turn's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from appserver.providers.base import Message, ToolCall
+from appserver.runtime.turns.asking import ApprovalConversation
+from appserver.runtime.turns.items import ItemLog
+from appserver.runtime.turns.model import ActiveTurn
+from appserver.tools.base import ToolContext, ToolError, ToolOutcome
+from appserver.tools.registry import ToolRegistry
+
+log = logging.getLogger("appserver.turns")
+
+
+class ToolRunner:
+    """Runs one tool call of a turn and records its result."""
+
+    def __init__(
+        self,
+        items: ItemLog,
+        approvals: ApprovalConversation,
+        tools: ToolRegistry,
+        workspace: Path,
+    ) -> None:
+        self.items = items
+        self.approvals = approvals
+        self.tools = tools
+        self.workspace = workspace
+
+    async def call(self, active: ActiveTurn, call: ToolCall, history: list[Message]) -> None:
+        """Run ``call``, store a ``toolResult`` item and add the result to ``history``."""
+        outcome = await self._run(active, call)
+        await self.items.instant(
+            active,
+            "toolResult",
+            {"callId": call.call_id, "result": outcome.output, "success": outcome.success},
+        )
+        history.append(
+            Message("tool", outcome.output, tool_call_id=call.call_id, tool_name=call.name)
+        )
+
+    async def _run(self, active: ActiveTurn, call: ToolCall) -> ToolOutcome:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return ToolOutcome(False, f"Error: unknown tool '{call.name}'")
+        ctx = ToolContext(
+            workspace=self.workspace,
+            thread_id=active.thread_id,
+            turn_id=active.record.id,
+            call_id=call.call_id,
+        )
+        try:
+            plan = tool.plan(call.arguments, ctx)
+        except ToolError as exc:
+            return ToolOutcome(False, f"Error: {exc}")
+        if plan.approval is not None:
+            verdict = await self.approvals.settle(active, plan.approval)
+            if verdict.decision == "cancel":
+                active.cancel("approvalCancelled")
+                await anyio.lowlevel.checkpoint()  # the cancelled scope raises here
+            if not verdict.approved:
+                why = verdict.fallback or "the user declined"
+                return ToolOutcome(False, f"Declined: {why}.")
+        if call.name == "shell":
+            return await self._run_shell(active, tool, plan, ctx)
+        try:
+            return await tool.run(plan, ctx)
+        except ToolError as exc:
+            return ToolOutcome(False, f"Error: {exc}")
+        except Exception as exc:
+            log.exception("tool %s crashed", call.name)
+            return ToolOutcome(False, f"Error: the tool crashed ({type(exc).__name__})")
+
+    async def _run_shell(
+        self, active: ActiveTurn, tool: Any, plan: Any, ctx: ToolContext
+    ) -> ToolOutcome:
+        """Shell runs with a ``commandExecution`` companion item and output deltas."""
+        item = await self.items.open(
+            active,
+            "commandExecution",
+            {
+                "command": plan.arguments.get("command", ""),
+                "workingDirectory": plan.approval.target if plan.approval else str(self.workspace),
+                "source": "host",
+                "status": "inProgress",
+                "aggregatedOutput": "",
+                "callId": ctx.call_id,
+            },
+        )
+        send, receive = anyio.create_memory_object_stream[str](1024)
+        ctx.on_output = lambda chunk: _offer(send, chunk)
+
+        async def forward() -> None:
+            async with receive:
+                async for chunk in receive:
+                    await self.items.output_delta(active, item, chunk)
+
+        outcome: ToolOutcome | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(forward)
+                try:
+                    outcome = await tool.run(plan, ctx)
+                except ToolError as exc:
+                    outcome = ToolOutcome(False, f"Error: {exc}")
+                except Exception as exc:
+                    if isinstance(exc, anyio.get_cancelled_exc_class()):
+                        raise
+                    log.exception("shell tool crashed")
+                    outcome = ToolOutcome(False, f"Error: the tool crashed ({type(exc).__name__})")
+                finally:
+                    send.close()
+        finally:
+            details = outcome.details if outcome else {}
+            item.payload["status"] = (
+                "completed"
+                if outcome and outcome.success
+                else ("failed" if outcome else "cancelled")
+            )
+            for key, wire in (
+                ("exit_code", "exitCode"),
+                ("duration_ms", "durationMs"),
+                ("truncated", "truncated"),
+                ("original_output_chars", "originalOutputChars"),
+            ):
+                if key in details:
+                    item.payload[wire] = details[key]
+            if outcome is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.items.complete(active, item)
+        assert outcome is not None  # otherwise the cancellation propagated
+        return outcome
+
+
+def _offer(send: Any, chunk: str) -> None:
+    # If the forwarder lags, drop live chunks: the tool's final output is kept anyway.
+    with contextlib.suppress(
+        anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError
+    ):
+        send.send_nowait(chunk)

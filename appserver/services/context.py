@@ -1,0 +1,101 @@
+"""What a method family is given when it is installed: the narrow waist
+between the families and the server that composes them.
+
+A family registers handlers on ``router``, drives threads and turns through
+the runtime's use cases, may add agent tools (``runtime.engine.tools``) and
+input resolvers (``runtime.materializer.resolvers``), and runs background
+work with ``start_background``. Families that others use are kept here
+(``skills``, ``plugins``, ``mcp``, ``commands``, ``cron``, ``heartbeat``), set by
+their own ``install``; nothing is attached to the server object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from appserver.protocol.ids import now_iso
+from appserver.protocol.threads import ConfigChangedNotification
+from appserver.providers.base import Provider
+from appserver.runtime.host import Runtime
+from appserver.runtime.threads import Threads
+from appserver.services.router import Router
+from appserver.services.turns import TurnService
+from appserver.storage.db import Database
+
+if TYPE_CHECKING:
+    from appserver.cron.heartbeat import HeartbeatService
+    from appserver.cron.service import CronService
+    from appserver.services.commands.service import CommandsService
+    from appserver.services.mcp.service import McpService
+    from appserver.services.plugins.service import PluginService
+    from appserver.services.skills.service import SkillsService
+
+
+class FamilyContext:
+    """The server's parts a family may use."""
+
+    def __init__(
+        self,
+        *,
+        router: Router,
+        runtime: Runtime,
+        turn_service: TurnService,
+        workspace: Path,
+        craft_dir: Path,
+        workspace_config: dict[str, Any],
+        provider_options: dict[str, Any],
+        provider_fixed: bool,
+        is_ready: Callable[[], bool],
+    ) -> None:
+        self.router = router
+        self.runtime = runtime
+        self.turns = turn_service
+        self.workspace = workspace
+        self.craft_dir = craft_dir
+        # The parsed .craft/config.json; the workspace family updates it in place.
+        self.workspace_config = workspace_config
+        self.provider_options = provider_options
+        self.provider_fixed = provider_fixed  # a provider object was injected (tests)
+        self.is_ready = is_ready
+        self.background: list[Callable[[], Awaitable[Any]]] = []
+        self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
+        self.skills: SkillsService | None = None
+        self.plugins: PluginService | None = None
+        self.mcp: McpService | None = None
+        self.commands: CommandsService | None = None
+        self.cron: CronService | None = None
+        self.heartbeat: HeartbeatService | None = None
+
+    @property
+    def db(self) -> Database:
+        return self.runtime.db
+
+    @property
+    def threads(self) -> Threads:
+        return self.runtime.threads
+
+    @property
+    def provider(self) -> Provider:
+        return self.runtime.engine.provider
+
+    @provider.setter
+    def provider(self, provider: Provider) -> None:
+        self.runtime.engine.provider = provider
+
+    def start_background(self, run: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``run()`` for the server's lifetime (cancelled at shutdown).
+
+        The task starts once the server is open and never blocks start-up or
+        ``/readyz``.
+        """
+        self.background.append(run)
+
+    def announce_config_change(self, source: str, regions: list[str]) -> None:
+        """``workspace/configChanged`` to every client that wants it."""
+        self.runtime.bus.publish(
+            "workspace/configChanged",
+            ConfigChangedNotification(source=source, regions=regions, changed_at=now_iso()),
+            broadcast=True,
+        )

@@ -1,0 +1,129 @@
+"""A DotCraft JSON-RPC client as the runtime sees it: a :class:`Participant`.
+
+The peer holds what the client negotiated in ``initialize`` (name,
+capabilities, opted-out notifications) and its handshake state, encodes
+runtime events as DotCraft notifications, and asks approval questions with
+``item/approval/request``.
+
+Encoding happens once per event for every peer (``Event.encoded``), so
+fan-out to many connections shares one frame. Streaming deltas carry a
+coalesce key so a lagging connection gets them merged (same text, newest
+``seq``) instead of piling up.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+from appserver.protocol.base import WireModel
+from appserver.protocol.encoding import dumps
+from appserver.rpc import framing
+from appserver.rpc.connection import (
+    Connection,
+    PeerClosed,
+    PeerErrorResponse,
+    PeerTimeout,
+    RequestContext,
+)
+from appserver.rpc.outbox import Merge
+from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
+
+
+class Handshake(enum.Enum):
+    NEW = "new"  # waiting for `initialize`
+    INITIALIZING = "initializing"  # answered `initialize`, waiting for `initialized`
+    READY = "ready"
+
+
+Encoded = tuple[str, tuple[object, Merge] | None]
+
+
+def encode_event(event: Event) -> Encoded:
+    """The notification frame of ``event`` (stamped with its ``seq``) and, for
+    a delta, its coalesce key."""
+    frame = framing.notification_frame_json(event.kind, event.params_json(), event.seq)
+    if event.stream is None:
+        return frame, None
+    return frame, ((event.thread_id, event.stream, event.kind), merge_delta_frames)
+
+
+def merge_delta_frames(frames: list[str]) -> str:
+    """One delta frame carrying all texts and the newest ``seq`` (lagging peers)."""
+    parsed = [json.loads(frame) for frame in frames]
+    merged = parsed[-1]
+    merged["params"]["delta"] = "".join(str(p["params"].get("delta", "")) for p in parsed)
+    return dumps(merged)
+
+
+class Peer:
+    """One JSON-RPC connection's client, as a runtime participant."""
+
+    __slots__ = (
+        "__weakref__",
+        "attrs",
+        "capabilities",
+        "connection",
+        "handshake",
+        "name",
+        "opt_out",
+    )
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.handshake = Handshake.NEW
+        self.name = ""
+        self.capabilities: Any = None
+        self.opt_out: frozenset[str] = frozenset()
+        # Other families' per-connection state (a channel adapter's binding).
+        self.attrs: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"<Peer {self.name!r} on {self.connection!r}>"
+
+    @property
+    def ready(self) -> bool:
+        return self.handshake is Handshake.READY and not self.connection.closed
+
+    @property
+    def closed(self) -> bool:
+        return self.connection.closed
+
+    def wants(self, kind: str, topic: str | None) -> bool:
+        if self.handshake is not Handshake.READY:
+            return False
+        opt_out = self.opt_out
+        return kind not in opt_out and (topic is None or topic not in opt_out)
+
+    def deliver(self, event: Event) -> None:
+        frame, coalesce = event.encoded(Peer, encode_event)
+        self.connection.send(frame, coalesce)
+
+    def notify(self, method: str, params: WireModel) -> None:
+        """Send one notification now, whatever the handshake state (only for
+        outcomes of the handshake itself, such as ``channelRejected``)."""
+        self.connection.notify(method, params)
+
+    def can_answer_approvals(self) -> bool:
+        return self.ready and bool(getattr(self.capabilities, "approval_support", True))
+
+    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+        try:
+            result = await self.connection.request(
+                "item/approval/request", request, timeout=timeout
+            )
+        except PeerErrorResponse as exc:
+            raise QuestionRefused(str(exc)) from exc
+        except (PeerClosed, PeerTimeout) as exc:
+            raise QuestionUnanswered(str(exc)) from exc
+        decision = result.get("decision") if isinstance(result, dict) else None
+        return decision if isinstance(decision, str) else ""
+
+
+def peer_of(ctx: RequestContext | Connection) -> Peer:
+    """The peer of a request's (or a connection's) client."""
+    connection = ctx.connection if isinstance(ctx, RequestContext) else ctx
+    peer = connection.session
+    assert isinstance(peer, Peer), "the connection has no DotCraft peer"
+    return peer

@@ -1,0 +1,133 @@
+"""The runtime driven in-process by a front door written here: no JSON-RPC
+connection anywhere. A whole turn with a shell call, an approval round trip
+and an interrupt, then the stored items read back by a real JSON-RPC client
+(an ``appserver`` subprocess over stdio) match what the front door saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from appserver.protocol.base import WireModel
+from appserver.protocol.threads import Item
+from appserver.protocol.turns import ApprovalRequestParams, ItemNotification, TextPart
+from appserver.providers.offline import OfflineProvider
+from appserver.runtime.events import Event, QuestionUnanswered
+from appserver.runtime.host import Runtime
+from appserver.runtime.threads import NewThread
+from appserver.storage.db import Database
+from tests.support.servers import running_server
+
+
+class RecordingDoor:
+    """A front door's one client: records every event, answers approvals from a script."""
+
+    def __init__(self, name: str, answers: list[str]) -> None:
+        self.name = name
+        self.closed = False
+        self.events: list[Event] = []
+        self.asked: list[ApprovalRequestParams] = []
+        self.answers = answers
+        self._arrived = anyio.Event()
+
+    def wants(self, kind: str, topic: str | None) -> bool:
+        return True  # this door wants everything, commandExecution items included
+
+    def deliver(self, event: Event) -> None:
+        self.events.append(event)
+        self._arrived.set()
+        self._arrived = anyio.Event()
+
+    def can_answer_approvals(self) -> bool:
+        return True
+
+    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+        assert isinstance(request, ApprovalRequestParams)
+        self.asked.append(request)
+        if not self.answers:
+            raise QuestionUnanswered("no scripted answer")
+        return self.answers.pop(0)
+
+    async def wait_for(self, kind: str, start: int = 0) -> Event:
+        with anyio.fail_after(10):
+            while True:
+                for event in self.events[start:]:
+                    if event.kind == kind:
+                        return event
+                await self._arrived.wait()
+
+    def kinds(self, thread_id: str) -> list[str]:
+        return [e.kind for e in self.events if e.thread_id == thread_id]
+
+    def completed_items(self) -> list[Item]:
+        items = []
+        for event in self.events:
+            if event.kind == "item/completed":
+                assert isinstance(event.params, ItemNotification)
+                items.append(event.params.item)
+        return items
+
+
+async def test_a_turn_through_the_in_process_api_alone(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / ".craft" / "appserver.db")
+    door = RecordingDoor("in-process-door", answers=["accept"])
+    try:
+        runtime = Runtime(db, tmp_path, OfflineProvider())
+        async with anyio.create_task_group() as tg:
+            await tg.start(runtime.run)
+            runtime.join(door)
+            thread = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+            await runtime.threads.subscribe(thread.id, door)
+
+            # A shell call that needs approval: asked through the door's port.
+            first = await runtime.turns.start(
+                thread.id, [TextPart(type="text", text="!echo from-the-door")], door
+            )
+            await first.done.wait()
+            assert first.record.status == "completed"
+            assert first.record.initiator == {"channelName": "test", "userId": "in-process-door"}
+            assert [request.approval_type for request in door.asked] == ["shell"]
+            kinds = door.kinds(thread.id)
+            assert kinds[0] == "thread/started"
+            for kind in ("turn/started", "item/approval/resolved", "turn/completed"):
+                assert kinds.count(kind) == 1
+            assert "item/commandExecution/outputDelta" in kinds
+            output = [i for i in door.completed_items() if i.type == "commandExecution"]
+            assert "from-the-door" in output[0].payload["aggregatedOutput"]
+            assert first.final_text() == "The command exited with code 0."
+
+            # A slow answer, interrupted once it streams.
+            mark = len(door.events)
+            second = await runtime.turns.start(
+                thread.id, [TextPart(type="text", text="?stream 100\n?delay 50")], door
+            )
+            await door.wait_for("item/agentMessage/delta", mark)
+            await runtime.turns.interrupt(thread.id, second.record.id)
+            terminal = await door.wait_for("turn/cancelled", mark)
+            assert terminal.seq is not None and terminal.seq > mark
+            assert second.record.status == "cancelled"
+            tg.cancel_scope.cancel()
+        seen_items = door.completed_items()
+        seen_turns = [
+            event.params.model_dump(by_alias=True)["turn"]["id"]
+            for event in door.events
+            if event.kind in ("turn/completed", "turn/cancelled")
+        ]
+    finally:
+        await db.close()
+
+    # A JSON-RPC client reads back exactly the items the door saw complete.
+    async with (
+        running_server("stdio", tmp_path) as sut,
+        sut.connect(capabilities={"commandExecutionStreaming": True}) as client,
+    ):
+        read: dict[str, Any] = await client.request(
+            "thread/read", {"threadId": thread.id, "includeTurns": True}
+        )
+    turns = read["thread"]["turns"]
+    assert [turn["id"] for turn in turns] == seen_turns
+    assert [turn["status"] for turn in turns] == ["completed", "cancelled"]
+    stored = [item for turn in turns for item in turn["items"]]
+    assert stored == [item.to_wire() for item in seen_items]
