@@ -131,3 +131,43 @@ async def test_a_turn_through_the_in_process_api_alone(tmp_path: Path) -> None:
     assert [turn["status"] for turn in turns] == ["completed", "cancelled"]
     stored = [item for turn in turns for item in turn["items"]]
     assert stored == [item.to_wire() for item in seen_items]
+
+
+class OutOfBandDoor(RecordingDoor):
+    """A front door whose protocol answers approvals in frames of its own: it
+    never answers through the port, but calls ``answer_approval``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, answers=[])
+        self.was_asked = anyio.Event()
+
+    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+        assert isinstance(request, ApprovalRequestParams)
+        self.asked.append(request)
+        self.was_asked.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_an_approval_answered_out_of_band(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / ".craft" / "appserver.db")
+    door = OutOfBandDoor("acp-like")
+    try:
+        runtime = Runtime(db, tmp_path, OfflineProvider())
+        async with anyio.create_task_group() as tg:
+            await tg.start(runtime.run)
+            thread = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+            active = await runtime.turns.start(
+                thread.id, [TextPart(type="text", text="!echo out-of-band")], door
+            )
+            with anyio.fail_after(10):
+                await door.was_asked.wait()
+            request = door.asked[0]
+            assert not runtime.turns.answer_approval(thread.id, "not-the-request", "accept")
+            assert runtime.turns.answer_approval(thread.id, request.request_id, "decline", door)
+            await active.done.wait()
+            assert active.record.status == "completed"
+            assert active.final_text() == "The shell call was declined."
+            tg.cancel_scope.cancel()
+    finally:
+        await db.close()
