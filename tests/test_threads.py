@@ -435,6 +435,18 @@ async def test_status_transitions_notify_after_the_response(server: ServerUnderT
             assert await status_of(client, tid) == new
 
 
+async def test_rename_notifies_after_the_response(server: ServerUnderTest) -> None:
+    async with server.connect() as client:
+        tid = (await start_thread(client))["id"]
+        await client.settle()
+        mark = client.mark()
+        params = {"threadId": tid, "displayName": "Renamed"}
+        assert await client.request("thread/rename", params) == {}
+        renamed = await client.notification("thread/renamed", start=mark)
+        assert without_seq(renamed) == params
+        assert "result" in client.messages[mark]  # the response came first
+
+
 async def test_repeated_status_changes_only_answer(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         tid = (await start_thread(client))["id"]

@@ -184,7 +184,7 @@ class Connection:
         self.outbox = Outbox(self.limits.outbox_bytes, self.limits.outbox_soft_bytes)
         # The application's per-connection state (the DotCraft application's Peer).
         self.session: Any = None
-        # Frames held back while a write request runs (sent after its response).
+        # Frames held back while a holding request runs (sent after its response).
         self._holding = 0
         self._held: list[tuple[str, tuple[object, Merge] | None]] = []
         self._in_flight = 0
@@ -211,8 +211,8 @@ class Connection:
 
     def send(self, frame: str, coalesce: tuple[object, Merge] | None = None) -> None:
         """Queue an encoded notification. ``coalesce`` lets a lagging peer get
-        merged deltas; see :class:`~appserver.rpc.outbox.Outbox`. While a write
-        request runs, the frame waits for that request's response."""
+        merged deltas; see :class:`~appserver.rpc.outbox.Outbox`. While a request
+        the application holds for runs, the frame waits for its response."""
         if self._holding:
             self._held.append((frame, coalesce))
         else:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -54,13 +53,9 @@ def scope_key(need: ApprovalNeed) -> str:
     return f"{need.kind}:{need.operation}:{need.target}"
 
 
-def parse_decision(result: Any) -> str:
-    """The decision in a client's answer (``{"decision": ...}`` or the bare
-    string); anything malformed is ``decline``."""
-    decision = result.get("decision") if isinstance(result, dict) else result
-    if isinstance(decision, str) and decision in DECISIONS:
-        return decision
-    return "decline"
+def parse_decision(decision: object) -> str:
+    """A front door's answer as a decision; anything else is ``decline``."""
+    return decision if isinstance(decision, str) and decision in DECISIONS else "decline"
 
 
 @dataclass

@@ -22,10 +22,6 @@ class EventBus:
         self._subscribers: dict[str, set[Participant]] = {}
         self._subscriptions: dict[Participant, set[str]] = {}
 
-    @property
-    def participants(self) -> frozenset[Participant]:
-        return frozenset(self._participants)
-
     def join(self, participant: Participant) -> None:
         """``participant`` receives broadcasts from now on."""
         self._participants.add(participant)

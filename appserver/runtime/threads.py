@@ -115,7 +115,7 @@ class Threads:
                 turn_to_wire(turn, [i for i in items[turn.id] if i.type not in hidden_item_types])
                 for turn in records
             ]
-        queue = await self.engine.load_queue(thread.id)
+        queue = await self.engine.inputs.load(thread.id)
         wire = T.Thread(
             id=thread.id,
             workspace_path=thread.workspace_path,

@@ -137,15 +137,15 @@ class Turns:
     ) -> list[W.QueuedTurnInput]:
         """Drop a queued input; returns the queue."""
         thread = await self.threads.get(thread_id)
-        queue = await self.engine.load_queue(thread.id)
-        entry = next((e for e in queue if e.wire.id == entry_id), None)
+        queue = await self.engine.inputs.load(thread.id)
+        entry = self.engine.inputs.find(thread.id, entry_id)
         if entry is None:
             raise InvalidInput(f"queued input not found: {entry_id}")
         queue.remove(entry)
         active = self.engine.active.get(thread.id)
         if active is not None and entry.wire.id in active.guidance:
             active.guidance.remove(entry.wire.id)
-        await self.engine.queue_changed(thread.id, include=[by] if by is not None else [])
+        await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
         return [e.wire for e in queue]
 
     async def steer(
@@ -161,14 +161,14 @@ class Turns:
         active = self.engine.active.get(thread.id)
         if active is None or active.record.id != expected_turn_id:
             raise TurnNotRunning(expected_turn_id)
-        queue = await self.engine.load_queue(thread.id)
-        entry = next((e for e in queue if e.wire.id == entry_id), None)
+        queue = await self.engine.inputs.load(thread.id)
+        entry = self.engine.inputs.find(thread.id, entry_id)
         if entry is None:
             raise InvalidInput(f"queued input not found: {entry_id}")
         if entry.wire.status != "guidancePending":
             entry.wire.status = "guidancePending"
             active.guidance.append(entry.wire.id)
-            await self.engine.queue_changed(thread.id, include=[by] if by is not None else [])
+            await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
         return active.record.id, [e.wire for e in queue]
 
     def answer_approval(

@@ -33,8 +33,8 @@ from appserver.services.peer import Handshake, Peer, peer_of
 log = logging.getLogger("appserver.router")
 
 P = TypeVar("P", bound=BaseModel)
-# A handler returns a wire model, or RawJSON for an answer it already encoded.
-Handler = Callable[[RequestContext, Any], Awaitable[BaseModel | RawJSON]]
+# A handler returns a wire model (the router encodes it, or caches its encoding).
+Handler = Callable[[RequestContext, Any], Awaitable[BaseModel]]
 # For a cacheable answer: (what is asked, a version that changes whenever the
 # answer would), or None to not cache this one.
 AnswerKey = Callable[[Any], tuple[Any, Any] | None]
@@ -53,7 +53,6 @@ FOLLOW_THE_RESPONSE = frozenset(
         "thread/pause",
         "thread/archive",
         "thread/unarchive",
-        "thread/delete",
         "thread/rename",
         "turn/start",
     }
@@ -146,8 +145,11 @@ class Router:
             self.answer_keys[method] = answer_key
 
     def attach(self, connection: Connection) -> Peer:
-        """Give a new connection its peer (before it is served)."""
-        peer = connection.session = Peer(connection)
+        """The connection's peer, made on first use (the server attaches one
+        before serving, so hooks see it from the first frame)."""
+        peer = connection.session
+        if not isinstance(peer, Peer):
+            peer = connection.session = Peer(connection)
         return peer
 
     def enable_feature(self, flag: str) -> None:
@@ -170,7 +172,7 @@ class Router:
     # --- Application protocol --------------------------------------------
 
     def admit(self, connection: Connection, method: str) -> RpcError | None:
-        peer = connection.session if connection.session is not None else self.attach(connection)
+        peer = self.attach(connection)
         if method == "initialize":
             if peer.handshake is not Handshake.NEW:
                 return RpcError(E.ALREADY_INITIALIZED, "Already initialized")
@@ -257,14 +259,14 @@ class Router:
         )
 
     def handle_notification(self, connection: Connection, method: str, params: Any) -> None:
-        peer = peer_of(connection)
+        peer = self.attach(connection)
         if method == "initialized" and peer.handshake is Handshake.INITIALIZING:
             peer.handshake = Handshake.READY
             self.bus.join(peer)
         # Any other client notification is ignored, as the protocol says.
 
     def connection_closed(self, connection: Connection) -> None:
-        peer = peer_of(connection)
+        peer = self.attach(connection)
         self.bus.leave(peer)
         for hook in self.closed_hooks:
             hook(peer)

@@ -98,10 +98,6 @@ class TurnEngine:
         # Called with every finished turn (after its terminal event).
         self.turn_listeners: list[Callable[[ActiveTurn], Any]] = []
 
-    @property
-    def queues(self) -> dict[str, list[QueuedInput]]:
-        return self.inputs.queues
-
     # --- lifecycle ---------------------------------------------------------------
 
     async def run(
@@ -165,10 +161,6 @@ class TurnEngine:
         active = self.begin(thread, None, user)
         await active.done.wait()
         return active
-
-    def final_text(self, active: ActiveTurn) -> str:
-        """The last agent message of a turn (what a channel or cron job reports)."""
-        return active.final_text()
 
     def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> T.Turn:
         return turn_to_wire(active.record, active.items if include_items else [])
@@ -294,12 +286,6 @@ class TurnEngine:
             active.cancel(reason)
             with anyio.move_on_after(self.config.shutdown_grace):
                 await active.done.wait()
-
-    async def load_queue(self, thread_id: str) -> list[QueuedInput]:
-        return await self.inputs.load(thread_id)
-
-    async def queue_changed(self, thread_id: str, include: list[Participant] | None = None) -> None:
-        await self.inputs.changed(thread_id, include)
 
     async def enqueue(self, thread: ThreadRecord, entry: QueuedInput) -> list[QueuedInput]:
         """Queue an input; an idle thread starts it right away."""

@@ -125,19 +125,7 @@ class ItemLog:
         item.payload["text"] = str(item.payload.get("text", "")) + text
         item.status = "streaming"
         kind, delta_kind = DELTA_KINDS[item.type]
-        await self.journal.emit_delta(
-            active.thread_id,
-            item.id,
-            kind,
-            W.DeltaNotification(
-                thread_id=active.thread_id,
-                turn_id=active.record.id,
-                item_id=item.id,
-                delta=text,
-                delta_kind=delta_kind,
-            ),
-            include=active.watchers,
-        )
+        await self._delta(active, item, kind, text, delta_kind=delta_kind)
         await self._maybe_checkpoint(active, item)
 
     async def _maybe_checkpoint(self, active: ActiveTurn, item: ItemRecord) -> None:
@@ -159,37 +147,46 @@ class ItemLog:
         if not event.arguments_delta:
             return
         item.status = "streaming"
-        await self.journal.emit_delta(
-            active.thread_id,
-            item.id,
+        await self._delta(
+            active,
+            item,
             "item/toolCall/argumentsDelta",
-            W.DeltaNotification(
-                thread_id=active.thread_id,
-                turn_id=active.record.id,
-                item_id=item.id,
-                delta=event.arguments_delta,
-                delta_kind="toolCallArguments",
-                tool_name=event.name,
-                call_id=event.call_id,
-            ),
-            include=active.watchers,
+            event.arguments_delta,
+            delta_kind="toolCallArguments",
+            tool_name=event.name,
+            call_id=event.call_id,
         )
 
     async def output_delta(self, active: ActiveTurn, item: ItemRecord, chunk: str) -> None:
         """A chunk of a running command's output (an opt-in ``commandExecution`` delta)."""
         item.payload["aggregatedOutput"] += chunk
+        await self._delta(
+            active, item, "item/commandExecution/outputDelta", chunk, topic=COMMAND_TOPIC
+        )
+
+    async def _delta(
+        self,
+        active: ActiveTurn,
+        item: ItemRecord,
+        kind: str,
+        text: str,
+        topic: str | None = None,
+        **fields: str | None,
+    ) -> None:
+        """Number and send one delta of ``item`` (``fields``: the delta's extras)."""
         await self.journal.emit_delta(
             active.thread_id,
             item.id,
-            "item/commandExecution/outputDelta",
+            kind,
             W.DeltaNotification(
                 thread_id=active.thread_id,
                 turn_id=active.record.id,
                 item_id=item.id,
-                delta=chunk,
+                delta=text,
+                **fields,
             ),
             include=active.watchers,
-            topic=COMMAND_TOPIC,
+            topic=topic,
         )
 
     async def usage(self, active: ActiveTurn, usage: Usage) -> None:
