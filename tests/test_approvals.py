@@ -546,7 +546,31 @@ async def test_two_clients_first_answer_wins(
             ]
 
 
-@pytest.mark.parametrize("join", ["thread/subscribe", "thread/resume"])
+async def test_resume_without_subscribing_is_not_asked(multi_server: ServerUnderTest) -> None:
+    """A client that resumes a thread it does not subscribe would never see the
+    request resolved or the turn end, so it is not asked; subscribing asks it."""
+    with anyio.fail_after(15):
+        async with multi_server.connect("starter") as starter:
+            starter_approver = Approver(starter, None)
+            thread_id = await new_thread(starter)
+            mark = starter.mark()
+            turn_id = await start_turn(starter, thread_id, "!echo resumed")
+            await starter_approver.wait_request()
+            async with multi_server.connect("late") as late:
+                late_approver = Approver(late, "accept")
+                await late.request("thread/resume", {"threadId": thread_id})
+                await late.settle()
+                assert late_approver.requests == []
+                late_mark = late.mark()
+                await late.request("thread/subscribe", {"threadId": thread_id})
+                await late_approver.wait_request()
+                terminal = await wait_terminal(late, turn_id, start=late_mark)
+                assert terminal["method"] == "turn/completed"
+                assert len(late.since(late_mark, "item/approval/resolved")) == 1
+                await wait_terminal(starter, turn_id, start=mark)
+
+
+@pytest.mark.parametrize("join", ["thread/subscribe"])
 async def test_pending_approval_is_sent_to_a_client_that_joins(
     multi_server: ServerUnderTest, join: str
 ) -> None:

@@ -218,8 +218,12 @@ class Threads:
         turns_cursor: str | None = None,
         hidden_item_types: Collection[str] = (),
     ) -> T.ThreadResult:
-        """Reactivate a paused thread; ``by`` gets ``thread/resumed`` and is
-        asked about a pending approval."""
+        """Reactivate a paused thread; ``by`` gets ``thread/resumed``.
+
+        A pending approval is offered to ``by`` only if it subscribes to the
+        thread: a participant that does not would never see the request
+        resolved or the turn end. Subscribing offers it (see ``subscribe``).
+        """
         thread = await self.get(thread_id)
         if thread.status == "archived":
             raise ThreadNotActive(thread.id)
@@ -235,7 +239,8 @@ class Threads:
             await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
         resumed = T.ThreadResumedNotification(thread=result.thread, resumed_by=by.name)
         await self.journal.emit(thread.id, "thread/resumed", resumed, include=[by])
-        self.approvals.offer(thread.id, by)
+        if self.bus.is_subscribed(thread.id, by):
+            self.approvals.offer(thread.id, by)
         return result
 
     async def subscribe(
