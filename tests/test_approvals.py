@@ -481,7 +481,7 @@ async def test_outside_workspace_refused_without_asking(
             params = approver.requests[0]["params"]
             assert params["approvalType"] == "file" and params["operation"] == "read"
             assert params["target"] == str(outside.resolve())
-            assert params["scopeKey"] == "file:read"
+            assert params["scopeKey"] == f"file:read:{outside.resolve()}"
             result = one_item(client, turn_id, "toolResult", mark)
             assert result["payload"]["success"] is True
             assert "not yours" in result["payload"]["result"]

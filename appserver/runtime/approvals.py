@@ -5,10 +5,12 @@ Order of checks for one :class:`~appserver.tools.base.ApprovalNeed`:
 1. Outside the workspace with ``requireApprovalOutsideWorkspace: false``:
    refused without asking.
 2. Thread ``approvalPolicy`` (``default`` defers to the workspace default):
-   ``autoApprove`` accepts silently.
+   ``autoApprove`` accepts silently inside the workspace. Outside it the
+   question is asked under every policy (step 5).
 3. A grant already covers it: the thread's session grants (``scopeKey``,
-   from ``acceptForSession``/``acceptAlways``) or a persisted
-   ``acceptAlways`` grant for the exact (kind, operation, target).
+   from ``acceptForSession``/``acceptAlways``; outside the workspace a key
+   names the one path or working directory) or a persisted ``acceptAlways``
+   grant for the exact (kind, operation, target).
 4. ``interrupt`` policy: the turn is cancelled at the first gated operation.
 5. Otherwise every participant watching the turn that can answer approvals
    is asked through its front door (:meth:`Participant.ask_approval`; the
@@ -45,11 +47,22 @@ DECISIONS = ("accept", "acceptForSession", "acceptAlways", "decline", "cancel")
 
 
 def scope_key(need: ApprovalNeed) -> str:
-    """DotCraft's grant scope: all shell, one file operation, or exact otherwise."""
+    """What a session grant covers: exactly what the prompt showed.
+
+    Inside the workspace these are DotCraft's keys: ``shell:*`` (any command
+    run in the workspace) and ``file:<operation>`` (that operation on any
+    workspace path). Outside the workspace a grant covers that one place:
+    ``file:<operation>:<path>``, ``shell:*:<workdir>``, so approving a write
+    in the workspace never lets a write to ``~/.bashrc`` through, and one
+    read outside never lets ``/etc/passwd`` through.
+    """
     if need.kind == "shell":
-        return "shell:*"
+        return f"shell:*:{need.target}" if need.outside_workspace else "shell:*"
     if need.kind == "file":
-        return f"file:{need.operation.lower()}"
+        operation = need.operation.lower()
+        if need.outside_workspace:
+            return f"file:{operation}:{need.target}"
+        return f"file:{operation}"
     return f"{need.kind}:{need.operation}:{need.target}"
 
 
@@ -174,7 +187,9 @@ class ApprovalBroker:
                 fallback="outside the workspace and requireApprovalOutsideWorkspace is false",
                 fallback_code="outside_workspace_refused",
             )
-        if policy == "autoApprove":
+        # autoApprove covers the workspace only: the boundary question is
+        # still asked (or refused where nobody can answer) outside it.
+        if policy == "autoApprove" and not need.outside_workspace:
             return Verdict("accept")
         if scope_key(need) in self._session_grants.get(thread_id, set()):
             return Verdict("accept")
