@@ -163,6 +163,26 @@ async def test_local_image_that_is_not_an_image_is_a_placeholder(
             assert "not an image at all" not in reply
 
 
+async def test_local_image_outside_the_workspace_is_not_read(
+    server: ServerUnderTest, workspace: Path
+) -> None:
+    """The fileRef rule: a path that resolves outside the workspace (absolute,
+    ``..`` or a symlink inside pointing out) is a placeholder, never read."""
+    outside = workspace.parent / "elsewhere.png"
+    outside.write_bytes(tiny_png())
+    (workspace / "link.png").symlink_to(outside)
+    paths = [str(outside), "../elsewhere.png", "link.png"]
+    parts = [{"type": "text", "text": "see"}] + [{"type": "localImage", "path": p} for p in paths]
+    with anyio.fail_after(15):
+        async with server.connect() as client:
+            thread_id = await new_thread(client)
+            payload, reply = await _user_message(client, thread_id, parts)
+            assert "images" not in payload
+            texts = [p["text"] for p in payload["materializedInputParts"]]
+            assert texts[1:] == [f"[localImage:{p}: outside the workspace]" for p in paths]
+            assert "image attached" not in reply
+
+
 async def test_private_image_urls_are_refused(server: ServerUnderTest, workspace: Path) -> None:
     with anyio.fail_after(30):
         async with http_server(tiny_png()) as (port, hits), server.connect() as client:

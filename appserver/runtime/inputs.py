@@ -1,7 +1,9 @@
 """Turning ``turn/start`` input parts into what the model sees.
 
 ``text`` stays as is. ``fileRef`` inlines a workspace file (capped).
-``localImage`` reads an image file; ``image`` fetches an http(s) URL,
+``localImage`` reads an image file in the workspace (the same rule as
+``fileRef``: a path that resolves outside it, symlinks followed, is not
+read); ``image`` fetches an http(s) URL,
 refusing private, loopback and link-local addresses (checked at connect
 time, so DNS rebinding cannot sneak past), with a timeout and size cap, and
 stores the bytes once under ``.craft/attachments/images/``. Any failure
@@ -108,6 +110,10 @@ class InputMaterializer:
                 text = await anyio.to_thread.run_sync(self._read_file, part)
                 result.materialized_parts.append({"type": "text", "text": text})
             elif isinstance(part, LocalImagePart):
+                if self._inside(part.path) is None:
+                    placeholder = f"[localImage:{part.path}: outside the workspace]"
+                    result.materialized_parts.append({"type": "text", "text": placeholder})
+                    continue
                 image = await anyio.to_thread.run_sync(self._local_image, part)
                 self._add_image(result, image, f"[localImage:{part.path}]")
             elif isinstance(part, ImageUrlPart):
@@ -132,10 +138,15 @@ class InputMaterializer:
             result.materialized_parts.append({"type": "localImage", **image})
             result.images.append(image)
 
+    def _inside(self, path: str) -> Path | None:
+        """``path`` (relative to the workspace) resolved, or ``None`` if it lies outside."""
+        resolved = (self.workspace / path).resolve()
+        return resolved if resolved.is_relative_to(self.workspace) else None
+
     def _read_file(self, part: FileRefPart) -> str:
         shown = part.display_path or part.path
-        path = (self.workspace / part.path).resolve()
-        if not path.is_relative_to(self.workspace):
+        path = self._inside(part.path)
+        if path is None:
             return f"[fileRef:{shown}: outside the workspace]"
         try:
             with path.open("rb") as handle:
@@ -148,9 +159,9 @@ class InputMaterializer:
         return f'<file path="{shown}">\n{text}{note}\n</file>'
 
     def _local_image(self, part: LocalImagePart) -> dict[str, Any] | None:
-        path = Path(part.path)
-        if not path.is_absolute():
-            path = self.workspace / path
+        path = self._inside(part.path)
+        if path is None:
+            return None
         try:
             with path.open("rb") as handle:
                 data = handle.read(MAX_IMAGE_BYTES + 1)
