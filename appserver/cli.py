@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import anyio
 
 from appserver import __version__
+from appserver.process_secrets import hide_secrets
 from appserver.protocol.reference import reference_is_current, render_reference
 from appserver.protocol.schema import SCHEMA_FILE, is_current, write_schema
 from appserver.rpc.connection import Limits
@@ -51,6 +52,17 @@ def parse_listen(value: str) -> Listen:
     return Listen(stdio=url.scheme == "ws+stdio", host=url.hostname, port=port)
 
 
+def read_token(path: Path) -> str:
+    """The WebSocket token in ``path``; ``ValueError`` if unreadable or empty."""
+    try:
+        token = path.read_text("utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc}") from None
+    if not token:
+        raise ValueError(f"the token file {path} is empty")
+    return token
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="appserver",
@@ -84,12 +96,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="workspace root; state lives in DIR/.craft (default: current directory)",
     )
-    serve.add_argument(
+    token = serve.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help=(
+            "WebSocket clients must connect with ?token=TOKEN, TOKEN being this file's content "
+            "(surrounding whitespace ignored); required when listening on a non-loopback address"
+        ),
+    )
+    token.add_argument(
         "--token",
         default=os.environ.get("APPSERVER_TOKEN") or None,
         help=(
-            "WebSocket clients must connect with ?token=TOKEN (default: $APPSERVER_TOKEN); "
-            "required when listening on a non-loopback address"
+            "the token itself (default: $APPSERVER_TOKEN); prefer --token-file or the "
+            "variable. Either way the server blanks it from its /proc view once read"
+        ),
+    )
+    serve.add_argument(
+        "--tool-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=(
+            "pass this secret-looking environment variable (name containing KEY, TOKEN, "
+            "SECRET, PASSWORD or CREDENTIAL) on to tool commands, which otherwise never "
+            "see one (repeatable)"
         ),
     )
     serve.add_argument(
@@ -196,6 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not workspace.is_dir():
         print(f"appserver: workspace {workspace} is not a directory", file=sys.stderr)
         return 2
+    try:
+        token = read_token(args.token_file) if args.token_file else args.token
+    except ValueError as exc:
+        print(f"appserver: {exc}", file=sys.stderr)
+        return 2
+    # Once read, the token and other secrets leave what tool commands can see
+    # of this process (/proc/$PPID/cmdline and environ).
+    hide_secrets(token)
     provider_options = {
         key: value
         for key, value in (
@@ -210,13 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         limits=Limits(max_in_flight=args.max_in_flight),
         engine=EngineConfig(approval_timeout=args.approval_timeout),
         provider_options=provider_options,
+        tool_env=tuple(args.tool_env),
     )
     websocket = None
     if listen.host is not None:
         websocket = ListenerOptions(
             host=listen.host,
             port=listen.port or 0,
-            token=args.token,
+            token=token,
             allowed_origins=args.allow_origin,
         )
     if websocket is not None:

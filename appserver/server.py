@@ -31,6 +31,7 @@ from appserver.services.turns import TurnService
 from appserver.storage.db import Database
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.workspace_config import load_workspace_config, lookup
+from appserver.tools.registry import ToolRegistry
 from appserver.transport.base import Transport
 from appserver.transport.memory import MemoryTransport, memory_pair
 from appserver.transport.stdio import StdioTransport
@@ -66,6 +67,8 @@ class ServerConfig:
     provider_options: dict[str, Any] = field(default_factory=dict)
     provider: Provider | None = None  # an already-built provider wins (tests)
     allow_private_image_urls: bool = False
+    # Secret environment variables tool commands may see all the same (--tool-env).
+    tool_env: tuple[str, ...] = ()
 
     @property
     def craft_dir(self) -> Path:
@@ -99,6 +102,7 @@ class AppServer:
             attachments=config.craft_dir / "attachments" / "images",
             allow_private_image_urls=config.allow_private_image_urls,
             default_approval_policy=self._default_approval_policy,
+            tools=ToolRegistry.with_defaults(config.tool_env),
         )
         self.router = Router(self.runtime.bus)
         ThreadService(self.runtime.threads).register(self.router)

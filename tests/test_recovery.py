@@ -4,19 +4,14 @@ storage invariant the recovery relies on (reference §8 persistence)."""
 from __future__ import annotations
 
 import signal
-import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import Process
-from websockets.asyncio.client import connect
 
 from appserver.storage.db import Database
 from tests.support.client import RpcClient
-from tests.support.servers import WsStream, child_env, read_listening_url, server_command
+from tests.support.processes import ws_client, ws_server
 from tests.support.turns import (
     is_notification,
     new_thread,
@@ -27,36 +22,6 @@ from tests.support.turns import (
     wait_count,
     wait_terminal,
 )
-
-
-@asynccontextmanager
-async def ws_server(workspace: Path) -> AsyncIterator[tuple[Process, str]]:
-    """``appserver app-server --listen ws://127.0.0.1:0``; yields it and its URL."""
-    process = await anyio.open_process(
-        server_command(workspace, "--listen", "ws://127.0.0.1:0"),
-        env=child_env(),
-        stdin=subprocess.DEVNULL,
-    )
-    async with process:
-        try:
-            yield process, await read_listening_url(process, timeout=30)
-        finally:
-            if process.returncode is None:
-                process.kill()
-            with anyio.fail_after(10):
-                await process.wait()
-
-
-@asynccontextmanager
-async def ws_client(url: str, name: str = "recovery") -> AsyncIterator[RpcClient]:
-    async with connect(url, max_size=None) as ws, anyio.create_task_group() as tg:
-        client = RpcClient(WsStream(ws), name)
-        await client.run(tg)
-        await client.initialize()
-        try:
-            yield client
-        finally:
-            tg.cancel_scope.cancel()
 
 
 def _deltas(client: RpcClient) -> list[dict[str, Any]]:

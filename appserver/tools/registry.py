@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 from appserver.providers.base import ToolSpec
 from appserver.tools.base import Tool
@@ -14,9 +14,19 @@ from appserver.tools.shell import ShellTool
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-def default_tools() -> list[Tool]:
-    """Fresh instances of the built-in tools, in the order they are offered to the model."""
-    return [ShellTool(), ReadFileTool(), ListDirTool(), WriteFileTool(), EditFileTool()]
+def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
+    """Fresh instances of the built-in tools, in the order they are offered to the model.
+
+    ``pass_env``: secret environment variables commands may see all the same
+    (see ``tools.environment``).
+    """
+    return [
+        ShellTool(pass_env=pass_env),
+        ReadFileTool(),
+        ListDirTool(),
+        WriteFileTool(),
+        EditFileTool(),
+    ]
 
 
 class ToolRegistry:
@@ -28,9 +38,9 @@ class ToolRegistry:
             self.register(tool)
 
     @classmethod
-    def with_defaults(cls) -> ToolRegistry:
+    def with_defaults(cls, pass_env: Collection[str] = ()) -> ToolRegistry:
         """A registry holding :func:`default_tools`."""
-        return cls(default_tools())
+        return cls(default_tools(pass_env))
 
     def register(self, tool: Tool, *, replace: bool = False) -> None:
         """Add ``tool``; a name already taken raises ``ValueError`` unless ``replace``."""

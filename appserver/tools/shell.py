@@ -21,6 +21,9 @@ The result text always starts with ``exit code: N``.
 When the command exits normally, processes it left running in the background
 are not killed (as in a terminal); the tool stops reading their output after
 a short drain period.
+
+While a command runs, its process group is known to the server's watchdog
+(``tools.reaper``): if the server dies, even by SIGKILL, the group is killed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,8 @@ from anyio.abc import Process
 
 from appserver.tools.args import check_keys, get_int, get_str, require_str
 from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
+from appserver.tools.environment import tool_environment
+from appserver.tools.reaper import REAPER
 from appserver.tools.sandbox import Sandbox
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -183,24 +188,6 @@ def _status_line(exit_code: int | None) -> str:
     return f"exit code: {exit_code}"
 
 
-# Secrets the server holds for itself: a command the model runs must not read them.
-SECRET_ENV_VARS = frozenset(
-    {
-        "APPSERVER_TOKEN",
-        "APPSERVER_API_KEY",
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "ANTHROPIC_AUTH_TOKEN",
-        "DASHSCOPE_API_KEY",
-    }
-)
-
-
-def command_environment() -> dict[str, str]:
-    """The server's environment minus its secrets."""
-    return {key: value for key, value in os.environ.items() if key not in SECRET_ENV_VARS}
-
-
 class ShellTool:
     """``shell``: run a bash command with a timeout, live output and a capped result."""
 
@@ -243,6 +230,7 @@ class ShellTool:
         kill_grace_s: float = KILL_GRACE_S,
         drain_grace_s: float = DRAIN_GRACE_S,
         shell: str = "bash",
+        pass_env: Collection[str] = (),
     ) -> None:
         self.default_timeout_s = default_timeout_s
         self.max_timeout_s = max_timeout_s
@@ -251,6 +239,7 @@ class ShellTool:
         self.kill_grace_s = kill_grace_s
         self.drain_grace_s = drain_grace_s
         self.shell = shell
+        self.pass_env = frozenset(pass_env)  # secrets the user passes on deliberately
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
         """Resolve the working directory; every command needs a shell approval."""
@@ -298,7 +287,7 @@ class ShellTool:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=cwd,
-                env=command_environment(),
+                env=tool_environment(self.pass_env),
                 start_new_session=True,
             )
         except OSError as exc:
@@ -308,6 +297,8 @@ class ShellTool:
                 details={"exit_code": None, "working_directory": str(cwd)},
             )
 
+        # Until the command ends, its group dies with the server (see tools.reaper).
+        REAPER.track(process.pid)
         kept = _CappedOutput(self.output_limit)
         live = _LiveStream(ctx.on_output, self.stream_limit)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -327,6 +318,7 @@ class ShellTool:
             with anyio.CancelScope(shield=True):
                 if not exited:
                     await kill_process_group(process.pid, self.kill_grace_s)
+                REAPER.untrack(process.pid)
                 await process.aclose()
         emit(decoder.decode(b"", final=True))
 
