@@ -747,3 +747,43 @@ async def test_sender_is_recorded_on_the_turn_and_message(server: ServerUnderTes
                 "admin",
                 "g1",
             )
+
+
+@pytest.mark.parametrize("pipelined", [True, False])
+async def test_a_read_after_turn_start_sees_the_turn(
+    server: ServerUnderTest, pipelined: bool
+) -> None:
+    """Read-your-writes on one connection: thread/read sent right after
+    turn/start (answered or not yet) sees the new turn and its input."""
+    with anyio.fail_after(15):
+        async with server.connect() as client:
+            thread_id = await new_thread(client)
+            for n in range(1, 4):
+                start = {
+                    "jsonrpc": "2.0",
+                    "id": f"start-{n}",
+                    "method": "turn/start",
+                    "params": {
+                        "threadId": thread_id,
+                        "input": text_input("?stream 50\n?delay 20"),
+                    },
+                }
+                read = {
+                    "jsonrpc": "2.0",
+                    "id": f"read-{n}",
+                    "method": "thread/read",
+                    "params": {"threadId": thread_id, "includeTurns": True},
+                }
+                await client.send(start)
+                if not pipelined:
+                    await client.response(f"start-{n}")
+                await client.send(read)
+                started = (await client.response(f"start-{n}"))["result"]["turn"]
+                turns = (await client.response(f"read-{n}"))["result"]["thread"]["turns"]
+                assert [t["id"] for t in turns][-1] == started["id"] == f"turn_{n:03d}"
+                items = turns[-1]["items"]
+                assert items and items[0]["type"] == "userMessage"
+                await client.request(
+                    "turn/interrupt", {"threadId": thread_id, "turnId": started["id"]}
+                )
+                await wait_terminal(client, started["id"])

@@ -57,8 +57,9 @@ class Turns:
         """Start a turn with the input ``parts`` (``protocol.turns`` input parts).
 
         ``messages`` is the history of a client-managed thread. ``prepare`` runs
-        on the reserved turn before it starts. The turn runs on its own; wait
-        on ``active.done`` for its end.
+        on the reserved turn before it is stored. When this returns the turn
+        is stored (safe to acknowledge); it runs on its own, wait on
+        ``active.done`` for its end.
         """
         thread = await self.threads.get_active(thread_id)
         self.materializer.reject_unsupported(parts)
@@ -79,10 +80,8 @@ class Turns:
             raise TurnInProgress(thread.id)
         user = user_input(materialized, sender)
         user.client_history = messages
-        active = self.engine.begin(thread, origin, user)
-        if prepare is not None:
-            prepare(active, user)  # before the turn's task first runs
-        return active
+        adjust = None if prepare is None else (lambda active: prepare(active, user))
+        return await self.engine.start(thread, origin, user, adjust)
 
     async def interrupt(self, thread_id: str, turn_id: str) -> ActiveTurn:
         """Cancel the running turn ``turn_id`` (idempotent while it winds down)."""

@@ -53,7 +53,9 @@ class TurnService:
             messages=messages_from_client(params.messages) if params.messages is not None else None,
             prepare=prepare,
         )
-        return W.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=True))
+        # DotCraft answers with `items: []`; the userMessage item (already
+        # stored) follows as item/started and item/completed.
+        return W.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
 
     async def interrupt(self, ctx: RequestContext, params: W.TurnInterruptParams) -> BaseModel:
         await self.turns.interrupt(params.thread_id, params.turn_id)

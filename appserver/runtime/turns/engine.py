@@ -12,9 +12,14 @@ crash, interrupt, approval cancel, client gone, server shutdown. The
 ``_finish`` step runs shielded in a ``finally`` and is the only place a
 terminal event is emitted.
 
-A turn starts running as soon as it is reserved. That a client sees the
-answer to its request before the turn's first event is its front door's
-guarantee, not the engine's.
+A turn that :meth:`TurnEngine.start` returned is durable: its row (status
+``running``), its ``turn/started`` event, the thread's turn counter and the
+``userMessage`` item are committed before ``start`` returns, so a front door
+that acknowledges the turn after ``start`` never acknowledges one a crash can
+lose (recovery marks it failed at the next start), an id once handed out is
+never handed out again, and a read after the acknowledgement sees the turn.
+That a client sees the answer to its request before the turn's first event
+is its front door's guarantee, not the engine's.
 """
 
 from __future__ import annotations
@@ -124,17 +129,45 @@ class TurnEngine:
 
     # --- starting ------------------------------------------------------------------
 
-    def begin(
-        self, thread: ThreadRecord, origin: Participant | None, user: UserInput
+    async def start(
+        self,
+        thread: ThreadRecord,
+        origin: Participant | None,
+        user: UserInput,
+        prepare: Callable[[ActiveTurn], None] | None = None,
     ) -> ActiveTurn:
-        """Reserve the thread for a new turn and schedule it.
+        """Reserve the thread for a new turn, store it, and run it.
 
-        Synchronous on purpose: the caller checked the thread is idle, and no
-        other request can slip in between the check and this reservation.
-        The turn's task starts at the next scheduling point, so a caller may
-        still adjust the returned turn's attribution before it runs.
+        The reservation is synchronous: the caller checked the thread is idle,
+        and no other request can slip in between the check and it. ``prepare``
+        adjusts the reserved turn (attribution, userMessage extras) before
+        anything is stored. When this returns, the turn is committed (see the
+        module docstring); if storing it fails, the reservation is undone and
+        the error propagates, so nothing was acknowledged.
         """
         assert self._tg is not None, "engine is not running"
+        active = self._reserve(thread, origin, user)
+        if prepare is not None:
+            prepare(active)
+        failure: Exception | None = None
+        # Shielded: a caller that goes away mid-way must not leave a stored
+        # turn with no task to finish it.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._start(active)
+            except BaseException:
+                self.active.pop(thread.id, None)
+                raise
+            try:
+                await self.items.user_message(active, user)
+            except Exception as exc:
+                failure = exc  # stored and announced: the turn ends as failed
+        self._tg.start_soon(self._run_turn, active, user, failure)
+        return active
+
+    def _reserve(
+        self, thread: ThreadRecord, origin: Participant | None, user: UserInput
+    ) -> ActiveTurn:
         assert thread.id not in self.active
         seq = thread.turn_serial + 1
         thread.turn_serial = seq
@@ -150,7 +183,6 @@ class TurnEngine:
         active = ActiveTurn(thread=thread, record=record, origin=origin)
         active.next_item_seq = thread.item_serial
         self.active[thread.id] = active
-        self._tg.start_soon(self._run_turn, active, user)
         return active
 
     async def run_turn(self, thread: ThreadRecord, user: UserInput) -> ActiveTurn:
@@ -158,7 +190,7 @@ class TurnEngine:
         its end. Raises ``RuntimeError`` if the thread already runs a turn."""
         if thread.id in self.active:
             raise RuntimeError(f"a turn is already running on {thread.id}")
-        active = self.begin(thread, None, user)
+        active = await self.start(thread, None, user)
         await active.done.wait()
         return active
 
@@ -167,14 +199,16 @@ class TurnEngine:
 
     # --- the turn ----------------------------------------------------------------------
 
-    async def _run_turn(self, active: ActiveTurn, user: UserInput) -> None:
+    async def _run_turn(
+        self, active: ActiveTurn, user: UserInput, failure: Exception | None
+    ) -> None:
         try:
             async with anyio.create_task_group() as tg:
                 active.tg = tg  # approval questions run here
                 try:
                     with active.scope:
-                        await self._start(active)
-                        await self.items.user_message(active, user)
+                        if failure is not None:
+                            raise failure
                         await self.agent.run(active, user)
                         active.record.status = "completed"
                 except TurnFailure as exc:
@@ -305,7 +339,7 @@ class TurnEngine:
         if entry is None or thread.id in self.active:
             return None
         queue.remove(entry)
-        active = self.begin(thread, entry.origin, entry.to_user_input("queued"))
+        active = await self.start(thread, entry.origin, entry.to_user_input("queued"))
         await self.inputs.changed(thread.id, include=active.watchers)
         return active
 
