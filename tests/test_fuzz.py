@@ -298,6 +298,66 @@ broken_envelopes = request_shaped.flatmap(
 )
 
 
+# Requests to real methods with params shaped by the method's own JSON Schema:
+# right member names at every depth, values of the right kind or one step off,
+# integers far past 64 bits and strings far past any sane length. They get past
+# the envelope checks and exercise params validation and the handlers.
+huge_ints = st.sampled_from([2**63, -(2**63) - 1, 2**64, 10**30, -(10**30), 2**63 - 1, -1, 0])
+long_text = st.text(max_size=3).map(lambda text: text * 40_000)
+
+
+def from_schema(schema: dict[str, Any], defs: dict[str, Any], depth: int = 0) -> Any:
+    """A strategy for values near ``schema`` (a pydantic JSON Schema fragment)."""
+    if "$ref" in schema:
+        return from_schema(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, depth)
+    options = schema.get("anyOf") or schema.get("oneOf")
+    if options:
+        return st.one_of([from_schema(option, defs, depth) for option in options])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "const" in schema:
+        return st.just(schema["const"])
+    kind = schema.get("type")
+    if kind == "integer":
+        return huge_ints | st.integers(-1000, 10**7)
+    if kind == "number":
+        return huge_ints | st.floats(allow_nan=False, allow_infinity=False)
+    if kind == "string":
+        return st.sampled_from(["x", "default", "every"]) | any_text | long_text
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "array" and depth < 4:
+        items = schema.get("items", {})
+        return st.lists(from_schema(items, defs, depth + 1), max_size=3)
+    if kind == "object" and depth < 4:
+        properties = schema.get("properties", {})
+        if not properties:
+            return st.dictionaries(any_text, json_values, max_size=3)
+        required = [name for name in properties if name in schema.get("required", ())]
+        optional = [name for name in properties if name not in required]
+        # The required members and at most two others: models often refuse
+        # members that do not go together, which would hide everything else.
+        chosen = (
+            st.lists(st.sampled_from(optional), max_size=2, unique=True)
+            if optional
+            else st.just([])
+        )
+        return chosen.flatmap(
+            lambda names: st.fixed_dictionaries(
+                {
+                    name: from_schema(properties[name], defs, depth + 1)
+                    for name in [*required, *names]
+                }
+            )
+        )
+    return json_values
+
+
+def _params_strategy(method: str) -> Any:
+    schema = METHODS[method].params.model_json_schema(by_alias=True)
+    return from_schema(schema, schema.get("$defs", {}))
+
+
 # --- the oracle ------------------------------------------------------------------------
 
 
@@ -404,6 +464,21 @@ def test_ws_random_json(ws_peer: Peer, value: Any) -> None:
 @given(message=request_shaped | broken_envelopes)
 def test_ws_request_shaped(ws_peer: Peer, message: dict[str, Any]) -> None:
     check(ws_peer, dumps(message))
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+@settings(FUZZ, max_examples=15)
+@given(data=st.data())
+def test_stdio_params_never_cause_an_internal_error(
+    stdio_peer: Peer, method: str, data: st.DataObject
+) -> None:
+    """Bad params are the caller's error (-32602 and friends), never -32603."""
+    params = data.draw(_params_strategy(method), label="params")
+    message = {"jsonrpc": "2.0", "id": data.draw(request_ids), "method": method, "params": params}
+    answers = stdio_peer.exchange(dumps(message), message["id"])
+    assert len(answers) == 1, answers
+    error = answers[0].get("error")
+    assert error is None or error["code"] != -32603, (message, answers)
 
 
 def test_servers_survived(stdio_peer: Peer, ws_peer: Peer) -> None:

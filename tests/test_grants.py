@@ -71,7 +71,9 @@ async def test_a_session_grant_to_write_inside_does_not_cover_outside(
             turn_id, _ = await run_turn(
                 client,
                 thread_id,
-                tool("edit_file", path=str(outside / "secret.txt"), old_string="top", new_string="no"),
+                tool(
+                    "edit_file", path=str(outside / "secret.txt"), old_string="top", new_string="no"
+                ),
             )
             assert len(approver.requests) == 3
             assert (outside / "secret.txt").read_text() == "top secret\n"
