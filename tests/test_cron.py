@@ -691,6 +691,27 @@ async def test_the_agent_tool_adds_lists_and_removes_jobs(workspace: Path) -> No
             "got every/delay and daily",
         ),
         ({"action": "add", "message": "m", "everySeconds": 0}, "everySeconds must be at least 1"),
+        # Past 64 bits once in ms, and past the 100-year / year-9999 bounds.
+        (
+            {"action": "add", "message": "m", "everySeconds": 2**62},
+            "everySeconds: must be at most 100 years",
+        ),
+        (
+            {"action": "add", "message": "m", "everySeconds": 60, "delaySeconds": 2**62},
+            "delaySeconds: must be at most 100 years",
+        ),
+        (
+            {"action": "add", "message": "m", "delaySeconds": 10**13},
+            "delaySeconds: must be at most 253402300799999",
+        ),
+        (
+            {"action": "add", "message": "m" * 100_001, "everySeconds": 60},
+            "message must be at most 100000 characters",
+        ),
+        (
+            {"action": "add", "message": "m", "name": "n" * 1001, "everySeconds": 60},
+            "name must be at most 1000 characters",
+        ),
         ({"action": "add", "message": "m", "dailyTime": "9h30"}, "dailyTime must look like HH:mm"),
         ({"action": "add", "message": "m", "dailyMinute": 5}, "dailyHour is required"),
         (

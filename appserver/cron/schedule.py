@@ -20,7 +20,9 @@ Four kinds:
     Vixie cron) evaluated with croniter in ``tz``. No seconds field, no
     ``@daily``-style aliases, no ``H`` hashes.
 
-Every "next run" is strictly after the given time.
+Every "next run" is strictly after the given time. Durations are at most 100
+years and ``at_ms`` at most 9999-12-31T23:59:59.999Z (the last instant a
+``datetime`` holds); the bounds live in :mod:`appserver.protocol.cron`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-MIN_EVERY_MS = 1000
+from appserver.protocol.cron import schedule_range_error
+from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_NAME_CHARS
+
 DEFAULT_TZ = "UTC"
 
 # Wire field name -> dataclass attribute.
@@ -104,6 +108,7 @@ def validate(wire: dict[str, Any], now_ms: int) -> Schedule:
     for name in _FIELDS:
         if wire.get(name) is not None and name not in _USED[kind]:
             raise ScheduleError(name, f"is not used by schedule kind '{kind}'")
+    _check_bounds(wire)
     schedule = Schedule.from_wire(wire)
     if kind == "every":
         return _every(schedule)
@@ -114,13 +119,27 @@ def validate(wire: dict[str, Any], now_ms: int) -> Schedule:
     return _cron(schedule, now_ms)
 
 
+def _check_bounds(wire: dict[str, Any]) -> None:
+    """Integers within their ranges (durations, times, hour and minute), strings not
+    longer than the protocol allows (the agent's tool does not go through its models)."""
+    for name in ("everyMs", "initialDelayMs", "atMs", "dailyHour", "dailyMinute"):
+        value = wire.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ScheduleError(name, "must be an integer")
+        problem = schedule_range_error(name, value)
+        if problem is not None:
+            raise ScheduleError(name, problem)
+    for name, limit in (("tz", MAX_NAME_CHARS), ("expr", MAX_LABEL_CHARS)):
+        value = wire.get(name)
+        if isinstance(value, str) and len(value) > limit:
+            raise ScheduleError(name, f"must be at most {limit} characters")
+
+
 def _every(schedule: Schedule) -> Schedule:
     if schedule.every_ms is None:
         raise ScheduleError("everyMs", "is required for schedule kind 'every'")
-    if schedule.every_ms < MIN_EVERY_MS:
-        raise ScheduleError("everyMs", f"must be at least {MIN_EVERY_MS} (one second)")
-    if schedule.initial_delay_ms is not None and schedule.initial_delay_ms < 0:
-        raise ScheduleError("initialDelayMs", "must not be negative")
     return schedule
 
 
@@ -135,11 +154,7 @@ def _at(schedule: Schedule, now_ms: int) -> Schedule:
 def _daily(schedule: Schedule) -> Schedule:
     if schedule.daily_hour is None:
         raise ScheduleError("dailyHour", "is required for schedule kind 'daily'")
-    if not 0 <= schedule.daily_hour <= 23:
-        raise ScheduleError("dailyHour", "must be between 0 and 23")
     minute = 0 if schedule.daily_minute is None else schedule.daily_minute
-    if not 0 <= minute <= 59:
-        raise ScheduleError("dailyMinute", "must be between 0 and 59")
     return replace(schedule, daily_minute=minute, tz=check_time_zone(schedule.tz))
 
 

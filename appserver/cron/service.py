@@ -25,9 +25,10 @@ import logging
 import secrets
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
+from pydantic import ValidationError
 
 from appserver.cron.clock import Clock, SystemClock, sleep_until_or_woken
 from appserver.cron.runner import JobRunner, RunOutcome, ShuttingDown, ThreadSpec, Trigger
@@ -39,6 +40,7 @@ from appserver.protocol.cron import (
     CronSchedule,
     CronStateChangedNotification,
     JobResultNotification,
+    ScheduleKind,
 )
 from appserver.runtime.bus import EventBus
 from appserver.storage.cron import CronJobRecord, CronRepository, RunRecord
@@ -58,12 +60,31 @@ def _now(callback: Callable[[], Any]) -> None:
     callback()
 
 
+def _wire_schedule(stored: dict[str, Any]) -> CronSchedule:
+    """A stored schedule as a wire model. It was validated when stored; one stored
+    before the protocol's bounds existed is still shown as it is, not refused."""
+    try:
+        return CronSchedule.model_validate(stored)
+    except ValidationError:
+        schedule = Schedule.from_wire(stored)
+        return CronSchedule.model_construct(
+            kind=cast(ScheduleKind, schedule.kind),
+            every_ms=schedule.every_ms,
+            at_ms=schedule.at_ms,
+            initial_delay_ms=schedule.initial_delay_ms,
+            daily_hour=schedule.daily_hour,
+            daily_minute=schedule.daily_minute,
+            tz=schedule.tz,
+            expr=schedule.expr,
+        )
+
+
 def job_info(job: CronJobRecord) -> CronJobInfo:
     """The wire ``CronJobInfo`` of a stored job."""
     return CronJobInfo(
         id=job.id,
         name=job.name,
-        schedule=CronSchedule.model_validate(job.schedule),
+        schedule=_wire_schedule(job.schedule),
         enabled=job.enabled,
         created_at_ms=job.created_at_ms,
         delete_after_run=job.delete_after_run,

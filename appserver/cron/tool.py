@@ -28,6 +28,7 @@ from typing import Any
 
 from appserver.cron.schedule import Schedule, ScheduleError, validate
 from appserver.cron.service import CronService
+from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_TEXT_CHARS
 from appserver.tools.args import check_keys, get_int, get_str, require_str
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome, ToolPlan
 
@@ -136,6 +137,11 @@ class CronTool:
         message = require_str(arguments, "message", allow_empty=False)
         name = get_str(arguments, "name", required=False)
         name = name.strip() if name and name.strip() else message.strip()[:_NAME_FROM_MESSAGE]
+        # The bounds cron/add applies to what it stores.
+        if len(message) > MAX_TEXT_CHARS:
+            raise ToolError(f"message must be at most {MAX_TEXT_CHARS} characters")
+        if len(name) > MAX_LABEL_CHARS:
+            raise ToolError(f"name must be at most {MAX_LABEL_CHARS} characters")
         wire = _schedule_from_arguments(arguments, self.service.clock.now_ms())
         try:
             schedule = validate(wire, self.service.clock.now_ms())

@@ -22,6 +22,12 @@ from pydantic import field_validator
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import Empty, OpenWireModel, WireModel
+from appserver.protocol.limits import (
+    MAX_NAME_CHARS,
+    MAX_SERVER_CONFIG_BYTES,
+    check_encoded_size,
+    check_length,
+)
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 ChannelCategory = Literal["builtin", "social", "system", "external"]
@@ -96,6 +102,15 @@ class ExternalChannelResult(WireModel):
 
 class ExternalChannelUpsertParams(WireModel):
     channel: ExternalChannelConfig
+
+    @field_validator("channel")
+    @classmethod
+    def _bounded(cls, channel: ExternalChannelConfig) -> ExternalChannelConfig:
+        # Bounds of what is stored (checked here, not on the model: stored channels
+        # are read back through it).
+        check_length(channel.name, MAX_NAME_CHARS, "name")
+        check_encoded_size(channel, MAX_SERVER_CONFIG_BYTES)
+        return channel
 
 
 class ExternalChannelRemoveResult(WireModel):

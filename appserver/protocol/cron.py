@@ -13,12 +13,13 @@ than in the job's own dedicated one.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import ConfigDict, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.limits import MAX_NAME_CHARS, Label, LongText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import ApprovalPolicy
 
@@ -28,6 +29,58 @@ JobSource = Literal["cron", "heartbeat"]
 
 # lastResult keeps the start of the run's final agent text (as DotCraft does).
 LAST_RESULT_LIMIT = 500
+
+# Schedule bounds. Durations feed the scheduler's arithmetic and times feed
+# ``datetime`` (whose last instant is 9999-12-31T23:59:59.999Z), so both stay far
+# inside 64 bits. ``cron.schedule.validate`` applies the same bounds to the agent's
+# cron tool.
+MIN_EVERY_MS = 1000
+MAX_DURATION_MS = 3_155_760_000_000  # 100 years of 365.25 days
+MAX_AT_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+_HUNDRED_YEARS = f"100 years ({MAX_DURATION_MS} ms)"
+
+# Wire field -> (lowest, highest, message when below, message when above).
+SCHEDULE_RANGES: dict[str, tuple[int, int, str, str]] = {
+    "everyMs": (
+        MIN_EVERY_MS,
+        MAX_DURATION_MS,
+        f"must be at least {MIN_EVERY_MS} (one second)",
+        f"must be at most {_HUNDRED_YEARS}",
+    ),
+    "initialDelayMs": (
+        0,
+        MAX_DURATION_MS,
+        "must not be negative",
+        f"must be at most {_HUNDRED_YEARS}",
+    ),
+    "atMs": (
+        0,
+        MAX_AT_MS,
+        "must not be negative",
+        f"must be at most {MAX_AT_MS} (9999-12-31T23:59:59.999Z)",
+    ),
+    "dailyHour": (0, 23, "must be between 0 and 23", "must be between 0 and 23"),
+    "dailyMinute": (0, 59, "must be between 0 and 59", "must be between 0 and 59"),
+}
+
+
+def schedule_range_error(field: str, value: int) -> str | None:
+    """Why ``value`` is out of range for schedule field ``field`` (camelCase), or None."""
+    low, high, below, above = SCHEDULE_RANGES[field]
+    if value < low:
+        return below
+    if value > high:
+        return above
+    return None
+
+
+_WIRE_NAMES = {
+    "every_ms": "everyMs",
+    "at_ms": "atMs",
+    "initial_delay_ms": "initialDelayMs",
+    "daily_hour": "dailyHour",
+    "daily_minute": "dailyMinute",
+}
 
 
 class CronSchedule(WireModel):
@@ -46,13 +99,25 @@ class CronSchedule(WireModel):
     )
 
     kind: ScheduleKind
-    every_ms: int | None = None
-    at_ms: int | None = None
-    initial_delay_ms: int | None = None
-    daily_hour: int | None = None
-    daily_minute: int | None = None
-    tz: str | None = None
-    expr: str | None = None
+    every_ms: int | None = Field(default=None, ge=MIN_EVERY_MS, le=MAX_DURATION_MS)
+    at_ms: int | None = Field(default=None, ge=0, le=MAX_AT_MS)
+    initial_delay_ms: int | None = Field(default=None, ge=0, le=MAX_DURATION_MS)
+    daily_hour: int | None = Field(default=None, ge=0, le=23)
+    daily_minute: int | None = Field(default=None, ge=0, le=59)
+    tz: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    expr: Label | None = None
+
+    @field_validator(
+        "every_ms", "at_ms", "initial_delay_ms", "daily_hour", "daily_minute", mode="before"
+    )
+    @classmethod
+    def _in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        # The bounds above with the schedule's own messages (as the agent's tool gets).
+        if isinstance(value, int) and not isinstance(value, bool):
+            problem = schedule_range_error(_WIRE_NAMES[info.field_name or ""], value)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
 
 
 class CronJobState(WireModel):
@@ -84,8 +149,8 @@ def _not_blank(value: str) -> str:
 
 
 class CronAddParams(WireModel):
-    name: str
-    message: str
+    name: Label
+    message: LongText
     schedule: CronSchedule
     delete_after_run: bool = False
     enabled: bool = True

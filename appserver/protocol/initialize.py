@@ -7,12 +7,14 @@ from typing import Any
 from pydantic import Field
 
 from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.limits import Name
 
 
 class ClientInfo(WireModel):
-    name: str
-    title: str | None = None
-    version: str
+    # The name is stored as a turn's ``initiator.userId``.
+    name: Name
+    title: Name | None = None
+    version: Name
 
 
 class ClientCapabilities(OpenWireModel):

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, field_validator, model_validator
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.limits import MAX_SERVER_CONFIG_BYTES, check_encoded_size
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 McpTransport = Literal["stdio", "streamableHttp"]
@@ -123,6 +124,14 @@ class McpServerParams(WireModel):
     )
 
     server: McpServerConfig
+
+    @field_validator("server")
+    @classmethod
+    def _bounded(cls, server: McpServerConfig) -> McpServerConfig:
+        # What mcp/upsert stores (checked here, not on the model: stored and
+        # plugin-declared servers are read through it).
+        check_encoded_size(server, MAX_SERVER_CONFIG_BYTES)
+        return server
 
 
 class McpListResult(WireModel):

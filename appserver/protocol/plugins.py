@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import WireModel
+from appserver.protocol.limits import Name
 from appserver.protocol.mcp import McpTransport
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -97,7 +98,7 @@ class PluginIdParams(WireModel):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"id": "workspace-tools"}]})
 
-    id: str
+    id: Name
 
     @field_validator("id")
     @classmethod

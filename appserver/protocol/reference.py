@@ -11,7 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from appserver.protocol import cron as C
 from appserver.protocol import errors as E
+from appserver.protocol import limits as L
+from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.schema import build_schema
 
 _ERROR_NAMES = {
@@ -100,6 +103,24 @@ def _sample(schema: dict[str, Any], defs: dict[str, Any], name: str, depth: int 
     return None
 
 
+def _number(value: int | float) -> str:
+    return {INT64_MIN: "-2^63", INT64_MAX: "2^63-1"}.get(int(value), str(value))
+
+
+def _bounds(prop: dict[str, Any]) -> str:
+    """A field's limits from its schema (``maxLength``, ``minimum``/``maximum``), if any."""
+    for option in [prop, *prop.get("anyOf", [])]:
+        if "maxLength" in option:
+            return f"at most {option['maxLength']} characters"
+        if "minimum" in option and "maximum" in option:
+            return f"{_number(option['minimum'])} to {_number(option['maximum'])}"
+        if "minimum" in option:
+            return f"at least {_number(option['minimum'])}"
+        if "maximum" in option:
+            return f"at most {_number(option['maximum'])}"
+    return ""
+
+
 def _fields(schema: dict[str, Any], defs: dict[str, Any]) -> list[str]:
     schema = _resolve(schema, defs)
     props = schema.get("properties", {})
@@ -109,8 +130,49 @@ def _fields(schema: dict[str, Any], defs: dict[str, Any]) -> list[str]:
     rows = ["| field | type | |", "|---|---|---|"]
     for key, prop in props.items():
         flag = "required" if key in required else "optional"
+        bounds = _bounds(prop)
+        if bounds:
+            flag += f"; {bounds}"
         rows.append(f"| `{key}` | `{_type_name(prop, defs)}` | {flag} |")
     return rows
+
+
+def _kib(size: int) -> str:
+    return f"{size // (1024 * 1024)} MiB" if size % (1024 * 1024) == 0 else f"{size // 1024} KiB"
+
+
+def _limits() -> list[str]:
+    """The limits section: what bounds apply to requests and answers."""
+    return [
+        f"A message is at most {_kib(L.MAX_FRAME_BYTES)} (stdio line, WebSocket frame). A "
+        "value out of the bounds below is `-32602` naming the field.",
+        "",
+        "| what | bound |",
+        "|---|---|",
+        "| every integer in params | signed 64-bit (-2^63 to 2^63-1), tighter where the "
+        "field says so |",
+        f"| `cron/add` `schedule.everyMs`, `schedule.initialDelayMs` | at most 100 years "
+        f"({C.MAX_DURATION_MS} ms) |",
+        f"| `cron/add` `schedule.atMs` | at most {C.MAX_AT_MS} (9999-12-31T23:59:59.999Z) |",
+        f"| stored names and ids (`identity.channelName`, `identity.userId`, `mode`, "
+        f"skill and plugin ids, `clientInfo`, workspace `model`/`provider`, `schedule.tz`, "
+        f"external channel `name`) | {L.MAX_NAME_CHARS} characters |",
+        f"| labels (`displayName`, `identity.channelContext`, cron job `name`, "
+        f"`schedule.expr`) | {L.MAX_LABEL_CHARS} characters |",
+        f"| paths, URLs, keys (`identity.workspacePath`, `apiKey`, `endPoint`) | "
+        f"{L.MAX_PATH_CHARS} characters |",
+        f"| cron job `message` | {L.MAX_TEXT_CHARS} characters |",
+        f"| thread `config` (`thread/start`, `thread/config/update`) | "
+        f"{_kib(L.MAX_THREAD_CONFIG_BYTES)} as JSON |",
+        f"| `mcp/upsert`/`mcp/test` `server`, `externalChannel/upsert` `channel` | "
+        f"{_kib(L.MAX_SERVER_CONFIG_BYTES)} as JSON |",
+        "| turn input (`turn/start`, `turn/enqueue`) | the message size only |",
+        "",
+        f"A `thread/list` page ends early, with `nextCursor`, before its result passes "
+        f"{_kib(L.LIST_PAGE_BYTES)}, with or without `limit`: follow `nextCursor` until it is",
+        "absent to get every thread. The JSON Schema carries the field bounds (`minimum`,",
+        "`maximum`, `maxLength`); the tables below show those of top-level fields.",
+    ]
 
 
 def _error_list(codes: list[int]) -> str:
@@ -134,6 +196,10 @@ def render_reference() -> str:
         "notification also carries `seq`, the thread's event sequence number (see",
         "`thread/subscribe` `afterSeq`). The JSON Schema of everything below is",
         "[`schema/protocol.schema.json`](../schema/protocol.schema.json).",
+        "",
+        "## Limits",
+        "",
+        *_limits(),
         "",
         "## Methods (client to server)",
         "",

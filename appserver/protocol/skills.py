@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import WireModel
+from appserver.protocol.limits import Name
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 SkillSource = Literal["workspace", "plugin", "builtin", "user"]
@@ -39,7 +40,7 @@ class SkillInfo(WireModel):
 
 
 class _Named(WireModel):
-    name: str
+    name: Name
 
     @field_validator("name")
     @classmethod

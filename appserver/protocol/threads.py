@@ -8,6 +8,14 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.limits import (
+    INT64_MAX,
+    MAX_THREAD_CONFIG_BYTES,
+    Label,
+    Name,
+    PathText,
+    check_encoded_size,
+)
 
 ThreadStatus = Literal["active", "paused", "archived"]
 HistoryMode = Literal["server", "client"]
@@ -23,10 +31,10 @@ def _non_empty(value: str, field: str) -> str:
 
 
 class SessionIdentity(WireModel):
-    channel_name: str
-    user_id: str
-    channel_context: str | None = None
-    workspace_path: str | None = None
+    channel_name: Name
+    user_id: Name
+    channel_context: Label | None = None
+    workspace_path: PathText | None = None
 
 
 class ThreadConfiguration(OpenWireModel):
@@ -141,12 +149,23 @@ class ThreadIdParams(WireModel):
     thread_id: str
 
 
+def _config_size(config: ThreadConfiguration | None) -> ThreadConfiguration | None:
+    if config is not None:
+        check_encoded_size(config, MAX_THREAD_CONFIG_BYTES)
+    return config
+
+
 class ThreadStartParams(WireModel):
     identity: SessionIdentity
     config: ThreadConfiguration | None = None
     dynamic_tools: list[DynamicToolSpec] | None = None
     history_mode: HistoryMode | None = None
-    display_name: str | None = None
+    display_name: Label | None = None
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, config: ThreadConfiguration | None) -> ThreadConfiguration | None:
+        return _config_size(config)
 
     @field_validator("dynamic_tools")
     @classmethod
@@ -201,7 +220,7 @@ class ThreadListResult(WireModel):
 
 class ThreadRollbackParams(WireModel):
     thread_id: str
-    num_turns: int = Field(ge=1)
+    num_turns: int = Field(ge=1, le=INT64_MAX)
 
 
 class ThreadSubscribeParams(WireModel):
@@ -209,12 +228,12 @@ class ThreadSubscribeParams(WireModel):
     replay_recent: bool = False
     # Beyond DotCraft: replay every notification with a larger seq (from
     # SQLite; streaming items as one coalesced delta), then continue live.
-    after_seq: int | None = Field(default=None, ge=0)
+    after_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 class ThreadRenameParams(WireModel):
     thread_id: str
-    display_name: str
+    display_name: Label
 
     @field_validator("display_name")
     @classmethod
@@ -224,7 +243,7 @@ class ThreadRenameParams(WireModel):
 
 class ThreadModeSetParams(WireModel):
     thread_id: str
-    mode: str
+    mode: Name
 
     @field_validator("mode")
     @classmethod
@@ -235,6 +254,12 @@ class ThreadModeSetParams(WireModel):
 class ThreadConfigUpdateParams(WireModel):
     thread_id: str
     config: ThreadConfiguration
+
+    @field_validator("config")
+    @classmethod
+    def _config(cls, config: ThreadConfiguration) -> ThreadConfiguration:
+        _config_size(config)
+        return config
 
 
 # --- notifications -----------------------------------------------------------

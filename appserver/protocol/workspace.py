@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.limits import Name, PathText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 ReloadBehavior = Literal["hot", "subsystemRestart", "processRestart"]
@@ -91,11 +92,11 @@ class WorkspaceConfigUpdateParams(WireModel):
         json_schema_extra={"examples": [{"defaultApprovalPolicy": "default"}]}
     )
 
-    model: str | None = None
-    api_key: str | None = None
-    end_point: str | None = None
-    default_approval_policy: str | None = None  # "default" | "autoApprove" | null
-    provider: str | None = None  # extension: "offline" | "openai" | "anthropic" | null
+    model: Name | None = None
+    api_key: PathText | None = None
+    end_point: PathText | None = None
+    default_approval_policy: Name | None = None  # "default" | "autoApprove" | null
+    provider: Name | None = None  # extension: "offline" | "openai" | "anthropic" | null
 
 
 class WorkspaceConfigUpdateResult(WireModel):

@@ -27,7 +27,13 @@ from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns import TurnEngine
 from appserver.runtime.wire import turn_to_wire
-from appserver.storage.threads import BadCursor, ThreadQuery, ThreadRecord, ThreadRepository
+from appserver.storage.threads import (
+    BadCursor,
+    ThreadQuery,
+    ThreadRecord,
+    ThreadRepository,
+    list_cursor,
+)
 
 # `replayRecent` replays the events among the thread's last N seqs.
 RECENT_EVENTS = 32
@@ -173,6 +179,11 @@ class Threads:
         except BadCursor:
             raise InvalidInput("'cursor' is not a cursor this server issued") from None
         return [self.summary(thread) for thread in threads], next_cursor
+
+    def list_cursor_after(self, summary: T.ThreadSummary) -> str:
+        """The cursor of the page that continues after ``summary`` (for a front
+        door that ends a page of :meth:`list` early, e.g. to bound its size)."""
+        return list_cursor(summary.last_active_at, summary.id)
 
     # --- changes -----------------------------------------------------------------
 

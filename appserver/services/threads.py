@@ -2,8 +2,9 @@
 (:class:`appserver.runtime.threads.Threads`).
 
 Handlers validate nothing themselves (the router did) and encode nothing
-(the router does): they translate params to a use case call and its result
-to the method's result model. Notifications a call causes reach the caller
+(the router does; ``thread/list`` encodes its answer itself to keep a page
+under ``LIST_PAGE_BYTES``): they translate params to a use case call and its
+result to the method's result model. Notifications a call causes reach the caller
 after its response (the JSON-RPC core holds them while the request runs).
 """
 
@@ -15,11 +16,17 @@ from pydantic import BaseModel
 
 from appserver.protocol import threads as T
 from appserver.protocol.base import Empty
+from appserver.protocol.encoding import model_json
+from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size, utf8_size
 from appserver.rpc.connection import RequestContext
+from appserver.rpc.framing import RawJSON
 from appserver.runtime.threads import NewThread, Threads
 from appserver.services.peer import Peer, peer_of
 from appserver.services.router import Router
 from appserver.storage.threads import ThreadQuery
+
+# Room for `{"data":[`, `],"nextCursor":"<cursor>"}` around the summaries.
+_LIST_ENVELOPE_BYTES = 256
 
 
 def hidden_item_types(viewer: Peer | None) -> frozenset[str]:
@@ -84,7 +91,9 @@ class ThreadService:
             hidden_item_types(peer),
         )
 
-    async def list_threads(self, ctx: RequestContext, params: T.ThreadListParams) -> BaseModel:
+    async def list_threads(
+        self, ctx: RequestContext, params: T.ThreadListParams
+    ) -> BaseModel | RawJSON:
         identity = params.identity
         summaries, next_cursor = await self.threads.list(
             ThreadQuery(
@@ -99,7 +108,30 @@ class ThreadService:
                 cursor=params.cursor,
             )
         )
-        return T.ThreadListResult(data=summaries, next_cursor=next_cursor)
+        # Encoded once here (the router sends RawJSON as is); a page that would
+        # pass LIST_PAGE_BYTES ends early instead, so no answer nears the frame cap.
+        encoded = model_json(T.ThreadListResult(data=summaries, next_cursor=next_cursor))
+        if utf8_size(encoded) <= LIST_PAGE_BYTES:
+            return RawJSON(encoded)
+        return self._within_budget(summaries, next_cursor)
+
+    def _within_budget(
+        self, summaries: list[T.ThreadSummary], next_cursor: str | None
+    ) -> T.ThreadListResult:
+        """The longest prefix of ``summaries`` whose answer stays under
+        LIST_PAGE_BYTES (at least one summary), with the cursor after it."""
+        used = _LIST_ENVELOPE_BYTES
+        kept = 0
+        for summary in summaries:
+            size = encoded_size(summary) + 1  # and its comma
+            if kept and used + size > LIST_PAGE_BYTES:
+                break
+            used += size
+            kept += 1
+        if kept == len(summaries):
+            return T.ThreadListResult(data=summaries, next_cursor=next_cursor)
+        page = summaries[:kept]
+        return T.ThreadListResult(data=page, next_cursor=self.threads.list_cursor_after(page[-1]))
 
     async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel:
         thread = await self.threads.get(params.thread_id)

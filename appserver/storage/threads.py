@@ -95,6 +95,11 @@ def _encode_cursor(*parts: Any) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def list_cursor(last_active_at: str, thread_id: str) -> str:
+    """The ``list_threads`` cursor of the page that follows this thread."""
+    return _encode_cursor(last_active_at, thread_id)
+
+
 def _decode_cursor(cursor: str, arity: int) -> list[Any]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
@@ -288,7 +293,7 @@ class ThreadRepository:
         if query.limit is not None and len(threads) > query.limit:
             threads = threads[: query.limit]
             last = threads[-1]
-            next_cursor = _encode_cursor(last.last_active_at, last.id)
+            next_cursor = list_cursor(last.last_active_at, last.id)
         return threads, next_cursor
 
     # --- turns and items --------------------------------------------------
