@@ -332,3 +332,37 @@ async def test_thread_list_pages_before_the_answer_passes_its_byte_budget(
         page = await client.request("thread/list", {"identity": IDENTITY, "limit": 5})
         assert [s["id"] for s in page["data"]] == expected[:5]
         assert page["nextCursor"]
+
+
+@pytest.mark.parametrize("method", ["thread/read", "thread/resume"])
+async def test_thread_turns_page_before_the_answer_passes_its_byte_budget(
+    sut: ServerUnderTest, method: str
+) -> None:
+    """A long thread pages its turns (newest first) instead of making an answer
+    larger than a frame, with or without ``turnLimit``."""
+    text = "x" * 100_000  # each turn stores it four times: about 400 KB a turn
+    async with sut.connect() as client:
+        thread_id = await new_thread(client)
+        turn_ids = [(await run_turn(client, thread_id, f"{n} {text}"))[0] for n in range(6)]
+        assert 6 * 4 * len(text) > LIST_PAGE_BYTES
+        for extra in ({}, {"turnLimit": 100}):
+            seen: list[str] = []
+            pages = 0
+            cursor: str | None = None
+            while True:
+                params: dict[str, Any] = {"threadId": thread_id, **extra}
+                if method == "thread/read":
+                    params["includeTurns"] = True
+                if cursor is not None:
+                    params["turnsCursor"] = cursor
+                page = await client.request(method, params)
+                assert encoded_bytes(page) <= LIST_PAGE_BYTES + 64 * 1024  # the thread itself
+                turns = page["thread"]["turns"]
+                assert turns
+                seen = [turn["id"] for turn in turns] + seen
+                pages += 1
+                cursor = page.get("nextTurnsCursor")
+                if cursor is None:
+                    break
+            assert pages >= 3
+            assert seen == turn_ids  # every turn once, in order

@@ -13,6 +13,7 @@ from appserver.protocol import threads as T
 from appserver.protocol import turns as W
 from appserver.protocol.base import Empty
 from appserver.protocol.initialize import InitializeParams, InitializeResult
+from appserver.protocol.limits import LIST_PAGE_BYTES
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 # Each method family beyond threads and turns declares its own entries in its
@@ -44,7 +45,8 @@ _CORE_METHODS: list[MethodSpec] = [
         T.ThreadResumeParams,
         T.ThreadResult,
         "threadManagement",
-        "Load a thread, make it active and return it with its turns; emits `thread/resumed`.",
+        "Load a thread, make it active and return it with its turns; emits `thread/resumed`. "
+        "Turns page like `thread/read`'s.",
         (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE),
     ),
     MethodSpec(
@@ -61,7 +63,10 @@ _CORE_METHODS: list[MethodSpec] = [
         T.ThreadReadParams,
         T.ThreadResult,
         "threadManagement",
-        "Read-only snapshot of a thread; turns on request, optionally paged.",
+        "Read-only snapshot of a thread; turns on request, optionally paged (`turnLimit`, "
+        "`turnsCursor`: the newest turns first). A page of turns also ends early, with "
+        f"`nextTurnsCursor`, before its turns pass {LIST_PAGE_BYTES // (1024 * 1024)} MiB: "
+        "follow it until absent to get every turn.",
         _THREAD_ERRORS,
         access="read",
     ),
@@ -70,7 +75,8 @@ _CORE_METHODS: list[MethodSpec] = [
         T.ThreadRollbackParams,
         T.ThreadResult,
         "threadManagement",
-        "Drop the last `numTurns` turns from the thread's history.",
+        "Drop the last `numTurns` turns from the thread's history; answers with the thread "
+        "and its turns (paged like `thread/read`'s).",
         (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE, E.TURN_IN_PROGRESS),
     ),
     MethodSpec(

@@ -19,6 +19,7 @@ from typing import Any
 
 from appserver.protocol import threads as T
 from appserver.protocol.ids import new_thread_id, now_iso
+from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
 from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
@@ -34,6 +35,7 @@ from appserver.storage.threads import (
     ThreadRepository,
     list_cursor,
 )
+from appserver.storage.threads import turns_cursor as thread_turns_cursor
 
 # `replayRecent` replays the events among the thread's last N seqs.
 RECENT_EVENTS = 32
@@ -106,9 +108,16 @@ class Threads:
         turn_limit: int | None = None,
         turns_cursor: str | None = None,
         hidden_item_types: Collection[str] = (),
+        byte_budget: int | None = None,
     ) -> T.ThreadResult:
         """The thread as a typed ``Thread`` (with turns and items on request,
-        leaving out ``hidden_item_types``)."""
+        leaving out ``hidden_item_types``).
+
+        With ``byte_budget``, the page of turns ends early (newest turns kept,
+        at least one, ``next_turns_cursor`` set) once its encoded turns would
+        pass that many bytes, so a long thread pages instead of making an
+        answer larger than a frame.
+        """
         turns: list[T.Turn] = []
         next_cursor = None
         if include_turns:
@@ -121,6 +130,11 @@ class Threads:
                 turn_to_wire(turn, [i for i in items[turn.id] if i.type not in hidden_item_types])
                 for turn in records
             ]
+            if byte_budget is not None:
+                kept = _newest_within(turns, byte_budget)
+                if kept < len(turns):
+                    turns = turns[len(turns) - kept :]
+                    next_cursor = thread_turns_cursor(records[len(records) - kept].seq)
         queue = await self.engine.inputs.load(thread.id)
         wire = T.Thread(
             id=thread.id,
@@ -242,7 +256,9 @@ class Threads:
         previous = thread.status
         await self.repo.update(thread.id, status="active", last_active_at=now)
         thread.status, thread.last_active_at = "active", now
-        result = await self.view(thread, True, turn_limit, turns_cursor, hidden_item_types)
+        result = await self.view(
+            thread, True, turn_limit, turns_cursor, hidden_item_types, LIST_PAGE_BYTES
+        )
         if previous != "active":
             changed = T.ThreadStatusChangedNotification(
                 thread_id=thread.id, previous_status=previous, new_status="active"
@@ -356,3 +372,14 @@ class Threads:
         self.journal.forget_thread(thread.id)
         self.runtimes.forget(thread.id)
         self.engine.forget_thread(thread.id)
+
+
+def _newest_within(turns: list[T.Turn], budget: int) -> int:
+    """How many of the newest ``turns`` encode within ``budget`` bytes (at least one)."""
+    used = kept = 0
+    for turn in reversed(turns):
+        used += encoded_size(turn) + 1  # and its comma
+        if kept and used > budget:
+            break
+        kept += 1
+    return kept

@@ -34,7 +34,7 @@ log = logging.getLogger("appserver.router")
 
 P = TypeVar("P", bound=BaseModel)
 # A handler returns a wire model (the router encodes it, or caches its encoding).
-Handler = Callable[[RequestContext, Any], Awaitable[BaseModel]]
+Handler = Callable[[RequestContext, Any], Awaitable[BaseModel | RawJSON]]
 # For a cacheable answer: (what is asked, a version that changes whenever the
 # answer would), or None to not cache this one.
 AnswerKey = Callable[[Any], tuple[Any, Any] | None]

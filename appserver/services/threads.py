@@ -10,6 +10,7 @@ after its response (the JSON-RPC core holds them while the request runs).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,7 +24,7 @@ from appserver.rpc.framing import RawJSON
 from appserver.runtime.threads import NewThread, Threads
 from appserver.services.peer import Peer, peer_of
 from appserver.services.router import Router
-from appserver.storage.threads import ThreadQuery
+from appserver.storage.threads import ThreadQuery, ThreadRecord
 
 # Room for `{"data":[`, `],"nextCursor":"<cursor>"}` around the summaries.
 _LIST_ENVELOPE_BYTES = 256
@@ -133,16 +134,30 @@ class ThreadService:
         page = summaries[:kept]
         return T.ThreadListResult(data=page, next_cursor=self.threads.list_cursor_after(page[-1]))
 
-    async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel:
+    async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel | RawJSON:
         thread = await self.threads.get(params.thread_id)
         if not params.include_turns:
             return await self.threads.view(thread)
+        hidden = hidden_item_types(peer_of(ctx))
+        query = (thread, True, params.turn_limit, params.turns_cursor, hidden)
+        return await self._paged_view(*query)
+
+    async def _paged_view(
+        self,
+        thread: ThreadRecord,
+        include_turns: bool,
+        turn_limit: int | None,
+        turns_cursor: str | None,
+        hidden: Collection[str],
+    ) -> BaseModel | RawJSON:
+        """The view with turns, encoded once; a page whose answer would pass
+        LIST_PAGE_BYTES is read again, ending early with ``nextTurnsCursor``."""
+        result = await self.threads.view(thread, include_turns, turn_limit, turns_cursor, hidden)
+        encoded = model_json(result)
+        if utf8_size(encoded) <= LIST_PAGE_BYTES:
+            return RawJSON(encoded)
         return await self.threads.view(
-            thread,
-            True,
-            params.turn_limit,
-            params.turns_cursor,
-            hidden_item_types(peer_of(ctx)),
+            thread, include_turns, turn_limit, turns_cursor, hidden, LIST_PAGE_BYTES
         )
 
     def _read_key(self, params: T.ThreadReadParams) -> tuple[str, Any] | None:
@@ -151,11 +166,11 @@ class ThreadService:
         version = self.threads.version(params.thread_id)
         return (params.thread_id, version) if version is not None else None
 
-    async def rollback(self, ctx: RequestContext, params: T.ThreadRollbackParams) -> BaseModel:
+    async def rollback(
+        self, ctx: RequestContext, params: T.ThreadRollbackParams
+    ) -> BaseModel | RawJSON:
         thread = await self.threads.rollback(params.thread_id, params.num_turns)
-        return await self.threads.view(
-            thread, include_turns=True, hidden_item_types=hidden_item_types(peer_of(ctx))
-        )
+        return await self._paged_view(thread, True, None, None, hidden_item_types(peer_of(ctx)))
 
     async def subscribe(self, ctx: RequestContext, params: T.ThreadSubscribeParams) -> BaseModel:
         await self.threads.subscribe(

@@ -100,6 +100,11 @@ def list_cursor(last_active_at: str, thread_id: str) -> str:
     return _encode_cursor(last_active_at, thread_id)
 
 
+def turns_cursor(seq: int) -> str:
+    """The ``turns`` cursor of the page of turns older than the turn ``seq``."""
+    return _encode_cursor(seq)
+
+
 def _decode_cursor(cursor: str, arity: int) -> list[Any]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))

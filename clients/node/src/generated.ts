@@ -1467,7 +1467,7 @@ export interface Methods {
    */
   "thread/pause": { params: ThreadIdParams; result: Empty };
   /**
-   * Read-only snapshot of a thread; turns on request, optionally paged.
+   * Read-only snapshot of a thread; turns on request, optionally paged (`turnLimit`, `turnsCursor`: the newest turns first). A page of turns also ends early, with `nextTurnsCursor`, before its turns pass 1 MiB: follow it until absent to get every turn.
    *
    * Wire method `thread/read`; capability `threadManagement`; errors -32010, -32602.
    * Params: {@link ThreadReadParams}.
@@ -1481,14 +1481,14 @@ export interface Methods {
    */
   "thread/rename": { params: ThreadRenameParams; result: Empty };
   /**
-   * Load a thread, make it active and return it with its turns; emits `thread/resumed`.
+   * Load a thread, make it active and return it with its turns; emits `thread/resumed`. Turns page like `thread/read`'s.
    *
    * Wire method `thread/resume`; capability `threadManagement`; errors -32010, -32602, -32011.
    * Params: {@link ThreadResumeParams}.
    */
   "thread/resume": { params: ThreadResumeParams; result: ThreadResult };
   /**
-   * Drop the last `numTurns` turns from the thread's history.
+   * Drop the last `numTurns` turns from the thread's history; answers with the thread and its turns (paged like `thread/read`'s).
    *
    * Wire method `thread/rollback`; capability `threadManagement`; errors -32010, -32602, -32011, -32012.
    * Params: {@link ThreadRollbackParams}.
@@ -2295,7 +2295,7 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Read-only snapshot of a thread; turns on request, optionally paged.
+   * Read-only snapshot of a thread; turns on request, optionally paged (`turnLimit`, `turnsCursor`: the newest turns first). A page of turns also ends early, with `nextTurnsCursor`, before its turns pass 1 MiB: follow it until absent to get every turn.
    *
    * Wire method `thread/read`; capability `threadManagement`; errors -32010, -32602.
    * Params: {@link ThreadReadParams}.
@@ -2315,7 +2315,7 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Load a thread, make it active and return it with its turns; emits `thread/resumed`.
+   * Load a thread, make it active and return it with its turns; emits `thread/resumed`. Turns page like `thread/read`'s.
    *
    * Wire method `thread/resume`; capability `threadManagement`; errors -32010, -32602, -32011.
    * Params: {@link ThreadResumeParams}.
@@ -2325,7 +2325,7 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Drop the last `numTurns` turns from the thread's history.
+   * Drop the last `numTurns` turns from the thread's history; answers with the thread and its turns (paged like `thread/read`'s).
    *
    * Wire method `thread/rollback`; capability `threadManagement`; errors -32010, -32602, -32011, -32012.
    * Params: {@link ThreadRollbackParams}.

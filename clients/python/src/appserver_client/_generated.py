@@ -2120,7 +2120,10 @@ class GeneratedMethods:
         include_turns: bool | None = None,
         timeout: float | None = None,
     ) -> ThreadResult:
-        """Read-only snapshot of a thread; turns on request, optionally paged.
+        """Read-only snapshot of a thread; turns on request, optionally paged (`turnLimit`,
+        `turnsCursor`: the newest turns first). A page of turns also ends early, with
+        `nextTurnsCursor`, before its turns pass 1 MiB: follow it until absent to get every
+        turn.
 
         Wire method ``thread/read``; capability ``threadManagement``; errors -32010, -32602.
         Params: :class:`ThreadReadParams` (keyword arguments, snake_case).
@@ -2155,6 +2158,7 @@ class GeneratedMethods:
         timeout: float | None = None,
     ) -> ThreadResult:
         """Load a thread, make it active and return it with its turns; emits `thread/resumed`.
+        Turns page like `thread/read`'s.
 
         Wire method ``thread/resume``; capability ``threadManagement``; errors -32010, -32602,
         -32011.
@@ -2170,7 +2174,8 @@ class GeneratedMethods:
     async def thread_rollback(
         self, *, thread_id: str, num_turns: int, timeout: float | None = None
     ) -> ThreadResult:
-        """Drop the last `numTurns` turns from the thread's history.
+        """Drop the last `numTurns` turns from the thread's history; answers with the thread and
+        its turns (paged like `thread/read`'s).
 
         Wire method ``thread/rollback``; capability ``threadManagement``; errors -32010, -32602,
         -32011, -32012.
