@@ -112,6 +112,19 @@ async def test_close_drains_then_stops() -> None:
         await box.get_batch()
 
 
+async def test_discard_drops_what_is_queued_and_stops_the_writer() -> None:
+    box = Outbox(max_bytes=10_000, soft_bytes=1)
+    frames = [lifecycle(1), delta(2, "a"), delta(3, "b")]
+    box.put(frames[0])
+    box.put(frames[1], key())
+    box.put(frames[2], key())
+    assert box.discard() == sum(len(frame) for frame in frames)
+    assert box.queued_bytes == 0 and len(box) == 0
+    assert not box.put(lifecycle(4))
+    with pytest.raises(OutboxClosed):
+        await box.get_batch()  # nothing is written after an abort
+
+
 def test_merge_delta_frames_keeps_the_newer_envelope() -> None:
     merged = json.loads(merge_delta_frames([delta(3, "ab"), delta(5, ""), delta(9, "cd")]))
     assert merged["method"] == "item/agentMessage/delta"
@@ -194,6 +207,7 @@ async def test_a_peer_that_never_reads_is_closed_others_get_the_turn(workspace: 
                     await served.wait()
                 assert stuck.closed
                 assert stuck._close_reason == "outbox overflow"
+                assert stuck.outbox.queued_bytes == 0  # dropped at the abort, not held
                 assert stuck.outbox.coalesced > 0  # it lagged and got merged deltas first
                 tg.cancel_scope.cancel()
 

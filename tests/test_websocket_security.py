@@ -78,13 +78,30 @@ def http_base(ws_url: str) -> str:
 
 async def test_token_is_checked_before_the_upgrade(workspace: Path) -> None:
     async with listening(workspace, token=TOKEN) as (_, url):
+        async with rpc(f"{url}?token={TOKEN}") as client:
+            assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
+        # Five wrong tokens, each compared (a sixth attempt would be locked out).
         assert await refused_status(url) == 401
         assert await refused_status(url + "?token=wrong") == 401
         assert await refused_status(url + "?token=") == 401
         assert await refused_status(url + "?token=" + TOKEN[:-1]) == 401
         assert await refused_status(url + "?other=" + TOKEN) == 401
-        async with rpc(f"{url}?token={TOKEN}") as client:
-            assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
+
+
+async def test_repeated_wrong_tokens_are_locked_out(workspace: Path) -> None:
+    """Guessing from one address, loopback included, stops after five tries."""
+    async with listening(workspace, token=TOKEN) as (_, url):
+        statuses = [await refused_status(f"{url}?token=guess{n}") for n in range(20)]
+        # The lockout (1 s at first) outlasts these attempts on any sane machine.
+        assert statuses == [401] * 5 + [429] * 15
+        with pytest.raises(InvalidStatus) as info:
+            async with connect(f"{url}?token={TOKEN}"):
+                pass
+        assert info.value.response.status_code == 429  # not even compared
+        assert info.value.response.headers["Retry-After"] == "1"
+        # Health checks are not locked out.
+        status, _ = await http_get(http_base(url) + "/healthz")
+        assert status == 200
 
 
 async def test_origin_is_refused_unless_allowed(workspace: Path) -> None:

@@ -39,6 +39,8 @@ log = logging.getLogger("appserver.rpc")
 
 RequestId = str | int
 _connection_ids = itertools.count(1)
+# Longest wait for a transport's close (above the WebSocket close timeout).
+_CLOSE_BOUND = 15.0
 
 
 class State(enum.Enum):
@@ -289,7 +291,10 @@ class Connection:
         finally:
             self._mark_closed("connection ended")
             self._cancel_requests()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            # Transports bound their own closing (WebSocket: its close timeout,
+            # during which a peer that reads again still gets our close code);
+            # this only guards against one that hangs.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_BOUND):
                 await self.transport.close(self._close_code, self._close_reason)
 
     def _cancel_requests(self) -> None:
@@ -300,14 +305,20 @@ class Connection:
         """End the connection with WebSocket close ``code``.
 
         Normally reading stops and the writer flushes what is queued first;
-        ``abort`` (a stuck or vanished peer) ends at once. Running request
-        handlers are cancelled when the writer stops.
+        ``abort`` (a stuck or vanished peer) ends at once and discards what is
+        queued. Either way the transport then sends ``code`` behind whatever
+        it already holds. Running request handlers are cancelled when the
+        writer stops.
         """
         if self.state is State.CLOSED:
             return
         self._close_reason = reason
         self._close_code = code
         self._mark_closed(reason)
+        if abort:
+            # Nothing queued will be written: free it now rather than while
+            # the transport waits for the peer to read the close frame.
+            self.outbox.discard()
         if self._reader_scope is not None:
             self._reader_scope.cancel()
         if self._tg is not None and abort:

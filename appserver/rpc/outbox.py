@@ -115,3 +115,13 @@ class Outbox:
         """No more puts; the writer drains what is queued, then stops."""
         self._closed = True
         self._wakeup.set()
+
+    def discard(self) -> int:
+        """Close and drop everything queued (the peer is being aborted);
+        returns the bytes dropped. The writer stops at once."""
+        dropped = self._bytes
+        self._frames.clear()
+        self._bytes = 0
+        self._last_key = None
+        self.close()
+        return dropped

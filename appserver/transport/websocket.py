@@ -3,7 +3,8 @@
 One JSON-RPC message per text frame on path ``/ws``. The same listener
 answers ``GET /healthz`` and ``GET /readyz``. Before the upgrade it checks
 the ``Origin`` header (browsers only; refused unless allowed) and the
-``?token=`` query parameter (constant-time compare).
+``?token=`` query parameter (constant-time compare), locking out an address
+that keeps offering wrong tokens (:class:`TokenLockout`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ import hmac
 import ipaddress
 import json
 import logging
+import math
+import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import anyio
 from websockets.asyncio.server import Server, ServerConnection, broadcast, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -29,6 +34,11 @@ from appserver.transport.base import INVALID_REQUEST, FrameRejected, TransportCl
 log = logging.getLogger("appserver.websocket")
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+# How long a peer has to read our close frame and answer it before its TCP
+# connection is dropped. Long enough for a client that merely paused (or lags
+# a few MB behind) to still learn why it was closed; short enough that a peer
+# that never reads again holds a socket only briefly.
+DEFAULT_CLOSE_TIMEOUT = 5.0
 WS_PATH = "/ws"
 
 
@@ -37,8 +47,9 @@ class WebSocketTransport:
 
     kind = "websocket"
 
-    def __init__(self, ws: ServerConnection) -> None:
+    def __init__(self, ws: ServerConnection, close_timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
         self._ws = ws
+        self._close_timeout = close_timeout
 
     async def receive(self) -> str:
         try:
@@ -72,7 +83,20 @@ class WebSocketTransport:
             raise TransportClosed from exc
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
-        await self._ws.close(code, reason[:120])
+        """Send a close frame with ``code`` and wait at most the close timeout.
+
+        The frame goes out behind what the socket still holds (the kernel's
+        buffers and at most the write limit plus one frame in the process;
+        asyncio offers no clean way to discard those without cutting a frame
+        in half). A peer that reads up to it within the close timeout gets
+        ``code`` and ``reason``; for one that does not, we stop waiting here and
+        the library drops the TCP connection when the handler returns (its own
+        deadline, set with the same close timeout), so that peer sees 1006.
+        """
+        # The library waits for a full write buffer to drain before it applies
+        # its close deadline, so a peer that never reads would hold us forever.
+        with anyio.move_on_after(self._close_timeout):
+            await self._ws.close(code, reason[:120])
 
 
 def is_loopback(host: str) -> bool:
@@ -96,32 +120,135 @@ class ListenerOptions:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     ping_interval: float = 30.0
     ping_timeout: float = 10.0
+    close_timeout: float = DEFAULT_CLOSE_TIMEOUT
 
 
 class ListenerError(Exception):
     """The listener refuses to start with these options."""
 
 
-def _json_response(status: HTTPStatus, body: dict[str, Any]) -> Response:
+def _json_response(
+    status: HTTPStatus, body: dict[str, Any], extra_headers: Sequence[tuple[str, str]] = ()
+) -> Response:
     data = (json.dumps(body) + "\n").encode()
     headers = Headers(
         [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(data))),
             ("Cache-Control", "no-store"),
+            *extra_headers,
         ]
     )
     return Response(status.value, status.phrase, headers, data)
 
 
-class Admission:
-    """The pre-upgrade HTTP checks (health, path, Origin, token)."""
+def peer_key(remote_address: Any) -> str:
+    """The address failed tokens are counted against.
 
-    def __init__(self, options: ListenerOptions, is_ready: Callable[[], bool]) -> None:
+    The IP for IPv4; the /64 network for IPv6, since one host usually holds a
+    whole /64 and could otherwise take a fresh address for every guess.
+    """
+    host = str(remote_address[0]) if isinstance(remote_address, tuple) and remote_address else ""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])  # without an IPv6 zone
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+@dataclass
+class _Failures:
+    """Wrong tokens from one address."""
+
+    count: int = 0
+    last: float = 0.0  # when the latest one came
+    lockout: float = 0.0  # length of the latest lockout; 0 before the first
+    locked_until: float = 0.0
+
+
+class TokenLockout:
+    """Slows down token guessing, per peer address (see :func:`peer_key`).
+
+    After ``max_failures`` wrong tokens (each within ``window`` seconds of the
+    previous one) the address is refused for ``first_lockout`` seconds, without
+    its token being looked at; each wrong token after a lockout expires starts
+    the next one, twice as long, up to ``max_lockout``. A correct token forgets
+    the address, and so does ``window`` seconds of quiet after its last failure
+    or lockout. At most ``max_addresses`` addresses are remembered (the least
+    recently failing is forgotten first), so a flood of them costs bounded
+    memory.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_failures: int = 5,
+        window: float = 60.0,
+        first_lockout: float = 1.0,
+        max_lockout: float = 60.0,
+        max_addresses: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_failures = max_failures
+        self.window = window
+        self.first_lockout = first_lockout
+        self.max_lockout = max_lockout
+        self.max_addresses = max_addresses
+        self._clock = clock
+        self._records: OrderedDict[str, _Failures] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def retry_after(self, address: str) -> float | None:
+        """Seconds until ``address`` may offer a token again; ``None`` if now."""
+        record = self._records.get(address)
+        if record is None:
+            return None
+        remaining = record.locked_until - self._clock()
+        return remaining if remaining > 0 else None
+
+    def failed(self, address: str) -> float | None:
+        """Count a wrong token from ``address``; the lockout it starts, if any."""
+        now = self._clock()
+        record = self._records.pop(address, None)
+        if record is None or now - max(record.last, record.locked_until) > self.window:
+            record = _Failures()
+        record.count += 1
+        record.last = now
+        self._records[address] = record  # most recent last: eviction takes the front
+        while len(self._records) > self.max_addresses:
+            self._records.popitem(last=False)
+        if record.count < self.max_failures:
+            return None
+        longer = 2 * record.lockout if record.lockout else self.first_lockout
+        record.lockout = min(longer, self.max_lockout)
+        record.locked_until = now + record.lockout
+        return record.lockout
+
+    def succeeded(self, address: str) -> None:
+        """A correct token from ``address``: forget its failures."""
+        self._records.pop(address, None)
+
+
+class Admission:
+    """The pre-upgrade HTTP checks (health, path, Origin, token, lockout)."""
+
+    def __init__(
+        self,
+        options: ListenerOptions,
+        is_ready: Callable[[], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.options = options
         self.is_ready = is_ready
         self._token = options.token.encode() if options.token else None
         self._origins = {origin.rstrip("/").lower() for origin in options.allowed_origins}
+        self.lockout = TokenLockout(clock=clock)
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
@@ -137,10 +264,26 @@ class Admission:
         if url.path != WS_PATH:
             return _json_response(HTTPStatus.NOT_FOUND, {"error": "not found"})
         if self._token is not None:
-            offered = parse_qs(url.query).get("token", [""])[0].encode()
-            if not hmac.compare_digest(offered, self._token):
-                return _json_response(HTTPStatus.UNAUTHORIZED, {"error": "unauthorized"})
+            return self._check_token(self._token, peer_key(connection.remote_address), url.query)
         return None
+
+    def _check_token(self, token: bytes, address: str, query: str) -> Response | None:
+        # Loopback peers are counted too: the guesser may be a local process.
+        wait = self.lockout.retry_after(address)
+        if wait is not None:
+            # Refused without a compare: answering a locked-out guess on its
+            # merits would let the guessing go on at full speed.
+            retry = ("Retry-After", str(max(1, math.ceil(wait))))
+            body = {"error": "too many failed token attempts; retry later"}
+            return _json_response(HTTPStatus.TOO_MANY_REQUESTS, body, [retry])
+        offered = parse_qs(query).get("token", [""])[0].encode()
+        if hmac.compare_digest(offered, token):
+            self.lockout.succeeded(address)
+            return None
+        lockout = self.lockout.failed(address)
+        if lockout is not None:
+            log.warning("refusing %s for %gs after repeated wrong tokens", address, lockout)
+        return _json_response(HTTPStatus.UNAUTHORIZED, {"error": "unauthorized"})
 
 
 def check_options(options: ListenerOptions) -> None:
@@ -156,22 +299,29 @@ async def start_listener(
     options: ListenerOptions,
     on_connection: Callable[[WebSocketTransport], Awaitable[None]],
     is_ready: Callable[[], bool],
+    *,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Server:
-    """Bind and start accepting. Raises :class:`ListenerError` for unsafe options."""
+    """Bind and start accepting. Raises :class:`ListenerError` for unsafe options.
+
+    ``clock`` times token lockouts (tests pass a fake one).
+    """
     check_options(options)
 
     async def handler(ws: ServerConnection) -> None:
-        await on_connection(WebSocketTransport(ws))
+        await on_connection(WebSocketTransport(ws, options.close_timeout))
 
     return await serve(
         handler,
         options.host,
         options.port,
-        process_request=Admission(options, is_ready),
+        process_request=Admission(options, is_ready, clock),
         max_size=options.max_message_bytes,
         ping_interval=options.ping_interval,
         ping_timeout=options.ping_timeout,
-        close_timeout=2,
+        # The deadline WebSocketTransport.close waits for: when it gives up,
+        # the library's own deadline falls at the same moment and it drops the TCP.
+        close_timeout=options.close_timeout,
         compression=None,
         server_header="appserver",
     )
