@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
 
 from appserver import __version__
 from appserver.process_secrets import hide_secrets
-from appserver.protocol.reference import reference_is_current, render_reference
-from appserver.protocol.schema import SCHEMA_FILE, is_current, write_schema
-from appserver.rpc.connection import Limits
-from appserver.runtime.turns import EngineConfig
-from appserver.server import AppServer, ServerConfig, run
-from appserver.storage.lock import WorkspaceLocked
 from appserver.transport.stdio import claim_stdio
 from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
 
@@ -61,6 +57,139 @@ def read_token(path: Path) -> str:
     if not token:
         raise ValueError(f"the token file {path} is empty")
     return token
+
+
+# Front doors other than JSON-RPC: (command, module in appserver.faces, summary).
+FACES = (
+    ("host", "zene", "Zene Host Protocol v1: one JSON request per line in, one response out"),
+    ("rpc", "zot", "zot rpc: the agent over newline-delimited JSON commands and events"),
+    ("router", "codeswarm", "Codeswarm router protocol codeswarm.router.v1 (stdio or TCP)"),
+)
+
+
+def face_module(name: str) -> Any:
+    """``appserver.faces.<name>`` (light at import: its heavy parts load in ``main``)."""
+    return importlib.import_module(f"appserver.faces.{name}")
+
+
+def add_face_options(parser: argparse.ArgumentParser) -> None:
+    """The flags every face shares with ``app-server``."""
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=Path.cwd(),
+        metavar="DIR",
+        help="workspace root; state lives in DIR/.craft (default: current directory)",
+    )
+    parser.add_argument(
+        "--provider",
+        choices=["offline", "openai", "anthropic"],
+        help="model provider (default: $APPSERVER_PROVIDER, the workspace config, else offline)",
+    )
+    parser.add_argument(
+        "--model", help="model name (default: $APPSERVER_MODEL, the workspace config)"
+    )
+    parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible or Anthropic endpoint")
+    parser.add_argument(
+        "--api-key",
+        help="provider API key (default: the provider's variable); blanked from /proc once read",
+    )
+    parser.add_argument(
+        "--approval-policy",
+        choices=["default", "autoApprove", "interrupt"],
+        help=(
+            "approval policy of the threads this face creates (default: the workspace's). This "
+            "protocol has no approval frames, so under `default` a gated tool call is declined "
+            "unless a --websocket client watching the thread answers it"
+        ),
+    )
+    parser.add_argument(
+        "--tool-env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="pass this secret-looking environment variable on to tool commands (repeatable)",
+    )
+    parser.add_argument(
+        "--websocket",
+        type=parse_listen,
+        metavar="ws://HOST:PORT",
+        help=(
+            "also serve the AppServer JSON-RPC protocol to WebSocket clients on this address, "
+            "in this process (they can list and watch this face's threads)"
+        ),
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="FILE",
+        help="with --websocket: clients must connect with ?token=<this file's content>",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("APPSERVER_LOG_LEVEL", "warning"),
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level (default: warning, or $APPSERVER_LOG_LEVEL)",
+    )
+
+
+def face_command(args: argparse.Namespace) -> int:
+    """Run a face on this process's stdio (and the listeners its flags ask for)."""
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from appserver.hosting import HostOptions, open_host
+
+    if not args.workspace.is_dir():
+        print(f"appserver: workspace {args.workspace} is not a directory", file=sys.stderr)
+        return 2
+    token = None
+    if args.token_file is not None:
+        try:
+            token = read_token(args.token_file)
+        except ValueError as exc:
+            print(f"appserver: {exc}", file=sys.stderr)
+            return 2
+    hide_secrets(token, getattr(args, "api_key", None))
+    websocket = None
+    if args.websocket is not None:
+        websocket = ListenerOptions(
+            host=args.websocket.host, port=args.websocket.port or 0, token=token
+        )
+        try:
+            check_options(websocket)
+        except ListenerError as exc:
+            print(f"appserver: {exc}", file=sys.stderr)
+            return 2
+    provider_options = {
+        key: value
+        for key, value in (
+            ("provider", args.provider),
+            ("model", args.model),
+            ("base_url", args.base_url),
+            ("api_key", args.api_key),
+        )
+        if value
+    }
+    options = HostOptions(
+        workspace=args.workspace,
+        provider_options=provider_options,
+        tool_env=tuple(args.tool_env),
+        websocket=websocket,
+    )
+    stdin, stdout = claim_stdio()
+    module = face_module(args.face)
+
+    def host() -> Any:
+        return open_host(options)
+
+    try:
+        code: int = anyio.run(module.main, args, options, host, stdin, stdout)
+    except KeyboardInterrupt:
+        return 130
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,11 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="stderr log level (default: info, or $APPSERVER_LOG_LEVEL)",
     )
+    for command, module, summary in FACES:
+        face = commands.add_parser(command, help=summary, description=summary)
+        add_face_options(face)
+        face_module(module).add_arguments(face)
+        face.set_defaults(face=module)
     schema = commands.add_parser(
         "schema",
         help="write the protocol's JSON Schema",
         description=(
-            f"Write {SCHEMA_FILE} (JSON Schema draft 2020-12: every method's params and "
+            "Write protocol.schema.json (JSON Schema draft 2020-12: every method's params and "
             "result, every notification, every server-to-client request) into DIR."
         ),
     )
@@ -195,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def schema_command(out: Path, check: bool, reference: Path | None) -> int:
+    from appserver.protocol.reference import reference_is_current, render_reference
+    from appserver.protocol.schema import SCHEMA_FILE, is_current, write_schema
+
     if check:
         stale = [] if is_current(out) else [out / SCHEMA_FILE]
         if reference is not None and not reference_is_current(reference):
@@ -216,9 +353,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "schema":
         return schema_command(args.out, args.check, args.reference)
+    if getattr(args, "face", None) is not None:
+        return face_command(args)
     if args.command != "app-server":
         parser.print_help(sys.stderr)
         return 2
+    return serve_command(args)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """``appserver app-server``."""
+    # Imported here: other commands (a face, `schema`) do not pay for them.
+    from appserver.rpc.connection import Limits
+    from appserver.runtime.turns import EngineConfig
+    from appserver.server import AppServer, ServerConfig, run
+    from appserver.storage.lock import WorkspaceLocked
+
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),

@@ -6,7 +6,8 @@ show the process's *original* argument and environment memory, which neither
 ``del os.environ[...]`` nor editing ``sys.argv`` changes. So once the CLI has
 read the token, :func:`hide_secrets` overwrites that memory in place:
 
-* the ``--token`` value on the command line (``--token T`` or ``--token=T``);
+* the ``--token`` (or ``--api-key``) value on the command line (``--token T``
+  or ``--token=T``);
 * the value of every secret-looking environment variable
   (``tools.environment.is_secret``: ``APPSERVER_TOKEN``, API keys, ...).
 
@@ -39,15 +40,16 @@ _ARG_START, _ENV_END = 48, 51
 Finder = Callable[[bytes], Iterator[tuple[int, int]]]
 
 
-def hide_secrets(token: str | None) -> bool:
-    """Blank the token and secret variables in this process's original argv and
-    environment memory; returns ``False`` if that was not possible."""
+def hide_secrets(*values: str | None) -> bool:
+    """Blank ``values`` (the token, an API key given as a flag) in this
+    process's original argv, and secret variables in its original environment
+    memory; returns ``False`` if that was not possible."""
     os.environ.pop("APPSERVER_TOKEN", None)
     kept = {name: value for name, value in os.environ.items() if is_secret(name)}
     try:
         arg_start, arg_end, env_start, env_end = _regions()
         regions: list[tuple[int, int, Finder]] = [
-            (arg_start, arg_end, lambda region: _argv_spans(region, token)),
+            (arg_start, arg_end, lambda region: _argv_spans(region, values)),
             (env_start, env_end, _environ_spans),
         ]
         with open("/proc/self/mem", "r+b", buffering=0) as memory:
@@ -85,17 +87,18 @@ def _entries(region: bytes) -> Iterator[tuple[int, bytes]]:
         offset += len(entry) + 1
 
 
-def _argv_spans(region: bytes, token: str | None) -> Iterator[tuple[int, int]]:
-    """The token as an argument of its own (``--token T``) or after ``=``
-    (``--token=T``, or an abbreviation argparse accepts, ``--tok=T``)."""
-    if not token:
-        return
-    value = os.fsencode(token)
-    for offset, entry in _entries(region):
-        if entry == value:
-            yield offset, len(value)
-        elif entry.startswith(b"--t") and entry.endswith(b"=" + value):
-            yield offset + len(entry) - len(value), len(value)
+def _argv_spans(region: bytes, secrets: tuple[str | None, ...]) -> Iterator[tuple[int, int]]:
+    """Each secret as an argument of its own (``--token T``) or after ``=``
+    in an option (``--token=T``, or an abbreviation argparse accepts, ``--tok=T``)."""
+    for secret in secrets:
+        if not secret:
+            continue
+        value = os.fsencode(secret)
+        for offset, entry in _entries(region):
+            if entry == value:
+                yield offset, len(value)
+            elif entry.startswith(b"--") and entry.endswith(b"=" + value):
+                yield offset + len(entry) - len(value), len(value)
 
 
 def _environ_spans(region: bytes) -> Iterator[tuple[int, int]]:

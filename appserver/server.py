@@ -86,7 +86,13 @@ class AppServer:
     (router, thread and turn handlers, the method families) and transports.
     """
 
-    def __init__(self, config: ServerConfig, db: Database, lock: WorkspaceLock) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        db: Database,
+        lock: WorkspaceLock,
+        tools: ToolRegistry | None = None,
+    ) -> None:
         self.config = config
         self.db = db
         self.lock = lock
@@ -102,7 +108,7 @@ class AppServer:
             attachments=config.craft_dir / "attachments" / "images",
             allow_private_image_urls=config.allow_private_image_urls,
             default_approval_policy=self._default_approval_policy,
-            tools=ToolRegistry.with_defaults(config.tool_env),
+            tools=tools or ToolRegistry.with_defaults(config.tool_env),
         )
         self.router = Router(self.runtime.bus)
         ThreadService(self.runtime.threads).register(self.router)
@@ -177,17 +183,20 @@ class AppServer:
 
     @classmethod
     @asynccontextmanager
-    async def open(cls, config: ServerConfig) -> AsyncIterator[AppServer]:
+    async def open(
+        cls, config: ServerConfig, tools: ToolRegistry | None = None
+    ) -> AsyncIterator[AppServer]:
         """Lock the workspace, open the database, recover interrupted turns,
         and on exit drain: cancel turns (clients get ``turn/cancelled``),
-        close connections after their outboxes flush, close the database."""
+        close connections after their outboxes flush, close the database.
+        ``tools``: the agent's tools (default: every built-in tool)."""
         config.workspace = config.workspace.resolve()
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
         lock.acquire({"workspacePath": str(config.workspace), "version": __version__})
         try:
             db = await Database.open(config.database_path)
             try:
-                server = cls(config, db, lock)
+                server = cls(config, db, lock, tools)
                 async with anyio.create_task_group() as tg:
                     await tg.start(server.runtime.run)
                     for run in server.families.background:

@@ -20,6 +20,7 @@ class WireModel(BaseModel):
         populate_by_name=True,
         extra="ignore",
         frozen=False,
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:

@@ -137,6 +137,10 @@ class ModelInfo:
     created_at: str | None = None
 
 
+class ProviderConfigError(ValueError):
+    """The provider cannot work with these settings (a bad value, a missing API key)."""
+
+
 class ProviderUnavailable(Exception):
     """``list_models`` could not answer; ``code`` is machine-readable (e.g. MissingApiKey)."""
 

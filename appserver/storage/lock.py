@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,16 @@ class WorkspaceLock:
         self.path = path
         self._fd: int | None = None
 
-    def acquire(self, info: dict[str, Any]) -> None:
-        """Take the lock or raise :class:`WorkspaceLocked` naming the holder."""
+    def acquire(self, info: dict[str, Any], wait: float = 0.0) -> None:
+        """Take the lock or raise :class:`WorkspaceLocked` naming the holder.
+
+        With ``wait``, keep trying for that many seconds first (processes that
+        take turns on a workspace, such as one-shot faces, queue up instead of
+        failing).
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + wait
+        delay = 0.005
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -34,6 +42,11 @@ class WorkspaceLock:
             except BlockingIOError:
                 holder = _read_holder(fd)
                 os.close(fd)
+                if time.monotonic() < deadline:
+                    # No flock with a timeout exists; poll, backing off a little.
+                    time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                    delay = min(delay * 2, 0.05)
+                    continue
                 raise WorkspaceLocked(
                     f"workspace is in use by another appserver (pid {holder.get('pid', '?')}); "
                     f"lock file {self.path}"

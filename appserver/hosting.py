@@ -1,0 +1,169 @@
+"""Opening a workspace's runtime for a face (``appserver host|rpc|router``).
+
+Two shapes, one runtime API:
+
+* **lean** (the default): the workspace lock, the database and the runtime,
+  nothing else, so a one-shot face answers fast;
+* **with ``--websocket``**: the whole AppServer (method families included),
+  which also serves DotCraft JSON-RPC clients on that address from the same
+  process, so a WebSocket client can list and watch the threads a face drives.
+
+Either way a face gets a :class:`~appserver.runtime.host.Runtime` and the
+same workspace, provider and approval settings as ``appserver app-server``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from appserver import __version__
+from appserver.providers import ProviderSettings, make_provider, resolve_settings
+from appserver.providers.base import Provider, ProviderConfigError
+from appserver.runtime.host import Runtime
+from appserver.runtime.turns import EngineConfig
+from appserver.storage.db import Database
+from appserver.storage.lock import WorkspaceLock
+from appserver.storage.workspace_config import load_workspace_config, lookup
+from appserver.tools.registry import ToolRegistry, default_tools
+from appserver.transport.websocket import ListenerOptions
+
+log = logging.getLogger("appserver")
+
+# What faces receive: call it to open the runtime for as long as the context lasts.
+HostOpener = Callable[[], AbstractAsyncContextManager[Runtime]]
+
+
+@dataclass
+class HostOptions:
+    """Everything that shapes a face's runtime."""
+
+    workspace: Path
+    provider_options: dict[str, Any] = field(default_factory=dict)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    tool_env: tuple[str, ...] = ()
+    # None: every built-in tool; a list: only those (zot's --tools / --no-tools).
+    tools: list[str] | None = None
+    websocket: ListenerOptions | None = None
+    lock_wait: float = 0.0  # seconds to wait for another process to leave the workspace
+    provider: Provider | None = None  # an already-built provider wins (tests)
+
+    @property
+    def craft_dir(self) -> Path:
+        return self.workspace / ".craft"
+
+
+def provider_settings(options: HostOptions) -> ProviderSettings:
+    """The provider settings (flags > environment > workspace config), checked.
+
+    Raises :class:`ProviderConfigError` for a bad value or a hosted provider
+    without an API key (a custom ``base_url``, such as a local server, may
+    need none).
+    """
+    workspace_config = load_workspace_config(options.craft_dir)
+    try:
+        settings = resolve_settings(options.provider_options, os.environ, workspace_config)
+    except ValueError as exc:
+        raise ProviderConfigError(str(exc)) from None
+    if settings.provider != "offline" and not settings.api_key and not settings.base_url:
+        raise ProviderConfigError(
+            f"no API key for provider {settings.provider}: pass --api-key or set the "
+            "provider's API key variable"
+        )
+    return settings
+
+
+def _tools(options: HostOptions) -> ToolRegistry:
+    tools = default_tools(options.tool_env)
+    if options.tools is not None:
+        unknown = set(options.tools) - {tool.name for tool in tools}
+        if unknown:
+            raise ValueError(f"unknown tool(s): {', '.join(sorted(unknown))}")
+        tools = [tool for tool in tools if tool.name in options.tools]
+    return ToolRegistry(tools)
+
+
+@asynccontextmanager
+async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
+    """Open the workspace's runtime (see the module docstring).
+
+    Raises :class:`ProviderConfigError` before touching the workspace when the
+    provider settings are unusable, and ``WorkspaceLocked`` when another
+    process keeps the workspace past ``lock_wait``.
+    """
+    options.workspace = options.workspace.resolve()
+    provider = options.provider or make_provider(provider_settings(options))
+    tools = _tools(options)
+    if options.websocket is not None:
+        async with _full_server(options, provider, tools) as runtime:
+            yield runtime
+        return
+    lock = WorkspaceLock(options.craft_dir / "appserver.lock")
+    info = {"workspacePath": str(options.workspace), "version": __version__}
+    await anyio.to_thread.run_sync(lock.acquire, info, options.lock_wait)
+    try:
+        db = await Database.open(options.craft_dir / "appserver.db")
+        try:
+            workspace_config = load_workspace_config(options.craft_dir)
+
+            def default_policy() -> str:
+                policy = lookup(workspace_config, "Permissions", "DefaultApprovalPolicy")
+                return policy if policy in ("default", "autoApprove") else "default"
+
+            runtime = Runtime(
+                db,
+                options.workspace,
+                provider,
+                config=options.engine,
+                tools=tools,
+                attachments=options.craft_dir / "attachments" / "images",
+                default_approval_policy=default_policy,
+            )
+            async with anyio.create_task_group() as tg:
+                await tg.start(runtime.run)
+                try:
+                    yield runtime
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await runtime.shutdown()
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+    finally:
+        lock.release()
+
+
+@asynccontextmanager
+async def _full_server(
+    options: HostOptions, provider: Provider, tools: ToolRegistry
+) -> AsyncIterator[Runtime]:
+    # Imported here: the method families cost start-up time a lean face saves.
+    from appserver.server import AppServer, ServerConfig
+
+    websocket = options.websocket
+    assert websocket is not None
+    config = ServerConfig(
+        workspace=options.workspace,
+        engine=options.engine,
+        provider_options=options.provider_options,
+        provider=provider,
+        tool_env=options.tool_env,
+    )
+    async with (
+        AppServer.open(config, tools=tools) as server,
+        server.listen_websocket(websocket),
+    ):
+        endpoint = server.endpoints.get("appServerWebSocket")
+        # The same line `appserver app-server` prints, for scripts to wait on.
+        sys.stderr.write(f"appserver: listening on {endpoint}\n")
+        sys.stderr.flush()
+        yield server.runtime
