@@ -244,9 +244,12 @@ NOTIFICATION_SPECS: list[NotificationSpec] = [
     NotificationSpec(
         "system/event",
         SystemEventNotification,
-        "`channelRejected`: the rejected adapter only, right after its `initialize` "
+        "compaction kinds: thread-scoped, within the compacting turn (before its terminal "
+        "event); `channelRejected`: the rejected adapter only, right after its `initialize` "
         "response (before `initialized`), then the connection closes",
-        "A system event; `kind: channelRejected` refuses a channel adapter.",
+        "A system event: context compaction progress (`compacting`, `compacted`, "
+        "`compactSkipped`, `compactFailed`, with `tokenCount`/`percentLeft`), or "
+        "`kind: channelRejected` refusing a channel adapter.",
     ),
 ]
 

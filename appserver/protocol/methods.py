@@ -169,6 +169,18 @@ _CORE_METHODS: list[MethodSpec] = [
         (*_THREAD_ERRORS, E.TURN_NOT_FOUND, E.TURN_NOT_RUNNING),
     ),
     MethodSpec(
+        "thread/compact",
+        T.ThreadIdParams,
+        W.TurnResult,
+        "threadManagement",
+        "Extension (as Codex's `thread/compact/start`): start a turn that compacts the "
+        "thread's context. The model summarises the conversation so far; later turns send "
+        "the summary instead of what it covers, and every stored item is kept. The turn "
+        "emits `system/event` `compacting` then `compacted` (or `compactSkipped`, "
+        "`compactFailed`), a `systemNotice` item with the `summary`, then its terminal event.",
+        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE, E.TURN_IN_PROGRESS),
+    ),
+    MethodSpec(
         "turn/enqueue",
         W.TurnEnqueueParams,
         W.TurnEnqueueResult,

@@ -63,6 +63,9 @@ class ModelRequest:
     system: str | None = None
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int = 4096
+    # "turn" (the agent answering) or "compaction" (summarising the conversation
+    # so far); providers may ignore it, the offline model answers accordingly.
+    purpose: Literal["turn", "compaction"] = "turn"
 
 
 # --- events ----------------------------------------------------------------

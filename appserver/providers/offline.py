@@ -43,6 +43,10 @@ When the last message is a user message
     least three :class:`TextDelta` values, then :class:`Usage` and
     ``Stop("end_turn")``.
 
+A request with ``purpose="compaction"``
+    is answered with :func:`compaction_summary` of its messages (all but the
+    last, the summarising instruction): deterministic, so tests can check it.
+
 When the last message is a tool result
     it summarises every trailing tool result, in order, and ends the turn:
 
@@ -195,6 +199,10 @@ class OfflineProvider:
 
 
 def _respond(request: ModelRequest) -> tuple[list[ModelEvent], int]:
+    if request.purpose == "compaction":
+        summary = compaction_summary(request.messages[:-1])  # the last is the instruction
+        deltas: list[ModelEvent] = [TextDelta(c) for c in split_text(summary)]
+        return [*deltas, Usage(_input_tokens(request), _words(summary)), Stop("end_turn")], 0
     last = request.messages[-1] if request.messages else None
     if last is not None and last.role == "user":
         script = parse_script(last.content)
@@ -309,6 +317,17 @@ def _first_line(text: str, limit: int = 160) -> str:
 
 
 # --- helpers --------------------------------------------------------------------
+
+
+def compaction_summary(messages: list[Message]) -> str:
+    """The offline model's summary of a conversation: each user and assistant
+    message's first line, cut at 80 characters, in order."""
+    lines = []
+    for message in messages:
+        if message.role in ("user", "assistant") and message.content.strip():
+            first = message.content.strip().splitlines()[0][:80]
+            lines.append(f"{message.role}: {first}")
+    return "Summary of the conversation so far: " + (" | ".join(lines) or "(empty)")
 
 
 def split_text(text: str) -> list[str]:

@@ -5,6 +5,12 @@ messages, tool calls and their results. Reasoning, approvals, errors and
 command-execution companions are for people, not for the model. A tool call
 that never got a result (the turn was interrupted or the server died) gets
 a synthetic one, because every provider rejects a dangling tool call.
+
+Compaction: a ``systemNotice`` item of kind ``compacted`` carries a summary
+of the conversation before it. From there on the model sees one synthetic
+user message with that summary in place of every earlier message (except
+those of the notice's own turn, which the summary does not cover); the
+stored items themselves are never changed.
 """
 
 from __future__ import annotations
@@ -18,6 +24,18 @@ from appserver.runtime.inputs import load_image
 from appserver.storage.threads import ItemRecord
 
 INTERRUPTED_RESULT = "The tool call did not complete (the turn ended first)."
+SUMMARY_PREFIX = (
+    "The conversation so far was compacted into this summary; it replaces the "
+    "earlier messages:\n\n"
+)
+
+
+def compaction_summary(item: ItemRecord) -> str | None:
+    """The summary a ``systemNotice`` item of kind ``compacted`` carries, if it is one."""
+    if item.type != "systemNotice" or item.payload.get("kind") != "compacted":
+        return None
+    summary = item.payload.get("summary")
+    return summary if isinstance(summary, str) and summary else None
 
 
 def user_message_content(payload: dict[str, Any]) -> str:
@@ -40,9 +58,19 @@ def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
             )
         open_calls.clear()
 
+    turn_id: str | None = None
+    turn_start = 0  # index of the first message of the current turn
     for item in items:
         payload = item.payload
-        if item.type == "userMessage":
+        if item.turn_id != turn_id:
+            turn_id, turn_start = item.turn_id, len(messages)
+        summary = compaction_summary(item)
+        if summary is not None:
+            close_open_calls()
+            kept = messages[turn_start:]
+            messages[:] = [Message("user", SUMMARY_PREFIX + summary), *kept]
+            turn_start = 1
+        elif item.type == "userMessage":
             close_open_calls()
             images = [
                 image

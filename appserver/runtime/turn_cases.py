@@ -83,6 +83,20 @@ class Turns:
         adjust = None if prepare is None else (lambda active: prepare(active, user))
         return await self.engine.start(thread, origin, user, adjust)
 
+    async def compact(self, thread_id: str, origin: Participant | None = None) -> ActiveTurn:
+        """Start a turn that compacts the thread's context: the model summarises
+        the conversation so far, and later turns send the summary instead of
+        what it covers (``turns/compaction.py``). Returns once the turn is stored;
+        it ends with one terminal event like any turn."""
+        thread = await self.threads.get_active(thread_id)
+        if thread.history_mode == "client":
+            raise InvalidInput(
+                f"Thread {thread.id} uses client-managed history; the client compacts it."
+            )
+        if thread.id in self.engine.active:
+            raise TurnInProgress(thread.id)
+        return await self.engine.start_compaction(thread, origin)
+
     async def interrupt(self, thread_id: str, turn_id: str) -> ActiveTurn:
         """Cancel the running turn ``turn_id`` (idempotent while it winds down)."""
         thread = await self.threads.get(thread_id)

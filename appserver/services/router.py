@@ -55,6 +55,7 @@ FOLLOW_THE_RESPONSE = frozenset(
         "thread/unarchive",
         "thread/rename",
         "turn/start",
+        "thread/compact",
     }
 )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from appserver.protocol import threads as T
 from appserver.protocol import turns as W
 from appserver.protocol.base import Empty
 from appserver.rpc.connection import RequestContext
@@ -35,6 +36,7 @@ class TurnService:
             "turn/enqueue": self.enqueue,
             "turn/queue/remove": self.remove_queued,
             "turn/steer": self.steer,
+            "thread/compact": self.compact,
         }
         for method, handler in handlers.items():
             router.register(method, handler)
@@ -55,6 +57,10 @@ class TurnService:
         )
         # DotCraft answers with `items: []`; the userMessage item (already
         # stored) follows as item/started and item/completed.
+        return W.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
+
+    async def compact(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+        active = await self.turns.compact(params.thread_id, peer_of(ctx))
         return W.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
 
     async def interrupt(self, ctx: RequestContext, params: W.TurnInterruptParams) -> BaseModel:

@@ -19,7 +19,8 @@ from appserver.providers.base import (
     ToolCallDone,
     Usage,
 )
-from appserver.runtime.history import messages_from_items
+from appserver.runtime.history import SUMMARY_PREFIX, messages_from_items
+from appserver.runtime.turns.compaction import Compactor
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
 from appserver.runtime.turns.queue import InputQueues
@@ -45,12 +46,21 @@ class AgentLoop:
         self.repo = repo
         self.config = config
         self.provider = provider  # read per call: the workspace may switch providers
+        self.compactor = Compactor(items, config, provider)
 
     async def run(self, active: ActiveTurn, user: UserInput) -> None:
         active.instructions = list(user.instructions)
-        history = await self._history(active, user)
+        history, earlier = await self._history(active, user)
+        compacted = False
         for _ in range(self.config.max_model_calls):
             await self._take_guidance(active, history)
+            if not compacted and earlier and self.compactor.over_limit(history):
+                # Once per turn: earlier turns become one summary message.
+                compacted = True
+                summary = await self.compactor.compact(active, history[:earlier], "auto")
+                if summary is not None:
+                    history[:earlier] = [Message("user", SUMMARY_PREFIX + summary)]
+                    earlier = 1
             calls = await self._model_call(active, history)
             if not calls:
                 return
@@ -61,16 +71,27 @@ class AgentLoop:
             "max_model_calls",
         )
 
-    async def _history(self, active: ActiveTurn, user: UserInput) -> list[Message]:
+    async def compact_turn(self, active: ActiveTurn) -> None:
+        """A turn that only compacts the thread's context (``trigger: "manual"``)."""
+        history = await self._earlier_messages(active)
+        await self.compactor.compact(active, history, "manual")
+
+    async def _history(self, active: ActiveTurn, user: UserInput) -> tuple[list[Message], int]:
+        """The conversation for the model, and how many of its messages come
+        from earlier turns (what compaction may summarise)."""
         if user.client_history is not None:
             history = list(user.client_history)
         else:
-            turns, _ = await self.repo.turns(active.thread_id)
-            prior = [turn.id for turn in turns if turn.id != active.record.id]
-            stored = await self.repo.items(active.thread_id, prior)
-            history = messages_from_items(item for turn_id in prior for item in stored[turn_id])
+            history = await self._earlier_messages(active)
+        earlier = len(history)
         history.extend(messages_from_items(active.items))
-        return history
+        return history, earlier
+
+    async def _earlier_messages(self, active: ActiveTurn) -> list[Message]:
+        turns, _ = await self.repo.turns(active.thread_id)
+        prior = [turn.id for turn in turns if turn.id != active.record.id]
+        stored = await self.repo.items(active.thread_id, prior)
+        return messages_from_items(item for turn_id in prior for item in stored[turn_id])
 
     async def _take_guidance(self, active: ActiveTurn, history: list[Message]) -> None:
         """Steered inputs join the running turn at this safe boundary."""

@@ -25,7 +25,7 @@ is its front door's guarantee, not the engine's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,8 +145,35 @@ class TurnEngine:
         module docstring); if storing it fails, the reservation is undone and
         the error propagates, so nothing was acknowledged.
         """
+        return await self._launch(
+            thread,
+            origin,
+            user.sender,
+            prepare,
+            opening=lambda active: self.items.user_message(active, user),
+            work=lambda active: self.agent.run(active, user),
+        )
+
+    async def start_compaction(
+        self, thread: ThreadRecord, origin: Participant | None
+    ) -> ActiveTurn:
+        """Start a turn that compacts the thread's context (see ``agent.compact_turn``)."""
+        return await self._launch(
+            thread, origin, None, None, opening=None, work=self.agent.compact_turn
+        )
+
+    async def _launch(
+        self,
+        thread: ThreadRecord,
+        origin: Participant | None,
+        sender: W.SenderContext | None,
+        prepare: Callable[[ActiveTurn], None] | None,
+        *,
+        opening: Callable[[ActiveTurn], Awaitable[None]] | None,
+        work: Callable[[ActiveTurn], Awaitable[None]],
+    ) -> ActiveTurn:
         assert self._tg is not None, "engine is not running"
-        active = self._reserve(thread, origin, user)
+        active = self._reserve(thread, origin, sender)
         if prepare is not None:
             prepare(active)
         failure: Exception | None = None
@@ -159,14 +186,15 @@ class TurnEngine:
                 self.active.pop(thread.id, None)
                 raise
             try:
-                await self.items.user_message(active, user)
+                if opening is not None:
+                    await opening(active)  # the userMessage: committed with the turn
             except Exception as exc:
                 failure = exc  # stored and announced: the turn ends as failed
-        self._tg.start_soon(self._run_turn, active, user, failure)
+        self._tg.start_soon(self._run_turn, active, work, failure)
         return active
 
     def _reserve(
-        self, thread: ThreadRecord, origin: Participant | None, user: UserInput
+        self, thread: ThreadRecord, origin: Participant | None, sender: W.SenderContext | None
     ) -> ActiveTurn:
         assert thread.id not in self.active
         seq = thread.turn_serial + 1
@@ -178,7 +206,7 @@ class TurnEngine:
             status="running",
             started_at=now_iso(),
             origin_channel=thread.origin_channel,
-            initiator=initiator(thread, user.sender, origin),
+            initiator=initiator(thread, sender, origin),
         )
         active = ActiveTurn(thread=thread, record=record, origin=origin)
         active.next_item_seq = thread.item_serial
@@ -200,7 +228,10 @@ class TurnEngine:
     # --- the turn ----------------------------------------------------------------------
 
     async def _run_turn(
-        self, active: ActiveTurn, user: UserInput, failure: Exception | None
+        self,
+        active: ActiveTurn,
+        work: Callable[[ActiveTurn], Awaitable[None]],
+        failure: Exception | None,
     ) -> None:
         try:
             async with anyio.create_task_group() as tg:
@@ -209,7 +240,7 @@ class TurnEngine:
                     with active.scope:
                         if failure is not None:
                             raise failure
-                        await self.agent.run(active, user)
+                        await work(active)
                         active.record.status = "completed"
                 except TurnFailure as exc:
                     await self._fail(active, str(exc), exc.code)

@@ -37,6 +37,11 @@ class EngineConfig:
     reconnect_grace: float = 15.0
     checkpoint_interval: float = 0.5  # how often streaming text is saved for crash recovery
     shutdown_grace: float = 5.0
+    # Context compaction (turns/compaction.py): a turn whose history is estimated
+    # past context_window * auto_compact_ratio tokens compacts earlier turns first.
+    context_window: int = 128_000
+    auto_compact_ratio: float = 0.8
+    auto_compact: bool = True
 
 
 @dataclass

@@ -1432,6 +1432,13 @@ export interface Methods {
    */
   "thread/archive": { params: ThreadIdParams; result: Empty };
   /**
+   * Extension (as Codex's `thread/compact/start`): start a turn that compacts the thread's context. The model summarises the conversation so far; later turns send the summary instead of what it covers, and every stored item is kept. The turn emits `system/event` `compacting` then `compacted` (or `compactSkipped`, `compactFailed`), a `systemNotice` item with the `summary`, then its terminal event.
+   *
+   * Wire method `thread/compact`; capability `threadManagement`; errors -32010, -32602, -32011, -32012.
+   * Params: {@link ThreadIdParams}.
+   */
+  "thread/compact": { params: ThreadIdParams; result: TurnResult };
+  /**
    * Replace the thread's configuration overrides.
    *
    * Wire method `thread/config/update`; capability `configOverride`; errors -32010, -32602.
@@ -1636,9 +1643,9 @@ export interface Notifications {
    */
   "mcp/status/updated": WithSeq<McpStatusUpdatedNotification>;
   /**
-   * A system event; `kind: channelRejected` refuses a channel adapter.
+   * A system event: context compaction progress (`compacting`, `compacted`, `compactSkipped`, `compactFailed`, with `tokenCount`/`percentLeft`), or `kind: channelRejected` refusing a channel adapter.
    *
-   * Delivery: `channelRejected`: the rejected adapter only, right after its `initialize` response (before `initialized`), then the connection closes.
+   * Delivery: compaction kinds: thread-scoped, within the compacting turn (before its terminal event); `channelRejected`: the rejected adapter only, right after its `initialize` response (before `initialized`), then the connection closes.
    */
   "system/event": WithSeq<SystemEventNotification>;
   /**
@@ -1771,6 +1778,7 @@ export const METHODS: readonly Method[] = [
   "skills/uninstall",
   "skills/view",
   "thread/archive",
+  "thread/compact",
   "thread/config/update",
   "thread/delete",
   "thread/list",
@@ -1863,6 +1871,7 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "skills/uninstall": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/view": { capability: "skillsManagement", errors: [-32040, -32602] },
   "thread/archive": { capability: "threadManagement", errors: [-32010, -32602] },
+  "thread/compact": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "thread/config/update": { capability: "configOverride", errors: [-32010, -32602] },
   "thread/delete": { capability: "threadManagement", errors: [-32010, -32602] },
   "thread/list": { capability: "threadManagement", errors: [-32602] },
@@ -2242,6 +2251,16 @@ export abstract class GeneratedMethods {
    */
   threadArchive(params: ThreadIdParams, options?: RequestOptions): Promise<Empty> {
     return this.request("thread/archive", params, options);
+  }
+
+  /**
+   * Extension (as Codex's `thread/compact/start`): start a turn that compacts the thread's context. The model summarises the conversation so far; later turns send the summary instead of what it covers, and every stored item is kept. The turn emits `system/event` `compacting` then `compacted` (or `compactSkipped`, `compactFailed`), a `systemNotice` item with the `summary`, then its terminal event.
+   *
+   * Wire method `thread/compact`; capability `threadManagement`; errors -32010, -32602, -32011, -32012.
+   * Params: {@link ThreadIdParams}.
+   */
+  threadCompact(params: ThreadIdParams, options?: RequestOptions): Promise<TurnResult> {
+    return this.request("thread/compact", params, options);
   }
 
   /**

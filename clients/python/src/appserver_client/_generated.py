@@ -1444,6 +1444,7 @@ METHODS: Final[dict[str, str]] = {
     "skills/uninstall": "skills_uninstall",
     "skills/view": "skills_view",
     "thread/archive": "thread_archive",
+    "thread/compact": "thread_compact",
     "thread/config/update": "thread_config_update",
     "thread/delete": "thread_delete",
     "thread/list": "thread_list",
@@ -2028,6 +2029,22 @@ class GeneratedMethods:
         params = _params({"threadId": thread_id}, {})
         reply = await self.request("thread/archive", params, timeout=timeout)
         return cast(Empty, reply)
+
+    async def thread_compact(self, *, thread_id: str, timeout: float | None = None) -> TurnResult:
+        """Extension (as Codex's `thread/compact/start`): start a turn that compacts the thread's
+        context. The model summarises the conversation so far; later turns send the summary
+        instead of what it covers, and every stored item is kept. The turn emits `system/event`
+        `compacting` then `compacted` (or `compactSkipped`, `compactFailed`), a `systemNotice`
+        item with the `summary`, then its terminal event.
+
+        Wire method ``thread/compact``; capability ``threadManagement``; errors -32010, -32602,
+        -32011, -32012.
+        Params: :class:`ThreadIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({"threadId": thread_id}, {})
+        reply = await self.request("thread/compact", params, timeout=timeout)
+        return cast(TurnResult, reply)
 
     async def thread_config_update(
         self, *, thread_id: str, config: ThreadConfiguration, timeout: float | None = None
