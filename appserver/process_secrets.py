@@ -59,7 +59,9 @@ def hide_secrets(*values: str | None) -> bool:
                 for offset, length in list(find(region)):
                     memory.seek(start + offset)
                     memory.write(b"*" * length)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:
+        # Never fatal: an unusual kernel or sandbox (no /proc/self/mem, a short
+        # stat line) only means the protection is missing, which we say.
         log.warning("could not hide secrets from /proc (%s): tools may be able to read them", exc)
         return False
     finally:
@@ -89,7 +91,7 @@ def _entries(region: bytes) -> Iterator[tuple[int, bytes]]:
 
 def _argv_spans(region: bytes, secrets: tuple[str | None, ...]) -> Iterator[tuple[int, int]]:
     """Each secret as an argument of its own (``--token T``) or after ``=``
-    in an option (``--token=T``, or an abbreviation argparse accepts, ``--tok=T``)."""
+    in an option (``--token=T``)."""
     for secret in secrets:
         if not secret:
             continue

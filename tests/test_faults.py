@@ -161,3 +161,20 @@ async def test_kill_9_with_a_command_running_kills_the_command(workspace: Path) 
             assert terminal_counts(events) == {turn_id: 1}
     assert not (workspace / "too-late.txt").exists()
     assert integrity(workspace) == "ok"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process table in /proc")
+async def test_kill_9_kills_what_a_finished_command_left_running(workspace: Path) -> None:
+    """A command that exited but left a process in the background (``cmd &``):
+    that process dies with the server too."""
+    command = "!(sleep 300; touch too-late.txt) & echo $! > bg.pid"
+    with anyio.fail_after(60):
+        async with ws_server(workspace) as (process, url), ws_client(url) as client:
+            thread_id = await new_thread(client, approvalPolicy="autoApprove")
+            _, terminal = await run_turn(client, thread_id, command)
+            assert terminal["method"] == "turn/completed"
+            background = int((workspace / "bg.pid").read_text())
+            assert alive(background)
+            await kill_9(process)
+        await eventually(lambda: not alive(background))
+    assert not (workspace / "too-late.txt").exists()

@@ -171,7 +171,7 @@ async def test_local_image_outside_the_workspace_is_not_read(
     outside = workspace.parent / "elsewhere.png"
     outside.write_bytes(tiny_png())
     (workspace / "link.png").symlink_to(outside)
-    paths = [str(outside), "../elsewhere.png", "link.png"]
+    paths = [str(outside), "../elsewhere.png", "link.png", "nul\u0000.png"]
     parts = [{"type": "text", "text": "see"}] + [{"type": "localImage", "path": p} for p in paths]
     with anyio.fail_after(15):
         async with server.connect() as client:

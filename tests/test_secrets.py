@@ -22,7 +22,12 @@ PASSED = "ghp-passed-on-deliberately"
 
 # What a command can read about the server (its parent): argv, the original
 # environment, and its own environment.
-SNOOP = "!tr '\\0' '\\n' < /proc/$PPID/cmdline; tr '\\0' '\\n' < /proc/$PPID/environ; env"
+SNOOP = (
+    "!tr '\\0' '\\n' < /proc/$PPID/cmdline; tr '\\0' '\\n' < /proc/$PPID/environ; env;"
+    # The server's process watchdog (tools/reaper.py) is a same-user process too.
+    " for p in /proc/[0-9]*; do grep -qs reaper.py $p/cmdline && echo watchdog"
+    " && tr '\\0' '\\n' < $p/environ; done; true"
+)
 
 
 async def snoop(url: str) -> str:
@@ -56,6 +61,7 @@ async def test_commands_cannot_read_the_token_or_api_keys(
         async with ws_server(workspace, *extra, env=env) as (_, url):
             seen = await snoop(f"{url}?token={TOKEN}")
     assert "--tool-env" in seen, "the command did not read the server's argv"
+    assert "watchdog" in seen, "the command did not find the process watchdog"
     assert "OPENAI_API_KEY=" in seen, "the command did not read the server's environment"
     assert TOKEN not in seen
     assert API_KEY not in seen
@@ -89,3 +95,7 @@ def test_secret_looking_variables_stay_out_of_tool_environments() -> None:
     passed = tool_environment(["GITHUB_TOKEN"], environ)
     assert passed == {"PATH": "/bin", "HOME": "/home/me", "GITHUB_TOKEN": "g"}
     assert is_secret("my_api_key") and not is_secret("EDITOR")
+    for name in ("MYSQL_PWD", "DOCKER_AUTH_CONFIG", "SENTRY_DSN", "GITLAB_PAT", "SMTP_PASS"):
+        assert is_secret(name), name
+    for name in ("SSH_AUTH_SOCK", "PWD", "OLDPWD", "PATH", "GIT_AUTHOR_NAME"):
+        assert not is_secret(name), name

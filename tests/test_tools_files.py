@@ -348,3 +348,25 @@ async def test_edit_refuses_binary_non_utf8_and_oversized_files(workspace: Path)
     )
     assert not outcome.success
     assert "larger than 100 bytes" in outcome.output
+
+
+async def test_a_directory_swapped_for_a_link_after_approval_is_refused(
+    workspace: Path, outside: Path
+) -> None:
+    """Between plan (what the approval showed) and run (after a person decided),
+    a directory in the path becomes a symlink elsewhere: read and list refuse."""
+    shared = workspace / "shared"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("public\n")
+    (outside / "notes.txt").write_text("PRIVATE KEY\n")
+    ctx = ToolContext(workspace=workspace, thread_id="t", turn_id="u", call_id="c")
+    read, listing = ReadFileTool(), ListDirTool()
+    read_plan = read.plan({"path": "shared/notes.txt"}, ctx)
+    list_plan = listing.plan({"path": "shared"}, ctx)
+    (shared / "notes.txt").unlink()
+    shared.rmdir()
+    shared.symlink_to(outside)
+    for tool, plan in ((read, read_plan), (listing, list_plan)):
+        outcome = await tool.run(plan, ctx)
+        assert outcome.success is False
+        assert "changed" in outcome.output and "PRIVATE" not in outcome.output

@@ -131,3 +131,12 @@ def test_nul_byte_and_empty_path_are_refused(sandbox: Sandbox) -> None:
         sandbox.resolve("a\0b")
     with pytest.raises(ToolError, match="empty"):
         sandbox.resolve("")
+
+
+def test_the_servers_state_directory_is_outside(sandbox: Sandbox, workspace: Path) -> None:
+    """.craft holds the database and the config with API keys: the model reaches
+    it only through an approval naming the path."""
+    (workspace / ".craft").mkdir(exist_ok=True)
+    for path in (".craft", ".craft/config.json", "sub/../.craft/appserver.db"):
+        assert sandbox.resolve(path).inside is False, path
+    assert sandbox.resolve(".crafty/file").inside is True

@@ -248,3 +248,19 @@ async def test_start_failure_is_an_outcome(workspace: Path) -> None:
     outcome = await call(ShellTool(shell="/nonexistent/bash"), workspace, command="true")
     assert not outcome.success
     assert outcome.output.startswith("failed to start the command")
+
+
+async def test_a_workdir_swapped_for_a_link_after_approval_is_refused(
+    workspace: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / "sub").mkdir()
+    tool = ShellTool()
+    ctx = ToolContext(workspace=workspace, thread_id="t", turn_id="u", call_id="c")
+    plan = tool.plan({"command": "touch planted", "workdir": "sub"}, ctx)
+    (workspace / "sub").rmdir()
+    (workspace / "sub").symlink_to(elsewhere)
+    outcome = await tool.run(plan, ctx)
+    assert outcome.success is False and "changed" in outcome.output
+    assert not (elsewhere / "planted").exists()

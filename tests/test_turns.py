@@ -787,3 +787,66 @@ async def test_a_read_after_turn_start_sees_the_turn(
                     "turn/interrupt", {"threadId": thread_id, "turnId": started["id"]}
                 )
                 await wait_terminal(client, started["id"])
+
+
+async def test_a_turn_started_while_another_input_materialises_gets_its_own_id(
+    workspace: Path,
+) -> None:
+    """The thread record a turn/start read may be stale by the time its input
+    is ready (an image fetch): numbering must not reuse the id of a turn that
+    started and ended meanwhile."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    hit, release = threading.Event(), threading.Event()
+
+    class SlowImage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hit.set()
+            release.wait(10)
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+            self.wfile.write(b"\x89PNG\r\n\x1a\n" + b"0" * 64)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), SlowImage)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_port}/x.png"
+    try:
+        async with running_server("memory", workspace, allow_private_image_urls=True) as sut:
+            with anyio.fail_after(20):
+                async with sut.connect() as a, sut.connect() as b:
+                    thread_id = await new_thread(a)
+                    slow: dict[str, Any] = {}
+
+                    async def start_slow() -> None:
+                        parts = [{"type": "text", "text": "slow"}, {"type": "image", "url": url}]
+                        slow.update(
+                            await b.request("turn/start", {"threadId": thread_id, "input": parts})
+                        )
+
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(start_slow)
+                        await anyio.to_thread.run_sync(hit.wait, 10)
+                        fast, terminal = await run_turn(a, thread_id, "fast")
+                        assert terminal["method"] == "turn/completed"
+                        release.set()
+                    assert fast == "turn_001"
+                    assert slow["turn"]["id"] == "turn_002"
+                    await wait_terminal(b, "turn_002")
+                    read = await a.request(
+                        "thread/read", {"threadId": thread_id, "includeTurns": True}
+                    )
+                    turns = read["thread"]["turns"]
+                    assert [t["id"] for t in turns] == ["turn_001", "turn_002"]
+                    texts = [t["items"][0]["payload"]["text"] for t in turns]
+                    assert texts == ["fast", "slow"]
+                    item_ids = [i["id"] for t in turns for i in t["items"]]
+                    assert len(item_ids) == len(set(item_ids))
+    finally:
+        release.set()
+        httpd.shutdown()
+        httpd.server_close()

@@ -104,6 +104,18 @@ async def test_repeated_wrong_tokens_are_locked_out(workspace: Path) -> None:
         assert status == 200
 
 
+async def test_plain_gets_do_not_count_towards_a_lockout(workspace: Path) -> None:
+    """What any web page can make a browser send (an <img src>, a fetch without
+    an upgrade) is not a token attempt: it cannot lock the real client out."""
+    async with listening(workspace, token=TOKEN) as (_, url):
+        plain = http_base(url) + "/ws?token=wrong"
+        for _ in range(20):
+            status, _ = await http_get(plain)
+            assert status == 426
+        async with rpc(f"{url}?token={TOKEN}") as client:
+            assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
+
+
 async def test_origin_is_refused_unless_allowed(workspace: Path) -> None:
     async with listening(workspace, token=TOKEN, allowed_origins=[ORIGIN]) as (_, url):
         good = f"{url}?token={TOKEN}"
@@ -136,7 +148,7 @@ async def test_health_endpoints_need_no_token(workspace: Path) -> None:
         assert status == 404
         assert json.loads(body) == {"error": "not found"}
         status, _ = await http_get(base + "/ws")
-        assert status == 401
+        assert status == 426  # not an upgrade: the token is not even looked at
         status, _ = await http_get(base + "/healthz", {"Origin": "https://evil.example"})
         assert status == 403
 

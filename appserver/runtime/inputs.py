@@ -139,8 +139,12 @@ class InputMaterializer:
             result.images.append(image)
 
     def _inside(self, path: str) -> Path | None:
-        """``path`` (relative to the workspace) resolved, or ``None`` if it lies outside."""
-        resolved = (self.workspace / path).resolve()
+        """``path`` (relative to the workspace) resolved, or ``None`` if it lies
+        outside (or cannot be a path at all: a NUL byte)."""
+        try:
+            resolved = (self.workspace / path).resolve()
+        except (ValueError, OSError):
+            return None
         return resolved if resolved.is_relative_to(self.workspace) else None
 
     def _read_file(self, part: FileRefPart) -> str:

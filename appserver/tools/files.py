@@ -67,7 +67,8 @@ def _check_unchanged(path: Path) -> None:
     """Refuse if a symlink appeared in ``path`` since it was resolved and approved.
 
     ``path`` is already symlink-free, so resolving it again must give the same
-    path; otherwise the write could land somewhere other than what was approved.
+    path; otherwise the read, listing or write could reach somewhere other than
+    what was approved (a directory swapped for a link while a person decided).
     """
     if os.path.realpath(path) != str(path):
         raise _Failure(f"{path} changed (a symlink appeared) since the call was approved")
@@ -93,6 +94,7 @@ class _ReadResult:
 def _read_text(
     path: Path, display: str, offset: int, limit: int | None, max_bytes: int
 ) -> _ReadResult:
+    _check_unchanged(path)  # an approval covers the path it showed, not a new link
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if b"\0" in f.read(_BINARY_SNIFF_BYTES):
@@ -245,6 +247,7 @@ class ReadFileTool:
 
 
 def _list_dir(path: Path, max_entries: int) -> tuple[list[str], int]:
+    _check_unchanged(path)
     with os.scandir(path) as it:
         entries = list(it)
     # nsmallest keeps this O(n log cap) for huge directories.
@@ -307,6 +310,8 @@ class ListDirTool:
         display: str = plan.resolved["display"]
         try:
             names, total = await anyio.to_thread.run_sync(_list_dir, path, self.max_entries)
+        except _Failure as exc:
+            return ToolOutcome(success=False, output=str(exc))
         except OSError as exc:
             return _os_failure("list", display, exc)
         lines = names or ["(empty directory)"]

@@ -41,47 +41,104 @@ class ProcessReaper:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._failed = False
+        self._stalled = False
+        # Groups whose command finished but left processes running ("cmd &"):
+        # still tracked, dropped once they are gone.
+        self._lingering: set[int] = set()
 
     def track(self, pgid: int) -> None:
         """Record a running process group: it is killed if the server dies."""
+        self._prune()
         self._send(f"+{pgid}\n")
 
     def untrack(self, pgid: int) -> None:
-        """The group was ended (or its command finished)."""
+        """The group was ended: forget it."""
+        self._lingering.discard(pgid)
         self._send(f"-{pgid}\n")
+
+    def finished(self, pgid: int) -> None:
+        """The group's command exited: forget the group, unless processes it
+        started in the background still run (they die with the server too)."""
+        if group_alive(pgid):
+            self._lingering.add(pgid)
+        else:
+            self.untrack(pgid)
+
+    def _prune(self) -> None:
+        for pgid in [pgid for pgid in self._lingering if not group_alive(pgid)]:
+            self.untrack(pgid)
 
     def _send(self, line: str) -> None:
         with self._lock:
-            stdin = self._pipe()
-            if stdin is None:
+            fd = self._pipe()
+            if fd is None:
                 return
             try:
-                stdin.write(line.encode())
-                stdin.flush()
+                # Non-blocking: a stopped watchdog must never stall the server.
+                os.write(fd, line.encode())
+            except BlockingIOError:
+                if not self._stalled:
+                    self._stalled = True
+                    log.warning("the process watchdog is not reading; commands may outlive a crash")
             except OSError:
                 log.warning("the process watchdog is gone; commands may outlive a crash")
                 self._process, self._failed = None, True
 
-    def _pipe(self) -> IO[bytes] | None:
+    def _pipe(self) -> int | None:
         if self._process is None and not self._failed:
             try:
                 self._process = subprocess.Popen(
                     # -I -S: isolated and without site, so it starts fast and
-                    # runs this file with nothing of the server's environment.
+                    # runs this file alone. An empty environment: it holds no
+                    # secret a tool command could read from its /proc entry.
                     [sys.executable, "-I", "-S", __file__],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
+                    env={},
                     # Its own session: a terminal's Ctrl-C or hang-up that
                     # stops the server must not stop the watchdog first.
                     start_new_session=True,
                 )
+                assert self._process.stdin is not None
+                os.set_blocking(self._process.stdin.fileno(), False)
             except OSError as exc:
                 log.warning(
                     "cannot start the process watchdog (%s); commands may outlive a crash", exc
                 )
                 self._failed = True
-        return self._process.stdin if self._process is not None else None
+        if self._process is None or self._process.stdin is None:
+            return None
+        return self._process.stdin.fileno()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is still running (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # kill(0) also succeeds for zombies. Under an init that never reaps
+    # orphans (common in containers) they would look alive forever, so ask
+    # /proc whether a member is really still running.
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return True
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name may contain spaces and ')'; fields follow the last ')'.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state not in (b"Z", b"X"):
+            return True
+    return False
 
 
 REAPER = ProcessReaper()

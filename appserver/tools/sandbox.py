@@ -3,8 +3,9 @@
 Every path a tool touches goes through :meth:`Sandbox.resolve`. Resolution
 follows symlinks (``os.path.realpath``), so a link inside the workspace that
 points outside is reported as outside, and a path that does not exist yet is
-judged by where its existing parent really is. The sandbox never refuses a
-path for being outside: it reports ``inside`` and the approval flow decides.
+judged by where its existing parent really is. The server's own state,
+``<workspace>/.craft``, counts as outside. The sandbox never refuses a path
+for being outside: it reports ``inside`` and the approval flow decides.
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ class ResolvedPath:
 
     path: Path
     inside: bool
+
+
+# The server's own state inside the workspace (database, config with API keys,
+# plugins, skills): for the tools it lies outside, so the model reaches it only
+# through an approval that names the path.
+STATE_DIR = ".craft"
 
 
 class Sandbox:
@@ -56,7 +63,8 @@ class Sandbox:
         resolved = Path(os.path.realpath(os.path.join(root, path)))
         if must_exist and not os.path.exists(resolved):
             raise ToolError(f"{path}: no such file or directory")
-        return ResolvedPath(path=resolved, inside=resolved.is_relative_to(root))
+        inside = resolved.is_relative_to(root) and not resolved.is_relative_to(root / STATE_DIR)
+        return ResolvedPath(path=resolved, inside=inside)
 
     def display(self, resolved: ResolvedPath) -> str:
         """How a path is shown to the model: workspace-relative when inside."""

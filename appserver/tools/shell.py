@@ -22,8 +22,10 @@ When the command exits normally, processes it left running in the background
 are not killed (as in a terminal); the tool stops reading their output after
 a short drain period.
 
-While a command runs, its process group is known to the server's watchdog
-(``tools.reaper``): if the server dies, even by SIGKILL, the group is killed.
+While a command runs, and while processes it left in the background do, its
+process group is known to the server's watchdog (``tools.reaper``): if the
+server dies, even by SIGKILL, the group is killed. (A process that leaves the
+group with ``setsid`` escapes it, as it would a terminal.)
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from anyio.abc import Process
 from appserver.tools.args import check_keys, get_int, get_str, require_str
 from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
 from appserver.tools.environment import tool_environment
-from appserver.tools.reaper import REAPER
+from appserver.tools.reaper import REAPER, group_alive
 from appserver.tools.sandbox import Sandbox
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -115,42 +117,13 @@ class _LiveStream:
         self._on_output(text)
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is still running (zombies do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # kill(0) also succeeds for zombies. Under an init that never reaps
-    # orphans (common in containers) they would look alive forever, so ask
-    # /proc whether a member is really still running.
-    try:
-        pids = [name for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return True
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited meanwhile
-        # The command name may contain spaces and ')'; fields follow the last ')'.
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state not in (b"Z", b"X"):
-            return True
-    return False
-
-
 async def _wait_group_gone(pgid: int, timeout: float) -> bool:
     """Poll until the group is gone; ``False`` if it outlived ``timeout``."""
     # Polling is the only portable way: there is no wait() for a process group
     # whose members are not our children.
     delay = 0.005
     with anyio.move_on_after(timeout):
-        while _group_alive(pgid):
+        while group_alive(pgid):
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.05)
         return True
@@ -276,6 +249,14 @@ class ShellTool:
         command: str = plan.resolved["command"]
         cwd: Path = plan.resolved["cwd"]
         timeout_s: float = plan.resolved["timeout_s"]
+        if os.path.realpath(cwd) != str(cwd):
+            # The approval named this directory; a link swapped in since then
+            # would run the command somewhere else.
+            return ToolOutcome(
+                success=False,
+                output=f"{cwd} changed (a symlink appeared) since the command was approved",
+                details={"exit_code": None, "working_directory": str(cwd)},
+            )
         started = time.monotonic()
         try:
             # start_new_session: own session and process group (pgid == pid),
@@ -318,7 +299,9 @@ class ShellTool:
             with anyio.CancelScope(shield=True):
                 if not exited:
                     await kill_process_group(process.pid, self.kill_grace_s)
-                REAPER.untrack(process.pid)
+                    REAPER.untrack(process.pid)
+                else:
+                    REAPER.finished(process.pid)
                 await process.aclose()
         emit(decoder.decode(b"", final=True))
 

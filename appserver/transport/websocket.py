@@ -263,6 +263,10 @@ class Admission:
             return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "starting"})
         if url.path != WS_PATH:
             return _json_response(HTTPStatus.NOT_FOUND, {"error": "not found"})
+        if "websocket" not in request.headers.get("Upgrade", "").lower():
+            # Only a real upgrade is a token attempt: a plain GET (what an
+            # <img src> on any web page sends) must not count towards a lockout.
+            return _json_response(HTTPStatus.UPGRADE_REQUIRED, {"error": "upgrade required"})
         if self._token is not None:
             return self._check_token(self._token, peer_key(connection.remote_address), url.query)
         return None

@@ -24,6 +24,7 @@ is its front door's guarantee, not the engine's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -86,6 +87,10 @@ class TurnEngine:
         self.workspace = workspace
         self.config = config or EngineConfig()
         self.active: dict[str, ActiveTurn] = {}
+        # The highest turn and item numbers handed out per thread in this
+        # process. A caller's thread record may be stale (read before another
+        # turn started and ended), so numbering never trusts it alone.
+        self._numbers: dict[str, tuple[int, int]] = {}
         self.inputs = InputQueues(journal)
         self.items = ItemLog(journal, repo, self.config.checkpoint_interval)
         asking = ApprovalConversation(
@@ -174,16 +179,19 @@ class TurnEngine:
     ) -> ActiveTurn:
         assert self._tg is not None, "engine is not running"
         active = self._reserve(thread, origin, sender)
-        if prepare is not None:
-            prepare(active)
         failure: Exception | None = None
         # Shielded: a caller that goes away mid-way must not leave a stored
         # turn with no task to finish it.
         with anyio.CancelScope(shield=True):
             try:
+                if prepare is not None:
+                    prepare(active)
                 await self._start(active)
             except BaseException:
+                # Nothing was acknowledged: free the thread (its numbers stay used).
                 self.active.pop(thread.id, None)
+                with contextlib.suppress(Exception):
+                    await self.runtimes.set_running(thread.id, False)
                 raise
             try:
                 if opening is not None:
@@ -197,8 +205,11 @@ class TurnEngine:
         self, thread: ThreadRecord, origin: Participant | None, sender: W.SenderContext | None
     ) -> ActiveTurn:
         assert thread.id not in self.active
-        seq = thread.turn_serial + 1
+        last_turn, last_item = self._numbers.get(thread.id, (0, 0))
+        seq = max(thread.turn_serial, last_turn) + 1
         thread.turn_serial = seq
+        thread.item_serial = max(thread.item_serial, last_item)
+        self._numbers[thread.id] = (seq, thread.item_serial)
         record = TurnRecord(
             thread_id=thread.id,
             id=f"turn_{seq:03d}",
@@ -309,6 +320,9 @@ class TurnEngine:
             log.exception("could not finish turn %s", active.record.id)
         finally:
             self.active.pop(active.thread_id, None)
+            # Items this turn numbered: the next turn goes on from here.
+            last_turn, last_item = self._numbers.get(active.thread_id, (0, 0))
+            self._numbers[active.thread_id] = (last_turn, max(last_item, active.next_item_seq))
             try:
                 await self.journal.flush_seq(active.thread_id)
                 await self.runtimes.set_running(active.thread_id, False)
@@ -342,6 +356,7 @@ class TurnEngine:
         return active
 
     def forget_thread(self, thread_id: str) -> None:
+        self._numbers.pop(thread_id, None)
         self.inputs.forget(thread_id)
         self.approvals.forget_thread(thread_id)
 
@@ -370,7 +385,11 @@ class TurnEngine:
         if entry is None or thread.id in self.active:
             return None
         queue.remove(entry)
-        active = await self.start(thread, entry.origin, entry.to_user_input("queued"))
+        try:
+            active = await self.start(thread, entry.origin, entry.to_user_input("queued"))
+        except BaseException:
+            queue.insert(0, entry)  # not started: it stays first in line
+            raise
         await self.inputs.changed(thread.id, include=active.watchers)
         return active
 
