@@ -7,6 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
 from appserver.protocol.ids import now_iso
@@ -233,3 +234,37 @@ def test_stale_lock_file_is_taken_over(tmp_path: Path) -> None:
         assert content["pid"] == os.getpid() and content["version"] == "new"
     finally:
         lock.release()
+
+
+async def test_a_waiting_lock_is_taken_once_the_holder_leaves(tmp_path: Path) -> None:
+    """One-shot faces queue up on a workspace instead of failing."""
+    path = tmp_path / ".craft" / "appserver.lock"
+    holder = WorkspaceLock(path)
+    holder.acquire({})
+    waiter = WorkspaceLock(path)
+    with pytest.raises(WorkspaceLocked):
+        waiter.acquire({}, wait=0.05)  # still held: gives up after the wait
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, waiter.acquire, {}, 10.0)
+        await anyio.sleep(0.05)  # let the waiter start polling (not a synchronisation)
+        holder.release()
+    waiter.release()
+
+
+async def test_face_sessions_and_replies(tmp_path: Path) -> None:
+    from appserver.storage.faces import FaceRepository
+
+    db = await Database.open(tmp_path / "faces.db")
+    try:
+        faces = FaceRepository(db)
+        assert await faces.thread_of("zene", "s1") is None
+        await faces.bind("zene", "s1", "thread_a", "2026-01-01T00:00:00Z")
+        await faces.bind("codeswarm", "s1", "thread_b", "2026-01-01T00:00:00Z")
+        assert await faces.thread_of("zene", "s1") == "thread_a"
+        assert await faces.thread_of("codeswarm", "s1") == "thread_b"
+        await faces.store_reply("zene", "k", '{"ok":true}', "2026-01-01T00:00:00Z")
+        assert await faces.reply("zene", "k") == ('{"ok":true}', "2026-01-01T00:00:00Z")
+        await faces.forget_replies_before("zene", "2026-01-02T00:00:00Z")
+        assert await faces.reply("zene", "k") is None
+    finally:
+        await db.close()
