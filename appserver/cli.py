@@ -18,7 +18,6 @@ import anyio
 from appserver import __version__
 from appserver.process_secrets import hide_secrets
 from appserver.transport.stdio import claim_stdio
-from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
 
 log = logging.getLogger("appserver")
 
@@ -155,6 +154,8 @@ def face_command(args: argparse.Namespace) -> int:
     hide_secrets(token, getattr(args, "api_key", None))
     websocket = None
     if args.websocket is not None:
+        from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
+
         websocket = ListenerOptions(
             host=args.websocket.host, port=args.websocket.port or 0, token=token
         )
@@ -368,6 +369,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from appserver.runtime.turns import EngineConfig
     from appserver.server import AppServer, ServerConfig, run
     from appserver.storage.lock import WorkspaceLocked
+    from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
 
     logging.basicConfig(
         stream=sys.stderr,

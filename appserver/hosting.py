@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -34,7 +34,9 @@ from appserver.storage.db import Database
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.workspace_config import load_workspace_config, lookup
 from appserver.tools.registry import ToolRegistry, default_tools
-from appserver.transport.websocket import ListenerOptions
+
+if TYPE_CHECKING:
+    from appserver.transport.websocket import ListenerOptions
 
 log = logging.getLogger("appserver")
 
@@ -159,7 +161,7 @@ async def _full_server(
         tool_env=options.tool_env,
     )
     async with (
-        AppServer.open(config, tools=tools) as server,
+        AppServer.open(config, tools=tools, lock_wait=options.lock_wait) as server,
         server.listen_websocket(websocket),
     ):
         endpoint = server.endpoints.get("appServerWebSocket")

@@ -184,15 +184,17 @@ class AppServer:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, config: ServerConfig, tools: ToolRegistry | None = None
+        cls, config: ServerConfig, tools: ToolRegistry | None = None, lock_wait: float = 0.0
     ) -> AsyncIterator[AppServer]:
         """Lock the workspace, open the database, recover interrupted turns,
         and on exit drain: cancel turns (clients get ``turn/cancelled``),
         close connections after their outboxes flush, close the database.
-        ``tools``: the agent's tools (default: every built-in tool)."""
+        ``tools``: the agent's tools (default: every built-in tool);
+        ``lock_wait``: seconds to wait for another process to leave the workspace."""
         config.workspace = config.workspace.resolve()
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
-        lock.acquire({"workspacePath": str(config.workspace), "version": __version__})
+        info = {"workspacePath": str(config.workspace), "version": __version__}
+        await anyio.to_thread.run_sync(lock.acquire, info, lock_wait)
         try:
             db = await Database.open(config.database_path)
             try:

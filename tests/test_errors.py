@@ -345,3 +345,21 @@ async def test_errors_are_answered_promptly(server: ServerUnderTest) -> None:
         answers = client.since(mark)
         codes = [m["error"]["code"] if "error" in m else "ok" for m in answers]
         assert codes == [-32700, -32600, -32600, -32600, -32600, "ok"]
+
+
+def test_an_over_long_last_line_without_newline_is_refused_not_dropped() -> None:
+    """At end of input, a final line that was too long is reported like any
+    other over-long line, not mistaken for a quiet end of input."""
+    from appserver.transport.base import FrameTooLarge
+    from appserver.transport.stdio import LineReader
+
+    reader = LineReader(max_line_bytes=8)
+    reader.feed(b"short\n" + b"x" * 20)
+    assert reader.next_line() == b"short"
+    assert reader.next_line() is None
+    with pytest.raises(FrameTooLarge):
+        reader.rest()
+    assert reader.rest() is None
+    reader.feed(b"tail")
+    assert reader.next_line() is None
+    assert reader.rest() == b"tail"

@@ -71,9 +71,16 @@ class LineReader:
         return line
 
     def rest(self) -> bytes | None:
-        """What is left at EOF (a final line without newline), if usable."""
+        """What is left at EOF (a final line without newline), if any.
+
+        Raises :class:`FrameTooLarge` when that last line was too long: it is
+        refused like any other, not mistaken for a quiet end of input.
+        """
         if self._discarded:
-            return None
+            size = self._discarded + len(self._buf)
+            self._discarded = 0
+            self._buf.clear()
+            raise FrameTooLarge(size, self.max_line_bytes)
         line = bytes(self._buf)
         self._buf.clear()
         return line if line.strip() else None
