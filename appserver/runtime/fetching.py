@@ -13,8 +13,6 @@ import anyio
 import httpcore2 as httpcore
 import httpx2 as httpx
 
-from appserver.runtime.inputs import IMAGE_TIMEOUT, MAX_IMAGE_BYTES
-
 
 class FetchRefused(Exception):
     """The URL was not fetched (scheme, address, status, size or timeout)."""
@@ -58,24 +56,27 @@ class _PublicOnlyBackend(httpcore.AsyncNetworkBackend):
         await anyio.sleep(seconds)
 
 
-async def fetch_public(url: str, allow_private: bool = False) -> bytes:
-    """GET ``url`` (http/https) with a timeout and size cap; no private targets."""
+async def fetch_public(
+    url: str, *, timeout: float, max_bytes: int, allow_private: bool = False
+) -> bytes:
+    """GET ``url`` (http/https) within ``timeout`` seconds and ``max_bytes``;
+    no private targets unless ``allow_private``."""
     parsed = httpx.URL(url)
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise FetchRefused("only http and https URLs are fetched")
     transport = httpx.AsyncHTTPTransport() if allow_private else _PublicTransport()
     try:
         async with httpx.AsyncClient(
-            transport=transport, timeout=IMAGE_TIMEOUT, follow_redirects=True, max_redirects=3
+            transport=transport, timeout=timeout, follow_redirects=True, max_redirects=3
         ) as client:
-            with anyio.fail_after(IMAGE_TIMEOUT):
+            with anyio.fail_after(timeout):
                 async with client.stream("GET", url) as response:
                     if response.status_code != 200:
                         raise FetchRefused(f"HTTP {response.status_code}")
                     data = bytearray()
                     async for chunk in response.aiter_bytes():
                         data += chunk
-                        if len(data) > MAX_IMAGE_BYTES:
+                        if len(data) > max_bytes:
                             raise FetchRefused("image larger than the size cap")
                     return bytes(data)
     except (httpx.HTTPError, TimeoutError, OSError) as exc:

@@ -181,7 +181,12 @@ class InputMaterializer:
         from appserver.runtime.fetching import FetchRefused, fetch_public
 
         try:
-            data = await fetch_public(url, allow_private=self.allow_private_urls)
+            data = await fetch_public(
+                url,
+                timeout=IMAGE_TIMEOUT,
+                max_bytes=MAX_IMAGE_BYTES,
+                allow_private=self.allow_private_urls,
+            )
         except FetchRefused as exc:
             log.info("image %s not fetched: %s", url, exc)
             return None
