@@ -25,8 +25,7 @@ from appserver.storage.threads import ItemRecord
 
 INTERRUPTED_RESULT = "The tool call did not complete (the turn ended first)."
 SUMMARY_PREFIX = (
-    "The conversation so far was compacted into this summary; it replaces the "
-    "earlier messages:\n\n"
+    "The conversation so far was compacted into this summary; it replaces the earlier messages:\n\n"
 )
 
 

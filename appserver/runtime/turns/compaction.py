@@ -69,9 +69,7 @@ class Compactor:
         limit = self.config.context_window * self.config.auto_compact_ratio
         return self.config.auto_compact and estimate_tokens(history) > limit
 
-    async def compact(
-        self, active: ActiveTurn, history: list[Message], trigger: str
-    ) -> str | None:
+    async def compact(self, active: ActiveTurn, history: list[Message], trigger: str) -> str | None:
         """Summarise ``history``; returns the summary, or ``None`` when there was
         nothing to compact. A failed model call raises :class:`TurnFailure`."""
         if not history:
@@ -97,8 +95,7 @@ class Compactor:
                 elif isinstance(event, ProviderError):
                     await self._event(active, "compactFailed", message=event.message)
                     raise TurnFailure(
-                        f"compaction failed: model provider error ({event.kind}): "
-                        f"{event.message}",
+                        f"compaction failed: model provider error ({event.kind}): {event.message}",
                         f"provider_{event.kind}",
                     )
         summary = "".join(parts).strip()
