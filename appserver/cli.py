@@ -63,7 +63,33 @@ FACES = (
     ("host", "zene", "Zene Host Protocol v1: one JSON request per line in, one response out"),
     ("rpc", "zot", "zot rpc: the agent over newline-delimited JSON commands and events"),
     ("router", "codeswarm", "Codeswarm router protocol codeswarm.router.v1 (stdio or TCP)"),
+    ("acp", "acp", "Agent Client Protocol (agent side) over stdio, for editors such as Zed"),
 )
+# Qwen Code's SDK runs its executable with flags and no subcommand.
+QWEN_FLAGS = ("--input-format", "--output-format")
+
+
+def is_qwen_invocation(argv: Sequence[str]) -> bool:
+    """``appserver --input-format ... --output-format ...`` (no subcommand): Qwen Code."""
+    if not argv or not argv[0].startswith("-") or argv[0] in ("-h", "--help", "--version"):
+        return False
+    return any(arg.split("=", 1)[0] in QWEN_FLAGS for arg in argv)
+
+
+def qwen_command(argv: Sequence[str]) -> int:
+    """Parse Qwen Code's command line (unknown flags are warned about and ignored,
+    so a newer SDK still works) and run the stream-json face."""
+    parser = argparse.ArgumentParser(
+        prog="appserver",
+        description="Qwen Code structured I/O (--input-format/--output-format stream-json).",
+    )
+    add_face_options(parser)
+    face_module("qwen").add_arguments(parser)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        print(f"appserver: ignoring unsupported options: {' '.join(unknown)}", file=sys.stderr)
+    args.face = "qwen"
+    return face_command(args)
 
 
 def face_module(name: str) -> Any:
@@ -350,8 +376,11 @@ def schema_command(out: Path, check: bool, reference: Path | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if is_qwen_invocation(arguments):
+        return qwen_command(arguments)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(arguments)
     if args.command == "schema":
         return schema_command(args.out, args.check, args.reference)
     if getattr(args, "face", None) is not None:
