@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client pytest node-test bench clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client pytest node-test qwen-sdk-test bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ client-check: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/pytest -q -n 2
 
-test: lint typecheck schema-check client-check pytest node-test
+test: lint typecheck schema-check client-check pytest node-test qwen-sdk-test
 
 # The Node client (clients/node): npm ci when node_modules is missing or the lock changed,
 # then check src/generated.ts against the schema, build with tsc, and run `node --test`
@@ -53,6 +53,18 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 
 node-test: $(STAMP) $(NODE_STAMP)
 	cd $(NODE_DIR) && npm run --silent check-generated && npm run --silent build && npm run --silent test:run
+
+# Qwen Code's official SDK (@qwen-code/sdk, pinned in its lock file) driving
+# $(VENV)/bin/appserver through whole turns (tests/qwen_sdk).
+QWEN_DIR := tests/qwen_sdk
+QWEN_STAMP := $(QWEN_DIR)/node_modules/.package-lock.json
+
+$(QWEN_STAMP): $(QWEN_DIR)/package.json $(QWEN_DIR)/package-lock.json
+	cd $(QWEN_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+qwen-sdk-test: $(STAMP) $(QWEN_STAMP)
+	cd $(QWEN_DIR) && node --test
 
 schema: $(STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md

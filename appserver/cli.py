@@ -123,9 +123,10 @@ def add_face_options(parser: argparse.ArgumentParser) -> None:
         "--approval-policy",
         choices=["default", "autoApprove", "interrupt"],
         help=(
-            "approval policy of the threads this face creates (default: the workspace's). This "
-            "protocol has no approval frames, so under `default` a gated tool call is declined "
-            "unless a --websocket client watching the thread answers it"
+            "approval policy of the threads this face creates (default: the workspace's). Under "
+            "`default` a gated tool call is asked of whoever can answer: this protocol's client "
+            "where it has approval frames (Qwen can_use_tool, ACP session/request_permission), "
+            "else a --websocket client watching the thread; with nobody to ask it is declined"
         ),
     )
     parser.add_argument(

@@ -1,17 +1,238 @@
-"""Placeholder: being written."""
+"""Qwen Code's structured I/O: ``appserver --input-format stream-json
+--output-format stream-json [...]`` (no subcommand), so ``@qwen-code/sdk``'s
+``query({pathToQwenExecutable})`` can drive this agent.
+
+NDJSON both ways, one process per SDK ``query()``. In: ``user`` messages
+(one turn each, queued in order), ``control_request``s (``initialize``,
+``interrupt``, ``set_model``, ``set_permission_mode``,
+``get_available_models``, ``supported_commands``, ...; each answered by a
+``control_response``) and the SDK's ``control_response``s to our
+``can_use_tool`` requests. Out: per turn a ``system`` ``init`` message,
+``assistant`` messages (``text``, ``thinking``, ``tool_use`` blocks),
+``user`` messages with ``tool_result`` blocks, ``stream_event`` partials with
+``--include-partial-messages``, and one ``result``. Sessions
+(``--session-id``, ``--resume``, ``--continue``) are ordinary threads that a
+later process continues. Also ``--output-format json``,
+``stream-chunk-json`` (OpenAI chunks) and text, and ``--input-format text``
+(stdin is the prompt). See docs/faces.md.
+
+Only argparse and the standard library are imported here; the rest loads in
+:func:`main`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
+import sys
 from typing import IO, Any
+
+from appserver.faces.qwen_rules import MODES
+
+log = logging.getLogger("appserver.faces.qwen")
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+MAX_TEXT_BYTES = 16 * 1024 * 1024
+# One process per SDK query(): the next query's process waits this long for the
+# previous one to leave the workspace.
+LOCK_WAIT = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """This face's own flags (the shared ones are added by the CLI)."""
+    """Every flag ``@qwen-code/sdk`` 0.1.14 passes and the Qwen Code CLI defines
+    (``--model`` is shared). Unknown flags are ignored by the caller."""
+    io = parser.add_argument_group("Qwen Code structured I/O")
+    io.add_argument("--input-format", choices=["stream-json", "text"], default="text")
+    io.add_argument(
+        "-o",
+        "--output-format",
+        choices=["stream-json", "stream-chunk-json", "json", "text"],
+        default="text",
+    )
+    io.add_argument("--include-partial-messages", action="store_true")
+    io.add_argument(
+        "-p", "--prompt", help="the first prompt (with --input-format text: appended to stdin)"
+    )
+    io.add_argument("-m", dest="model", default=argparse.SUPPRESS, help="--model")
+    io.add_argument("--system-prompt", metavar="TEXT", help="replace the agent's system prompt")
+    io.add_argument("--append-system-prompt", action="append", default=[], metavar="TEXT")
+    io.add_argument("--approval-mode", choices=MODES, help="plan, default, auto-edit, auto, yolo")
+    io.add_argument("-y", "--yolo", action="store_true", help="--approval-mode yolo")
+    io.add_argument(
+        "--session-id", metavar="ID", help="the session's id (a later process resumes it)"
+    )
+    io.add_argument("-r", "--resume", nargs="?", const="", metavar="ID", help="resume a session")
+    io.add_argument("-c", "--continue", dest="continue_session", action="store_true")
+    io.add_argument("--fork-session", action="store_true", help="not supported (refused)")
+    io.add_argument("--max-session-turns", type=int, metavar="N", help="model calls per prompt")
+    io.add_argument(
+        "--core-tools", action="append", metavar="NAME,...", help="offer only these tools"
+    )
+    io.add_argument("--exclude-tools", action="append", metavar="NAME,...")
+    io.add_argument(
+        "--allowed-tools", action="append", metavar="NAME,...", help="run without asking"
+    )
+    io.add_argument("--auth-type", metavar="TYPE", help="openai or anthropic picks the provider")
+    io.add_argument("--openai-api-key", metavar="KEY")
+    io.add_argument("--openai-base-url", metavar="URL")
+    io.add_argument("-d", "--debug", action="store_true", help="log at debug level")
+    io.add_argument("--channel", metavar="NAME", help="accepted (SDK, VSCode, ...)")
+    ignored = parser.add_argument_group("accepted for Qwen Code's clients; no effect")
+    for flag in ("--sandbox", "--safe-mode", "--insecure", "--bare", "--acp", "--screen-reader"):
+        ignored.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    for flag in ("--openai-logging", "--experimental-lsp", "--list-extensions", "--telemetry"):
+        ignored.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    for flag in ("--telemetry-log-prompts", "--chat-recording", "--no-sandbox", "--no-insecure"):
+        ignored.add_argument(flag, action="store_true", help=argparse.SUPPRESS)
+    for flag in (
+        "--max-tool-calls",
+        "--max-subagent-depth",
+        "--max-wall-time",
+        "--include-directories",
+        "--add-dir",
+        "--extensions",
+        "--allowed-mcp-server-names",
+        "--mcp-config",
+        "--fallback-model",
+        "--proxy",
+        "--disabled-slash-commands",
+        "--output-style",
+        "--sandbox-image",
+        "--openai-logging-dir",
+        "--json-fd",
+        "--json-file",
+        "--json-schema",
+        "--input-file",
+        "--prompt-interactive",
+        "--telemetry-target",
+        "--telemetry-otlp-endpoint",
+        "--telemetry-otlp-protocol",
+        "--telemetry-outfile",
+        "--sandbox-session-id",
+    ):
+        ignored.add_argument(flag, action="append", help=argparse.SUPPRESS)
+    # Optional value: bare `--worktree` is allowed.
+    ignored.add_argument("--worktree", nargs="?", const="", help=argparse.SUPPRESS)
+
+
+def configure(args: argparse.Namespace, options: Any) -> Any:
+    """Apply the flags to the host options (before the host opens); the
+    face's :class:`~appserver.faces.qwen_session.Settings`."""
+    from appserver.faces.qwen_rules import ToolRules, split_list
+    from appserver.faces.qwen_session import Settings
+    from appserver.tools.registry import default_tools
+
+    options.lock_wait = max(options.lock_wait, LOCK_WAIT)
+    changes: dict[str, Any] = {}
+    prompt = options.engine.system_prompt
+    if args.system_prompt is not None:
+        prompt = changes["system_prompt"] = args.system_prompt
+    if args.append_system_prompt:
+        changes["system_prompt"] = "\n\n".join(
+            part for part in [prompt, *args.append_system_prompt] if part
+        )
+    if args.max_session_turns is not None and args.max_session_turns > 0:
+        changes["max_model_calls"] = args.max_session_turns
+    if changes:
+        options.engine = dataclasses.replace(options.engine, **changes)
+    known = [tool.name for tool in default_tools()]
+    rules = ToolRules.build(
+        known,
+        split_list(args.core_tools),
+        split_list(args.exclude_tools),
+        split_list(args.allowed_tools),
+    )
+    if rules.ignored:
+        log.warning("no such tools here (ignored): %s", ", ".join(rules.ignored))
+    if rules.registry is not None:
+        options.tools = rules.registry
+    provider = options.provider_options
+    if "provider" not in provider and args.auth_type in ("openai", "openai-responses", "anthropic"):
+        provider["provider"] = "anthropic" if args.auth_type == "anthropic" else "openai"
+    if args.openai_api_key and "api_key" not in provider:
+        from appserver.process_secrets import hide_secrets
+
+        hide_secrets(args.openai_api_key)
+        provider["api_key"] = args.openai_api_key
+    if args.openai_base_url and "base_url" not in provider:
+        provider["base_url"] = args.openai_base_url
+    mode = args.approval_mode or ("yolo" if args.yolo else "default")
+    return Settings(
+        input_format=args.input_format,
+        output_format=args.output_format,
+        partial=args.include_partial_messages,
+        mode=mode,
+        approval_override=args.approval_policy,
+        rules=rules,
+        prompt=args.prompt,
+        session_id=args.session_id or None,
+        resume=args.resume,
+        continue_session=args.continue_session,
+        model=getattr(args, "model", None),
+    )
+
+
+async def read_text(stdin: IO[bytes]) -> bytes:
+    """All of stdin (``--input-format text``), at most :data:`MAX_TEXT_BYTES` + 1."""
+    import anyio
+
+    return await anyio.to_thread.run_sync(stdin.read, MAX_TEXT_BYTES + 1)
 
 
 async def main(
     args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
 ) -> int:
-    """Serve the protocol on ``stdin``/``stdout``; returns the exit code."""
-    raise NotImplementedError
+    """Serve Qwen Code's structured I/O on stdin/stdout; the exit code."""
+    from contextlib import AsyncExitStack
+
+    from appserver.faces.qwen_session import Session, SessionError
+    from appserver.providers.base import ProviderConfigError
+    from appserver.storage.lock import WorkspaceLocked
+    from appserver.transport.stdio import StdioTransport
+
+    if args.debug:
+        logging.getLogger("appserver").setLevel(logging.DEBUG)
+    if args.fork_session:
+        sys.stderr.write(
+            "appserver: --fork-session is not supported (a session cannot be copied)\n"
+        )
+        return 2
+    settings = configure(args, options)
+    text: str | None = None
+    if settings.input_format == "text":
+        data = await read_text(stdin)
+        if len(data) > MAX_TEXT_BYTES:
+            sys.stderr.write(f"appserver: the prompt on stdin exceeds {MAX_TEXT_BYTES} bytes\n")
+            return 1
+        text = data.decode("utf-8", errors="replace")
+        if settings.prompt:
+            text = f"{text}\n\n{settings.prompt}" if text.strip() else settings.prompt
+        if not text.strip():
+            sys.stderr.write(
+                "appserver: No input provided via stdin. Input can be provided by piping data "
+                "or using the --prompt option.\n"
+            )
+            return 1
+    async with AsyncExitStack() as stack:
+        try:
+            runtime = await stack.enter_async_context(host())
+        except ProviderConfigError as exc:
+            sys.stderr.write(f"appserver: {exc}\n")
+            return 2
+        except ValueError as exc:
+            sys.stderr.write(f"appserver: {exc}\n")
+            return 2
+        except WorkspaceLocked as exc:
+            sys.stderr.write(f"appserver: {exc}\n")
+            return 1
+        transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        session = Session(runtime, transport, settings)
+        try:
+            await session.open()
+        except SessionError as exc:
+            sys.stderr.write(f"appserver: {exc}\n")
+            await transport.close()
+            return 1
+        return await session.serve(text)
+    return 0  # unreachable: the context manager does not swallow exceptions

@@ -1,0 +1,244 @@
+"""The ``qwen`` face's output formats.
+
+A turn is translated once (``qwen_turn``) into Qwen Code's stream-json
+messages; an :class:`Output` renders them as ``--output-format`` asks:
+
+* ``stream-json``: each message as one JSON line, ``stream_event`` partials
+  only with ``--include-partial-messages`` (Qwen Code's shipped format);
+* ``json``: one JSON array per turn, written with its ``result`` (Qwen Code
+  writes the array of the messages so far; here, those of the turn);
+* ``stream-chunk-json``: OpenAI ``chat.completion.chunk`` lines (the RFC's
+  format, never shipped): a first ``{"role":"assistant"}`` delta, ``content``
+  / ``reasoning_content`` / ``tool_calls`` deltas, a ``x-qwen-tool-display``
+  annotation per tool result, and a last chunk with ``finish_reason`` and
+  ``usage``;
+* ``text``: the result text (errors go to stderr).
+
+Control frames (``control_request`` / ``control_response``) are JSON lines
+in every format.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+Frame = dict[str, Any]
+Write = Callable[[list[str]], Awaitable[None]]
+
+FINISH_REASONS = {
+    "completed": "stop",
+    "max_turns": "length",
+    "failed": "error",
+    "cancelled": "cancelled",
+}
+
+
+def encode(frame: Any) -> str:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+def system_message(session_id: str, subtype: str, **fields: Any) -> Frame:
+    return {
+        "type": "system",
+        "subtype": subtype,
+        "uuid": str(uuid.uuid4()),
+        "session_id": session_id,
+        "parent_tool_use_id": None,
+        **fields,
+    }
+
+
+class Output:
+    """``stream-json``: every message as it comes."""
+
+    def __init__(self, write: Write, session_id: str, partial: bool = False) -> None:
+        self.write = write
+        self.session_id = session_id
+        self.partial = partial
+
+    async def control(self, frame: Frame) -> None:
+        await self.write([encode(frame)])
+
+    async def emit(self, message: Frame) -> None:
+        if message["type"] != "stream_event" or self.partial:
+            await self.write([encode(message)])
+
+    async def result(self, message: Frame, outcome: str) -> None:
+        await self.write([encode(message)])
+
+    async def input_error(self, error: str) -> None:
+        """Bad input (no control request to answer): said, never fatal."""
+        await self.emit(system_message(self.session_id, "input_error", data={"error": error}))
+
+    async def close(self) -> None:
+        """stdin closed and every turn reported."""
+
+
+class JsonOutput(Output):
+    """``json``: the turn's messages as one array, with its result."""
+
+    def __init__(self, write: Write, session_id: str) -> None:
+        super().__init__(write, session_id)
+        self.messages: list[Frame] = []
+
+    async def emit(self, message: Frame) -> None:
+        if message["type"] != "stream_event":
+            self.messages.append(message)
+
+    async def result(self, message: Frame, outcome: str) -> None:
+        self.messages.append(message)
+        await self.write([encode(self.messages)])
+        self.messages = []
+
+    async def close(self) -> None:
+        if self.messages:  # input errors after the last turn
+            await self.write([encode(self.messages)])
+            self.messages = []
+
+
+class TextOutput(Output):
+    """``text``: the answer only."""
+
+    async def emit(self, message: Frame) -> None:
+        pass
+
+    async def result(self, message: Frame, outcome: str) -> None:
+        if message.get("is_error"):
+            sys.stderr.write(f"{message.get('error', {}).get('message', 'error')}\n")
+            sys.stderr.flush()
+        else:
+            await self.write([str(message.get("result", ""))])
+
+    async def input_error(self, error: str) -> None:
+        sys.stderr.write(f"appserver: {error}\n")
+        sys.stderr.flush()
+
+
+class ChunkOutput(Output):
+    """``stream-chunk-json``: OpenAI-style chunks of each turn."""
+
+    def __init__(self, write: Write, session_id: str, input_format: str) -> None:
+        super().__init__(write, session_id)
+        self.input_format = input_format
+        self.model = ""
+        self.prompt = 0
+        self.tool_index = -1
+
+    def chunk(self, delta: Frame, finish_reason: str | None = None, **extra: Any) -> str:
+        frame: Frame = {
+            "id": f"chatcmpl-{self.session_id}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+        frame.update(extra)
+        return encode(frame)
+
+    async def emit(self, message: Frame) -> None:
+        kind = message["type"]
+        if kind == "system" and message.get("subtype") == "init":
+            self.model = str(message.get("model", ""))
+            self.prompt += 1
+            self.tool_index = -1
+            metadata = {
+                "protocol_version": 1,
+                "input_format": self.input_format,
+                "output_format": "stream-chunk-json",
+                "session_id": self.session_id,
+                "prompt_id": f"{self.session_id}########{self.prompt}",
+                "tools": message.get("tools", []),
+                "permission_mode": message.get("permission_mode"),
+            }
+            await self.write([self.chunk({"role": "assistant"}, metadata=metadata)])
+        elif kind == "stream_event":
+            line = self._event(message["event"])
+            if line is not None:
+                await self.write([line])
+        elif kind == "user":
+            lines = []
+            for block in message["message"]["content"]:
+                if block.get("type") != "tool_result":
+                    continue
+                display = {
+                    "type": "x-qwen-tool-display",
+                    "tool_call_id": block.get("tool_use_id"),
+                    "session_id": self.session_id,
+                    "status": "error" if block.get("is_error") else "success",
+                    "result_display": {"kind": "string", "text": block.get("content", "")},
+                    "pending": False,
+                    "timestamp": int(time.time()),
+                }
+                lines.append(self.chunk({}, annotations=[display]))
+            if lines:
+                await self.write(lines)
+        elif kind == "system" and message.get("subtype") == "input_error":
+            error = {
+                "message": message.get("data", {}).get("error", ""),
+                "type": "invalid_request_error",
+            }
+            await self.write([encode({"error": {**error, "code": "QWEN_INVALID_INPUT"}})])
+
+    def _event(self, event: Frame) -> str | None:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = event.get("delta", {})
+            if delta.get("type") == "text_delta":
+                return self.chunk({"content": delta.get("text", "")})
+            if delta.get("type") == "thinking_delta":
+                return self.chunk({"reasoning_content": delta.get("thinking", "")})
+            if delta.get("type") == "input_json_delta":
+                call = {
+                    "index": self.tool_index,
+                    "function": {"arguments": delta.get("partial_json", "")},
+                }
+                return self.chunk({"tool_calls": [call]})
+        elif kind == "content_block_start":
+            block = event.get("content_block", {})
+            if block.get("type") == "tool_use":
+                self.tool_index += 1
+                call = {
+                    "index": self.tool_index,
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {"name": block.get("name"), "arguments": ""},
+                }
+                return self.chunk({"tool_calls": [call]})
+        return None
+
+    async def result(self, message: Frame, outcome: str) -> None:
+        usage = message.get("usage", {})
+        metadata: Frame = {
+            "session_id": self.session_id,
+            "num_turns": message.get("num_turns", 0),
+            "duration_ms": message.get("duration_ms", 0),
+        }
+        if message.get("is_error"):
+            metadata["error"] = message.get("error", {})
+        finish = FINISH_REASONS.get(outcome, "stop")
+        usage_frame = {
+            "prompt_tokens": usage.get("input_tokens", 0),
+            "completion_tokens": usage.get("output_tokens", 0),
+            "total_tokens": usage.get("total_tokens", 0),
+        }
+        await self.write([self.chunk({}, finish, usage=usage_frame, metadata=metadata)])
+
+    async def input_error(self, error: str) -> None:
+        await self.emit(system_message(self.session_id, "input_error", data={"error": error}))
+
+
+def make_output(
+    output_format: str, input_format: str, write: Write, session_id: str, partial: bool
+) -> Output:
+    if output_format == "json":
+        return JsonOutput(write, session_id)
+    if output_format == "text":
+        return TextOutput(write, session_id)
+    if output_format == "stream-chunk-json":
+        return ChunkOutput(write, session_id, input_format)
+    return Output(write, session_id, partial)

@@ -1,0 +1,183 @@
+"""Qwen Code's permission knobs for the ``qwen`` face: approval modes, the tool
+lists (``--core-tools``, ``--exclude-tools``, ``--allowed-tools``) and the
+decision a gated tool call gets before the SDK is asked.
+
+Tool names may be ours (``shell``, ``read_file``, ``list_dir``, ``write_file``,
+``edit_file``) or Qwen Code's (``run_shell_command``, ``read_file``,
+``list_directory``, ``write_file``, ``edit``, and the aliases ``Bash``,
+``Read``, ``Edit``...), case-insensitively. A rule may carry a specifier:
+``Bash(git *)`` matches shell commands, ``Edit(src/**)`` paths (absolute, or
+relative to the workspace), both as ``fnmatch`` patterns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Qwen Code's approval modes (``--approval-mode``, ``set_permission_mode``).
+MODES = ("plan", "default", "auto-edit", "auto", "yolo")
+
+ALIASES = {
+    "shell": "shell",
+    "run_shell_command": "shell",
+    "bash": "shell",
+    "read_file": "read_file",
+    "read": "read_file",
+    "readfile": "read_file",
+    "list_dir": "list_dir",
+    "list_directory": "list_dir",
+    "ls": "list_dir",
+    "readfolder": "list_dir",
+    "write_file": "write_file",
+    "write": "write_file",
+    "writefile": "write_file",
+    "edit_file": "edit_file",
+    "edit": "edit_file",
+    "replace": "edit_file",
+}
+# The tool behind a gated file operation (ApprovalRequestParams.operation).
+FILE_TOOLS = {"read": "read_file", "write": "write_file", "edit": "edit_file", "list": "list_dir"}
+EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+_RULE = re.compile(r"^\s*([^()\s]+)\s*(?:\((.*)\))?\s*$", re.S)
+
+
+def canonical(name: str) -> str | None:
+    """Our tool name for ``name`` (ours or Qwen Code's), or ``None``."""
+    return ALIASES.get(name.strip().lower())
+
+
+def split_list(values: list[str] | None) -> list[str]:
+    """Repeated and comma-separated values, flattened (Qwen Code's array flags).
+    A comma inside a specifier's parentheses does not split."""
+    out: list[str] = []
+    for value in values or []:
+        depth, start = 0, 0
+        for index, char in enumerate(value):
+            if char == "(":
+                depth += 1
+            elif char == ")":
+                depth = max(0, depth - 1)
+            elif char == "," and depth == 0:
+                out.append(value[start:index])
+                start = index + 1
+        out.append(value[start:])
+    return [item.strip() for item in out if item.strip()]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``tool`` (ours), with an optional ``fnmatch`` pattern on the command or path."""
+
+    tool: str
+    pattern: str | None = None
+
+    def matches(self, tool: str, subject: str, workspace: Path) -> bool:
+        if tool != self.tool:
+            return False
+        if self.pattern is None:
+            return True
+        candidates = [subject]
+        if tool != "shell":
+            with contextlib.suppress(ValueError):  # outside the workspace: absolute only
+                candidates.append(str(Path(subject).relative_to(workspace)))
+        return any(fnmatch.fnmatchcase(text, self.pattern) for text in candidates)
+
+
+def parse_rules(values: list[str]) -> tuple[list[Rule], list[str]]:
+    """Rules for the names we have, and the names we do not know (ignored)."""
+    rules: list[Rule] = []
+    unknown: list[str] = []
+    for value in values:
+        match = _RULE.match(value)
+        tool = canonical(match.group(1)) if match else None
+        if match is None or tool is None:
+            unknown.append(value)
+            continue
+        pattern = match.group(2)
+        rules.append(Rule(tool, pattern.strip() if pattern and pattern.strip() else None))
+    return rules, unknown
+
+
+@dataclass
+class ToolRules:
+    """What the tool flags decided: the registry and the per-call rules."""
+
+    registry: list[str] | None = None  # None: every built-in tool
+    allowed: list[Rule] = field(default_factory=list)
+    excluded: list[Rule] = field(
+        default_factory=list
+    )  # with a pattern (bare ones leave the registry)
+    ignored: list[str] = field(default_factory=list)  # names we have no tool for
+
+    @classmethod
+    def build(
+        cls, known: list[str], core: list[str], exclude: list[str], allow: list[str]
+    ) -> ToolRules:
+        rules = cls()
+        core_rules, unknown = parse_rules(core)
+        rules.ignored += unknown
+        names = list(known)
+        if core:
+            wanted = {rule.tool for rule in core_rules}
+            names = [name for name in names if name in wanted]
+        excluded, unknown = parse_rules(exclude)
+        rules.ignored += unknown
+        bare = {rule.tool for rule in excluded if rule.pattern is None}
+        names = [name for name in names if name not in bare]
+        rules.excluded = [rule for rule in excluded if rule.pattern is not None]
+        rules.allowed, unknown = parse_rules(allow)
+        rules.ignored += unknown
+        if names != known:
+            rules.registry = names
+        return rules
+
+
+@dataclass(frozen=True)
+class Call:
+    """A gated call as the seat sees it."""
+
+    tool: str
+    call_id: str
+    arguments: dict[str, object]
+    subject: str  # the command (shell) or the resolved path (file)
+    outside: bool  # outside the workspace: asked even under autoApprove
+
+
+def thread_policy(mode: str, override: str | None, rules: ToolRules) -> str:
+    """The thread's ``approvalPolicy`` for an approval mode.
+
+    ``yolo`` is ``autoApprove`` (inside the workspace; outside it the SDK is
+    still asked), unless pattern exclusions must see every call: then the
+    seat accepts in the workspace itself. Other modes leave the decision to
+    the seat (``default``, or what ``--approval-policy`` says).
+    """
+    if mode == "yolo":
+        return "default" if rules.excluded else "autoApprove"
+    return override or "default"
+
+
+def local_decision(mode: str, call: Call, rules: ToolRules, workspace: Path) -> str | None:
+    """``accept``/``decline`` when the mode or the rules settle the call, else
+    ``None`` (the SDK is asked)."""
+    if any(rule.matches(call.tool, call.subject, workspace) for rule in rules.excluded):
+        return "decline"
+    if mode == "plan":
+        return "decline"
+    if call.outside:
+        return None  # only the user may let a call out of the workspace
+    if mode == "yolo":
+        return "accept"
+    if any(rule.matches(call.tool, call.subject, workspace) for rule in rules.allowed):
+        return "accept"
+    if mode == "auto-edit" and call.tool in EDIT_TOOLS:
+        return "accept"
+    return None
+
+
+def decides_locally(mode: str, rules: ToolRules) -> bool:
+    """Whether :func:`local_decision` can settle anything at all."""
+    return mode in ("plan", "yolo", "auto-edit") or bool(rules.allowed or rules.excluded)

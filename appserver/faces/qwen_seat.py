@@ -1,0 +1,229 @@
+"""The ``qwen`` face's seat: approvals become ``can_use_tool`` control requests.
+
+:class:`Control` pairs the control requests this face sends (``can_use_tool``)
+with the SDK's ``control_response`` lines. :class:`QwenSeat` is the face's
+participant: it receives the events of the turns the face starts, and when the
+runtime asks it about a gated tool call it first applies the approval mode and
+the tool rules (``qwen_rules``), then asks the SDK and maps its answer:
+``allow`` -> ``accept``, ``deny`` -> ``decline`` (``cancel`` with
+``interrupt: true``), an error answer -> :class:`QuestionRefused`, no answer
+in time -> :class:`QuestionUnanswered`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+
+from appserver.faces.qwen_rules import (
+    FILE_TOOLS,
+    Call,
+    ToolRules,
+    decides_locally,
+    local_decision,
+)
+from appserver.faces.seat import Seat
+from appserver.protocol.base import WireModel
+from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
+
+log = logging.getLogger("appserver.faces.qwen")
+
+Frame = dict[str, Any]
+CATCH_UP_LIMIT = 10.0  # seconds an approval waits for the stream to show its tool call
+
+
+class ControlClosed(Exception):
+    """stdin closed: no answer can come."""
+
+
+class ControlError(Exception):
+    """The SDK answered with ``subtype: "error"``."""
+
+
+@dataclass
+class _Pending:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    response: Frame | None = None
+    error: str | None = None
+
+
+class Control:
+    """Control requests to the SDK and their answers."""
+
+    def __init__(self, send: Callable[[Frame], Awaitable[None]]) -> None:
+        self._send = send
+        self._pending: dict[str, _Pending] = {}
+        self.closed = False
+
+    async def request(self, payload: Frame, timeout: float) -> Frame:
+        """Send ``{"type":"control_request","request_id",request: payload}``
+        and return the ``response`` of its success answer."""
+        if self.closed:
+            raise ControlClosed
+        request_id = str(uuid.uuid4())
+        pending = self._pending[request_id] = _Pending()
+        try:
+            await self._send(
+                {"type": "control_request", "request_id": request_id, "request": payload}
+            )
+            with anyio.fail_after(timeout):
+                await pending.done.wait()
+        finally:
+            self._pending.pop(request_id, None)
+        if pending.error is not None:
+            raise ControlError(pending.error)
+        if pending.response is None:
+            raise ControlClosed
+        return pending.response
+
+    def answer(self, response: Frame) -> bool:
+        """Settle the request a ``control_response``'s ``response`` answers;
+        ``False`` if none waits for it."""
+        pending = self._pending.get(str(response.get("request_id")))
+        if pending is None or pending.done.is_set():
+            return False
+        if response.get("subtype") == "success":
+            body = response.get("response")
+            pending.response = body if isinstance(body, dict) else {}
+        else:
+            error = response.get("error")
+            if isinstance(error, dict):
+                error = error.get("message")
+            pending.error = str(error or "error")
+        pending.done.set()
+        return True
+
+    def close(self) -> None:
+        """stdin closed: every waiting request ends (:class:`ControlClosed`)."""
+        self.closed = True
+        for pending in self._pending.values():
+            pending.done.set()
+
+
+class SeatOwner(Protocol):
+    """What the seat needs from the session."""
+
+    control: Control
+    mode: str
+    rules: ToolRules
+    workspace: Path
+
+    def interactive(self) -> bool:
+        """The client reads control requests and can answer them."""
+
+    def others_can_answer(self, thread_id: str) -> bool:
+        """Another participant watching the thread may answer approvals."""
+
+
+class QwenSeat(Seat):
+    """The face's participant (see the module docstring)."""
+
+    def __init__(self, owner: SeatOwner) -> None:
+        super().__init__("qwen")
+        self.owner = owner
+        self.delivered = 0
+        self.processed = 0
+        self._progress = anyio.Event()
+        # Tool calls announced and not yet answered by a result: (call id, tool, arguments).
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def deliver(self, event: Event) -> None:
+        if self.closed:
+            return
+        self.delivered += 1
+        item = getattr(event.params, "item", None)
+        if event.kind == "item/completed" and item is not None:
+            payload = item.payload
+            if item.type == "toolCall":
+                arguments = payload.get("arguments")
+                self.calls.append(
+                    (
+                        str(payload.get("callId", "")),
+                        str(payload.get("toolName", "")),
+                        arguments if isinstance(arguments, dict) else {},
+                    )
+                )
+            elif item.type == "toolResult":
+                call_id = str(payload.get("callId", ""))
+                self.calls = [call for call in self.calls if call[0] != call_id]
+        elif event.kind in ("turn/completed", "turn/failed", "turn/cancelled"):
+            self.calls.clear()
+        super().deliver(event)
+
+    def mark_processed(self) -> None:
+        """The session wrote out what one more delivered event produced."""
+        self.processed += 1
+        self._progress.set()
+        self._progress = anyio.Event()
+
+    async def _catch_up(self, target: int) -> None:
+        """Wait until the stream shows every event delivered before ``target``
+        (so ``can_use_tool`` follows the ``tool_use`` it is about)."""
+        with anyio.move_on_after(CATCH_UP_LIMIT):
+            while self.processed < target and not self.closed:
+                await self._progress.wait()
+
+    def can_answer_approvals(self) -> bool:
+        owner = self.owner
+        return owner.interactive() or decides_locally(owner.mode, owner.rules)
+
+    def _call(self, request: Any) -> Call:
+        kind = str(request.approval_type)
+        tool = "shell" if kind == "shell" else FILE_TOOLS.get(str(request.operation), kind)
+        outside = str(request.scope_key).count(":") >= 2  # the key names the place outside
+        call_id, arguments = "", {}
+        for pending_id, name, args in self.calls:
+            if name == tool:
+                call_id, arguments = pending_id, args
+                break
+        subject = str(request.operation) if tool == "shell" else str(request.target)
+        return Call(tool, call_id, arguments, subject, outside)
+
+    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+        owner = self.owner
+        call = self._call(request)
+        decision = local_decision(owner.mode, call, owner.rules, owner.workspace)
+        if decision is not None:
+            log.info("%s %s by the approval mode or tool rules", call.tool, decision)
+            return decision
+        thread_id = str(getattr(request, "thread_id", ""))
+        if not owner.interactive() or owner.control.closed:
+            if owner.others_can_answer(thread_id):
+                raise QuestionUnanswered("the Qwen client cannot answer")
+            raise QuestionRefused("the Qwen client cannot answer approval requests")
+        await self._catch_up(self.delivered)
+        payload: Frame = {
+            "subtype": "can_use_tool",
+            "tool_name": call.tool,
+            "tool_use_id": call.call_id,
+            "input": call.arguments,
+            "permission_suggestions": None,
+            "blocked_path": str(getattr(request, "target", "")) if call.outside else None,
+        }
+        try:
+            answer = await owner.control.request(payload, timeout)
+        except TimeoutError:
+            raise QuestionUnanswered("no answer to can_use_tool") from None
+        except ControlError as exc:
+            raise QuestionRefused(str(exc)) from None
+        except ControlClosed:
+            if owner.others_can_answer(thread_id):
+                raise QuestionUnanswered("stdin closed") from None
+            raise QuestionRefused("stdin closed") from None
+        behavior = str(answer.get("behavior", "")).lower()
+        if behavior == "allow":
+            updated = answer.get("updatedInput")
+            if isinstance(updated, dict) and updated != call.arguments:
+                # The runtime runs the call the model made; a changed one is not it.
+                log.warning("can_use_tool answered with a changed input: declined")
+                return "decline"
+            return "accept"
+        if answer.get("interrupt") is True:
+            return "cancel"
+        return "decline"

@@ -1,0 +1,475 @@
+"""One ``qwen`` face process: the session, its thread, the read loop, the
+control plane and the turn worker.
+
+A Qwen session id maps to one ordinary thread (channel ``qwen``, user
+``local``, channel context = the session id) through ``storage.faces``; a
+later process given the same id (``--resume``, ``--session-id``) or
+``--continue`` goes on with it. ``user`` messages queue and run one turn
+each, in order; ``control_request``s are answered at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from appserver.faces.qwen_control import SLASH_COMMANDS, ControlRequests
+from appserver.faces.qwen_input import Job, text_job, user_job
+from appserver.faces.qwen_output import Output, make_output, system_message
+from appserver.faces.qwen_rules import ToolRules, thread_policy
+from appserver.faces.qwen_seat import Control, QwenSeat
+from appserver.faces.qwen_turn import TERMINAL, TurnStream, turn_id_of
+
+if TYPE_CHECKING:
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+    from appserver.runtime.host import Runtime
+    from appserver.transport.stdio import StdioTransport
+
+log = logging.getLogger("appserver.faces.qwen")
+
+FACE = "qwen"
+USER_ID = "local"
+MAX_SESSION_ID = 256  # a thread's channel context holds it
+IGNORED_TYPES = frozenset(
+    {"assistant", "system", "result", "stream_event", "control_cancel_request"}
+)
+Frame = dict[str, Any]
+
+
+@dataclass
+class Settings:
+    """The command line, resolved (see ``qwen.configure``)."""
+
+    input_format: str = "stream-json"
+    output_format: str = "stream-json"
+    partial: bool = False
+    mode: str = "default"
+    approval_override: str | None = None
+    rules: ToolRules = field(default_factory=ToolRules)
+    prompt: str | None = None
+    session_id: str | None = None
+    resume: str | None = None  # "" when given without an id
+    continue_session: bool = False
+    model: str | None = None
+
+
+class SessionError(Exception):
+    """The session cannot start (an unknown ``--resume`` id, an invalid id)."""
+
+
+class Session:
+    """The face's state for one process."""
+
+    def __init__(self, runtime: Runtime, transport: StdioTransport, settings: Settings) -> None:
+        from appserver.storage.faces import FaceRepository
+
+        self.runtime = runtime
+        self.transport = transport
+        self.settings = settings
+        self.workspace = Path(runtime.threads.workspace)
+        self.faces = FaceRepository(runtime.db)
+        self.mode = settings.mode
+        self.rules = settings.rules
+        self.model = settings.model  # set_model before the thread exists
+        self.session_id = ""
+        self.thread_id: str | None = None
+        self.control = Control(self.send)
+        self.requests = ControlRequests(self)
+        self.seat = QwenSeat(self)
+        self.out: Output = make_output(
+            settings.output_format, settings.input_format, self.write, "", False
+        )
+        self.stream: TurnStream | None = None
+        self.current: Job | None = None
+        self.outcomes: list[str] = []
+        self._lock = anyio.Lock()
+        self._gone = False
+        self._finished = anyio.Event()  # the worker is done
+        send: MemoryObjectSendStream[Job]
+        receive: MemoryObjectReceiveStream[Job]
+        send, receive = anyio.create_memory_object_stream[Job](float("inf"))
+        self._jobs_in, self._jobs_out = send, receive
+
+    # --- the seat's questions ------------------------------------------------------------
+
+    def interactive(self) -> bool:
+        settings = self.settings
+        return (
+            settings.input_format == "stream-json"
+            and settings.output_format in ("stream-json", "stream-chunk-json")
+            and not self.control.closed
+        )
+
+    def others_can_answer(self, thread_id: str) -> bool:
+        return any(
+            participant is not self.seat
+            and not participant.closed
+            and participant.can_answer_approvals()
+            for participant in self.runtime.bus.subscribers(thread_id)
+        )
+
+    # --- output --------------------------------------------------------------------------
+
+    async def write(self, lines: list[str]) -> None:
+        from appserver.transport.base import TransportClosed
+
+        if self._gone:
+            return
+        async with self._lock:
+            try:
+                await self.transport.send_batch(lines)
+            except TransportClosed:
+                self._gone = True  # nobody reads stdout any more; keep serving stdin
+
+    async def send(self, frame: Frame) -> None:
+        await self.out.control(frame)
+
+    async def respond(self, request_id: str, response: Frame) -> None:
+        body = {"subtype": "success", "request_id": request_id, "response": response}
+        await self.send({"type": "control_response", "response": body})
+
+    async def refuse(self, request_id: str, error: str) -> None:
+        body = {"subtype": "error", "request_id": request_id, "error": error}
+        await self.send({"type": "control_response", "response": body})
+
+    # --- the session and its thread ----------------------------------------------------------
+
+    async def open(self) -> None:
+        """Settle the session id (``SessionError`` for an unknown ``--resume`` id)."""
+        from appserver.runtime.errors import ThreadNotFound
+        from appserver.storage.threads import ThreadQuery
+
+        settings = self.settings
+        for given in (settings.resume, settings.session_id):
+            if given and (len(given) > MAX_SESSION_ID or not given.isprintable()):
+                raise SessionError(f"Invalid session id {given[:80]!r}")
+        if settings.resume:
+            thread_id = await self.faces.thread_of(FACE, settings.resume)
+            try:
+                if thread_id is None:
+                    raise ThreadNotFound(settings.resume)
+                await self.runtime.threads.get(thread_id)
+            except ThreadNotFound:
+                raise SessionError(f"No saved session found with ID {settings.resume}.") from None
+            self.session_id = settings.resume
+        elif settings.continue_session or settings.resume == "":
+            query = ThreadQuery(
+                workspace_path=str(self.workspace),
+                user_id=None,
+                channel_context=None,
+                cross_channel_origins=[FACE],
+                channel_name=FACE,
+                limit=1,
+            )
+            latest, _ = await self.runtime.threads.list(query)
+            if latest and latest[0].channel_context:
+                self.session_id = latest[0].channel_context
+        elif settings.session_id:
+            self.session_id = settings.session_id
+        self.session_id = self.session_id or str(uuid.uuid4())
+        self.out = make_output(
+            settings.output_format,
+            settings.input_format,
+            self.write,
+            self.session_id,
+            settings.partial,
+        )
+
+    def policy(self) -> str:
+        return thread_policy(self.mode, self.settings.approval_override, self.rules)
+
+    async def thread(self) -> str:
+        """The session's thread (found, or made and bound on first use)."""
+        from appserver.protocol.ids import now_iso
+        from appserver.runtime.errors import ThreadNotFound
+        from appserver.runtime.threads import NewThread
+
+        threads = self.runtime.threads
+        if self.thread_id is not None:
+            return self.thread_id
+        thread_id = await self.faces.thread_of(FACE, self.session_id)
+        if thread_id is not None:
+            try:
+                thread = await threads.get(thread_id)
+            except ThreadNotFound:
+                thread_id = None
+            else:
+                if thread.status == "archived":
+                    thread_id = None  # archived by a user: the session starts afresh
+                else:
+                    if thread.status == "paused":
+                        await threads.resume(thread.id, self.seat)
+                    config = dict(thread.configuration or {})
+                    wanted = {**config, "approvalPolicy": self.policy()}
+                    if self.model:
+                        wanted["model"] = self.model
+                    if wanted != config:
+                        await threads.configure(thread.id, wanted)
+        if thread_id is None:
+            fresh: Frame = {"approvalPolicy": self.policy()}
+            if self.model:
+                fresh["model"] = self.model
+            record = await threads.create(
+                NewThread(
+                    user_id=USER_ID,
+                    channel_name=FACE,
+                    channel_context=self.session_id,
+                    display_name=f"qwen session {self.session_id}"[:200],
+                    configuration=fresh,
+                )
+            )
+            thread_id = record.id
+            await self.faces.bind(FACE, self.session_id, thread_id, now_iso())
+        self.thread_id = thread_id
+        return thread_id
+
+    async def interrupt_turn(self, thread_id: str, turn_id: str) -> None:
+        from appserver.runtime.errors import Refusal
+
+        with contextlib.suppress(Refusal):  # it ended meanwhile
+            await self.runtime.turns.interrupt(thread_id, turn_id)
+
+    async def configure(self, **changes: Any) -> None:
+        if self.thread_id is None:
+            return
+        thread = await self.runtime.threads.get(self.thread_id)
+        await self.runtime.threads.configure(
+            self.thread_id, {**(thread.configuration or {}), **changes}
+        )
+
+    async def current_model(self) -> str:
+        if self.thread_id is not None:
+            thread = await self.runtime.threads.get(self.thread_id)
+            model = (thread.configuration or {}).get("model")
+            if model:
+                return str(model)
+        return self.model or self.runtime.engine.provider.default_model
+
+    # --- the loops -------------------------------------------------------------------------
+
+    async def serve(self, text: str | None = None) -> int:
+        """Run until stdin closes (``stream-json``) or the one ``text`` prompt is
+        answered; the exit code."""
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._pump)
+                tg.start_soon(self._worker)
+                if text is not None:
+                    await self.enqueue(text_job(text))
+                else:
+                    if self.settings.prompt:
+                        await self.enqueue(text_job(self.settings.prompt))
+                    await self._read_loop()
+                self.control.close()
+                self._jobs_in.close()
+                await self._finished.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            self.seat.close()
+            await self.out.close()
+            with anyio.CancelScope(shield=True):
+                await self.transport.close()
+        if text is None:
+            return 0
+        outcome = self.outcomes[-1] if self.outcomes else "failed"
+        return {"completed": 0, "cancelled": 130}.get(outcome, 1)
+
+    async def _read_loop(self) -> None:
+        from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClosed
+
+        while True:
+            try:
+                line = await self.transport.receive()
+            except TransportClosed:
+                return
+            except FrameTooLarge as exc:
+                await self.out.input_error(f"line too long: {exc.detail}")
+                continue
+            except FrameRejected as exc:
+                await self.out.input_error(f"malformed line: {exc.detail}")
+                continue
+            try:
+                await self.handle_line(line)
+            except Exception:
+                log.exception("a line failed")
+                await self.out.input_error("internal error (see the log)")
+
+    async def handle_line(self, line: str) -> None:
+        try:
+            frame = json.loads(line)
+        except json.JSONDecodeError as exc:
+            await self.out.input_error(f"Failed to parse stream-json line: {exc}")
+            return
+        if not isinstance(frame, dict):
+            await self.out.input_error("Parsed value is not an object")
+            return
+        kind = frame.get("type")
+        if not isinstance(kind, str):
+            await self.out.input_error('Missing required "type" field')
+        elif kind == "control_response":
+            response = frame.get("response")
+            if not isinstance(response, dict) or not self.control.answer(response):
+                log.debug("a control_response nobody waits for: %s", line[:200])
+        elif kind == "control_request":
+            await self.requests.control_request(frame)
+        elif kind == "user":
+            try:
+                job = await user_job(frame, self.workspace)
+            except ValueError as exc:
+                await self.out.input_error(str(exc))
+            else:
+                await self.enqueue(job)
+        elif kind not in IGNORED_TYPES:
+            await self.out.input_error(f"unknown message type {kind!r}")
+
+    async def enqueue(self, job: Job) -> None:
+        await self._jobs_in.send(job)
+
+    # --- turns -----------------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        """Every event the seat gets, written out by the stream of its turn."""
+        async for event in self.seat.events():
+            stream = self.stream
+            try:
+                if stream is None or stream.done.is_set():
+                    continue
+                turn_id = turn_id_of(event)
+                if turn_id is None or stream.turn_id not in (None, turn_id):
+                    continue
+                result = await stream.handle(event)
+                if result is not None:
+                    await self.finish(stream, result)
+            except Exception:
+                log.exception("translating %s failed", event.kind)
+                if stream is not None and event.kind in TERMINAL and not stream.done.is_set():
+                    await self.finish(stream, self.no_turn("failed", "internal error"))
+            finally:
+                self.seat.mark_processed()
+
+    async def finish(self, stream: TurnStream, result: Frame) -> None:
+        outcome = stream.outcome or "failed"
+        self.outcomes.append(outcome)
+        await self.out.result(result, outcome)
+        stream.done.set()
+
+    def no_turn(self, outcome: str, message: str | None, text: str = "") -> Frame:
+        """The result of a message that started no turn."""
+        stream = TurnStream(self.out, self.session_id, "", time.monotonic())
+        stream.num_turns = 0
+        stream.outcome = outcome
+        return stream.result_frame(message, text)
+
+    async def _worker(self) -> None:
+        try:
+            async with self._jobs_out:
+                async for job in self._jobs_out:
+                    self.current = job
+                    try:
+                        await self._run(job)
+                    except Exception:
+                        log.exception("a turn failed")
+                        result = self.no_turn("failed", "internal error (see the log)")
+                        self.outcomes.append("failed")
+                        await self.out.result(result, "failed")
+                    finally:
+                        self.current = None
+        finally:
+            self._finished.set()
+
+    async def _run(self, job: Job) -> None:
+        if job.kind == "empty":
+            self.outcomes.append("failed")
+            await self.out.result(
+                self.no_turn("failed", "the user message has no content"), "failed"
+            )
+            return
+        model = await self.current_model()
+        init = system_message(
+            self.session_id,
+            "init",
+            cwd=str(self.workspace),
+            tools=self.runtime.engine.tools.names(),
+            mcp_servers=[],
+            model=model,
+            permission_mode=self.mode,
+            slash_commands=SLASH_COMMANDS,
+            qwen_code_version=f"appserver {_version()}",
+            agents=[],
+        )
+        await self.out.emit(init)
+        stream = TurnStream(self.out, self.session_id, model, time.monotonic())
+        stream.compaction = job.kind == "compact"
+        self.stream = stream
+        if (
+            job.kind == "compact"
+            and self.thread_id is None
+            and not await self.faces.thread_of(FACE, self.session_id)
+        ):
+            stream.outcome = "completed"
+            await self.finish(stream, stream.result_frame(None, "Nothing to compress."))
+            return
+        if not await self._start(job, stream):
+            return
+        await stream.done.wait()
+
+    async def _start(self, job: Job, stream: TurnStream) -> bool:
+        """Start the job's turn, waiting out one another client runs on the
+        thread; ``False`` (its result sent) if it never started."""
+        from appserver.runtime.errors import Refusal, ThreadNotFound, TurnInProgress
+
+        recreated = False
+        while not job.aborted:
+            thread_id = job.thread_id = await self.thread()
+            try:
+                if job.kind == "compact":
+                    active = await self.runtime.turns.compact(thread_id, origin=self.seat)
+                else:
+                    active = await self.runtime.turns.start(thread_id, job.parts, origin=self.seat)
+            except TurnInProgress:
+                other = self.runtime.engine.active.get(thread_id)
+                if other is None:
+                    await anyio.sleep(0.01)  # it is finishing: try again
+                    continue
+                with anyio.CancelScope() as job.waiting:
+                    await other.done.wait()
+                job.waiting = None
+                continue
+            except ThreadNotFound:
+                if recreated:
+                    raise
+                recreated = True
+                self.thread_id = None  # deleted by another client: a new one
+                continue
+            except Refusal as exc:
+                stream.outcome = "failed"
+                await self.finish(stream, stream.result_frame(exc.message))
+                return False
+            job.turn_id = stream.turn_id = active.record.id
+            if job.aborted:  # interrupted while the turn was being stored
+                await self.interrupt_turn(thread_id, active.record.id)
+            return True
+        stream.outcome = "cancelled"
+        stream.num_turns = 0
+        await self.finish(stream, stream.result_frame("Operation cancelled."))
+        return False
+
+
+def _version() -> str:
+    from appserver import __version__
+
+    return __version__
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)

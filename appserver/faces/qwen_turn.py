@@ -1,0 +1,337 @@
+"""One turn's runtime events as Qwen Code stream-json messages.
+
+Like Qwen Code's ``StreamJsonOutputAdapter``, one assistant message holds one
+kind of content block: a model call that thinks, answers and calls tools
+gives a ``thinking`` message, a ``text`` message and a ``tool_use`` message
+(``stop_reason: "tool_use"``, all of the call's tool uses), the last carrying
+the call's ``usage``. Each tool result is a ``user`` message with one
+``tool_result`` block. Partial ``stream_event``s follow the Anthropic shape:
+``message_start`` once per model call, ``content_block_start`` /
+``content_block_delta`` (``text_delta``, ``thinking_delta``,
+``input_json_delta``) / ``content_block_stop`` (block indexes count within
+an assistant message), ``message_stop`` at the end of the call.
+
+A model call ends at the first tool-execution item after it (approval,
+command, result) or at the turn's end. The turn ends with one ``result``:
+``success`` (``result`` is the text of the last assistant message, or a
+compaction's summary), ``error_max_turns`` (the model-call limit) or
+``error_during_execution`` (a failure, or ``Operation cancelled.`` after an
+interrupt). Tool uses still open then get an error ``tool_result`` first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+if TYPE_CHECKING:
+    from appserver.faces.qwen_output import Output
+    from appserver.runtime.events import Event
+
+Frame = dict[str, Any]
+TOOL_ITEMS = frozenset({"approvalRequest", "approvalResponse", "commandExecution", "toolResult"})
+TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
+CANCELLED = "Operation cancelled."
+
+
+@dataclass
+class Draft:
+    """The assistant message being built (one kind of block)."""
+
+    kind: str
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    blocks: list[Frame] = field(default_factory=list)
+    open_index: int | None = None  # a text/thinking block not yet stopped
+
+
+def turn_id_of(event: Event) -> str | None:
+    params = event.params
+    turn = getattr(params, "turn", None)
+    if turn is not None:
+        return str(turn.id)
+    turn_id = getattr(params, "turn_id", None)
+    return str(turn_id) if turn_id is not None else None
+
+
+class TurnStream:
+    """Translates the events of one turn for ``out``."""
+
+    def __init__(self, out: Output, session_id: str, model: str, started: float) -> None:
+        self.out = out
+        self.session_id = session_id
+        self.model = model
+        self.started = started
+        self.draft: Draft | None = None
+        self.call_open = True  # the first model call is in flight from the start
+        self.call_started = started
+        self.call_usage = [0, 0]
+        self.message_started = False
+        self.num_turns = 1
+        self.api_seconds = 0.0
+        self.last_text = ""
+        self.usage = [0, 0]
+        self.tool_uses: dict[str, tuple[str, Any]] = {}
+        self.sent: dict[str, str] = {}  # item id -> the text its deltas carried
+        self.denials: list[Frame] = []
+        self.error_code: str | None = None
+        self.summary: str | None = None
+        self.skipped: str | None = None
+        self.compaction = False
+        self.outcome = ""  # completed, failed, max_turns or cancelled, once finished
+        self.turn_id: str | None = None  # known once the turn is stored
+        self.done = anyio.Event()  # its result went out
+
+    def envelope(self, kind: str, **fields: Any) -> Frame:
+        return {
+            "type": kind,
+            "uuid": str(uuid.uuid4()),
+            "session_id": self.session_id,
+            "parent_tool_use_id": None,
+            **fields,
+        }
+
+    async def partial(self, event: Frame) -> None:
+        await self.out.emit(self.envelope("stream_event", event=event))
+
+    # --- events ------------------------------------------------------------------
+
+    async def handle(self, event: Event) -> Frame | None:
+        """Translate one event; the ``result`` message once the turn is over."""
+        kind = event.kind
+        item = getattr(event.params, "item", None)
+        if kind in ("item/agentMessage/delta", "item/reasoning/delta"):
+            block = "text" if kind == "item/agentMessage/delta" else "thinking"
+            delta = str(getattr(event.params, "delta", ""))
+            item_id = str(getattr(event.params, "item_id", ""))
+            self.sent[item_id] = self.sent.get(item_id, "") + delta
+            await self.block_text(block, delta)
+        elif kind == "item/usage/delta":
+            self.open_call()
+            self.call_usage[0] += int(getattr(event.params, "input_tokens", 0))
+            self.call_usage[1] += int(getattr(event.params, "output_tokens", 0))
+        elif kind == "system/event" and getattr(event.params, "kind", "") == "compactSkipped":
+            self.skipped = str(getattr(event.params, "message", "") or "Nothing to compress.")
+        elif item is not None and kind in ("item/started", "item/completed"):
+            await self.item(kind, item)
+        elif kind in TERMINAL:
+            return await self.finish(event)
+        return None
+
+    async def item(self, kind: str, item: Any) -> None:
+        payload = item.payload
+        completed = kind == "item/completed"
+        if item.type in TOOL_ITEMS:
+            await self.end_call()
+            self.call_started = time.monotonic()  # the next model call starts after it
+            if completed and item.type == "toolResult":
+                await self.tool_result(payload)
+        elif not completed:
+            return
+        elif item.type in ("agentMessage", "reasoningContent"):
+            # What the deltas did not carry (a provider that sent none).
+            text, sent = str(payload.get("text", "")), self.sent.pop(item.id, "")
+            if text.startswith(sent) and len(text) > len(sent):
+                await self.block_text(
+                    "text" if item.type == "agentMessage" else "thinking", text[len(sent) :]
+                )
+        elif item.type == "toolCall":
+            await self.tool_use(payload)
+        elif item.type == "error" and payload.get("fatal"):
+            self.error_code = str(payload.get("code") or "") or None
+        elif item.type == "systemNotice" and payload.get("kind") == "compacted":
+            self.summary = str(payload.get("summary", ""))
+
+    # --- model output --------------------------------------------------------------
+
+    def open_call(self) -> None:
+        if not self.call_open:
+            self.call_open = True
+            self.num_turns += 1
+
+    async def start_draft(self, kind: str) -> Draft:
+        self.open_call()
+        if self.draft is not None and self.draft.kind != kind:
+            await self.flush_draft(final=False)
+        if self.draft is None:
+            self.draft = Draft(kind)
+        if not self.message_started:
+            self.message_started = True
+            message = {"id": self.draft.id, "role": "assistant", "model": self.model, "content": []}
+            await self.partial({"type": "message_start", "message": message})
+        return self.draft
+
+    async def block_text(self, kind: str, delta: str) -> None:
+        if not delta:
+            return
+        draft = await self.start_draft(kind)
+        key = "text" if kind == "text" else "thinking"
+        if draft.open_index is None:
+            draft.open_index = len(draft.blocks)
+            block = {"type": kind, key: ""}
+            draft.blocks.append(block)
+            await self.partial(
+                {
+                    "type": "content_block_start",
+                    "index": draft.open_index,
+                    "content_block": dict(block),
+                }
+            )
+        draft.blocks[draft.open_index][key] += delta
+        delta_type = "text_delta" if kind == "text" else "thinking_delta"
+        await self.partial(
+            {
+                "type": "content_block_delta",
+                "index": draft.open_index,
+                "delta": {"type": delta_type, key: delta},
+            }
+        )
+
+    async def tool_use(self, payload: Frame) -> None:
+        call_id = str(payload.get("callId", ""))
+        name = str(payload.get("toolName", ""))
+        arguments = payload.get("arguments")
+        if not isinstance(arguments, dict):
+            arguments = {}
+        draft = await self.start_draft("tool_use")
+        index = len(draft.blocks)
+        draft.blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
+        start = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+        await self.partial({"type": "content_block_start", "index": index, "content_block": start})
+        partial_json = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        await self.partial(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": partial_json},
+            }
+        )
+        await self.partial({"type": "content_block_stop", "index": index})
+        self.tool_uses[call_id] = (name, arguments)
+
+    async def flush_draft(self, final: bool) -> None:
+        """Send the assistant message being built (with the call's usage if it
+        is the call's last)."""
+        draft, self.draft = self.draft, None
+        if draft is None or not draft.blocks:
+            return
+        if draft.open_index is not None:
+            await self.partial({"type": "content_block_stop", "index": draft.open_index})
+        usage = {"input_tokens": 0, "output_tokens": 0}
+        if final:
+            usage = {"input_tokens": self.call_usage[0], "output_tokens": self.call_usage[1]}
+        only_tools = all(block["type"] == "tool_use" for block in draft.blocks)
+        message = {
+            "id": draft.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": draft.blocks,
+            "stop_reason": "tool_use" if only_tools else None,
+            "usage": usage,
+        }
+        self.last_text = "".join(
+            str(block.get("text", "")) for block in draft.blocks if block["type"] == "text"
+        )
+        envelope = self.envelope("assistant", message=message)
+        envelope["uuid"] = draft.id  # as Qwen Code: the message's id
+        await self.out.emit(envelope)
+
+    async def end_call(self) -> None:
+        """The model call is over (a tool runs, or the turn ended)."""
+        if not self.call_open:
+            return
+        await self.flush_draft(final=True)
+        if self.message_started:
+            await self.partial({"type": "message_stop"})
+        self.message_started = False
+        self.call_open = False
+        self.api_seconds += time.monotonic() - self.call_started
+        self.usage[0] += self.call_usage[0]
+        self.usage[1] += self.call_usage[1]
+        self.call_usage = [0, 0]
+
+    # --- tools and the end --------------------------------------------------------------
+
+    async def tool_result(self, payload: Frame) -> None:
+        call_id = str(payload.get("callId", ""))
+        text = str(payload.get("result", ""))
+        success = bool(payload.get("success", False))
+        name, arguments = self.tool_uses.pop(call_id, ("", {}))
+        if not success and text.startswith("Declined"):
+            self.denials.append(
+                {"tool_name": name, "tool_use_id": call_id, "tool_input": arguments}
+            )
+        await self.send_result_block(call_id, text, is_error=not success)
+
+    async def send_result_block(self, call_id: str, text: str, is_error: bool) -> None:
+        block = {
+            "type": "tool_result",
+            "tool_use_id": call_id,
+            "is_error": is_error,
+            "content": text,
+        }
+        await self.out.emit(self.envelope("user", message={"role": "user", "content": [block]}))
+
+    async def finish(self, event: Event) -> Frame:
+        await self.end_call()
+        kind = event.kind
+        for call_id in list(self.tool_uses):
+            why = CANCELLED if kind == "turn/cancelled" else "Error: the turn ended first"
+            await self.send_result_block(call_id, why, is_error=True)
+        self.tool_uses.clear()
+        usage = getattr(getattr(event.params, "turn", None), "token_usage", None)
+        if usage is not None and (usage.input_tokens or usage.output_tokens):
+            self.usage = [int(usage.input_tokens), int(usage.output_tokens)]
+        if kind == "turn/completed":
+            self.outcome = "completed"
+            if self.compaction:
+                text = self.summary if self.summary is not None else self.skipped or ""
+                return self.result_frame(None, text)
+            return self.result_frame(None, self.last_text)
+        if kind == "turn/failed":
+            message = str(getattr(event.params, "error", "") or "the turn failed")
+            self.outcome = "max_turns" if self.error_code == "max_model_calls" else "failed"
+            extra = {"code": self.error_code} if self.error_code else {}
+            return self.result_frame(message, **extra)
+        reason = str(getattr(event.params, "reason", "") or "interrupted")
+        self.outcome = "cancelled"
+        return self.result_frame(
+            CANCELLED, **({} if reason == "interrupted" else {"reason": reason})
+        )
+
+    def result_frame(self, error: str | None, text: str = "", **details: Any) -> Frame:
+        """The ``result`` message for :attr:`outcome` (``error`` is its message
+        unless the turn completed)."""
+        result: Frame = {
+            "type": "result",
+            "subtype": "success",
+            "uuid": str(uuid.uuid4()),
+            "session_id": self.session_id,
+            "is_error": False,
+            "duration_ms": int((time.monotonic() - self.started) * 1000),
+            "duration_api_ms": int(self.api_seconds * 1000),
+            "num_turns": self.num_turns,
+        }
+        if self.outcome == "completed":
+            result["result"] = text
+        else:
+            result["subtype"] = (
+                "error_max_turns" if self.outcome == "max_turns" else "error_during_execution"
+            )
+            result["is_error"] = True
+        input_tokens, output_tokens = self.usage
+        result["usage"] = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "total_tokens": input_tokens + output_tokens,
+            "cache_read_input_tokens": 0,
+        }
+        result["permission_denials"] = self.denials
+        if self.outcome != "completed":
+            result["error"] = {"message": error or "error", **details}
+        return result
