@@ -1,0 +1,346 @@
+"""An ACP session: its seat at the runtime, its prompts and their permission
+questions. Imported (through ``acp_agent``) by ``acp.main`` only.
+
+A session is one thread. Its :class:`AcpSeat` is the origin of every turn
+its prompts start, so it receives exactly those turns' events (turns other
+clients run on the thread are not streamed), and it is the participant the
+runtime asks about their gated tool calls: each question becomes one
+``session/request_permission`` whose ``toolCall`` is the gated call, sent
+after that call's ``tool_call`` update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from acp import RequestError
+from acp.schema import DeniedOutcome, PermissionOption, PromptResponse, StopReason, ToolCallUpdate
+from pydantic import ValidationError
+
+from appserver.faces.acp_events import CANCELLED, Tool, TurnUpdates, text_content
+from appserver.faces.seat import Seat
+from appserver.protocol.turns import ApprovalRequestParams
+from appserver.runtime.events import QuestionRefused, QuestionUnanswered
+
+if TYPE_CHECKING:
+    from appserver.faces.acp_agent import AcpAgent
+    from appserver.protocol.base import WireModel
+    from appserver.runtime.events import Event
+    from appserver.runtime.turns.model import ActiveTurn
+
+log = logging.getLogger("appserver.faces.acp")
+
+CHANNEL = "acp"
+SESSION_NOT_FOUND = -32002  # ACP's "Resource not found"
+INVALID_PARAMS = -32602
+INVALID_REQUEST = -32600
+INTERNAL_ERROR = -32603
+TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
+DELTAS = frozenset(
+    {"item/agentMessage/delta", "item/reasoning/delta", "item/commandExecution/outputDelta"}
+)
+# Option id (= its kind) -> the runtime's decision.
+DECISIONS = {
+    "allow_once": "accept",
+    "allow_always": "acceptForSession",
+    "reject_once": "decline",
+    "reject_always": "decline",
+}
+OPTIONS = [
+    PermissionOption(option_id="allow_once", name="Allow", kind="allow_once"),
+    PermissionOption(
+        option_id="allow_always", name="Always allow in this session", kind="allow_always"
+    ),
+    PermissionOption(option_id="reject_once", name="Reject", kind="reject_once"),
+    PermissionOption(
+        option_id="reject_always", name="Always reject in this session", kind="reject_always"
+    ),
+]
+
+
+def request_error(error_code: int, message: str, **data: Any) -> RequestError:
+    return RequestError(error_code, message, data or None)
+
+
+class AcpSeat(Seat):
+    """A session's participant: gets the events of the turns its prompts start
+    and answers their approvals with ``session/request_permission``."""
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(CHANNEL, topics_hidden=frozenset())  # wants command output too
+        self.session = session
+
+    def can_answer_approvals(self) -> bool:
+        return not self.closed and self.session.agent.connected
+
+    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+        if not isinstance(request, ApprovalRequestParams):
+            raise QuestionRefused("not an approval request")
+        return await self.session.ask(request, timeout)
+
+
+class Session:
+    """One ACP session (= one thread) of this connection."""
+
+    def __init__(self, agent: AcpAgent, thread_id: str) -> None:
+        self.agent = agent
+        self.id = thread_id
+        self.seat = AcpSeat(self)
+        self.run: PromptRun | None = None
+        self.rejected: set[str] = set()  # scope keys answered "always reject"
+
+    async def send(self, update: Any) -> None:
+        conn = self.agent.conn
+        if conn is None or self.agent.closed:
+            return
+        with contextlib.suppress(ConnectionError):  # the client left; the turn goes on
+            await conn.session_update(session_id=self.id, update=update)
+
+    async def replay(self) -> None:
+        """The thread's history as ``session/update`` notifications."""
+        repo = self.agent.runtime.repo
+        turns, _ = await repo.turns(self.id)
+        stored = await repo.items(self.id, [turn.id for turn in turns])
+        for turn in turns:
+            updates = TurnUpdates(turn.id, self.agent.workspace, replay=True)
+            for item in stored[turn.id]:
+                for update in updates.completed(item.type, item.id, item.payload):
+                    await self.send(update)
+            if turn.status in ("cancelled", "failed"):
+                why = f"Failed: {turn.error}" if turn.status == "failed" else CANCELLED
+                for update in updates.unfinished(why):
+                    await self.send(update)
+
+    async def prompt(self, parts: list[Any]) -> PromptResponse:
+        if self.run is not None:
+            raise request_error(
+                INVALID_REQUEST,
+                f"session {self.id} is already running a prompt",
+                sessionId=self.id,
+            )
+        run = self.run = PromptRun(self)
+        try:
+            return await run.execute(parts)
+        finally:
+            self.run = None
+
+    async def cancel(self) -> None:
+        if self.run is not None:
+            await self.run.cancel()
+
+    # --- approvals -----------------------------------------------------------------------
+
+    async def ask(self, request: ApprovalRequestParams, timeout: float) -> str:
+        """``session/request_permission`` for one gated tool call; the decision."""
+        conn = self.agent.conn
+        if conn is None or not self.agent.connected:
+            raise QuestionRefused("the ACP client is gone")
+        if request.scope_key in self.rejected:
+            return "decline"
+        with anyio.move_on_after(timeout):
+            run = self.run
+            # The tool_call update goes out before the question about it.
+            tool = await run.gated_call(request.item_id) if run is not None else None
+            try:
+                response = await conn.request_permission(
+                    session_id=self.id, tool_call=self._tool_call(request, tool), options=OPTIONS
+                )
+            except RequestError as exc:
+                raise QuestionRefused(str(exc)) from exc
+            except ValidationError as exc:
+                raise QuestionRefused(f"malformed permission answer: {exc}") from exc
+            except ConnectionError as exc:
+                # A stdio client never comes back: decline now rather than
+                # wait out the reconnect grace.
+                raise QuestionRefused(f"the ACP client is gone: {exc}") from exc
+            outcome = response.outcome
+            if isinstance(outcome, DeniedOutcome):
+                return "cancel"
+            decision = DECISIONS.get(outcome.option_id)
+            if decision is None:
+                log.warning("unknown permission option %r: declined", outcome.option_id)
+                return "decline"
+            if outcome.option_id == "reject_always":
+                self.rejected.add(request.scope_key)
+            return decision
+        raise QuestionUnanswered(f"no answer within {timeout:g}s")
+
+    def _tool_call(self, request: ApprovalRequestParams, tool: Tool | None) -> ToolCallUpdate:
+        detail = (
+            f"{request.reason}\n\n{request.approval_type} {request.operation}: {request.target}"
+        )
+        if tool is None:
+            return ToolCallUpdate(
+                tool_call_id=f"{request.turn_id}:{request.item_id}",
+                title=f"{request.approval_type} {request.operation}",
+                status="pending",
+                content=[text_content(detail)],
+            )
+        workspace = self.agent.workspace
+        return ToolCallUpdate(
+            tool_call_id=tool.id,
+            title=tool.title(),
+            kind=tool.kind,
+            status="pending",
+            content=[*tool.diff(workspace), text_content(detail)],
+            locations=tool.locations(workspace),
+            raw_input=tool.arguments or None,
+        )
+
+
+class PromptRun:
+    """One ``session/prompt``: its turn and the updates it streams."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.turn_id: str | None = None
+        self.updates: TurnUpdates | None = None
+        self.cancelled = False
+        self.waiting: anyio.CancelScope | None = None
+        self._gates: dict[str, anyio.Event] = {}
+
+    async def execute(self, parts: list[Any]) -> PromptResponse:
+        active = await self._start(parts)
+        if active is None:
+            return PromptResponse(stop_reason="cancelled")
+        self.turn_id = active.record.id
+        self.updates = TurnUpdates(self.turn_id, self.session.agent.workspace)
+        if self.cancelled:  # session/cancel came while the turn was being stored
+            await self._interrupt()
+        return PromptResponse(stop_reason=await self._stream())
+
+    async def _start(self, parts: list[Any]) -> ActiveTurn | None:
+        """Start the turn, after a turn another client runs on the thread."""
+        from appserver.runtime.errors import (
+            InvalidInput,
+            Refusal,
+            ThreadNotActive,
+            ThreadNotFound,
+            TurnInProgress,
+        )
+
+        session = self.session
+        runtime = session.agent.runtime
+        while not self.cancelled:
+            try:
+                return await runtime.turns.start(session.id, parts, origin=session.seat)
+            except TurnInProgress:
+                other = runtime.engine.active.get(session.id)
+                if other is None:
+                    await anyio.sleep(0.01)  # it is finishing: try again
+                    continue
+                with anyio.CancelScope() as self.waiting:
+                    await other.done.wait()
+                self.waiting = None
+            except ThreadNotFound:
+                raise request_error(
+                    SESSION_NOT_FOUND, f"Session not found: {session.id}", sessionId=session.id
+                ) from None
+            except (ThreadNotActive, InvalidInput) as exc:
+                raise request_error(INVALID_PARAMS, exc.message, sessionId=session.id) from None
+            except Refusal as exc:
+                raise request_error(INTERNAL_ERROR, exc.message, sessionId=session.id) from None
+        return None
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+        if self.waiting is not None:
+            self.waiting.cancel()
+        if self.turn_id is not None:
+            await self._interrupt()
+
+    async def _interrupt(self) -> None:
+        from appserver.runtime.errors import Refusal
+
+        assert self.turn_id is not None
+        with contextlib.suppress(Refusal):  # it ended meanwhile
+            await self.session.agent.runtime.turns.interrupt(self.session.id, self.turn_id)
+
+    async def gated_call(self, item_id: str) -> Tool | None:
+        """The call an ``approvalRequest`` item gates, once its updates went out."""
+        await self._gates.setdefault(item_id, anyio.Event()).wait()
+        return self.updates.gated.get(item_id) if self.updates is not None else None
+
+    async def _stream(self) -> StopReason:
+        """Send the turn's updates until it ends; its stop reason."""
+        assert self.updates is not None
+        updates = self.updates
+        session = self.session
+        while True:
+            event = await session.seat.next_event()
+            if _turn_id_of(event) != self.turn_id:
+                continue
+            if event.kind in TERMINAL:
+                return await self._finish(event)
+            for update in _translate(updates, event):
+                await session.send(update)
+            item = getattr(event.params, "item", None)
+            # An approvalRequest item: its call's tool_call went out, the question may follow.
+            if (
+                event.kind == "item/completed"
+                and item is not None
+                and item.type == "approvalRequest"
+            ):
+                self._gates.setdefault(item.id, anyio.Event()).set()
+
+    async def _finish(self, event: Event) -> StopReason:
+        assert self.updates is not None and self.turn_id is not None
+        updates = self.updates
+        kind = event.kind
+        if kind == "turn/completed":
+            stop: StopReason = "end_turn"
+            why = "The turn ended before the call finished."
+        elif kind == "turn/cancelled":
+            stop, why = "cancelled", CANCELLED
+        else:
+            error = str(getattr(event.params, "error", "") or "the turn failed")
+            code = updates.failure_code or _failure_code(event)
+            why = f"Failed: {error}"
+            if self.cancelled:
+                stop = "cancelled"
+            elif code == "max_model_calls":
+                stop = "max_turn_requests"
+            else:
+                for update in updates.unfinished(why):
+                    await self.session.send(update)
+                raise request_error(INTERNAL_ERROR, error, code=code, turnId=self.turn_id)
+        for update in updates.unfinished(why):
+            await self.session.send(update)
+        return "cancelled" if self.cancelled else stop
+
+
+def _turn_id_of(event: Event) -> str | None:
+    params = event.params
+    turn = getattr(params, "turn", None)
+    if turn is not None:
+        return str(turn.id)
+    turn_id = getattr(params, "turn_id", None)
+    return str(turn_id) if turn_id is not None else None
+
+
+def _translate(updates: TurnUpdates, event: Event) -> list[Any]:
+    params = event.params
+    kind = event.kind
+    if kind in DELTAS:
+        return updates.delta(
+            kind, str(getattr(params, "item_id", "")), str(getattr(params, "delta", ""))
+        )
+    item = getattr(params, "item", None)
+    if item is None:
+        return []
+    if kind == "item/started":
+        return updates.started(item.type, item.id, item.payload)
+    if kind == "item/completed":
+        return updates.completed(item.type, item.id, item.payload)
+    return []
+
+
+def _failure_code(event: Event) -> str | None:
+    turn = getattr(event.params, "turn", None)
+    for item in reversed(getattr(turn, "items", None) or []):
+        if item.type == "error" and item.payload.get("fatal"):
+            return str(item.payload.get("code") or "") or None
+    return None
