@@ -35,15 +35,7 @@ from __future__ import annotations
 import argparse
 from typing import IO, Any
 
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return number
+from appserver.faces.common import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("acp")
     group.add_argument(
         "--max-turn-requests",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help=(
             "model calls per prompt (default 32); past it the prompt ends with "

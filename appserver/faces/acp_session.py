@@ -253,11 +253,10 @@ class PromptRun:
             await self._interrupt()
 
     async def _interrupt(self) -> None:
-        from appserver.runtime.errors import Refusal
+        from appserver.faces.common import interrupt_quietly
 
         assert self.turn_id is not None
-        with contextlib.suppress(Refusal):  # it ended meanwhile
-            await self.session.agent.runtime.turns.interrupt(self.session.id, self.turn_id)
+        await interrupt_quietly(self.session.agent.runtime, self.session.id, self.turn_id)
 
     async def gated_call(self, item_id: str) -> Tool | None:
         """The call an ``approvalRequest`` item gates, once its updates went out."""

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import uuid
@@ -37,6 +36,7 @@ from appserver.faces.codeswarm_wire import (
     parse_launch,
     swarm_id_of,
 )
+from appserver.faces.common import interrupt_quietly
 from appserver.faces.seat import Seat
 from appserver.protocol.ids import now_iso
 from appserver.protocol.threads import Item, TokenUsage
@@ -555,8 +555,7 @@ class Router:
     async def _interrupt(self, node: Node) -> None:
         if node.thread_id is None or node.turn_id is None:
             return
-        with contextlib.suppress(Refusal):  # it ended meanwhile
-            await self.runtime.turns.interrupt(node.thread_id, node.turn_id)
+        await interrupt_quietly(self.runtime, node.thread_id, node.turn_id)
 
     async def _relay(self, seat: Seat, injection: Injection) -> None:
         """Translate the turn's events until its terminal one."""

@@ -8,15 +8,14 @@ Qwen Code). ``/compress`` asks for a compaction turn.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+
+from appserver.faces.common import decode_base64, store_image
 
 COMPACT_COMMANDS = ("/compress", "/compact")
 Frame = dict[str, Any]
@@ -81,25 +80,11 @@ async def user_job(frame: Frame, workspace: Path) -> Job:
 
 async def save_image(source: Frame, where: str, workspace: Path) -> str:
     """Store a base64 image under .craft/attachments/images/<sha256>.<ext>."""
-    from appserver.runtime.inputs import sniff_image
-
     data = source.get("data")
     if source.get("type") != "base64" or not isinstance(data, str):
         raise ValueError(f"{where}: an image needs a 'base64' or a 'url' source")
     try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"{where}: the image data is not valid base64") from None
-    sniffed = sniff_image(raw)
-    if sniffed is None:
-        raise ValueError(f"{where} is not a PNG, JPEG, GIF or WebP image")
-    path = workspace / ".craft" / "attachments" / "images"
-    path = path / f"{hashlib.sha256(raw).hexdigest()}.{sniffed[1]}"
-    if not path.exists():
-        await anyio.to_thread.run_sync(_write_file, path, raw)
-    return str(path)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
+        path, _ = await store_image(workspace, decode_base64(data))
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    return path

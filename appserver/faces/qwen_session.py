@@ -10,7 +10,6 @@ each, in order; ``control_request``s are answered at once.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import time
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from appserver.faces.common import interrupt_quietly, session_thread
 from appserver.faces.qwen_control import SLASH_COMMANDS, ControlRequests
 from appserver.faces.qwen_input import Job, text_job, user_job
 from appserver.faces.qwen_output import Output, make_output, system_message
@@ -189,54 +189,32 @@ class Session:
 
     async def thread(self) -> str:
         """The session's thread (found, or made and bound on first use)."""
-        from appserver.protocol.ids import now_iso
-        from appserver.runtime.errors import ThreadNotFound
         from appserver.runtime.threads import NewThread
 
-        threads = self.runtime.threads
         if self.thread_id is not None:
             return self.thread_id
-        thread_id = await self.faces.thread_of(FACE, self.session_id)
-        if thread_id is not None:
-            try:
-                thread = await threads.get(thread_id)
-            except ThreadNotFound:
-                thread_id = None
-            else:
-                if thread.status == "archived":
-                    thread_id = None  # archived by a user: the session starts afresh
-                else:
-                    if thread.status == "paused":
-                        await threads.resume(thread.id, self.seat)
-                    config = dict(thread.configuration or {})
-                    wanted = {**config, "approvalPolicy": self.policy()}
-                    if self.model:
-                        wanted["model"] = self.model
-                    if wanted != config:
-                        await threads.configure(thread.id, wanted)
-        if thread_id is None:
-            fresh: Frame = {"approvalPolicy": self.policy()}
-            if self.model:
-                fresh["model"] = self.model
-            record = await threads.create(
-                NewThread(
-                    user_id=USER_ID,
-                    channel_name=FACE,
-                    channel_context=self.session_id,
-                    display_name=f"qwen session {self.session_id}"[:200],
-                    configuration=fresh,
-                )
-            )
-            thread_id = record.id
-            await self.faces.bind(FACE, self.session_id, thread_id, now_iso())
-        self.thread_id = thread_id
-        return thread_id
+        settings: Frame = {"approvalPolicy": self.policy()}
+        if self.model:
+            settings["model"] = self.model
+        self.thread_id = await session_thread(
+            self.runtime,
+            self.faces,
+            FACE,
+            self.session_id,
+            self.seat,
+            settings,
+            NewThread(
+                user_id=USER_ID,
+                channel_name=FACE,
+                channel_context=self.session_id,
+                display_name=f"qwen session {self.session_id}"[:200],
+                configuration=dict(settings),
+            ),
+        )
+        return self.thread_id
 
     async def interrupt_turn(self, thread_id: str, turn_id: str) -> None:
-        from appserver.runtime.errors import Refusal
-
-        with contextlib.suppress(Refusal):  # it ended meanwhile
-            await self.runtime.turns.interrupt(thread_id, turn_id)
+        await interrupt_quietly(self.runtime, thread_id, turn_id)
 
     async def configure(self, **changes: Any) -> None:
         if self.thread_id is None:
@@ -468,8 +446,3 @@ def _version() -> str:
     from appserver import __version__
 
     return __version__
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)

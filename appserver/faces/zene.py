@@ -24,7 +24,6 @@ and 4 the request that was read is still answered on stdout.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import logging
@@ -34,6 +33,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
+
+from appserver.faces.common import interrupt_quietly, session_thread
 
 if TYPE_CHECKING:
     from appserver.faces.seat import Seat
@@ -374,48 +375,30 @@ class Conversations:
 
     async def _thread(self, request: Request, seat: Seat) -> str:
         """The session's thread (made and bound on first use, or when gone)."""
-        from appserver.runtime.errors import ThreadNotFound
+        from appserver.runtime.threads import NewThread
 
-        threads = self.runtime.threads
-        thread_id = await self.faces.thread_of(FACE, request.session_id)
-        if thread_id is not None:
-            try:
-                thread = await threads.get(thread_id)
-            except ThreadNotFound:
-                thread_id = None
-            else:
-                if thread.status == "archived":
-                    thread_id = None  # archived by a user: the session starts afresh
-                else:
-                    if thread.status == "paused":
-                        await threads.resume(thread.id, seat)
-                    config = dict(thread.configuration or {})
-                    policy = self.approval_policy
-                    if policy is not None and config.get("approvalPolicy") != policy:
-                        await threads.configure(thread.id, {**config, "approvalPolicy": policy})
-        if thread_id is None:
-            from appserver.protocol.ids import now_iso
-            from appserver.runtime.threads import NewThread
-
-            policy = self.approval_policy
-            record = await threads.create(
-                NewThread(
-                    user_id=request.session_id,
-                    channel_name=FACE,
-                    channel_context=request.channel_id,
-                    display_name=f"zene session {request.session_id}"[:200],
-                    configuration={"approvalPolicy": policy} if policy else None,
-                )
-            )
-            thread_id = record.id
-            await self.faces.bind(FACE, request.session_id, thread_id, now_iso())
-        return thread_id
+        policy = self.approval_policy
+        return await session_thread(
+            self.runtime,
+            self.faces,
+            FACE,
+            request.session_id,
+            seat,
+            {"approvalPolicy": policy} if policy is not None else {},
+            NewThread(
+                user_id=request.session_id,
+                channel_name=FACE,
+                channel_context=request.channel_id,
+                display_name=f"zene session {request.session_id}"[:200],
+                configuration={"approvalPolicy": policy} if policy else None,
+            ),
+        )
 
     async def _run(self, request: Request, thread_id: str, seat: Seat) -> dict[str, Any]:
         import anyio
 
         from appserver.protocol.turns import TextPart
-        from appserver.runtime.errors import Refusal, TurnInProgress
+        from appserver.runtime.errors import TurnInProgress
 
         runtime = self.runtime
         await runtime.threads.subscribe(thread_id, seat)
@@ -438,8 +421,7 @@ class Conversations:
                 terminal = await _terminal(seat, turn_id)
             if terminal is None:
                 if turn_id is not None:
-                    with contextlib.suppress(Refusal):  # it ended meanwhile
-                        await runtime.turns.interrupt(thread_id, turn_id)
+                    await interrupt_quietly(runtime, thread_id, turn_id)
                     with anyio.move_on_after(INTERRUPT_GRACE):
                         await _terminal(seat, turn_id)
                 return failure(

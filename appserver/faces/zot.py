@@ -37,11 +37,7 @@ subscription); turns other clients run on the thread are not reported.
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
-import contextlib
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -53,6 +49,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import anyio
+
+from appserver.faces.common import decode_base64, interrupt_quietly, positive_int, store_image
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -98,16 +96,6 @@ Frame = dict[str, Any]
 # --- command line --------------------------------------------------------------------
 
 
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number <= 0:
-        raise argparse.ArgumentTypeError("must be a positive integer")
-    return number
-
-
 def _tool_list(value: str) -> list[str]:
     from appserver.tools.registry import default_tools
 
@@ -147,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--max-steps",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="model calls per prompt before it fails (default 32)",
     )
@@ -467,14 +455,11 @@ class Session:
 
     async def _save_images(self, images: Any) -> list[str]:
         """Decode ``images`` and store each under .craft/attachments/images/<sha256>.<ext>."""
-        from appserver.runtime.inputs import sniff_image
-
         if images is None:
             return []
         if not isinstance(images, list):
             raise ValueError("'images' must be a list")
         paths: list[str] = []
-        folder = self.workspace / ".craft" / "attachments" / "images"
         for index, image in enumerate(images):
             where = f"images[{index}]"
             if not isinstance(image, dict):
@@ -486,16 +471,10 @@ class Session:
             if not isinstance(data, str):
                 raise ValueError(f"{where}.data must be base64 text")
             try:
-                raw = base64.b64decode(data, validate=True)
-            except (binascii.Error, ValueError):
-                raise ValueError(f"{where}.data is not valid base64") from None
-            sniffed = sniff_image(raw)
-            if sniffed is None:
-                raise ValueError(f"{where} is not a PNG, JPEG, GIF or WebP image")
-            path = folder / f"{hashlib.sha256(raw).hexdigest()}.{sniffed[1]}"
-            if not path.exists():
-                await anyio.to_thread.run_sync(_write_file, path, raw)
-            paths.append(str(path))
+                path, _ = await store_image(self.workspace, decode_base64(data))
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+            paths.append(path)
         return paths
 
     async def _compact(self, request_id: str | None, frame: Frame) -> None:
@@ -524,10 +503,7 @@ class Session:
             await self._interrupt(job.thread_id, job.turn_id)
 
     async def _interrupt(self, thread_id: str, turn_id: str) -> None:
-        from appserver.runtime.errors import Refusal
-
-        with contextlib.suppress(Refusal):  # it ended meanwhile
-            await self.runtime.turns.interrupt(thread_id, turn_id)
+        await interrupt_quietly(self.runtime, thread_id, turn_id)
 
     async def _get_state(self, request_id: str | None, frame: Frame) -> None:
         messages = await self.transcript()
@@ -714,11 +690,6 @@ class Session:
         usage = Totals(input_tokens, output_tokens).wire()
         usage["cumulative"] = self.totals.wire()
         return usage
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
 
 
 # --- event translation -----------------------------------------------------------------

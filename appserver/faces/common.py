@@ -1,0 +1,117 @@
+"""Small pieces several faces need the same way: flag types, images sent as
+bytes, a conversation name's thread, interrupting a turn that may be ending.
+
+Imports stay light at the top (faces pay for every import on every start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import contextlib
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from appserver.runtime.events import Participant
+    from appserver.runtime.host import Runtime
+    from appserver.runtime.threads import NewThread
+    from appserver.storage.faces import FaceRepository
+
+IMAGES_DIR = Path(".craft") / "attachments" / "images"
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: an integer above zero."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number <= 0:
+        raise argparse.ArgumentTypeError("must be a positive integer")
+    return number
+
+
+def decode_base64(data: str) -> bytes:
+    """Strict base64 (``ValueError`` for anything else)."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("the data is not valid base64") from None
+
+
+async def store_image(workspace: Path, data: bytes) -> tuple[str, str]:
+    """Keep image bytes under ``<workspace>/.craft/attachments/images/<sha256>.<ext>``
+    (inside the workspace, so a ``localImage`` input may read them); returns
+    ``(path, media_type)``. ``ValueError`` for anything but a PNG, JPEG, GIF or
+    WebP image within the size cap."""
+    import anyio
+
+    from appserver.runtime.inputs import MAX_IMAGE_BYTES, sniff_image
+
+    if len(data) > MAX_IMAGE_BYTES:
+        raise ValueError(f"images are limited to {MAX_IMAGE_BYTES} bytes")
+    sniffed = sniff_image(data)
+    if sniffed is None:
+        raise ValueError("not a PNG, JPEG, GIF or WebP image")
+    path = workspace / IMAGES_DIR / f"{hashlib.sha256(data).hexdigest()}.{sniffed[1]}"
+    if not path.exists():
+        await anyio.to_thread.run_sync(_write_file, path, data)
+    return str(path), sniffed[0]
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+async def interrupt_quietly(runtime: Runtime, thread_id: str, turn_id: str) -> None:
+    """Interrupt the turn; one that ended meanwhile is fine."""
+    from appserver.runtime.errors import Refusal
+
+    with contextlib.suppress(Refusal):
+        await runtime.turns.interrupt(thread_id, turn_id)
+
+
+async def session_thread(
+    runtime: Runtime,
+    faces: FaceRepository,
+    face: str,
+    key: str,
+    participant: Participant,
+    settings: dict[str, Any],
+    new: NewThread,
+) -> str:
+    """The thread a face's conversation ``key`` maps to.
+
+    A thread someone deleted or archived is replaced by a fresh one (``new``,
+    then bound to ``key``); a paused one is resumed. ``settings`` (e.g.
+    ``approvalPolicy``, ``model``) are applied to an existing thread's
+    configuration where they differ.
+    """
+    from appserver.protocol.ids import now_iso
+    from appserver.runtime.errors import ThreadNotFound
+
+    threads = runtime.threads
+    thread_id = await faces.thread_of(face, key)
+    if thread_id is not None:
+        try:
+            thread = await threads.get(thread_id)
+        except ThreadNotFound:
+            thread_id = None
+        else:
+            if thread.status == "archived":
+                thread_id = None  # archived by a user: the conversation starts afresh
+            else:
+                if thread.status == "paused":
+                    await threads.resume(thread.id, participant)
+                config = dict(thread.configuration or {})
+                wanted = {**config, **settings}
+                if wanted != config:
+                    await threads.configure(thread.id, wanted)
+    if thread_id is None:
+        thread_id = (await threads.create(new)).id
+        await faces.bind(face, key, thread_id, now_iso())
+    return thread_id
