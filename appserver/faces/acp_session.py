@@ -21,6 +21,7 @@ from acp.schema import DeniedOutcome, PermissionOption, PromptResponse, StopReas
 from pydantic import ValidationError
 
 from appserver.faces.acp_events import CANCELLED, Tool, TurnUpdates, text_content
+from appserver.faces.common import turn_id_of
 from appserver.faces.seat import Seat
 from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.events import QuestionRefused, QuestionUnanswered
@@ -270,7 +271,7 @@ class PromptRun:
         session = self.session
         while True:
             event = await session.seat.next_event()
-            if _turn_id_of(event) != self.turn_id:
+            if turn_id_of(event) != self.turn_id:
                 continue
             if event.kind in TERMINAL:
                 return await self._finish(event)
@@ -309,15 +310,6 @@ class PromptRun:
         for update in updates.unfinished(why):
             await self.session.send(update)
         return "cancelled" if self.cancelled else stop
-
-
-def _turn_id_of(event: Event) -> str | None:
-    params = event.params
-    turn = getattr(params, "turn", None)
-    if turn is not None:
-        return str(turn.id)
-    turn_id = getattr(params, "turn_id", None)
-    return str(turn_id) if turn_id is not None else None
 
 
 def _translate(updates: TurnUpdates, event: Event) -> list[Any]:

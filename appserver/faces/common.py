@@ -15,12 +15,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from appserver.runtime.events import Participant
+    from appserver.runtime.events import Event, Participant
     from appserver.runtime.host import Runtime
     from appserver.runtime.threads import NewThread
     from appserver.storage.faces import FaceRepository
 
 IMAGES_DIR = Path(".craft") / "attachments" / "images"
+
+
+def system_prompt(base: str, replace: str | None, append: list[str] | None) -> str:
+    """The agent's system prompt after ``--system-prompt`` (replaces ``base``)
+    and ``--append-system-prompt`` (each appended, in order)."""
+    prompt = base if replace is None else replace
+    return "\n\n".join(part for part in [prompt, *(append or [])] if part)
+
+
+def turn_id_of(event: Event) -> str | None:
+    """The turn a runtime event is about (``None`` for thread-level events)."""
+    params = event.params
+    turn = getattr(params, "turn", None)
+    if turn is not None:
+        return str(turn.id)
+    turn_id = getattr(params, "turn_id", None)
+    return str(turn_id) if turn_id is not None else None
 
 
 def positive_int(value: str) -> int:

@@ -124,14 +124,13 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
     from appserver.tools.registry import default_tools
 
     options.lock_wait = max(options.lock_wait, LOCK_WAIT)
-    changes: dict[str, Any] = {}
-    prompt = options.engine.system_prompt
-    if args.system_prompt is not None:
-        prompt = changes["system_prompt"] = args.system_prompt
-    if args.append_system_prompt:
-        changes["system_prompt"] = "\n\n".join(
-            part for part in [prompt, *args.append_system_prompt] if part
+    from appserver.faces.common import system_prompt
+
+    changes: dict[str, Any] = {
+        "system_prompt": system_prompt(
+            options.engine.system_prompt, args.system_prompt, args.append_system_prompt
         )
+    }
     if args.max_session_turns is not None and args.max_session_turns > 0:
         changes["max_model_calls"] = args.max_session_turns
     if changes:

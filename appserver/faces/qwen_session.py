@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.faces.common import interrupt_quietly, session_thread
+from appserver.faces.common import interrupt_quietly, session_thread, turn_id_of
 from appserver.faces.qwen_control import SLASH_COMMANDS, ControlRequests
 from appserver.faces.qwen_input import Job, text_job, user_job
 from appserver.faces.qwen_output import Output, make_output, system_message
 from appserver.faces.qwen_rules import ToolRules, thread_policy
 from appserver.faces.qwen_seat import Control, QwenSeat
-from appserver.faces.qwen_turn import TERMINAL, TurnStream, turn_id_of
+from appserver.faces.qwen_turn import TERMINAL, TurnStream
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream

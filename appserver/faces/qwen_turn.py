@@ -49,15 +49,6 @@ class Draft:
     open_index: int | None = None  # a text/thinking block not yet stopped
 
 
-def turn_id_of(event: Event) -> str | None:
-    params = event.params
-    turn = getattr(params, "turn", None)
-    if turn is not None:
-        return str(turn.id)
-    turn_id = getattr(params, "turn_id", None)
-    return str(turn_id) if turn_id is not None else None
-
-
 class TurnStream:
     """Translates the events of one turn for ``out``."""
 

@@ -50,7 +50,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.faces.common import decode_base64, interrupt_quietly, positive_int, store_image
+from appserver.faces.common import (
+    decode_base64,
+    interrupt_quietly,
+    positive_int,
+    store_image,
+    system_prompt,
+    turn_id_of,
+)
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -161,14 +168,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def configure(args: argparse.Namespace, options: Any) -> None:
     """Apply this face's flags to the host options (before the host opens)."""
-    changes: dict[str, Any] = {}
-    prompt = options.engine.system_prompt
-    if args.system_prompt is not None:
-        prompt = changes["system_prompt"] = args.system_prompt
-    if args.append_system_prompt:
-        changes["system_prompt"] = "\n\n".join(
-            part for part in [prompt, *args.append_system_prompt] if part
+    changes: dict[str, Any] = {
+        "system_prompt": system_prompt(
+            options.engine.system_prompt, args.system_prompt, args.append_system_prompt
         )
+    }
     if args.max_steps is not None:
         changes["max_model_calls"] = args.max_steps
     if changes:
@@ -699,15 +703,6 @@ def _item_of(event: Event) -> Any:
     return getattr(event.params, "item", None)
 
 
-def _turn_id_of(event: Event) -> str | None:
-    params = event.params
-    turn = getattr(params, "turn", None)
-    if turn is not None:
-        return str(turn.id)
-    turn_id = getattr(params, "turn_id", None)
-    return str(turn_id) if turn_id is not None else None
-
-
 class PromptStream:
     """Translates one prompt turn's runtime events into zot events."""
 
@@ -729,7 +724,7 @@ class PromptStream:
         seat = self.session.seat
         while True:
             event = await seat.next_event()
-            if _turn_id_of(event) != self.turn_id:
+            if turn_id_of(event) != self.turn_id:
                 continue
             if await self.handle(event):
                 return
@@ -898,7 +893,7 @@ class CompactStream:
         session = self.session
         while True:
             event = await session.seat.next_event()
-            if _turn_id_of(event) != self.turn_id:
+            if turn_id_of(event) != self.turn_id:
                 continue
             kind = event.kind
             item = _item_of(event)
