@@ -774,6 +774,37 @@ async def test_long_lived_mode_serves_sessions_concurrently_and_each_in_order(
     assert [status for _, status in session_turns(workspace, "a")] == ["completed", "completed"]
 
 
+async def test_waiting_behind_the_session_counts_towards_timeout_ms(workspace: Path) -> None:
+    """A request queued behind a slow one of its session times out on its own
+    clock, not after the slow one ends; the next one still keeps the order."""
+    slow = clawbridge_request("a", prompt="?stream 40\n?delay 100", request_id="a1")
+    queued = {**clawbridge_request("a", prompt="short", request_id="a2"), "timeout_ms": 300}
+    after = clawbridge_request("a", prompt="later", request_id="a3")
+    async with await open_long_lived(workspace, "--single-request", "false") as process:
+        host = LongLived(process)
+        await host.send(line(slow) + line(queued) + line(after))
+        first = await host.receive()
+        assert (first["request_id"], first["error_code"]) == ("a2", "TIMEOUT")
+        rest = [await host.receive() for _ in range(2)]
+        assert [r["request_id"] for r in rest] == ["a1", "a3"]
+        assert all(r["ok"] for r in rest)
+        assert await host.finish() == 0
+
+
+async def test_lone_surrogates_are_invalid_requests(workspace: Path) -> None:
+    async with await open_long_lived(workspace, "--single-request", "false") as process:
+        host = LongLived(process)
+        await host.send(
+            b'{"request_id":"x","session_id":"s","prompt":"\\ud800"}\n'
+            b'{"request_id":"y","session_id":"\\udfff","prompt":"hi"}\n'
+            + line(clawbridge_request(prompt="fine"))
+        )
+        for _ in range(2):
+            assert (await host.receive())["error_code"] == "INVALID_REQUEST"
+        assert (await host.receive())["text"] == "You said: fine"
+        assert await host.finish() == 0
+
+
 async def test_long_lived_process_holds_the_workspace(workspace: Path) -> None:
     """A one-shot process meanwhile waits its timeout out and answers TIMEOUT."""
     async with await open_long_lived(workspace) as process:

@@ -808,6 +808,22 @@ async def test_malformed_and_unknown_commands_are_answered_and_the_loop_goes_on(
         assert rest == [] and code == 0
 
 
+async def test_lone_surrogates_never_wedge_or_kill_the_process(workspace: Path) -> None:
+    """A "\\ud800" escape in an id is echoed escaped; in a prompt it is refused
+    (error, done) and the next prompt runs."""
+    async with zot(workspace) as proc:
+        await proc.send(b'{"type":"ping","id":"\\ud800"}\n')
+        pong = await proc.next()
+        assert pong["id"] == "\ud800" and pong["success"] is True
+        await proc.send(b'{"id":"s","type":"prompt","message":"\\ud800"}\n')
+        frames = [await proc.next() for _ in range(3)]
+        assert [f["type"] for f in frames] == ["response", "error", "done"]
+        assert "surrogate" in frames[1]["message"]
+        await proc.send({"id": "ok", "type": "prompt", "message": "fine"})
+        rest, code = await proc.finish()
+        assert code == 0 and "You said: fine" in text(rest)
+
+
 async def test_a_line_over_16_mib_is_refused_and_the_loop_goes_on(workspace: Path) -> None:
     async with zot(workspace) as proc:
         await proc.send(b'{"id":"big","type":"prompt","message":"' + b"x" * (16 << 20) + b'"}\n')

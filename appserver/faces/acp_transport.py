@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from appserver.protocol.encoding import finish
 from appserver.transport.base import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -45,7 +46,8 @@ Message = dict[str, Any]
 
 def encode(message: Message) -> str:
     """One message as one line of compact JSON (never fails: odd values become text)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str)
+    # finish(): a lone surrogate echoed from a peer's id is escaped, not fatal.
+    return finish(json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
 def error_reply(request_id: Any, code: int, message: str, detail: str) -> Message:

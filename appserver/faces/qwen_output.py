@@ -20,12 +20,13 @@ in every format.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from appserver.protocol.encoding import dumps
 
 Frame = dict[str, Any]
 Write = Callable[[list[str]], Awaitable[None]]
@@ -39,7 +40,7 @@ FINISH_REASONS = {
 
 
 def encode(frame: Any) -> str:
-    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+    return dumps(frame)  # one line, lone surrogates (echoed ids) escaped
 
 
 def system_message(session_id: str, subtype: str, **fields: Any) -> Frame:

@@ -242,11 +242,22 @@ def failure(
 
 
 def encode(message: dict[str, Any]) -> str:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    from appserver.protocol.encoding import dumps
+
+    return dumps(message)  # one line, lone surrogates (echoed ids) escaped
 
 
 def _string(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _is_text(value: str) -> bool:
+    """No lone surrogate (a JSON "\\ud800" escape), which is not text."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_request(line: str, received: float) -> Request:
@@ -281,6 +292,10 @@ def parse_request(line: str, received: float) -> Request:
         value = data.get(name)
         if value is not None and not isinstance(value, str):
             raise reject(f"field {name} must be a string")
+    for name in ("request_id", "session_id", "prompt", "channel_id", "agent", "idempotency_key"):
+        value = data.get(name)
+        if isinstance(value, str) and not _is_text(value):
+            raise reject(f"field {name} contains a lone UTF-16 surrogate")
         optional[name] = value.strip() if isinstance(value, str) and value.strip() else None
     timeout = data.get("timeout_ms")
     if timeout is None:
@@ -617,9 +632,23 @@ class ZeneFace:
             ) -> None:
                 try:
                     if previous is not None:
-                        await previous.wait()
+                        # Waiting behind the session's earlier requests counts
+                        # towards this one's timeout_ms.
+                        with anyio.move_on_after(request.remaining()):
+                            await previous.wait()
+                        if not previous.is_set():
+                            limit = f"{request.timeout_ms:g} ms"
+                            await self.write(
+                                failure(request, TIMEOUT, f"request exceeded timeout_ms ({limit})")
+                            )
+                            return
                     await self.write(await conversations.answer(request))
                 finally:
+                    if previous is not None and not previous.is_set():
+                        # Timed out while waiting: the next request of the
+                        # session still waits for the earlier ones.
+                        with anyio.CancelScope(shield=True):
+                            await previous.wait()
                     done.set()
                     if tails.get(request.session_id) is done:
                         del tails[request.session_id]

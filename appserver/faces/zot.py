@@ -301,7 +301,9 @@ class Session:
 
         if self._gone:
             return
-        line = json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+        from appserver.protocol.encoding import dumps
+
+        line = dumps(frame)  # surrogate-safe: an id may hold a lone surrogate
         async with self._write_lock:
             try:
                 await self.transport.send_batch([line])

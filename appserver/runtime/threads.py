@@ -22,7 +22,13 @@ from appserver.protocol.ids import new_thread_id, now_iso
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
-from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
+from appserver.runtime.errors import (
+    InvalidInput,
+    ThreadNotActive,
+    ThreadNotFound,
+    TurnInProgress,
+    reject_lone_surrogates,
+)
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
@@ -204,6 +210,15 @@ class Threads:
     async def create(self, spec: NewThread, *, announce: bool = True) -> ThreadRecord:
         """Make a thread and announce ``thread/started`` to everyone (unless
         ``announce`` is false: then call :meth:`announce_started`)."""
+        reject_lone_surrogates(
+            spec.user_id,
+            spec.channel_name,
+            spec.workspace_path,
+            spec.channel_context,
+            spec.display_name,
+            spec.configuration,
+            what="the thread's identity or configuration",
+        )
         now = now_iso()
         for _ in range(5):
             thread = ThreadRecord(

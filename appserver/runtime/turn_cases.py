@@ -12,7 +12,13 @@ from typing import Any
 from appserver.protocol import turns as W
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import Message
-from appserver.runtime.errors import InvalidInput, TurnInProgress, TurnNotFound, TurnNotRunning
+from appserver.runtime.errors import (
+    InvalidInput,
+    TurnInProgress,
+    TurnNotFound,
+    TurnNotRunning,
+    reject_lone_surrogates,
+)
 from appserver.runtime.events import Participant
 from appserver.runtime.inputs import InputMaterializer, Materialized
 from appserver.runtime.threads import Threads
@@ -63,6 +69,7 @@ class Turns:
         """
         thread = await self.threads.get_active(thread_id)
         self.materializer.reject_unsupported(parts)
+        reject_lone_surrogates(parts, sender, messages or [])
         if thread.history_mode == "client" and messages is None:
             raise InvalidInput(
                 f"Thread {thread.id} requires client-managed history, "
@@ -119,6 +126,7 @@ class Turns:
         and the whole queue."""
         thread = await self.threads.get_active(thread_id)
         self.materializer.reject_unsupported(parts)
+        reject_lone_surrogates(parts, sender)
         if thread.history_mode == "client":
             raise InvalidInput(
                 f"Thread {thread.id} uses client-managed history; send turn/start with messages."
