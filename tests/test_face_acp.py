@@ -760,6 +760,7 @@ async def test_bad_input_gets_json_rpc_errors_and_the_process_survives(workspace
         b'{"jsonrpc":"2.0","id":8,"method":"authenticate","params":{"methodId":"x"}}',
         b'{"jsonrpc":"2.0","id":9}',
         b"\xff\xfe not utf-8",
+        b'{"jsonrpc":"2.0","id":11,"method":"initialize","params":{"protocolVersion":1e999}}',
         b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"nope"}}',
         b"",
         b'{"jsonrpc":"2.0","id":"ok","method":"initialize","params":{"protocolVersion":1}}',
@@ -781,8 +782,9 @@ async def test_bad_input_gets_json_rpc_errors_and_the_process_survives(workspace
     frames = check_output(done.stdout, methods)
     errors = {f["id"]: f["error"]["code"] for f in frames if "error" in f and f["id"] is not None}
     null_errors = [f["error"]["code"] for f in frames if "error" in f and f["id"] is None]
-    # not JSON, not UTF-8; a batch (empty or not), a string, an object id.
-    assert sorted(null_errors) == [-32700, -32700, -32600, -32600, -32600, -32600]
+    # not JSON, not UTF-8, a number past a double (its id unreadable too); a batch
+    # (empty or not), a string, an object id.
+    assert sorted(null_errors) == [-32700, -32700, -32700, -32600, -32600, -32600, -32600]
     assert errors == {
         2: -32600,  # a method that is not a string
         3: -32600,  # jsonrpc 1.0

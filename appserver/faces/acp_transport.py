@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from typing import Any
 
 import anyio
@@ -58,6 +59,17 @@ def error_reply(request_id: Any, code: int, message: str, detail: str) -> Messag
     }
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return number
+
+
 def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
 
@@ -65,7 +77,9 @@ def _valid_id(value: Any) -> bool:
 def check(line: str) -> tuple[Message | None, Message | None]:
     """``(message for the connection, None)`` or ``(None, error reply or None)``."""
     try:
-        value = json.loads(line)
+        # Numbers past a double's range (1e999) would become inf and fail deep
+        # inside the schema models: refuse them as unparsable instead.
+        value = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, RecursionError) as exc:
         return None, error_reply(None, PARSE_ERROR, "Parse error", str(exc))
     if isinstance(value, list):
