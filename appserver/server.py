@@ -204,6 +204,11 @@ class AppServer:
                     for run in server.families.background:
                         tg.start_soon(_background, run)
                     server.ready = True
+                    # A provider whose SDK is heavy to load (openai) loads it
+                    # now, off the event loop, rather than in the first turn.
+                    warm = getattr(server.runtime.engine.provider, "warm", None)
+                    if warm is not None:
+                        tg.start_soon(_background, warm)
                     try:
                         yield server
                     finally:

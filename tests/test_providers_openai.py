@@ -475,3 +475,23 @@ async def test_tool_calls_without_index_are_told_apart_by_id(
         ToolCallDone(0, ToolCall("c1", "shell", {"command": "ls"})),
         ToolCallDone(1, ToolCall("c2", "read_file", {})),
     ]
+
+
+def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
+    """Start-up does not pay ~350 ms for `import openai`: building the provider
+    leaves it unimported; warm() or the first call loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, anyio\n"
+        "from appserver.providers import ProviderSettings, make_provider\n"
+        "provider = make_provider(ProviderSettings(provider='openai', api_key='k'))\n"
+        "print('openai' in sys.modules)\n"
+        "anyio.run(provider.warm)\n"
+        "print('openai' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]

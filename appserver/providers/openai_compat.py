@@ -25,19 +25,25 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-import openai
-from openai import AsyncOpenAI, omit
-from openai.types.chat import (
-    ChatCompletionChunk,
-    ChatCompletionMessageParam,
-    ChatCompletionToolUnionParam,
-)
+import anyio
+
+if TYPE_CHECKING:
+    # The SDK costs ~350 ms to import: it is loaded on the first model call
+    # (or by warm(), in the background), not when the server starts.
+    import openai
+    from openai import AsyncOpenAI
+    from openai.types.chat import (
+        ChatCompletionChunk,
+        ChatCompletionMessageParam,
+        ChatCompletionToolUnionParam,
+    )
 
 from appserver.providers._common import (
     ToolCallAssembler,
@@ -105,9 +111,21 @@ class OpenAIProvider:
         self.timeout = timeout
         self.max_retries = max_retries
         self._client: AsyncOpenAI | None = None
+        self._client_lock = threading.Lock()
+
+    async def warm(self) -> None:
+        """Import the SDK and build the client ahead of the first turn (off the
+        event loop), so a server answers ``initialize`` before paying for it."""
+        await anyio.to_thread.run_sync(self._get_client)
 
     def _get_client(self) -> AsyncOpenAI:
+        with self._client_lock:  # warm() builds it in a worker thread
+            return self._build_client()
+
+    def _build_client(self) -> AsyncOpenAI:
         if self._client is None:
+            from openai import AsyncOpenAI
+
             self._client = AsyncOpenAI(
                 api_key=self.api_key,
                 # Explicit, so the SDK does not consult OPENAI_BASE_URL behind our back.
@@ -141,6 +159,8 @@ class OpenAIProvider:
             yield ProviderError(kind, message)
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        from openai import omit
+
         client = self._get_client()
         tools = [_tool_param(t) for t in request.tools]
         # OpenAI's own API rejects ``max_tokens`` for reasoning models and wants
@@ -242,7 +262,7 @@ def to_chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
     if request.system:
         out.append({"role": "system", "content": request.system})
     out.extend(_chat_message(m) for m in request.messages)
-    return cast(list[ChatCompletionMessageParam], out)
+    return cast("list[ChatCompletionMessageParam]", out)
 
 
 def _chat_message(message: Message) -> dict[str, Any]:
@@ -300,6 +320,8 @@ def _tool_param(tool: ToolSpec) -> ChatCompletionToolUnionParam:
 
 def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
     """Map an exception from the SDK (or the network below it) to an error kind."""
+    import openai
+
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
         return "auth", _status_text(exc)
     if isinstance(exc, openai.RateLimitError):
