@@ -181,7 +181,8 @@ def face_command(args: argparse.Namespace) -> int:
     hide_secrets(token, getattr(args, "api_key", None))
     websocket = None
     if args.websocket is not None:
-        from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
+        from appserver.transport.base import ListenerError
+        from appserver.transport.websocket import ListenerOptions, check_options
 
         websocket = ListenerOptions(
             host=args.websocket.host, port=args.websocket.port or 0, token=token
@@ -399,7 +400,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from appserver.runtime.turns import EngineConfig
     from appserver.server import AppServer, ServerConfig, run
     from appserver.storage.lock import WorkspaceLocked
-    from appserver.transport.websocket import ListenerError, ListenerOptions, check_options
+    from appserver.transport.base import ListenerError
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -437,13 +438,15 @@ def serve_command(args: argparse.Namespace) -> int:
     )
     websocket = None
     if listen.host is not None:
+        # Imported only when listening: a stdio session never loads websockets.
+        from appserver.transport.websocket import ListenerOptions, check_options
+
         websocket = ListenerOptions(
             host=listen.host,
             port=listen.port or 0,
             token=token,
             allowed_origins=args.allow_origin,
         )
-    if websocket is not None:
         try:
             check_options(websocket)  # before the workspace is locked or touched
         except ListenerError as exc:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import anyio
-from websockets.asyncio.server import Server
 
 from appserver import __version__
 from appserver.providers import make_provider, resolve_settings
@@ -35,21 +34,17 @@ from appserver.tools.registry import ToolRegistry
 from appserver.transport.base import Transport
 from appserver.transport.memory import MemoryTransport, memory_pair
 from appserver.transport.stdio import StdioTransport
-from appserver.transport.websocket import (
-    WS_PATH,
-    ListenerOptions,
-    WebSocketTransport,
-    bound_port,
-    start_listener,
-)
 
 if TYPE_CHECKING:
+    from websockets.asyncio.server import Server
+
     from appserver.cron.heartbeat import HeartbeatService
     from appserver.cron.service import CronService
     from appserver.services.commands.service import CommandsService
     from appserver.services.mcp.service import McpService
     from appserver.services.plugins.service import PluginService
     from appserver.services.skills.service import SkillsService
+    from appserver.transport.websocket import ListenerOptions, WebSocketTransport
 
 log = logging.getLogger("appserver.server")
 
@@ -269,6 +264,8 @@ class AppServer:
     @asynccontextmanager
     async def listen_websocket(self, options: ListenerOptions) -> AsyncIterator[Server]:
         """Accept WebSocket clients while the context is open."""
+        # Imported here: a stdio-only server never loads the WebSocket library.
+        from appserver.transport.websocket import WS_PATH, bound_port, start_listener
 
         async def on_connection(transport: WebSocketTransport) -> None:
             await self.serve_transport(transport)

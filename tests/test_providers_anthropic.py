@@ -228,7 +228,9 @@ async def test_request_timeout_is_a_timeout(fake: FakeModelServer) -> None:
 
 async def test_stall_mid_stream_is_a_timeout_after_the_deltas(fake: FakeModelServer) -> None:
     # The SDK lets the raw httpx2 ReadTimeout escape here; it must still be mapped.
-    p = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=0, timeout=0.2)
+    # 1 s, not less: on a loaded 2-core machine the first deltas can take longer
+    # than a tighter read timeout, which then fires before them.
+    p = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=0, timeout=1.0)
     reply = anthropic_stream([Text(["a", "b"])])
     reply.stall_after = 4  # message_start, ping, content_block_start, "a"
     fake.script(MESSAGES, reply)

@@ -290,7 +290,9 @@ async def test_request_timeout_is_a_timeout(fake: FakeModelServer) -> None:
 
 
 async def test_stall_mid_stream_is_a_timeout_after_the_deltas(fake: FakeModelServer) -> None:
-    p = OpenAIProvider(api_key="k", base_url=fake.openai_base_url, max_retries=0, timeout=0.2)
+    # 1 s, not less: on a loaded machine the first deltas can take longer than a
+    # tighter read timeout, which then fires before them.
+    p = OpenAIProvider(api_key="k", base_url=fake.openai_base_url, max_retries=0, timeout=1.0)
     reply = openai_text_reply(["a", "b", "c"])
     reply.stall_after = 3  # role chunk, "a", "b"
     fake.script(CHAT, reply)

@@ -19,7 +19,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from appserver.server import AppServer, ServerConfig
 from appserver.storage.lock import WorkspaceLock
-from appserver.transport.websocket import ListenerError, ListenerOptions, is_loopback
+from appserver.transport.base import ListenerError
+from appserver.transport.websocket import ListenerOptions, is_loopback
 from tests.support.client import RpcClient
 from tests.support.helpers import IDENTITY
 from tests.support.servers import WsStream, child_env

@@ -54,3 +54,8 @@ class Transport(Protocol):
         ...
 
     async def close(self, code: int = 1000, reason: str = "") -> None: ...
+
+
+class ListenerError(Exception):
+    """A listener refuses to start with these options (defined here, light to
+    import, so a command can catch it without loading the WebSocket library)."""

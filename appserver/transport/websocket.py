@@ -29,7 +29,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
-from appserver.transport.base import INVALID_REQUEST, FrameRejected, TransportClosed
+from appserver.transport.base import (
+    INVALID_REQUEST,
+    FrameRejected,
+    ListenerError,
+    TransportClosed,
+)
 
 log = logging.getLogger("appserver.websocket")
 
@@ -121,10 +126,6 @@ class ListenerOptions:
     ping_interval: float = 30.0
     ping_timeout: float = 10.0
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT
-
-
-class ListenerError(Exception):
-    """The listener refuses to start with these options."""
 
 
 def _json_response(
