@@ -30,9 +30,9 @@ from appserver.providers import ProviderSettings, make_provider, resolve_setting
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
-from appserver.storage.db import Database
+from appserver.storage.db import locked_database
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.workspace_config import load_workspace_config, lookup
+from appserver.storage.workspace_config import default_approval_policy, load_workspace_config
 from appserver.tools.registry import ToolRegistry, default_tools
 
 if TYPE_CHECKING:
@@ -110,38 +110,26 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
         return
     lock = WorkspaceLock(options.craft_dir / "appserver.lock")
     info = {"workspacePath": str(options.workspace), "version": __version__}
-    await anyio.to_thread.run_sync(lock.acquire, info, options.lock_wait)
-    try:
-        db = await Database.open(options.craft_dir / "appserver.db")
-        try:
-            workspace_config = load_workspace_config(options.craft_dir)
-
-            def default_policy() -> str:
-                policy = lookup(workspace_config, "Permissions", "DefaultApprovalPolicy")
-                return policy if policy in ("default", "autoApprove") else "default"
-
-            runtime = Runtime(
-                db,
-                options.workspace,
-                provider,
-                config=options.engine,
-                tools=tools,
-                attachments=options.craft_dir / "attachments" / "images",
-                default_approval_policy=default_policy,
-            )
-            async with anyio.create_task_group() as tg:
-                await tg.start(runtime.run)
-                try:
-                    yield runtime
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await runtime.shutdown()
-                    tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await db.close()
-    finally:
-        lock.release()
+    database = options.craft_dir / "appserver.db"
+    async with locked_database(lock, database, info, options.lock_wait) as db:
+        workspace_config = load_workspace_config(options.craft_dir)
+        runtime = Runtime(
+            db,
+            options.workspace,
+            provider,
+            config=options.engine,
+            tools=tools,
+            attachments=options.craft_dir / "attachments" / "images",
+            default_approval_policy=lambda: default_approval_policy(workspace_config),
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(runtime.run)
+            try:
+                yield runtime
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await runtime.shutdown()
+                tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -27,9 +27,12 @@ from appserver.services.families import FAMILIES
 from appserver.services.router import Router
 from appserver.services.threads import ThreadService
 from appserver.services.turns import TurnService
-from appserver.storage.db import Database
+from appserver.storage.db import Database, locked_database
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.workspace_config import load_workspace_config, lookup
+from appserver.storage.workspace_config import (
+    default_approval_policy,
+    load_workspace_config,
+)
 from appserver.tools.registry import ToolRegistry
 from appserver.transport.base import Transport
 from appserver.transport.memory import MemoryTransport, memory_pair
@@ -173,8 +176,8 @@ class AppServer:
         return self.families.heartbeat
 
     def _default_approval_policy(self) -> str:
-        policy = lookup(self.workspace_config, "Permissions", "DefaultApprovalPolicy")
-        return policy if policy in ("default", "autoApprove") else "default"
+        # Read on each use: workspace/config/update may replace the config.
+        return default_approval_policy(self.workspace_config)
 
     @classmethod
     @asynccontextmanager
@@ -189,32 +192,24 @@ class AppServer:
         config.workspace = config.workspace.resolve()
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
         info = {"workspacePath": str(config.workspace), "version": __version__}
-        await anyio.to_thread.run_sync(lock.acquire, info, lock_wait)
-        try:
-            db = await Database.open(config.database_path)
-            try:
-                server = cls(config, db, lock, tools)
-                async with anyio.create_task_group() as tg:
-                    await tg.start(server.runtime.run)
-                    for run in server.families.background:
-                        tg.start_soon(_background, run)
-                    server.ready = True
-                    # A provider whose SDK is heavy to load (openai) loads it
-                    # now, off the event loop, rather than in the first turn.
-                    warm = getattr(server.runtime.engine.provider, "warm", None)
-                    if warm is not None:
-                        tg.start_soon(_background, warm)
-                    try:
-                        yield server
-                    finally:
-                        with anyio.CancelScope(shield=True):
-                            await server.drain()
-                        tg.cancel_scope.cancel()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await db.close()
-        finally:
-            lock.release()
+        async with locked_database(lock, config.database_path, info, lock_wait) as db:
+            server = cls(config, db, lock, tools)
+            async with anyio.create_task_group() as tg:
+                await tg.start(server.runtime.run)
+                for run in server.families.background:
+                    tg.start_soon(_background, run)
+                server.ready = True
+                # A provider whose SDK is heavy to load (openai) loads it
+                # now, off the event loop, rather than in the first turn.
+                warm = getattr(server.runtime.engine.provider, "warm", None)
+                if warm is not None:
+                    tg.start_soon(_background, warm)
+                try:
+                    yield server
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await server.drain()
+                    tg.cancel_scope.cancel()
 
     async def drain(self) -> None:
         """Cancel running turns, then close every connection once its queued

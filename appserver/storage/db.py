@@ -15,6 +15,8 @@ from typing import Any
 import aiosqlite
 import anyio
 
+from appserver.storage.lock import WorkspaceLock
+
 log = logging.getLogger("appserver.storage")
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -155,3 +157,21 @@ def _split_sql(script: str) -> list[str]:
     """Split a migration into statements (no semicolons inside literals there)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
     return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
+
+
+@asynccontextmanager
+async def locked_database(
+    lock: WorkspaceLock, path: Path, info: dict[str, Any], lock_wait: float = 0.0
+) -> AsyncIterator[Database]:
+    """Take the workspace ``lock`` (waiting up to ``lock_wait`` seconds, off the
+    event loop), open the database at ``path``; close and release on exit."""
+    await anyio.to_thread.run_sync(lock.acquire, info, lock_wait)
+    try:
+        db = await Database.open(path)
+        try:
+            yield db
+        finally:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+    finally:
+        lock.release()

@@ -23,6 +23,12 @@ def load_workspace_config(craft_dir: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def default_approval_policy(config: dict[str, Any]) -> str:
+    """``Permissions.DefaultApprovalPolicy`` if it is one we know, else ``default``."""
+    policy = lookup(config, "Permissions", "DefaultApprovalPolicy")
+    return policy if policy in ("default", "autoApprove") else "default"
+
+
 def lookup(config: dict[str, Any], *path: str) -> Any:
     """Case-insensitive nested lookup (DotCraft matches keys case-insensitively)."""
     node: Any = config
