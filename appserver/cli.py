@@ -221,7 +221,10 @@ def face_command(args: argparse.Namespace) -> int:
     return code
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``appserver`` parser. ``command``: the subcommand being run, when
+    known; then only that face's module is imported for its options (the
+    others are listed by name and summary, which is all ``--help`` shows)."""
     parser = argparse.ArgumentParser(
         prog="appserver",
         description="JSON-RPC 2.0 AppServer hosting an AI coding agent.",
@@ -329,11 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="stderr log level (default: info, or $APPSERVER_LOG_LEVEL)",
     )
-    for command, module, summary in FACES:
-        face = commands.add_parser(command, help=summary, description=summary)
-        add_face_options(face)
-        face_module(module).add_arguments(face)
+    for name, module, summary in FACES:
+        face = commands.add_parser(name, help=summary, description=summary)
         face.set_defaults(face=module)
+        if command is None or command == name:
+            add_face_options(face)
+            face_module(module).add_arguments(face)
     schema = commands.add_parser(
         "schema",
         help="write the protocol's JSON Schema",
@@ -381,7 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if is_qwen_invocation(arguments):
         return qwen_command(arguments)
-    parser = build_parser()
+    chosen = next((word for word in arguments if not word.startswith("-")), "")
+    parser = build_parser(chosen)
     args = parser.parse_args(arguments)
     if args.command == "schema":
         return schema_command(args.out, args.check, args.reference)

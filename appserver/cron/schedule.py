@@ -33,8 +33,6 @@ from datetime import time as wall_time
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, CroniterBadDateError, croniter
-
 from appserver.protocol.cron import schedule_range_error
 from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_NAME_CHARS
 
@@ -168,6 +166,9 @@ def _cron(schedule: Schedule, now_ms: int) -> Schedule:
             "expr",
             f"must have 5 fields (minute hour day-of-month month day-of-week), got {len(fields)}",
         )
+    # Imported here: a session that schedules no cron job never loads croniter (and dateutil).
+    from croniter import CroniterBadCronError, CroniterBadDateError, croniter
+
     if any(field.upper().startswith("H") for field in fields) or not croniter.is_valid(expr):
         raise ScheduleError("expr", f"'{expr}' is not a valid cron expression")
     checked = replace(schedule, expr=" ".join(fields), tz=check_time_zone(schedule.tz))
@@ -215,6 +216,8 @@ def next_run(schedule: Schedule, now_ms: int) -> int:
     if schedule.kind == "daily":
         return _next_daily(schedule, now, now_ms)
     assert schedule.expr is not None
+    from croniter import croniter
+
     found = croniter(schedule.expr, now).get_next(datetime)
     return _ms(found)
 

@@ -19,6 +19,7 @@ declaration is validated like ``mcp/upsert``; a bad one is skipped with an
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -34,9 +35,16 @@ from appserver.services.mcp.effective import PluginServerDeclaration
 from appserver.services.plugins.manifest import Manifest, field_of
 
 _ALIASES = {"arguments": "args", "environmentvariables": "env", "headers": "httpHeaders"}
-_FIELDS = {
-    name.lower(): name for name in McpServerConfig.model_json_schema(by_alias=True)["properties"]
-}
+
+
+@functools.cache
+def _fields() -> dict[str, str]:
+    """Lower-cased wire name -> wire name of every server config field (built
+    on first use: the schema costs milliseconds every start-up otherwise)."""
+    schema = McpServerConfig.model_json_schema(by_alias=True)
+    return {name.lower(): name for name in schema["properties"]}
+
+
 _OUTPUT_ONLY = ("origin", "readOnly", "name")
 
 
@@ -117,7 +125,7 @@ def _config(
     fields: dict[str, Any] = {}
     for key, value in body.items():
         lowered = key.lower()
-        canonical = _ALIASES.get(lowered) or _FIELDS.get(lowered)
+        canonical = _ALIASES.get(lowered) or _fields().get(lowered)
         if canonical is not None and canonical not in _OUTPUT_ONLY:
             fields[canonical] = _substitute(value, substitutions)
     config = normalise(

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
-import yaml
 from pydantic import BaseModel
 
 from appserver import __version__
@@ -367,6 +366,8 @@ def _read_skills(skills_dir: Path, enabled: bool) -> list[P.PluginSkill]:
         text = skill_file.read_text("utf-8", errors="replace")
         if text.startswith("---"):
             block = text[3:].split("\n---", 1)[0]
+            import yaml  # here: most sessions never read a plugin's skills
+
             try:
                 front = yaml.safe_load(block)
             except yaml.YAMLError:

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from appserver.services.skills.frontmatter import FrontMatter, parse_front_matter
 
 log = logging.getLogger("appserver.skills")
@@ -163,6 +161,8 @@ def missing_requirements(front: FrontMatter) -> list[str]:
 def _interface(directory: Path) -> dict[str, str]:
     """Codex-style display metadata from ``agents/openai.yaml`` (absent if unusable)."""
     manifest = directory / "agents" / "openai.yaml"
+    import yaml  # here: a session without skills never pays for it
+
     try:
         parsed = yaml.safe_load(manifest.read_text("utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):

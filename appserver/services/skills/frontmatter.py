@@ -14,8 +14,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 # The closing fence must be a line of its own; the body starts after it.
 _FENCED = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _EMPTY_FENCED = re.compile(r"\A---[ \t]*\r?\n---[ \t]*(?:\r?\n|\Z)")
@@ -73,6 +71,8 @@ def parse_front_matter(content: str) -> FrontMatter:
 
 
 def _parse_block(block: str) -> dict[str, Any]:
+    import yaml  # here: a session that reads no front matter never pays for it
+
     try:
         parsed = yaml.safe_load(block)
     except yaml.YAMLError:
