@@ -377,3 +377,48 @@ async def test_list_models_failure(
         await provider.list_models()
     assert info.value.code == code
     assert "nope" in info.value.message
+
+
+def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
+    """Like the openai provider: building it leaves the SDK unimported;
+    warm() (run by the server after start-up) or the first call loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, anyio\n"
+        "from appserver.providers import ProviderSettings, make_provider\n"
+        "provider = make_provider(ProviderSettings(provider='anthropic', api_key='k'))\n"
+        "print('anthropic' in sys.modules)\n"
+        "anyio.run(provider.warm)\n"
+        "print('anthropic' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True"]
+
+
+async def test_an_overloaded_request_is_retried_by_the_sdk(fake: FakeModelServer) -> None:
+    p = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=1, timeout=5)
+    busy = anthropic_error(529, "Overloaded", type_="overloaded_error")
+    busy.headers["retry-after-ms"] = "1"
+    fake.script(MESSAGES, busy, anthropic_stream([Text(["after ", "retry"])]))
+    events = await collect(p.stream(hello()))
+    await p.aclose()
+    assert [e for e in events if isinstance(e, TextDelta)] == [
+        TextDelta("after "),
+        TextDelta("retry"),
+    ]
+    assert len(fake.requests) == 2
+
+
+async def test_an_error_event_that_is_not_json_keeps_its_text(
+    fake: FakeModelServer, provider: AnthropicProvider
+) -> None:
+    reply = anthropic_stream([Text(["par"])])
+    assert reply.sse is not None
+    reply.sse = [*reply.sse[:4], ("error", "upstream went away")]
+    fake.script(MESSAGES, reply)
+    events = await collect(provider.stream(hello()))
+    assert events == [TextDelta("par"), ProviderError("other", "error: upstream went away")]

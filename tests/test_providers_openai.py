@@ -497,3 +497,82 @@ def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.split() == ["False", "True"]
+
+
+# --- what the SDK still does for the raw stream --------------------------------------
+
+
+async def test_a_rate_limited_request_is_retried_by_the_sdk(fake: FakeModelServer) -> None:
+    p = OpenAIProvider(api_key="sk-test", base_url=fake.openai_base_url, max_retries=1, timeout=5)
+    busy = openai_error(429, "slow down", type_="rate_limit_exceeded")
+    busy.headers["retry-after-ms"] = "1"
+    fake.script(CHAT, busy, openai_text_reply(["after ", "retry"]))
+    events = await collect(p.stream(hello()))
+    await p.aclose()
+    assert [e for e in events if isinstance(e, TextDelta)] == [
+        TextDelta("after "),
+        TextDelta("retry"),
+    ]
+    assert len(fake.requests) == 2
+
+
+async def test_organisation_and_project_settings_reach_the_request(
+    fake: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-team")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-one")
+    p = OpenAIProvider(api_key="sk-test", base_url=fake.openai_base_url, max_retries=0, timeout=5)
+    fake.script(CHAT, openai_text_reply(["ok"]))
+    await collect(p.stream(hello()))
+    await p.aclose()
+    headers = fake.requests[0].headers
+    assert headers["authorization"] == "Bearer sk-test"
+    assert headers["openai-organization"] == "org-team"
+    assert headers["openai-project"] == "proj-one"
+
+
+async def test_event_stream_framing_variants_are_read(
+    fake: FakeModelServer, provider: OpenAIProvider
+) -> None:
+    # A named event, and one JSON object split over two data lines (joined
+    # with a newline, still valid JSON); comments and other framing are in
+    # test_server_sent_events_parser.
+    split = '{"choices": [{"index": 0,\ndata: "delta": {"content": "two"}}]}'
+    reply = openai_stream([openai_chunk({"content": "one"}), openai_chunk({"content": "-"})])
+    assert reply.sse is not None
+    reply.sse.insert(2, ("chunk", split))
+    fake.script(CHAT, reply)
+    events = await collect(provider.stream(hello()))
+    assert [e for e in events if isinstance(e, TextDelta)] == [
+        TextDelta("one"),
+        TextDelta("-"),
+        TextDelta("two"),
+    ]
+
+
+async def test_server_sent_events_parser() -> None:
+    from appserver.providers._common import server_sent_events
+
+    async def lines() -> AsyncIterator[str]:
+        for line in [
+            ": comment",
+            "event: message_start",
+            'data: {"a": 1}',
+            "",
+            "",
+            "data:x",
+            "data: y",
+            "id: 7",
+            "retry: 10",
+            "",
+            "event: ping",
+            "",
+            "data: tail without blank line",
+        ]:
+            yield line
+
+    assert [event async for event in server_sent_events(lines())] == [
+        ("message_start", '{"a": 1}'),
+        ("", "x\ny"),
+        ("", "tail without blank line"),
+    ]

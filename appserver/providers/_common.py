@@ -7,12 +7,16 @@
   escape unwrapped (the Anthropic SDK does this for errors in the middle of a
   stream), so the providers can keep their "never raise" promise.
 * :func:`unavailable_code` names :class:`ProviderUnavailable` codes.
+* :func:`server_sent_events` reads a ``text/event-stream`` body line by line,
+  so the providers map each event's JSON straight to our events instead of
+  having the SDKs build a typed object per chunk (see docs/providers.md).
 """
 
 from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,3 +166,28 @@ def unavailable_code(kind: ErrorKind) -> str:
 def status_message(status: int, api_message: str | None, fallback: str) -> str:
     """A short human message for an HTTP error answer."""
     return f"HTTP {status}: {api_message or fallback}"
+
+
+async def server_sent_events(lines: AsyncIterable[str]) -> AsyncIterator[tuple[str, str]]:
+    """``(event name or "", data)`` for each event of a ``text/event-stream``.
+
+    The parts of the WHATWG rules the model APIs use: ``data`` lines joined
+    with newlines, ``event`` names, comments (``:``) and other fields ignored,
+    an event dispatched at its blank line (or at the end of the body, as the
+    SDKs do). ``lines`` come without their line endings (httpx's
+    ``aiter_lines``).
+    """
+    event = ""
+    data: list[str] = []
+    async for line in lines:
+        if line.startswith("data:"):
+            # The hot path: one line per streamed chunk.
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+        elif not line:
+            if data:
+                yield event, "\n".join(data)
+            event, data = "", []
+        elif line.startswith("event:"):
+            event = line[6:].removeprefix(" ")
+    if data:
+        yield event, "\n".join(data)

@@ -1,7 +1,9 @@
 """Anthropic Messages API provider.
 
-Uses the official ``anthropic`` SDK (:class:`anthropic.AsyncAnthropic`) and
-``messages.create(..., stream=True)``, consuming the raw SSE events:
+Uses the official ``anthropic`` SDK (:class:`anthropic.AsyncAnthropic`) to
+send ``messages.create(..., stream=True)`` (auth, retries, HTTP errors as the
+SDK's exception classes) and reads the answer's server-sent events as JSON
+here, without a typed SDK object per event:
 
 * ``text_delta`` -> :class:`TextDelta`; ``thinking_delta`` -> :class:`ReasoningDelta`
 * a ``tool_use`` content block -> a first :class:`ToolCallDelta` carrying its
@@ -21,32 +23,26 @@ right after tool results, would otherwise be rejected).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import threading
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-import anthropic
-from anthropic import AsyncAnthropic, omit
-from anthropic.types import InputJSONDelta as SdkInputJSONDelta
-from anthropic.types import (
-    MessageParam,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawContentBlockStopEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    ToolUnionParam,
-    ToolUseBlock,
-)
-from anthropic.types import TextBlock as SdkTextBlock
-from anthropic.types import TextDelta as SdkTextDelta
-from anthropic.types import ThinkingBlock as SdkThinkingBlock
-from anthropic.types import ThinkingDelta as SdkThinkingDelta
+import anyio
+
+if TYPE_CHECKING:
+    # The SDK is heavy to import: it loads on the first model call (or in
+    # the background through warm()), not when the server starts.
+    import anthropic
+    from anthropic import AsyncAnthropic
+    from anthropic.types import MessageParam, ToolUnionParam
 
 from appserver.providers._common import (
     ToolCallAssembler,
+    server_sent_events,
     status_message,
     transport_error,
     unavailable_code,
@@ -115,16 +111,31 @@ class AnthropicProvider:
         self.timeout = timeout
         self.max_retries = max_retries
         self._client: AsyncAnthropic | None = None
+        self._client_lock = threading.Lock()
+
+    async def warm(self) -> None:
+        """Import the SDK and build the client ahead of the first turn (off the
+        event loop), so a server answers ``initialize`` before paying for it."""
+        if self.api_key:
+            await anyio.to_thread.run_sync(self._get_client, self.api_key)
 
     def _get_client(self, api_key: str) -> AsyncAnthropic:
-        if self._client is None:
-            self._client = AsyncAnthropic(
-                api_key=api_key,
-                base_url=self.base_url or DEFAULT_BASE_URL,
-                timeout=self.timeout,
-                max_retries=self.max_retries,
-            )
-        return self._client
+        with self._client_lock:  # warm() builds it in a worker thread
+            if self._client is None:
+                import httpx2
+                from anthropic import AsyncAnthropic, DefaultAsyncHttpxClient
+
+                self._client = AsyncAnthropic(
+                    api_key=api_key,
+                    base_url=self.base_url or DEFAULT_BASE_URL,
+                    timeout=self.timeout,
+                    max_retries=self.max_retries,
+                    # One TLS context (one CA bundle load) for every transport.
+                    http_client=DefaultAsyncHttpxClient(
+                        verify=httpx2.create_ssl_context(), timeout=self.timeout
+                    ),
+                )
+            return self._client
 
     async def aclose(self) -> None:
         """Close pooled HTTP connections (the provider can be used again afterwards)."""
@@ -152,10 +163,12 @@ class AnthropicProvider:
     async def _stream(
         self, request: ModelRequest, api_key: str
     ) -> AsyncGenerator[ModelEvent, None]:
+        from anthropic import omit
+
         client = self._get_client(api_key)
         system = _system_prompt(request)
         tools = [_tool_param(t) for t in request.tools]
-        response = await client.messages.create(
+        call = client.messages.with_streaming_response.create(
             model=request.model or self.default_model,
             max_tokens=request.max_tokens,
             messages=to_anthropic_messages(request.messages),
@@ -163,65 +176,23 @@ class AnthropicProvider:
             tools=tools if tools else omit,
             stream=True,
         )
-        assembler = ToolCallAssembler("toolu_")
-        tool_inputs: dict[int, dict[str, Any]] = {}  # open tool_use blocks by content index
-        input_tokens: int | None = None
-        output_tokens: int | None = None
-        stop_reason: str | None = None
-        async with response:
-            async for event in response:
-                if isinstance(event, RawMessageStartEvent):
-                    usage = event.message.usage
-                    input_tokens = (
-                        usage.input_tokens
-                        + (usage.cache_creation_input_tokens or 0)
-                        + (usage.cache_read_input_tokens or 0)
-                    )
-                    output_tokens = usage.output_tokens
-                elif isinstance(event, RawContentBlockStartEvent):
-                    block = event.content_block
-                    if isinstance(block, ToolUseBlock):
-                        tool_inputs[event.index] = dict(block.input)
-                        first = assembler.fragment(
-                            event.index, "", call_id=block.id, name=block.name
-                        )
-                        if first is not None:
-                            yield first
-                    elif isinstance(block, SdkTextBlock) and block.text:
-                        yield TextDelta(block.text)
-                    elif isinstance(block, SdkThinkingBlock) and block.thinking:
-                        yield ReasoningDelta(block.thinking)
-                elif isinstance(event, RawContentBlockDeltaEvent):
-                    delta = event.delta
-                    if isinstance(delta, SdkTextDelta):
-                        if delta.text:
-                            yield TextDelta(delta.text)
-                    elif isinstance(delta, SdkThinkingDelta):
-                        if delta.thinking:
-                            yield ReasoningDelta(delta.thinking)
-                    elif isinstance(delta, SdkInputJSONDelta) and event.index in tool_inputs:
-                        fragment = assembler.fragment(event.index, delta.partial_json)
-                        if fragment is not None:
-                            yield fragment
-                elif isinstance(event, RawContentBlockStopEvent):
-                    if event.index in tool_inputs:
-                        yield assembler.finish(event.index, tool_inputs.pop(event.index))
-                elif isinstance(event, RawMessageDeltaEvent):
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    delta_usage = event.usage
-                    output_tokens = delta_usage.output_tokens
-                    if delta_usage.input_tokens is not None:
-                        # Cumulative counts, when the API repeats them here, win.
-                        input_tokens = (
-                            delta_usage.input_tokens
-                            + (delta_usage.cache_creation_input_tokens or 0)
-                            + (delta_usage.cache_read_input_tokens or 0)
-                        )
-        for done in assembler.finish_all():
+        reader = _EventReader()
+        async with call as response:
+            async for name, data in server_sent_events(response.iter_lines()):
+                if name == "error":
+                    yield _stream_error(data)
+                    return
+                if not name or name == "ping":
+                    continue  # as the SDK does: unnamed events carry nothing for us
+                event = json.loads(data)
+                if isinstance(event, dict):
+                    for item in reader.read(event):
+                        yield item
+        for done in reader.assembler.finish_all():
             yield done
-        if input_tokens is not None or output_tokens is not None:
-            yield Usage(input_tokens or 0, output_tokens or 0)
-        yield Stop(_stop_reason(stop_reason, tool_calls=assembler.started))
+        if reader.input_tokens is not None or reader.output_tokens is not None:
+            yield Usage(reader.input_tokens or 0, reader.output_tokens or 0)
+        yield Stop(_stop_reason(reader.stop_reason, tool_calls=reader.assembler.started))
 
     async def list_models(self) -> list[ModelInfo]:
         """``GET /v1/models``; raises :class:`ProviderUnavailable` on any failure."""
@@ -239,6 +210,115 @@ class AnthropicProvider:
         except Exception as exc:
             kind, message = classify_error(exc)
             raise ProviderUnavailable(unavailable_code(kind), message) from exc
+
+
+class _EventReader:
+    """Maps Messages stream events (parsed JSON) to our events, keeping what
+    the end of the stream needs: token counts, the stop reason, open tool calls."""
+
+    def __init__(self) -> None:
+        self.assembler = ToolCallAssembler("toolu_")
+        self.tool_inputs: dict[int, dict[str, Any]] = {}  # open tool_use blocks by index
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.stop_reason: str | None = None
+
+    def read(self, event: dict[str, Any]) -> list[ModelEvent]:
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            return self._delta(event)
+        if kind == "content_block_start":
+            return self._block_start(event)
+        if kind == "content_block_stop":
+            index = event.get("index")
+            if isinstance(index, int) and index in self.tool_inputs:
+                return [self.assembler.finish(index, self.tool_inputs.pop(index))]
+        elif kind == "message_start":
+            message = event.get("message")
+            usage = message.get("usage") if isinstance(message, dict) else None
+            if isinstance(usage, dict):
+                self.input_tokens = _input_tokens(usage)
+                self.output_tokens = _count(usage.get("output_tokens"))
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self.stop_reason = delta["stop_reason"]
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                self.output_tokens = _count(usage.get("output_tokens"))
+                if isinstance(usage.get("input_tokens"), int):
+                    # Cumulative counts, when the API repeats them here, win.
+                    self.input_tokens = _input_tokens(usage)
+        return []
+
+    def _delta(self, event: dict[str, Any]) -> list[ModelEvent]:
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            return [TextDelta(text)] if isinstance(text, str) and text else []
+        if kind == "thinking_delta":
+            thinking = delta.get("thinking")
+            return [ReasoningDelta(thinking)] if isinstance(thinking, str) and thinking else []
+        index = event.get("index")
+        if kind == "input_json_delta" and isinstance(index, int) and index in self.tool_inputs:
+            partial = delta.get("partial_json")
+            fragment = self.assembler.fragment(index, partial if isinstance(partial, str) else "")
+            return [fragment] if fragment is not None else []
+        return []
+
+    def _block_start(self, event: dict[str, Any]) -> list[ModelEvent]:
+        block = event.get("content_block")
+        index = event.get("index")
+        if not isinstance(block, dict) or not isinstance(index, int):
+            return []
+        kind = block.get("type")
+        if kind == "tool_use":
+            given = block.get("input")
+            self.tool_inputs[index] = dict(given) if isinstance(given, dict) else {}
+            call_id, name = block.get("id"), block.get("name")
+            first = self.assembler.fragment(
+                index,
+                "",
+                call_id=call_id if isinstance(call_id, str) else None,
+                name=name if isinstance(name, str) else None,
+            )
+            return [first] if first is not None else []
+        if kind == "text" and isinstance(block.get("text"), str) and block["text"]:
+            return [TextDelta(block["text"])]
+        if kind == "thinking" and isinstance(block.get("thinking"), str) and block["thinking"]:
+            return [ReasoningDelta(block["thinking"])]
+        return []
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _input_tokens(usage: dict[str, Any]) -> int:
+    # Input including cache reads and writes: what the context really held.
+    return (
+        _count(usage.get("input_tokens"))
+        + _count(usage.get("cache_creation_input_tokens"))
+        + _count(usage.get("cache_read_input_tokens"))
+    )
+
+
+def _stream_error(data: str) -> ProviderError:
+    """An SSE ``error`` event inside an HTTP 200 answer: only the error type
+    in its body says what happened."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    fields = error if isinstance(error, dict) else {}
+    given_type, given_message = fields.get("type"), fields.get("message")
+    type_ = given_type if isinstance(given_type, str) else "error"
+    message = given_message if isinstance(given_message, str) else data
+    return ProviderError(_ERROR_TYPES.get(type_, "other"), f"{type_}: {message or 'error'}")
 
 
 def _stop_reason(reason: str | None, *, tool_calls: bool) -> str:
@@ -279,7 +359,7 @@ def to_anthropic_messages(messages: list[Message]) -> list[MessageParam]:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    return cast(list[MessageParam], turns)
+    return cast("list[MessageParam]", turns)
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
@@ -328,6 +408,8 @@ def _tool_param(tool: ToolSpec) -> ToolUnionParam:
 
 def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
     """Map an exception from the SDK (or the network below it) to an error kind."""
+    import anthropic
+
     if isinstance(exc, anthropic.APIStatusError):
         return _status_kind(exc), _status_text(exc)
     # APITimeoutError is a subclass of APIConnectionError, so test it first.
@@ -344,6 +426,8 @@ def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
 
 
 def _status_kind(exc: anthropic.APIStatusError) -> ErrorKind:
+    import anthropic
+
     if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
         return "auth"
     if isinstance(exc, anthropic.RateLimitError):

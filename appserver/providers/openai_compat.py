@@ -1,15 +1,17 @@
 """OpenAI Chat Completions provider (OpenAI and OpenAI-compatible servers).
 
-Uses the official ``openai`` SDK (:class:`openai.AsyncOpenAI`) with streaming
-Chat Completions and ``stream_options={"include_usage": True}``, which is the
-dialect OpenAI-compatible servers (DashScope/Qwen, DeepSeek, vLLM, Ollama,
-LM Studio, ...) share.
+Uses the official ``openai`` SDK (:class:`openai.AsyncOpenAI`) to send
+streaming Chat Completions requests with ``stream_options={"include_usage":
+True}``, which is the dialect OpenAI-compatible servers (DashScope/Qwen,
+DeepSeek, vLLM, Ollama, LM Studio, ...) share. The SDK sends the request and
+retries it; the event stream of the answer is read as JSON here (its raw
+streaming response), without a typed SDK object per chunk.
 
 Mapping of the stream:
 
 * ``delta.content`` (and ``delta.refusal``) -> :class:`TextDelta`
-* ``delta.reasoning_content`` / ``delta.reasoning`` (vendor extensions, read
-  from the SDK model's extra fields) -> :class:`ReasoningDelta`
+* ``delta.reasoning_content`` / ``delta.reasoning`` (vendor extensions)
+  -> :class:`ReasoningDelta`
 * ``delta.tool_calls[i]`` -> :class:`ToolCallDelta` (id and name on the first
   fragment of each call), then :class:`ToolCallDone` per call when the choice
   finishes
@@ -40,13 +42,13 @@ if TYPE_CHECKING:
     import openai
     from openai import AsyncOpenAI
     from openai.types.chat import (
-        ChatCompletionChunk,
         ChatCompletionMessageParam,
         ChatCompletionToolUnionParam,
     )
 
 from appserver.providers._common import (
     ToolCallAssembler,
+    server_sent_events,
     status_message,
     transport_error,
     unavailable_code,
@@ -124,7 +126,8 @@ class OpenAIProvider:
 
     def _build_client(self) -> AsyncOpenAI:
         if self._client is None:
-            from openai import AsyncOpenAI
+            import httpx2
+            from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
             self._client = AsyncOpenAI(
                 api_key=self.api_key,
@@ -132,6 +135,11 @@ class OpenAIProvider:
                 base_url=self.base_url or DEFAULT_BASE_URL,
                 timeout=self.timeout,
                 max_retries=self.max_retries,
+                # One TLS context (one CA bundle load) shared by every transport
+                # the client mounts, proxies included, instead of one each.
+                http_client=DefaultAsyncHttpxClient(
+                    verify=httpx2.create_ssl_context(), timeout=self.timeout
+                ),
             )
         return self._client
 
@@ -166,7 +174,12 @@ class OpenAIProvider:
         # OpenAI's own API rejects ``max_tokens`` for reasoning models and wants
         # ``max_completion_tokens``; most compatible servers only know ``max_tokens``.
         official = _is_official_openai(self.base_url)
-        response = await client.chat.completions.create(
+        # The SDK sends the request (auth, organisation, retries with backoff on
+        # 408/409/429/5xx and connection errors, HTTP errors raised as its
+        # exception classes); we read the event stream ourselves, because
+        # building a typed ChatCompletionChunk per delta costs more than the
+        # rest of the server's work on that delta (docs/providers.md).
+        call = client.chat.completions.with_streaming_response.create(
             model=request.model or self.default_model,
             messages=to_chat_messages(request),
             tools=tools if tools else omit,
@@ -175,23 +188,24 @@ class OpenAIProvider:
             stream=True,
             stream_options={"include_usage": True},
         )
-        assembler = ToolCallAssembler("call_")
-        finish: str | None = None
-        usage: Usage | None = None
-        async with response:
-            async for chunk in response:
-                if chunk.usage is not None:
-                    usage = Usage(chunk.usage.prompt_tokens, chunk.usage.completion_tokens)
-                for event in _chunk_events(chunk, assembler):
+        reader = _ChunkReader()
+        async with call as response:
+            async for _event, data in server_sent_events(response.iter_lines()):
+                if data.startswith("[DONE]"):
+                    break
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    continue
+                if chunk.get("error"):
+                    yield _stream_error(chunk["error"])
+                    return
+                for event in reader.read(chunk):
                     yield event
-                for choice in chunk.choices:
-                    if choice.finish_reason is not None and choice.index == 0:
-                        finish = choice.finish_reason
-        for done in assembler.finish_all():
+        for done in reader.assembler.finish_all():
             yield done
-        if usage is not None:
-            yield usage
-        yield Stop(_stop_reason(finish, tool_calls=assembler.started))
+        if reader.usage is not None:
+            yield reader.usage
+        yield Stop(_stop_reason(reader.finish, tool_calls=reader.assembler.started))
 
     async def list_models(self) -> list[ModelInfo]:
         """``GET /models``; raises :class:`ProviderUnavailable` on any failure."""
@@ -211,35 +225,81 @@ class OpenAIProvider:
             raise ProviderUnavailable(unavailable_code(kind), message) from exc
 
 
-def _chunk_events(chunk: ChatCompletionChunk, assembler: ToolCallAssembler) -> list[ModelEvent]:
-    events: list[ModelEvent] = []
-    for choice in chunk.choices:
-        if choice.index != 0:
-            continue  # we never ask for n > 1
-        delta = choice.delta
-        extra = delta.model_extra or {}
+class _ChunkReader:
+    """Maps Chat Completions chunks (parsed JSON) to our events, keeping what
+    the end of the stream needs: usage, the finish reason, open tool calls."""
+
+    def __init__(self) -> None:
+        self.assembler = ToolCallAssembler("call_")
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+
+    def read(self, chunk: dict[str, Any]) -> list[ModelEvent]:
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = Usage(
+                _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+            )
+        events: list[ModelEvent] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # we never ask for n > 1
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                self._delta(delta, events)
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str):
+                self.finish = finish
+        return events
+
+    def _delta(self, delta: dict[str, Any], events: list[ModelEvent]) -> None:
         for name in _REASONING_FIELDS:
-            reasoning = extra.get(name)
+            reasoning = delta.get(name)
             if isinstance(reasoning, str) and reasoning:
                 events.append(ReasoningDelta(reasoning))
                 break
-        if delta.content:
-            events.append(TextDelta(delta.content))
-        if delta.refusal:
-            events.append(TextDelta(delta.refusal))
-        for call in delta.tool_calls or []:
-            function = call.function
-            # Not every compatible server numbers its tool calls (the SDK then gives None).
-            index = call.index if isinstance(call.index, int) else None
-            fragment = assembler.fragment(
-                assembler.key_for(index, call.id),
-                (function.arguments or "") if function else "",
-                call_id=call.id,
-                name=function.name if function else None,
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            events.append(TextDelta(content))
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            events.append(TextDelta(refusal))
+        for call in delta.get("tool_calls") or ():
+            if not isinstance(call, dict):
+                continue
+            function = call.get("function")
+            function = function if isinstance(function, dict) else {}
+            call_id = _text_or_none(call.get("id"))
+            arguments = function.get("arguments")
+            # Not every compatible server numbers its tool calls.
+            index = call.get("index")
+            fragment = self.assembler.fragment(
+                self.assembler.key_for(index if isinstance(index, int) else None, call_id),
+                arguments if isinstance(arguments, str) else "",
+                call_id=call_id,
+                name=_text_or_none(function.get("name")),
             )
             if fragment is not None:
                 events.append(fragment)
-    return events
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _stream_error(error: Any) -> ProviderError:
+    """An error object inside an HTTP 200 stream (``data: {"error": ...}``),
+    classified the way the SDK's ``APIError`` for it was."""
+    fields = error if isinstance(error, dict) else {}
+    message = fields.get("message")
+    if not isinstance(message, str) or not message:
+        message = "An error occurred during streaming"
+    kind = _stream_error_kind(_text_or_none(fields.get("code")), _text_or_none(fields.get("type")))
+    return ProviderError(kind, message)
 
 
 def _stop_reason(finish: str | None, *, tool_calls: bool) -> str:
@@ -337,9 +397,6 @@ def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
         cause = exc.__cause__
         detail = f" ({type(cause).__name__}: {cause})" if cause else ""
         return "unavailable", f"connection to the model API failed{detail}"
-    if isinstance(exc, openai.APIError):
-        # An error object inside an HTTP 200 stream (``data: {"error": ...}``).
-        return _stream_error_kind(exc.code, exc.type), exc.message
     network = transport_error(exc)
     if network is not None:
         return network
