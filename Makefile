@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client pytest node-test qwen-sdk-test bench clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client pytest node-test qwen-sdk-test bench bench-peer clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,12 @@ client: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py
+
+# appserver side by side with OpenAI Codex's `codex app-server` (bench/peer.py). Installs the
+# @openai/codex pinned in bench/peer/package-lock.json into bench/.cache/codex (npm ci) when
+# missing. Options: make bench-peer BENCH_PEER_ARGS="--runs 5 --json samples.json"
+bench-peer: $(STAMP)
+	$(BIN)/python bench/peer.py $(BENCH_PEER_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
