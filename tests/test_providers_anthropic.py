@@ -84,10 +84,9 @@ async def test_text_streams_in_deltas_then_usage_and_stop(
         Stop("end_turn"),
     ]
     [request] = fake.requests
-    assert "sk-ant-test" in (
-        request.headers.get("x-api-key", "") + request.headers["authorization"]
-    )
-    assert "anthropic-version" in request.headers
+    assert request.headers["x-api-key"] == "sk-ant-test"
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in request.headers
     assert request.body == {
         "model": "claude-test",
         "max_tokens": 4096,
@@ -379,9 +378,9 @@ async def test_list_models_failure(
     assert "nope" in info.value.message
 
 
-def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
-    """Like the openai provider: building it leaves the SDK unimported;
-    warm() (run by the server after start-up) or the first call loads it."""
+def test_no_sdk_is_loaded_and_http_waits_for_warm() -> None:
+    """Building the provider loads no HTTP library and no SDK; warm() (run by
+    the server after start-up) loads the HTTP library only."""
     import subprocess
     import sys
 
@@ -389,17 +388,17 @@ def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
         "import sys, anyio\n"
         "from appserver.providers import ProviderSettings, make_provider\n"
         "provider = make_provider(ProviderSettings(provider='anthropic', api_key='k'))\n"
-        "print('anthropic' in sys.modules)\n"
+        "print('httpx2' in sys.modules)\n"
         "anyio.run(provider.warm)\n"
-        "print('anthropic' in sys.modules)\n"
+        "print('httpx2' in sys.modules, 'anthropic' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "True", "False"]
 
 
-async def test_an_overloaded_request_is_retried_by_the_sdk(fake: FakeModelServer) -> None:
+async def test_an_overloaded_request_is_retried(fake: FakeModelServer) -> None:
     p = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=1, timeout=5)
     busy = anthropic_error(529, "Overloaded", type_="overloaded_error")
     busy.headers["retry-after-ms"] = "1"

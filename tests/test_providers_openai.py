@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
+from appserver.providers import make_provider, resolve_settings
 from appserver.providers.base import (
     ImagePart,
     Message,
@@ -479,9 +480,9 @@ async def test_tool_calls_without_index_are_told_apart_by_id(
     ]
 
 
-def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
-    """Start-up does not pay ~350 ms for `import openai`: building the provider
-    leaves it unimported; warm() or the first call loads it."""
+def test_the_http_stack_is_not_imported_until_it_is_needed() -> None:
+    """Start-up does not pay for the HTTP library: building the provider leaves
+    it unimported; warm() (or the first call) loads it. No SDK is ever loaded."""
     import subprocess
     import sys
 
@@ -489,20 +490,20 @@ def test_the_sdk_is_not_imported_until_it_is_needed() -> None:
         "import sys, anyio\n"
         "from appserver.providers import ProviderSettings, make_provider\n"
         "provider = make_provider(ProviderSettings(provider='openai', api_key='k'))\n"
-        "print('openai' in sys.modules)\n"
+        "print('httpx2' in sys.modules)\n"
         "anyio.run(provider.warm)\n"
-        "print('openai' in sys.modules)\n"
+        "print('httpx2' in sys.modules, 'openai' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.split() == ["False", "True"]
+    assert done.stdout.split() == ["False", "True", "False"]
 
 
-# --- what the SDK still does for the raw stream --------------------------------------
+# --- what the official SDK does, done the same way --------------------------------------
 
 
-async def test_a_rate_limited_request_is_retried_by_the_sdk(fake: FakeModelServer) -> None:
+async def test_a_rate_limited_request_is_retried(fake: FakeModelServer) -> None:
     p = OpenAIProvider(api_key="sk-test", base_url=fake.openai_base_url, max_retries=1, timeout=5)
     busy = openai_error(429, "slow down", type_="rate_limit_exceeded")
     busy.headers["retry-after-ms"] = "1"
@@ -517,16 +518,18 @@ async def test_a_rate_limited_request_is_retried_by_the_sdk(fake: FakeModelServe
 
 
 async def test_organisation_and_project_settings_reach_the_request(
-    fake: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+    fake: FakeModelServer,
 ) -> None:
-    monkeypatch.setenv("OPENAI_ORG_ID", "org-team")
-    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-one")
-    p = OpenAIProvider(api_key="sk-test", base_url=fake.openai_base_url, max_retries=0, timeout=5)
+    env = {"OPENAI_ORG_ID": "org-team", "OPENAI_PROJECT_ID": "proj-one", "OPENAI_API_KEY": "sk-t"}
+    settings = resolve_settings(
+        {"provider": "openai", "base_url": fake.openai_base_url, "max_retries": 0}, env, {}
+    )
+    p = make_provider(settings)
     fake.script(CHAT, openai_text_reply(["ok"]))
     await collect(p.stream(hello()))
     await p.aclose()
     headers = fake.requests[0].headers
-    assert headers["authorization"] == "Bearer sk-test"
+    assert headers["authorization"] == "Bearer sk-t"
     assert headers["openai-organization"] == "org-team"
     assert headers["openai-project"] == "proj-one"
 

@@ -12,7 +12,9 @@ that has a non-empty value, in this order:
 3. **The provider's usual environment** (only for the provider chosen):
    ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` for ``openai`` (with a DashScope
    base URL, ``DASHSCOPE_API_KEY`` is tried before ``OPENAI_API_KEY``);
-   ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` for ``anthropic``.
+   ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` for ``anthropic``;
+   ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` (``openai`` only) become its
+   organisation and project headers.
 4. **Workspace config** (``.craft/config.json``, DotCraft's key names):
    ``Provider``, ``Model``, ``EndPoint``, ``ApiKey``, ``Timeout``, ``MaxRetries``.
 5. **Defaults**: provider ``offline``, the provider's default model and base
@@ -29,9 +31,9 @@ Key names are matched ignoring case, ``-`` and ``_`` (``base_url``,
 ``offline``, ``openai`` (aliases ``openai-compatible``, ``dashscope``),
 ``anthropic`` (alias ``claude``). Invalid values raise :class:`ValueError`.
 
-The SDK-backed providers are imported only when built: importing the
-``openai`` and ``anthropic`` SDKs costs seconds, which an offline server
-should not pay.
+The network providers are imported only when built, and their HTTP library
+loads in the background after start-up (``warm``): an offline server never
+pays for it.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ class ProviderSettings:
     api_key: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_MAX_RETRIES
+    # OpenAI's organisation and project headers (OPENAI_ORG_ID, OPENAI_PROJECT_ID,
+    # the variables the openai SDK reads).
+    organization: str | None = None
+    project: str | None = None
 
     def describe(self) -> str:
         """A log-safe one-line summary (never includes the key)."""
@@ -175,6 +181,12 @@ def resolve_settings(
         api_key=api_key,
         timeout=timeout,
         max_retries=int(retries),
+        organization=_text(env.get("OPENAI_ORG_ID"), "OPENAI_ORG_ID")
+        if provider == "openai"
+        else None,
+        project=_text(env.get("OPENAI_PROJECT_ID"), "OPENAI_PROJECT_ID")
+        if provider == "openai"
+        else None,
     )
 
 
@@ -228,6 +240,8 @@ def make_provider(settings: ProviderSettings) -> Provider:
             model=settings.model,
             timeout=settings.timeout,
             max_retries=settings.max_retries,
+            organization=settings.organization,
+            project=settings.project,
         )
     if settings.provider == "anthropic":
         from appserver.providers.anthropic_provider import AnthropicProvider

@@ -1,9 +1,10 @@
 """Anthropic Messages API provider.
 
-Uses the official ``anthropic`` SDK (:class:`anthropic.AsyncAnthropic`) to
-send ``messages.create(..., stream=True)`` (auth, retries, HTTP errors as the
-SDK's exception classes) and reads the answer's server-sent events as JSON
-here, without a typed SDK object per event:
+Sends ``POST {base_url}/v1/messages`` with ``stream: true`` (the wire the
+``anthropic`` SDK documents, API version ``2023-06-01``) through
+:class:`~appserver.providers.http.HttpApi` (the SDK's headers, retries and
+error statuses without its ~900 ms import) and reads the answer's server-sent
+events as JSON, without a typed object per event:
 
 * ``text_delta`` -> :class:`TextDelta`; ``thinking_delta`` -> :class:`ReasoningDelta`
 * a ``tool_use`` content block -> a first :class:`ToolCallDelta` carrying its
@@ -26,29 +27,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-import threading
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, cast
+from datetime import datetime
+from typing import Any
 
-import anyio
-
-if TYPE_CHECKING:
-    # The SDK is heavy to import: it loads on the first model call (or in
-    # the background through warm()), not when the server starts.
-    import anthropic
-    from anthropic import AsyncAnthropic
-    from anthropic.types import MessageParam, ToolUnionParam
-
-from appserver.providers._common import (
-    ToolCallAssembler,
-    server_sent_events,
-    status_message,
-    transport_error,
-    unavailable_code,
-)
+from appserver import __version__
+from appserver.providers._common import ToolCallAssembler, server_sent_events, unavailable_code
 from appserver.providers.base import (
-    ErrorKind,
     Message,
     ModelEvent,
     ModelInfo,
@@ -61,27 +47,19 @@ from appserver.providers.base import (
     ToolSpec,
     Usage,
 )
+from appserver.providers.http import ERROR_TYPES, HttpApi, classify_error
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
 
 _STOP_REASONS = {
     "end_turn": "end_turn",
     "stop_sequence": "end_turn",
     "tool_use": "tool_calls",
     "max_tokens": "max_tokens",
-}
-
-# ``error.type`` values the API sends, inside an HTTP error or an SSE ``error`` event.
-_ERROR_TYPES: dict[str, ErrorKind] = {
-    "authentication_error": "auth",
-    "permission_error": "auth",
-    "rate_limit_error": "rate_limit",
-    "overloaded_error": "unavailable",
-    "api_error": "unavailable",
-    "timeout_error": "timeout",
 }
 
 
@@ -110,38 +88,26 @@ class AnthropicProvider:
         self.default_model = model or DEFAULT_MODEL
         self.timeout = timeout
         self.max_retries = max_retries
-        self._client: AsyncAnthropic | None = None
-        self._client_lock = threading.Lock()
+        headers = {
+            "user-agent": f"appserver/{__version__}",
+            "accept": "application/json",
+            "anthropic-version": API_VERSION,
+        }
+        if api_key:
+            headers["x-api-key"] = api_key
+        self.api = HttpApi(
+            base_url or DEFAULT_BASE_URL, headers, timeout=timeout, max_retries=max_retries
+        )
 
     async def warm(self) -> None:
-        """Import the SDK and build the client ahead of the first turn (off the
-        event loop), so a server answers ``initialize`` before paying for it."""
+        """Build the HTTP client ahead of the first turn (off the event loop),
+        so a server answers ``initialize`` before paying for it."""
         if self.api_key:
-            await anyio.to_thread.run_sync(self._get_client, self.api_key)
-
-    def _get_client(self, api_key: str) -> AsyncAnthropic:
-        with self._client_lock:  # warm() builds it in a worker thread
-            if self._client is None:
-                import httpx2
-                from anthropic import AsyncAnthropic, DefaultAsyncHttpxClient
-
-                self._client = AsyncAnthropic(
-                    api_key=api_key,
-                    base_url=self.base_url or DEFAULT_BASE_URL,
-                    timeout=self.timeout,
-                    max_retries=self.max_retries,
-                    # One TLS context (one CA bundle load) for every transport.
-                    http_client=DefaultAsyncHttpxClient(
-                        verify=httpx2.create_ssl_context(), timeout=self.timeout
-                    ),
-                )
-            return self._client
+            await self.api.warm()
 
     async def aclose(self) -> None:
         """Close pooled HTTP connections (the provider can be used again afterwards)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        await self.api.aclose()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
@@ -151,7 +117,7 @@ class AnthropicProvider:
         try:
             # aclosing: if our consumer stops early, the SDK stream (and its HTTP
             # response) is closed now rather than whenever the generator is collected.
-            async with aclosing(self._stream(request, self.api_key)) as events:
+            async with aclosing(self._stream(request)) as events:
                 async for event in events:
                     yield event
         except Exception as exc:
@@ -160,25 +126,25 @@ class AnthropicProvider:
                 log.warning("model call failed: %s", message, exc_info=exc)
             yield ProviderError(kind, message)
 
-    async def _stream(
-        self, request: ModelRequest, api_key: str
-    ) -> AsyncGenerator[ModelEvent, None]:
-        from anthropic import omit
-
-        client = self._get_client(api_key)
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages request for ``request``."""
+        body: dict[str, Any] = {
+            "model": request.model or self.default_model,
+            "max_tokens": request.max_tokens,
+            "messages": to_anthropic_messages(request.messages),
+            "stream": True,
+        }
         system = _system_prompt(request)
-        tools = [_tool_param(t) for t in request.tools]
-        call = client.messages.with_streaming_response.create(
-            model=request.model or self.default_model,
-            max_tokens=request.max_tokens,
-            messages=to_anthropic_messages(request.messages),
-            system=system if system else omit,
-            tools=tools if tools else omit,
-            stream=True,
-        )
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = [_tool_param(t) for t in request.tools]
+        return body
+
+    async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         reader = _EventReader()
-        async with call as response:
-            async for name, data in server_sent_events(response.iter_lines()):
+        async with self.api.stream("/v1/messages", self.request_body(request)) as response:
+            async for name, data in server_sent_events(response.aiter_lines()):
                 if name == "error":
                     yield _stream_error(data)
                     return
@@ -199,17 +165,31 @@ class AnthropicProvider:
         if not self.api_key:
             raise ProviderUnavailable("MissingApiKey", _missing_key_message())
         try:
-            return [
-                ModelInfo(
-                    id=model.id,
-                    owned_by="anthropic",
-                    created_at=model.created_at.isoformat().replace("+00:00", "Z"),
-                )
-                async for model in self._get_client(self.api_key).models.list()
-            ]
+            listing = await self.api.get_json("/v1/models")
         except Exception as exc:
             kind, message = classify_error(exc)
             raise ProviderUnavailable(unavailable_code(kind), message) from exc
+        models = listing.get("data") if isinstance(listing, dict) else None
+        return [
+            ModelInfo(
+                id=model["id"],
+                owned_by="anthropic",
+                created_at=_iso(model.get("created_at")),
+            )
+            for model in models or ()
+            if isinstance(model, dict) and isinstance(model.get("id"), str)
+        ]
+
+
+def _iso(value: Any) -> str | None:
+    """An RFC 3339 time as the SDK's datetime would print it, ``Z`` for UTC."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return value
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 class _EventReader:
@@ -318,7 +298,7 @@ def _stream_error(data: str) -> ProviderError:
     given_type, given_message = fields.get("type"), fields.get("message")
     type_ = given_type if isinstance(given_type, str) else "error"
     message = given_message if isinstance(given_message, str) else data
-    return ProviderError(_ERROR_TYPES.get(type_, "other"), f"{type_}: {message or 'error'}")
+    return ProviderError(ERROR_TYPES.get(type_, "other"), f"{type_}: {message or 'error'}")
 
 
 def _stop_reason(reason: str | None, *, tool_calls: bool) -> str:
@@ -345,7 +325,7 @@ def _system_prompt(request: ModelRequest) -> str:
     return "\n\n".join(parts)
 
 
-def to_anthropic_messages(messages: list[Message]) -> list[MessageParam]:
+def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     """Convert our conversation (minus ``system`` messages) to Messages API turns."""
     turns: list[dict[str, Any]] = []
     for message in messages:
@@ -359,7 +339,7 @@ def to_anthropic_messages(messages: list[Message]) -> list[MessageParam]:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    return cast("list[MessageParam]", turns)
+    return turns
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
@@ -395,56 +375,15 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return images
 
 
-def _tool_param(tool: ToolSpec) -> ToolUnionParam:
+def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     return {
         "name": tool.name,
         "description": tool.description,
-        "input_schema": cast(Any, tool.input_schema),
+        "input_schema": tool.input_schema,
     }
 
 
 # --- errors -------------------------------------------------------------------------
-
-
-def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
-    """Map an exception from the SDK (or the network below it) to an error kind."""
-    import anthropic
-
-    if isinstance(exc, anthropic.APIStatusError):
-        return _status_kind(exc), _status_text(exc)
-    # APITimeoutError is a subclass of APIConnectionError, so test it first.
-    if isinstance(exc, anthropic.APITimeoutError):
-        return "timeout", "the model API did not answer in time"
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__
-        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-        return "unavailable", f"connection to the model API failed{detail}"
-    network = transport_error(exc)
-    if network is not None:
-        return network
-    return "other", f"{type(exc).__name__}: {exc}"
-
-
-def _status_kind(exc: anthropic.APIStatusError) -> ErrorKind:
-    import anthropic
-
-    if isinstance(exc, anthropic.AuthenticationError | anthropic.PermissionDeniedError):
-        return "auth"
-    if isinstance(exc, anthropic.RateLimitError):
-        return "rate_limit"
-    if isinstance(exc, anthropic.RequestTimeoutError):
-        return "timeout"
-    if isinstance(exc, anthropic.InternalServerError):
-        return "unavailable"
-    # An SSE ``error`` event arrives inside an HTTP 200 answer, so only the
-    # error type in the body says what happened.
-    return _ERROR_TYPES.get(str(exc.type or ""), "other")
-
-
-def _status_text(exc: anthropic.APIStatusError) -> str:
-    if exc.status_code < 400:
-        return f"{exc.type or 'error'}: {exc.api_message or exc.message}"
-    return status_message(exc.status_code, exc.api_message, exc.message)
 
 
 def _missing_key_message() -> str:

@@ -1,11 +1,11 @@
 """OpenAI Chat Completions provider (OpenAI and OpenAI-compatible servers).
 
-Uses the official ``openai`` SDK (:class:`openai.AsyncOpenAI`) to send
-streaming Chat Completions requests with ``stream_options={"include_usage":
-True}``, which is the dialect OpenAI-compatible servers (DashScope/Qwen,
-DeepSeek, vLLM, Ollama, LM Studio, ...) share. The SDK sends the request and
-retries it; the event stream of the answer is read as JSON here (its raw
-streaming response), without a typed SDK object per chunk.
+Sends streaming Chat Completions requests (``POST {base_url}/chat/completions``
+with ``stream_options={"include_usage": True}``), the wire the ``openai`` SDK
+documents and OpenAI-compatible servers (DashScope/Qwen, DeepSeek, vLLM,
+Ollama, LM Studio, ...) share, through :class:`~appserver.providers.http.HttpApi`
+(the SDK's headers, retries and error statuses without its import cost), and
+reads the answer's event stream as JSON, without a typed object per chunk.
 
 Mapping of the stream:
 
@@ -20,41 +20,23 @@ Mapping of the stream:
   ``max_tokens``).
 
 Every failure ends the stream with a :class:`ProviderError` (see
-:func:`classify_error`); cancellation propagates and closes the HTTP response.
+:func:`appserver.providers.http.classify_error`); cancellation propagates and
+closes the HTTP response.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
-
-if TYPE_CHECKING:
-    # The SDK costs ~350 ms to import: it is loaded on the first model call
-    # (or by warm(), in the background), not when the server starts.
-    import openai
-    from openai import AsyncOpenAI
-    from openai.types.chat import (
-        ChatCompletionMessageParam,
-        ChatCompletionToolUnionParam,
-    )
-
-from appserver.providers._common import (
-    ToolCallAssembler,
-    server_sent_events,
-    status_message,
-    transport_error,
-    unavailable_code,
-)
+from appserver import __version__
+from appserver.providers._common import ToolCallAssembler, server_sent_events, unavailable_code
 from appserver.providers.base import (
-    ErrorKind,
     Message,
     ModelEvent,
     ModelInfo,
@@ -67,6 +49,7 @@ from appserver.providers.base import (
     ToolSpec,
     Usage,
 )
+from appserver.providers.http import ERROR_TYPES, HttpApi, classify_error
 
 log = logging.getLogger(__name__)
 
@@ -106,48 +89,35 @@ class OpenAIProvider:
         model: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 2,
+        organization: str | None = None,
+        project: str | None = None,
     ) -> None:
         self.api_key = api_key
         self.base_url = base_url
         self.default_model = model or _default_model_for(base_url)
         self.timeout = timeout
         self.max_retries = max_retries
-        self._client: AsyncOpenAI | None = None
-        self._client_lock = threading.Lock()
+        headers = {"user-agent": f"appserver/{__version__}", "accept": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        # The SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID settings, as the same headers.
+        if organization:
+            headers["openai-organization"] = organization
+        if project:
+            headers["openai-project"] = project
+        self.api = HttpApi(
+            base_url or DEFAULT_BASE_URL, headers, timeout=timeout, max_retries=max_retries
+        )
 
     async def warm(self) -> None:
-        """Import the SDK and build the client ahead of the first turn (off the
-        event loop), so a server answers ``initialize`` before paying for it."""
-        await anyio.to_thread.run_sync(self._get_client)
-
-    def _get_client(self) -> AsyncOpenAI:
-        with self._client_lock:  # warm() builds it in a worker thread
-            return self._build_client()
-
-    def _build_client(self) -> AsyncOpenAI:
-        if self._client is None:
-            import httpx2
-            from openai import AsyncOpenAI, DefaultAsyncHttpxClient
-
-            self._client = AsyncOpenAI(
-                api_key=self.api_key,
-                # Explicit, so the SDK does not consult OPENAI_BASE_URL behind our back.
-                base_url=self.base_url or DEFAULT_BASE_URL,
-                timeout=self.timeout,
-                max_retries=self.max_retries,
-                # One TLS context (one CA bundle load) shared by every transport
-                # the client mounts, proxies included, instead of one each.
-                http_client=DefaultAsyncHttpxClient(
-                    verify=httpx2.create_ssl_context(), timeout=self.timeout
-                ),
-            )
-        return self._client
+        """Build the HTTP client ahead of the first turn (off the event loop),
+        so a server answers ``initialize`` before paying for it."""
+        if self.api_key:
+            await self.api.warm()
 
     async def aclose(self) -> None:
         """Close pooled HTTP connections (the provider can be used again afterwards)."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.close()
+        await self.api.aclose()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
@@ -155,8 +125,8 @@ class OpenAIProvider:
             yield ProviderError("auth", _missing_key_message())
             return
         try:
-            # aclosing: if our consumer stops early, the SDK stream (and its HTTP
-            # response) is closed now rather than whenever the generator is collected.
+            # aclosing: if our consumer stops early, the HTTP response is
+            # closed now rather than whenever the generator is collected.
             async with aclosing(self._stream(request)) as events:
                 async for event in events:
                     yield event
@@ -166,31 +136,26 @@ class OpenAIProvider:
                 log.warning("model call failed: %s", message, exc_info=exc)
             yield ProviderError(kind, message)
 
-    async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        from openai import omit
-
-        client = self._get_client()
-        tools = [_tool_param(t) for t in request.tools]
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Chat Completions request for ``request``."""
+        body: dict[str, Any] = {
+            "model": request.model or self.default_model,
+            "messages": to_chat_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [_tool_param(t) for t in request.tools]
         # OpenAI's own API rejects ``max_tokens`` for reasoning models and wants
         # ``max_completion_tokens``; most compatible servers only know ``max_tokens``.
         official = _is_official_openai(self.base_url)
-        # The SDK sends the request (auth, organisation, retries with backoff on
-        # 408/409/429/5xx and connection errors, HTTP errors raised as its
-        # exception classes); we read the event stream ourselves, because
-        # building a typed ChatCompletionChunk per delta costs more than the
-        # rest of the server's work on that delta (docs/providers.md).
-        call = client.chat.completions.with_streaming_response.create(
-            model=request.model or self.default_model,
-            messages=to_chat_messages(request),
-            tools=tools if tools else omit,
-            max_completion_tokens=request.max_tokens if official else omit,
-            max_tokens=omit if official else request.max_tokens,
-            stream=True,
-            stream_options={"include_usage": True},
-        )
+        body["max_completion_tokens" if official else "max_tokens"] = request.max_tokens
+        return body
+
+    async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         reader = _ChunkReader()
-        async with call as response:
-            async for _event, data in server_sent_events(response.iter_lines()):
+        async with self.api.stream("/chat/completions", self.request_body(request)) as response:
+            async for _event, data in server_sent_events(response.aiter_lines()):
                 if data.startswith("[DONE]"):
                     break
                 chunk = json.loads(data)
@@ -212,17 +177,20 @@ class OpenAIProvider:
         if not self.api_key:
             raise ProviderUnavailable("MissingApiKey", _missing_key_message())
         try:
-            return [
-                ModelInfo(
-                    id=model.id,
-                    owned_by=model.owned_by or "",
-                    created_at=_iso_timestamp(model.created),
-                )
-                async for model in self._get_client().models.list()
-            ]
+            listing = await self.api.get_json("/models")
         except Exception as exc:
             kind, message = classify_error(exc)
             raise ProviderUnavailable(unavailable_code(kind), message) from exc
+        models = listing.get("data") if isinstance(listing, dict) else None
+        return [
+            ModelInfo(
+                id=model["id"],
+                owned_by=str(model.get("owned_by") or ""),
+                created_at=_iso_timestamp(model.get("created")),
+            )
+            for model in models or ()
+            if isinstance(model, dict) and isinstance(model.get("id"), str)
+        ]
 
 
 class _ChunkReader:
@@ -298,7 +266,8 @@ def _stream_error(error: Any) -> ProviderError:
     message = fields.get("message")
     if not isinstance(message, str) or not message:
         message = "An error occurred during streaming"
-    kind = _stream_error_kind(_text_or_none(fields.get("code")), _text_or_none(fields.get("type")))
+    code, type_ = _text_or_none(fields.get("code")), _text_or_none(fields.get("type"))
+    kind = ERROR_TYPES.get(code or "") or ERROR_TYPES.get(type_ or "") or "other"
     return ProviderError(kind, message)
 
 
@@ -316,13 +285,13 @@ def _stop_reason(finish: str | None, *, tool_calls: bool) -> str:
 # --- request conversion -------------------------------------------------------------
 
 
-def to_chat_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
+def to_chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
     """Convert our provider-neutral conversation to Chat Completions messages."""
     out: list[dict[str, Any]] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
     out.extend(_chat_message(m) for m in request.messages)
-    return cast("list[ChatCompletionMessageParam]", out)
+    return out
 
 
 def _chat_message(message: Message) -> dict[str, Any]:
@@ -364,7 +333,7 @@ def _chat_message(message: Message) -> dict[str, Any]:
     return {"role": "user", "content": parts}
 
 
-def _tool_param(tool: ToolSpec) -> ChatCompletionToolUnionParam:
+def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
@@ -373,55 +342,6 @@ def _tool_param(tool: ToolSpec) -> ChatCompletionToolUnionParam:
             "parameters": tool.input_schema,
         },
     }
-
-
-# --- errors -------------------------------------------------------------------------
-
-
-def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
-    """Map an exception from the SDK (or the network below it) to an error kind."""
-    import openai
-
-    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return "auth", _status_text(exc)
-    if isinstance(exc, openai.RateLimitError):
-        return "rate_limit", _status_text(exc)
-    if isinstance(exc, openai.InternalServerError):
-        return "unavailable", _status_text(exc)
-    if isinstance(exc, openai.APIStatusError):
-        return ("timeout" if exc.status_code == 408 else "other"), _status_text(exc)
-    # APITimeoutError is a subclass of APIConnectionError, so test it first.
-    if isinstance(exc, openai.APITimeoutError):
-        return "timeout", "the model API did not answer in time"
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-        return "unavailable", f"connection to the model API failed{detail}"
-    network = transport_error(exc)
-    if network is not None:
-        return network
-    return "other", f"{type(exc).__name__}: {exc}"
-
-
-def _stream_error_kind(code: str | None, type_: str | None) -> ErrorKind:
-    tags = {code or "", type_ or ""}
-    if tags & {"rate_limit_exceeded", "rate_limit_error", "insufficient_quota"}:
-        return "rate_limit"
-    if tags & {"server_error", "overloaded_error", "api_error", "service_unavailable"}:
-        return "unavailable"
-    if tags & {"invalid_api_key", "authentication_error", "permission_error"}:
-        return "auth"
-    return "other"
-
-
-def _status_text(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    api_message = body.get("message") if isinstance(body, dict) else None
-    return status_message(
-        exc.status_code,
-        api_message if isinstance(api_message, str) else None,
-        exc.message,
-    )
 
 
 # --- helpers ------------------------------------------------------------------------

@@ -1,0 +1,287 @@
+"""The HTTP side of the network providers: one pooled ``httpx2`` client per
+provider, requests retried the way the official SDKs retry them, and HTTP
+failures turned into error kinds.
+
+Why not the SDKs themselves: ``import openai`` takes ~400 ms and ``import
+anthropic`` ~900 ms, which every first turn and every one-shot face would
+wait for, and their per-chunk typed objects cost more CPU than the rest of the
+server's work on a delta. What the providers used from them is here, in
+the SDKs' terms (docs/providers.md):
+
+* retries: up to ``max_retries`` more attempts on connection errors, timeouts
+  and HTTP 408, 409, 429 and 5xx (and whenever the answer says
+  ``x-should-retry: true``; never when it says ``false``), waiting what
+  ``retry-after-ms`` / ``retry-after`` ask for (up to 60 s) or else 0.5 s
+  doubling up to 8 s, minus up to 25 % jitter;
+* error kinds: 401/403 ``auth``, 429 ``rate_limit``, 408 ``timeout``, 5xx
+  ``unavailable``, other statuses ``other``, with the API's own error message;
+* the TLS context is built once per client (one CA bundle load), only for an
+  ``https`` endpoint, and shared by every connection.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import ssl
+import threading
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from appserver.providers._common import transport_error
+from appserver.providers.base import ErrorKind
+
+if TYPE_CHECKING:
+    import httpx2
+
+INITIAL_RETRY_DELAY = 0.5
+MAX_RETRY_DELAY = 8.0
+MAX_RETRY_AFTER = 60.0
+RETRY_STATUSES = frozenset({408, 409, 429})
+
+# ``error.type`` values (Anthropic's; OpenAI's where they differ) and their kinds.
+ERROR_TYPES: dict[str, ErrorKind] = {
+    "authentication_error": "auth",
+    "permission_error": "auth",
+    "invalid_api_key": "auth",
+    "rate_limit_error": "rate_limit",
+    "rate_limit_exceeded": "rate_limit",
+    "insufficient_quota": "rate_limit",
+    "overloaded_error": "unavailable",
+    "api_error": "unavailable",
+    "server_error": "unavailable",
+    "service_unavailable": "unavailable",
+    "timeout_error": "timeout",
+}
+
+
+class ApiError(Exception):
+    """A model API call that failed; ``kind`` is what turns and faces report."""
+
+    def __init__(self, kind: ErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+
+
+class ApiStatusError(ApiError):
+    """The API answered with an HTTP error status."""
+
+    def __init__(self, status: int, body: Any, kind: ErrorKind, message: str) -> None:
+        super().__init__(kind, message)
+        self.status = status
+        self.body = body
+
+
+def status_kind(status: int) -> ErrorKind:
+    """The error kind of an HTTP error status."""
+    if status in (401, 403):
+        return "auth"
+    if status == 429:
+        return "rate_limit"
+    if status == 408:
+        return "timeout"
+    if status >= 500:
+        return "unavailable"
+    return "other"
+
+
+def api_message(body: Any) -> str | None:
+    """The human message in an error body (``{"error": {"message": ...}}`` for
+    both APIs; some compatible servers put ``message`` at the top level)."""
+    if not isinstance(body, dict):
+        return None
+    error = body.get("error")
+    for holder in (error, body):
+        if isinstance(holder, dict) and isinstance(holder.get("message"), str):
+            return str(holder["message"])
+    return error if isinstance(error, str) else None
+
+
+def retry_delay(attempt: int, headers: Mapping[str, str] | None) -> float:
+    """Seconds to wait before retry number ``attempt`` (1-based)."""
+    if headers is not None:
+        asked = _retry_after(headers)
+        if asked is not None and 0 <= asked <= MAX_RETRY_AFTER:
+            return asked
+    delay: float = min(INITIAL_RETRY_DELAY * 2.0 ** (attempt - 1), MAX_RETRY_DELAY)
+    return delay * (1 - 0.25 * random.random())
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    milliseconds = headers.get("retry-after-ms")
+    if milliseconds is not None:
+        try:
+            return float(milliseconds) / 1000
+        except ValueError:
+            pass
+    seconds = headers.get("retry-after")
+    if seconds is None:
+        return None
+    try:
+        return float(seconds)
+    except ValueError:
+        pass
+    try:
+        import time
+
+        return parsedate_to_datetime(seconds).timestamp() - time.time()
+    except (TypeError, ValueError):
+        return None
+
+
+class HttpApi:
+    """One API endpoint: ``base_url``, fixed ``headers`` (auth and version),
+    per-request ``timeout`` (seconds) and ``max_retries``."""
+
+    def __init__(
+        self, base_url: str, headers: Mapping[str, str], *, timeout: float, max_retries: int
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._client: httpx2.AsyncClient | None = None
+        self._client_lock = threading.Lock()
+
+    async def warm(self) -> None:
+        """Load the HTTP library and build the client (and TLS context) off
+        the event loop, ahead of the first call."""
+        await anyio.to_thread.run_sync(self.client)
+
+    def client(self) -> httpx2.AsyncClient:
+        """The pooled client, built on first use."""
+        with self._client_lock:  # warm() builds it in a worker thread
+            if self._client is None:
+                import httpx2
+
+                secure = self.base_url.startswith("https:")
+                self._client = httpx2.AsyncClient(
+                    # Loading the CA bundle costs ~40 ms: only an https endpoint
+                    # needs it. A plain-http endpoint gets a context that trusts
+                    # nothing (and no redirects), so it can never be used to
+                    # reach an https host unverified.
+                    verify=httpx2.create_ssl_context()
+                    if secure
+                    else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT),
+                    follow_redirects=secure,
+                    timeout=httpx2.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
+                    headers={"content-type": "application/json", **self.headers},
+                )
+            return self._client
+
+    async def aclose(self) -> None:
+        """Close pooled connections (the API can be used again afterwards)."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    @asynccontextmanager
+    async def stream(self, path: str, body: Any) -> AsyncIterator[httpx2.Response]:
+        """POST ``body`` as JSON and yield the successful response unread
+        (retried as described above); raises :class:`ApiError` otherwise."""
+        async with self._request("POST", path, json.dumps(body).encode()) as response:
+            yield response
+
+    async def get_json(self, path: str) -> Any:
+        """GET ``path`` (retried the same way) and return its JSON body."""
+        async with self._request("GET", path, None) as response:
+            await response.aread()
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise ApiError(
+                    "other", f"the model API answered with invalid JSON: {exc}"
+                ) from None
+
+    @asynccontextmanager
+    async def _request(
+        self, method: str, path: str, content: bytes | None
+    ) -> AsyncIterator[httpx2.Response]:
+        client = self.client()
+        request = client.build_request(method, self.base_url + path, content=content)
+        attempt = 0
+        while True:
+            response = await self._send(client, request, attempt)
+            if response is None:
+                attempt += 1
+                continue
+            try:
+                if response.status_code < 300:
+                    yield response
+                    return
+                await response.aread()
+                if not self._should_retry(response, attempt):
+                    raise _status_error(response)
+            finally:
+                await response.aclose()
+            attempt += 1
+            await anyio.sleep(retry_delay(attempt, response.headers))
+
+    async def _send(
+        self, client: httpx2.AsyncClient, request: httpx2.Request, attempt: int
+    ) -> httpx2.Response | None:
+        """Send once; ``None`` means "a network failure worth retrying, already
+        waited for"; the last failure raises :class:`ApiError`."""
+        import httpx2
+
+        try:
+            return await client.send(request, stream=True)
+        except httpx2.TimeoutException as exc:
+            failure = ApiError(
+                "timeout", f"the model API did not answer in time ({type(exc).__name__})"
+            )
+        except (httpx2.TransportError, ssl.SSLError, OSError) as exc:
+            failure = ApiError(
+                "unavailable", f"connection to the model API failed ({type(exc).__name__}: {exc})"
+            )
+        if attempt >= self.max_retries:
+            raise failure
+        await anyio.sleep(retry_delay(attempt + 1, None))
+        return None
+
+    def _should_retry(self, response: httpx2.Response, attempt: int) -> bool:
+        if attempt >= self.max_retries:
+            return False
+        forced = response.headers.get("x-should-retry")
+        if forced in ("true", "false"):
+            return forced == "true"
+        return response.status_code in RETRY_STATUSES or response.status_code >= 500
+
+
+def _status_error(response: httpx2.Response) -> ApiStatusError:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = response.text
+    status = response.status_code
+    message = api_message(body) or (body if isinstance(body, str) and body else None)
+    text = f"HTTP {status}: {message or response.reason_phrase or 'error'}"
+    kind = status_kind(status)
+    if kind == "other":
+        # An unusual status: the error type in the body may still say what happened.
+        kind = ERROR_TYPES.get(_error_type(body), "other")
+    return ApiStatusError(status, body, kind, text)
+
+
+def _error_type(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def classify_error(exc: BaseException) -> tuple[ErrorKind, str]:
+    """The error kind and message of anything a provider call raised."""
+    if isinstance(exc, ApiError):
+        return exc.kind, exc.message
+    network = transport_error(exc)
+    if network is not None:
+        return network
+    if isinstance(exc, ValueError):  # a chunk that is not JSON
+        return "other", f"the model API sent an unreadable stream ({exc})"
+    return "other", f"{type(exc).__name__}: {exc}"
