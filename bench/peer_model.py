@@ -15,6 +15,8 @@ and exits at EOF on stdin. Unexpected requests are also logged to stderr.
   N ``response.output_text.delta``, ``response.output_item.done`` (the whole
   text), ``response.completed`` with usage -- the events Codex's own test
   fixtures use (codex-rs/core/tests/common/responses.rs).
+* ``POST .../messages`` (Anthropic, for bench/stream_cpu.py): ``message_start``,
+  a text block of N ``text_delta`` events, ``message_delta``, ``message_stop``.
 * ``GET .../models``: a one-model list.
 
 The number of deltas N comes from the last ``BENCH_STREAM <N>`` in the request
@@ -174,9 +176,62 @@ def responses_tail(seq: int, count: int, prompt_tokens: int) -> list[bytes]:
     return [sse(done, "response.output_item.done"), sse(completed, "response.completed")]
 
 
+# --- messages (Anthropic; bench/stream_cpu.py --provider anthropic) --------------------------
+
+
+def messages_deltas(count: int) -> list[bytes]:
+    return [
+        sse(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": delta_text(i)},
+            },
+            "content_block_delta",
+        )
+        for i in range(1, count + 1)
+    ]
+
+
+def messages_head(seq: int) -> list[bytes]:
+    message = {
+        "id": f"msg_bench_{seq}",
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    start = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "text", "text": ""},
+    }
+    return [
+        sse({"type": "message_start", "message": message}, "message_start"),
+        sse(start, "content_block_start"),
+        sse({"type": "ping"}, "ping"),
+    ]
+
+
+def messages_tail(_seq: int, count: int, _prompt_tokens: int) -> list[bytes]:
+    delta = {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": count},
+    }
+    return [
+        sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+        sse(delta, "message_delta"),
+        sse({"type": "message_stop"}, "message_stop"),
+    ]
+
+
 STREAMS = {
     "chat": (chat_head, chat_deltas, chat_tail),
     "responses": (responses_head, responses_deltas, responses_tail),
+    "messages": (messages_head, messages_deltas, messages_tail),
 }
 
 
@@ -234,6 +289,8 @@ class FakeModel:
             await self.stream(writer, "chat", body, keep, path, headers)
         elif method == "POST" and path.endswith("/responses"):
             await self.stream(writer, "responses", body, keep, path, headers)
+        elif method == "POST" and path.endswith("/messages"):
+            await self.stream(writer, "messages", body, keep, path, headers)
         elif method == "GET" and path.endswith("/models"):
             model = {"id": MODEL, "object": "model", "created": 1_700_000_000, "owned_by": "bench"}
             await self.send_json(writer, 200, {"object": "list", "data": [model]}, keep)

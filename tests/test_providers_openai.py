@@ -556,26 +556,30 @@ async def test_event_stream_framing_variants_are_read(
 async def test_server_sent_events_parser() -> None:
     from appserver.providers._common import server_sent_events
 
-    async def lines() -> AsyncIterator[str]:
-        for line in [
-            ": comment",
-            "event: message_start",
-            'data: {"a": 1}',
-            "",
-            "",
-            "data:x",
-            "data: y",
-            "id: 7",
-            "retry: 10",
-            "",
-            "event: ping",
-            "",
-            "data: tail without blank line",
-        ]:
-            yield line
+    body = (
+        b": comment\n"
+        b"event: message_start\r\n"
+        b'data: {"a": 1}\r\n'
+        b"\r\n"
+        b"\n"
+        b"data:x\rdata: y\n"
+        b"id: 7\n"
+        b"retry: 10\n"
+        b"\n"
+        b"event: ping\n"
+        b"\n"
+        b"data: caf\xc3\xa9 without a blank line"
+    )
 
-    assert [event async for event in server_sent_events(lines())] == [
+    async def chunks(size: int) -> AsyncIterator[bytes]:
+        for start in range(0, len(body), size):
+            yield body[start : start + size]
+
+    expected = [
         ("message_start", '{"a": 1}'),
         ("", "x\ny"),
-        ("", "tail without blank line"),
+        ("", "café without a blank line"),
     ]
+    # Any split of the body, including between a CR and its LF, reads the same.
+    for size in (1, 2, 3, 7, len(body)):
+        assert [event async for event in server_sent_events(chunks(size))] == expected

@@ -168,26 +168,43 @@ def status_message(status: int, api_message: str | None, fallback: str) -> str:
     return f"HTTP {status}: {api_message or fallback}"
 
 
-async def server_sent_events(lines: AsyncIterable[str]) -> AsyncIterator[tuple[str, str]]:
-    """``(event name or "", data)`` for each event of a ``text/event-stream``.
+async def server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[str, str]]:
+    """``(event name or "", data)`` for each event of a ``text/event-stream``
+    body given as byte chunks (httpx's ``aiter_bytes``).
 
-    The parts of the WHATWG rules the model APIs use: ``data`` lines joined
-    with newlines, ``event`` names, comments (``:``) and other fields ignored,
-    an event dispatched at its blank line (or at the end of the body, as the
-    SDKs do). ``lines`` come without their line endings (httpx's
-    ``aiter_lines``).
+    The parts of the WHATWG rules the model APIs use: lines end with LF, CRLF
+    or CR; ``data`` lines are joined with newlines; ``event`` names the event;
+    comments (``:``) and other fields are ignored; an event is dispatched at
+    its blank line (or at the end of the body, as the SDKs do). Lines are split
+    as bytes and only data is decoded: this runs for every streamed delta.
     """
     event = ""
     data: list[str] = []
-    async for line in lines:
-        if line.startswith("data:"):
-            # The hot path: one line per streamed chunk.
-            data.append(line[6:] if line.startswith("data: ") else line[5:])
-        elif not line:
-            if data:
-                yield event, "\n".join(data)
-            event, data = "", []
-        elif line.startswith("event:"):
-            event = line[6:].removeprefix(" ")
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        if b"\r" in pending:
+            # A CR at the very end may be the first half of a CRLF: keep it.
+            keep = pending.endswith(b"\r")
+            body = pending[:-1] if keep else pending
+            body = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            lines = body.split(b"\n")
+            pending = lines.pop() + (b"\r" if keep else b"")
+        else:
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+        for line in lines:
+            if line.startswith(b"data:"):
+                # The hot path: one line per streamed chunk.
+                start = 6 if line.startswith(b"data: ") else 5
+                data.append(line[start:].decode("utf-8", "replace"))
+            elif not line:
+                if data:
+                    yield event, "\n".join(data)
+                event, data = "", []
+            elif line.startswith(b"event:"):
+                event = line[6:].decode("utf-8", "replace").removeprefix(" ")
+    if pending.startswith(b"data:"):
+        data.append(pending[6 if pending.startswith(b"data: ") else 5 :].decode("utf-8", "replace"))
     if data:
         yield event, "\n".join(data)

@@ -144,7 +144,7 @@ class AnthropicProvider:
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         reader = _EventReader()
         async with self.api.stream("/v1/messages", self.request_body(request)) as response:
-            async for name, data in server_sent_events(response.aiter_lines()):
+            async for name, data in server_sent_events(response.aiter_bytes()):
                 if name == "error":
                     yield _stream_error(data)
                     return

@@ -155,7 +155,7 @@ class OpenAIProvider:
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         reader = _ChunkReader()
         async with self.api.stream("/chat/completions", self.request_body(request)) as response:
-            async for _event, data in server_sent_events(response.aiter_lines()):
+            async for _event, data in server_sent_events(response.aiter_bytes()):
                 if data.startswith("[DONE]"):
                     break
                 chunk = json.loads(data)

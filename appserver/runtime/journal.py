@@ -149,22 +149,37 @@ class ThreadJournal:
         thread_id: str,
         item_id: str,
         kind: str,
-        params: DeltaNotification,
+        params: DeltaNotification | None,
         *,
+        params_json: str | None = None,
         include: Iterable[Participant] = (),
         topic: str | None = None,
     ) -> int:
-        """Number and deliver a streaming delta (kept in memory until the item completes)."""
-        async with self.lock(thread_id):
-            seq = self._seq.get(thread_id)
-            if seq is None:
-                seq = await self.events.last_seq(thread_id)
-            seq += 1
-            self._seq[thread_id] = seq
-            event = Event(kind, params, thread_id=thread_id, seq=seq, topic=topic, stream=item_id)
-            self._streaming.setdefault(thread_id, {}).setdefault(item_id, []).append(event)
-            self._deliver(event, False, include, ())
-        return seq
+        """Number and deliver a streaming delta (kept in memory until the item
+        completes). ``params_json``: the params already encoded (then ``params``
+        may be ``None``; they are parsed from it if a front door asks)."""
+        event = Event(
+            kind, params, thread_id=thread_id, topic=topic, stream=item_id, params_json=params_json
+        )
+        lock = self.lock(thread_id)
+        seq = self._seq.get(thread_id)
+        if seq is None or lock.locked():
+            async with lock:
+                event.seq = await self._next_seq(thread_id)
+                self._send_delta(event, include)
+                return event.seq
+        # Nothing holds the thread and numbering and delivering never await,
+        # so nothing can come between them: the lock (whose acquire costs more
+        # than the rest of a delta) is not needed.
+        event.seq = self._seq[thread_id] = seq + 1
+        self._send_delta(event, include)
+        return event.seq
+
+    def _send_delta(self, event: Event, include: Iterable[Participant]) -> None:
+        assert event.thread_id is not None and event.stream is not None
+        streams = self._streaming.setdefault(event.thread_id, {})
+        streams.setdefault(event.stream, []).append(event)
+        self._deliver(event, False, include, ())
 
     async def flush_seq(self, thread_id: str) -> None:
         """Persist the seq counter (deltas advance it without a write)."""
@@ -191,11 +206,10 @@ class ThreadJournal:
         )
         if not targets:
             return
-        subscribers = self.bus.subscribers(thread_id)
         for participant in targets:
             if participant.wants(event.kind, event.topic):
                 participant.deliver(event)
-                if participant not in subscribers:
+                if not self.bus.is_subscribed(thread_id, participant):
                     self._remember(participant, thread_id, event.seq)
 
     def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
