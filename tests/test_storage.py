@@ -124,6 +124,51 @@ async def test_transaction_rolls_back_on_error(tmp_path: Path) -> None:
         await db.close()
 
 
+async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "app.db")
+    try:
+        await db.write([("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)", ())])
+        generation = db.generation
+        failures: list[BaseException] = []
+
+        async def write(index: int) -> None:
+            body = None if index == 3 else f"note {index}"  # NOT NULL fails for #3
+            try:
+                await db.write(
+                    [
+                        ("INSERT INTO notes (id, body) VALUES (?, ?)", (index * 10, "first")),
+                        ("INSERT INTO notes (id, body) VALUES (?, ?)", (index * 10 + 1, body)),
+                    ]
+                )
+            except sqlite3.IntegrityError as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index in range(8):
+                tg.start_soon(write, index)
+        # The first write commits alone; the seven queued behind it share one commit.
+        assert db.generation - generation == 2
+        assert len(failures) == 1
+        ids = [row[0] for row in await db.fetch("SELECT id FROM notes ORDER BY id")]
+        # The failing write left nothing behind, not even its first statement;
+        # the others are whole.
+        assert ids == [i * 10 + k for i in range(8) if i != 3 for k in (0, 1)]
+    finally:
+        await db.close()
+
+
+async def test_a_write_is_committed_even_if_its_caller_is_cancelled(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "app.db")
+    try:
+        await db.write([("CREATE TABLE notes (id INTEGER PRIMARY KEY)", ())])
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await db.write([("INSERT INTO notes (id) VALUES (1)", ())])
+        assert [row[0] for row in await db.fetch("SELECT id FROM notes")] == [1]
+    finally:
+        await db.close()
+
+
 def thread_record(thread_id: str) -> ThreadRecord:
     stamp = now_iso()
     return ThreadRecord(

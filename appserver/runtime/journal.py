@@ -31,6 +31,7 @@ from appserver.runtime.events import Event, Participant
 from appserver.storage.threads import EventRepository, ItemRecord, TurnRecord
 
 SEEN_RANGES = 256  # separate runs of seqs remembered per (connection, thread)
+_SMALL_SEEN = 8  # up to this many seen seqs per (connection, thread) are a plain tuple
 
 
 class SeqRanges:
@@ -83,9 +84,9 @@ class ThreadJournal:
         # Seqs a participant received as a broadcast while not subscribed to the
         # thread (thread/renamed, runtimeChanged, ...): a later afterSeq replay
         # skips them, so nothing arrives twice. Bounded per (participant, thread).
-        self._seen: weakref.WeakKeyDictionary[Participant, dict[str, SeqRanges]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._seen: weakref.WeakKeyDictionary[
+            Participant, dict[str, tuple[int, ...] | SeqRanges]
+        ] = weakref.WeakKeyDictionary()
 
     def lock(self, thread_id: str) -> anyio.Lock:
         lock = self._locks.get(thread_id)
@@ -213,7 +214,24 @@ class ThreadJournal:
                     self._remember(participant, thread_id, event.seq)
 
     def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
-        self._seen.setdefault(participant, {}).setdefault(thread_id, SeqRanges()).add(seq)
+        threads = self._seen.get(participant)
+        if threads is None:
+            threads = self._seen[participant] = {}
+        seen = threads.get(thread_id)
+        # Most (participant, thread) pairs see a handful of broadcasts (started,
+        # running, idle): a tuple holds those without a SeqRanges (and its two
+        # lists) per pair, which a burst of threads times connections made costly.
+        if seen is None:
+            threads[thread_id] = (seq,)
+        elif isinstance(seen, tuple):
+            if len(seen) < _SMALL_SEEN:
+                threads[thread_id] = (*seen, seq)
+            else:
+                ranges = threads[thread_id] = SeqRanges()
+                for earlier in (*seen, seq):
+                    ranges.add(earlier)
+        else:
+            seen.add(seq)
 
     async def subscribe(
         self,

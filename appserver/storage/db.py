@@ -47,7 +47,8 @@ class Database:
     """One aiosqlite connection (WAL, foreign keys on) shared by repositories.
 
     Statements run in autocommit mode; multi-statement writes go through
-    :meth:`transaction`, which serialises writers so their statements never
+    :meth:`write` (one trip to the database thread, commits grouped) or
+    :meth:`transaction`, which serialise writers so their statements never
     interleave on the shared connection.
     """
 
@@ -58,6 +59,8 @@ class Database:
         # Bumped by every write transaction: a value read while the generation
         # was G is current exactly as long as the generation is still G.
         self.generation = 0
+        self._writes: list[_Write] = []  # queued for the next grouped commit
+        self._committing = False
 
     @classmethod
     async def open(cls, path: Path | str) -> Database:
@@ -128,6 +131,46 @@ class Database:
                     await self.conn.execute("COMMIT")
                     self.generation += 1
 
+    async def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run ``statements`` as one transaction; returns once it is committed.
+
+        Writes that arrive while a commit is under way are grouped into the
+        next one: a single trip to the database thread and a single commit for
+        all of them, each in its own savepoint, so one failing write (raised to
+        its caller) never undoes another. Once queued, a write is carried out
+        even if its caller is cancelled, like a shielded transaction.
+        """
+        write = _Write(statements)
+        self._writes.append(write)
+        if self._committing:
+            await write.done.wait()
+        else:
+            self._committing = True
+            try:
+                with anyio.CancelScope(shield=True):
+                    while self._writes:
+                        batch, self._writes = self._writes, []
+                        await self._commit(batch)
+            finally:
+                self._committing = False
+        if write.error is not None:
+            raise write.error
+
+    async def _commit(self, batch: list[_Write]) -> None:
+        async with self._write_lock:
+            try:
+                # aiosqlite runs the function on its connection's own thread
+                # (its public methods run one statement per trip).
+                errors = await self.conn._execute(  # type: ignore[no-untyped-call]
+                    _run_writes, self.conn._conn, batch
+                )
+            except BaseException as exc:
+                errors = [exc] * len(batch)
+            self.generation += 1
+        for write, error in zip(batch, errors, strict=True):
+            write.error = error
+            write.done.set()
+
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """All rows of a read, in one trip to the database thread."""
         return list(await self.conn.execute_fetchall(sql, args))
@@ -151,6 +194,41 @@ class Database:
         if self._reader is not None:
             self._reader.close()
         await self.conn.close()
+
+
+class _Write:
+    """Statements of one :meth:`Database.write`, and how it ended."""
+
+    __slots__ = ("done", "error", "statements")
+
+    def __init__(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        self.statements = statements
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+
+def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseException | None]:
+    """One transaction for ``batch``, a savepoint per write (database thread)."""
+    errors: list[BaseException | None] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for write in batch:
+            conn.execute("SAVEPOINT write")
+            try:
+                for sql, args in write.statements:
+                    conn.execute(sql, args)
+            except Exception as exc:
+                conn.execute("ROLLBACK TO write")
+                errors.append(exc)
+            else:
+                errors.append(None)
+            conn.execute("RELEASE write")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return errors
 
 
 def _split_sql(script: str) -> list[str]:

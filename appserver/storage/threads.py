@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -305,26 +306,32 @@ class ThreadRepository:
 
     async def add_turn(self, turn: TurnRecord, touched_at: str) -> None:
         """Append a turn and bump the thread's turn count and activity time."""
-        async with self.db.transaction() as conn:
-            await _upsert_turn(conn, turn)
-            await conn.execute(
-                "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ? WHERE id = ?",
-                (touched_at, turn.thread_id),
-            )
+        await self.db.write(
+            [
+                _turn_upsert(turn),
+                (
+                    "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ?"
+                    " WHERE id = ?",
+                    (touched_at, turn.thread_id),
+                ),
+            ]
+        )
 
     async def save_turn(self, turn: TurnRecord) -> None:
         """Update a turn's status, completion, usage and error."""
-        async with self.db.transaction() as conn:
-            await _upsert_turn(conn, turn)
+        await self.db.write([_turn_upsert(turn)])
 
     async def save_item(self, item: ItemRecord) -> None:
         """Insert or replace one item (streaming snapshots and completed items)."""
-        async with self.db.transaction() as conn:
-            await _upsert_item(conn, item)
-            await conn.execute(
-                "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
-                (item.seq, item.thread_id),
-            )
+        await self.db.write(
+            [
+                _item_upsert(item),
+                (
+                    "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
+                    (item.seq, item.thread_id),
+                ),
+            ]
+        )
 
     async def turn_exists(self, thread_id: str, turn_id: str) -> bool:
         sql = "SELECT 1 FROM turns WHERE thread_id = ? AND id = ?"
@@ -415,36 +422,42 @@ class EventRepository:
     ) -> None:
         """One transaction: the event (if ``params_json``), the thread's
         ``last_seq``, and the turn/item rows the event announces."""
-        async with self.db.transaction() as conn:
-            if params_json is not None:
-                await conn.execute(
+        statements: list[tuple[str, Sequence[Any]]] = []
+        if params_json is not None:
+            statements.append(
+                (
                     "INSERT INTO thread_events (thread_id, seq, method, topic, params_json,"
                     " created_at) VALUES (?, ?, ?, ?, ?, ?)",
                     (thread_id, seq, method, topic, params_json, created_at),
                 )
-            await conn.execute(
-                "UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id)
             )
-            if turn is not None:
-                await _upsert_turn(conn, turn)
-                if new_turn:
-                    await conn.execute(
+        statements.append(
+            ("UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id))
+        )
+        if turn is not None:
+            statements.append(_turn_upsert(turn))
+            if new_turn:
+                statements.append(
+                    (
                         "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ?,"
                         " turn_serial = MAX(turn_serial, ?) WHERE id = ?",
                         (turn.started_at, turn.seq, thread_id),
                     )
-            if item is not None:
-                await _upsert_item(conn, item)
-                await conn.execute(
+                )
+        if item is not None:
+            statements.append(_item_upsert(item))
+            statements.append(
+                (
                     "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
                     (item.seq, thread_id),
                 )
+            )
+        await self.db.write(statements)
 
     async def set_last_seq(self, thread_id: str, seq: int) -> None:
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id)
-            )
+        await self.db.write(
+            [("UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id))]
+        )
 
     async def events_after(self, thread_id: str, after_seq: int) -> list[StoredEvent]:
         sql = (
@@ -505,8 +518,8 @@ class EventRepository:
             return [_item(row) for row in await cur.fetchall()]
 
 
-async def _upsert_turn(conn: aiosqlite.Connection, turn: TurnRecord) -> None:
-    await conn.execute(
+def _turn_upsert(turn: TurnRecord) -> tuple[str, Sequence[Any]]:
+    return (
         "INSERT INTO turns (thread_id, id, seq, status, started_at, completed_at,"
         " token_usage_json, error, origin_channel, initiator_json)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -528,8 +541,8 @@ async def _upsert_turn(conn: aiosqlite.Connection, turn: TurnRecord) -> None:
     )
 
 
-async def _upsert_item(conn: aiosqlite.Connection, item: ItemRecord) -> None:
-    await conn.execute(
+def _item_upsert(item: ItemRecord) -> tuple[str, Sequence[Any]]:
+    return (
         "INSERT OR REPLACE INTO items (thread_id, turn_id, id, seq, type, status, created_at,"
         " completed_at, payload_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
