@@ -15,9 +15,8 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from appserver import __version__
+from appserver import __version__, startup
 from appserver.process_secrets import hide_secrets
-from appserver.transport.stdio import claim_stdio
 
 log = logging.getLogger("appserver")
 
@@ -208,6 +207,8 @@ def face_command(args: argparse.Namespace) -> int:
         tool_env=tuple(args.tool_env),
         websocket=websocket,
     )
+    from appserver.transport.stdio import claim_stdio
+
     stdin, stdout = claim_stdio()
     module = face_module(args.face)
 
@@ -382,7 +383,15 @@ def schema_command(out: Path, check: bool, reference: Path | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the process exit code."""
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the process itself (tests call main(argv) in-process)
+        startup.begin()
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        startup.ready()
+
+
+def _main(arguments: list[str]) -> int:
     if is_qwen_invocation(arguments):
         return qwen_command(arguments)
     chosen = next((word for word in arguments if not word.startswith("-")), "")
@@ -457,6 +466,8 @@ def serve_command(args: argparse.Namespace) -> int:
         except ListenerError as exc:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
+    from appserver.transport.stdio import claim_stdio
+
     stdio = claim_stdio() if listen.stdio else None
 
     def on_ready(server: AppServer) -> None:

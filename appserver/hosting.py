@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver import __version__
+from appserver import __version__, startup
 from appserver.providers import ProviderSettings, make_provider, resolve_settings
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
@@ -124,6 +124,7 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
         )
         async with anyio.create_task_group() as tg:
             await tg.start(runtime.run)
+            startup.ready()
             try:
                 yield runtime
             finally:

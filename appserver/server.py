@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
-from appserver import __version__
+from appserver import __version__, startup
 from appserver.providers import make_provider, resolve_settings
 from appserver.providers.base import Provider
 from appserver.rpc.connection import Connection, Limits
@@ -199,11 +199,13 @@ class AppServer:
                 for run in server.families.background:
                     tg.start_soon(_background, run)
                 server.ready = True
+                startup.ready()
                 # A provider whose SDK is heavy to load (openai) loads it
                 # now, off the event loop, rather than in the first turn.
                 warm = getattr(server.runtime.engine.provider, "warm", None)
                 if warm is not None:
                     tg.start_soon(_background, warm)
+                tg.start_soon(_background, build_wire_models)
                 try:
                     yield server
                 finally:
@@ -285,6 +287,18 @@ class AppServer:
             server.close(close_connections=True)
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await server.wait_closed()
+
+
+async def build_wire_models() -> None:
+    """Build the wire models' validators (deferred at import to keep start-up
+    short) a few at a time between requests, in the order a session first
+    needs them; a request that comes first builds what it needs itself."""
+    from appserver.protocol.methods import models_in_first_use_order
+
+    for model in models_in_first_use_order():
+        if not model.__pydantic_complete__:
+            model.model_rebuild()
+        await anyio.sleep(0)
 
 
 async def _background(run: Callable[[], Awaitable[Any]]) -> None:

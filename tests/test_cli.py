@@ -156,3 +156,33 @@ async def test_no_token_on_loopback_admits_clients(workspace: Path) -> None:
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+def test_start_up_holds_the_collector_off_until_ready() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from appserver import startup\n"
+        "startup.ready()\n"  # never held off: nothing changes
+        "print(gc.isenabled(), gc.get_freeze_count() == 0)\n"
+        "startup.begin()\n"
+        "print(gc.isenabled())\n"
+        "startup.ready()\n"
+        "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["True", "True", "False", "True", "True"]
+
+
+async def test_the_wire_models_build_in_the_background() -> None:
+    from appserver.protocol.methods import models_in_first_use_order
+    from appserver.server import build_wire_models
+
+    await build_wire_models()
+    models = models_in_first_use_order()
+    assert models[0].__name__ == "ThreadStartParams"  # a session's first request first
+    assert all(model.__pydantic_complete__ for model in models)

@@ -7,6 +7,8 @@ It drives params validation, the ``initialize`` capability block, docs and
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from appserver.protocol import channels, commands, cron, mcp, plugins, skills, workspace
 from appserver.protocol import errors as E
 from appserver.protocol import threads as T
@@ -365,3 +367,31 @@ SERVER_REQUESTS: dict[str, ServerRequestSpec] = _table(
 # Flags not tied to a client->server method; a service turns them on when it
 # is running (for example ``approvalFlow`` once turns can ask for approval).
 FEATURE_FLAGS: frozenset[str] = frozenset({"approvalFlow", "mcpServerOrigins"})
+
+
+# What a session usually does first, in that order: its wire models are built
+# (pydantic's deferred schema build) in the background once the server is up,
+# so the first thread and turn do not pay for it.
+_FIRST_USED = (
+    "thread/start",
+    "thread/subscribe",
+    "turn/start",
+    "thread/list",
+    "thread/read",
+    "thread/resume",
+    "turn/interrupt",
+)
+
+
+def models_in_first_use_order() -> list[type[BaseModel]]:
+    """Every wire model of the table, those of a session's first requests first."""
+    first = [METHODS[name] for name in _FIRST_USED]
+    models: list[type[BaseModel]] = []
+    for method in first:
+        models += (method.params, method.result)
+    models += (notification.params for notification in NOTIFICATIONS.values())
+    for request in SERVER_REQUESTS.values():
+        models += (request.params, request.result)
+    for method in METHODS.values():
+        models += (method.params, method.result)
+    return list(dict.fromkeys(models))
