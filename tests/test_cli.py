@@ -186,3 +186,35 @@ async def test_the_wire_models_build_in_the_background() -> None:
     models = models_in_first_use_order()
     assert models[0].__name__ == "ThreadStartParams"  # a session's first request first
     assert all(model.__pydantic_complete__ for model in models)
+
+
+@pytest.mark.parametrize("provider", ["offline", "openai"])
+def test_a_stdio_session_imports_only_what_it_uses(provider: str, tmp_path: Path) -> None:
+    """Answering `initialize` loads no provider SDK or HTTP stack, no MCP, no
+    WebSocket library, no YAML or cron parser: each loads when first needed."""
+    request = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize",'
+        '"params":{"clientInfo":{"name":"t","version":"1"}}}\n'
+    )
+    env = {**child_env(), "OPENAI_API_KEY": "sk-test"}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "appserver", "app-server"]
+        + ["--workspace", str(tmp_path), "--provider", provider, "--log-level", "warning"],
+        input=request,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert '"result"' in done.stdout
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    unwanted = {"openai", "anthropic", "httpx", "mcp", "websockets", "yaml", "croniter"}
+    if provider == "offline":
+        # (A network provider loads its HTTP stack in the background right
+        # after `initialize` is answered, so it may be there by exit.)
+        unwanted.add("httpx2")
+    assert not unwanted & {name.split(".")[0] for name in imported}
