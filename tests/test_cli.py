@@ -197,9 +197,10 @@ def test_a_stdio_session_imports_only_what_it_uses(provider: str, tmp_path: Path
         '"params":{"clientInfo":{"name":"t","version":"1"}}}\n'
     )
     env = {**child_env(), "OPENAI_API_KEY": "sk-test"}
+    command = [sys.executable, "-X", "importtime", "-m", "appserver", "app-server"]
+    command += ["--workspace", str(tmp_path), "--provider", provider, "--log-level", "warning"]
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "appserver", "app-server"]
-        + ["--workspace", str(tmp_path), "--provider", provider, "--log-level", "warning"],
+        command,
         input=request,
         capture_output=True,
         text=True,

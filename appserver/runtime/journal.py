@@ -84,9 +84,10 @@ class ThreadJournal:
         # Seqs a participant received as a broadcast while not subscribed to the
         # thread (thread/renamed, runtimeChanged, ...): a later afterSeq replay
         # skips them, so nothing arrives twice. Bounded per (participant, thread).
-        self._seen: weakref.WeakKeyDictionary[
-            Participant, dict[str, tuple[int, ...] | SeqRanges]
-        ] = weakref.WeakKeyDictionary()
+        # Keyed by id(participant) (a weak-keyed dictionary cost a weakref per
+        # lookup, once per broadcast per connection); an entry goes when its
+        # participant does.
+        self._seen: dict[int, dict[str, tuple[int, ...] | SeqRanges]] = {}
 
     def lock(self, thread_id: str) -> anyio.Lock:
         lock = self._locks.get(thread_id)
@@ -214,9 +215,10 @@ class ThreadJournal:
                     self._remember(participant, thread_id, event.seq)
 
     def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
-        threads = self._seen.get(participant)
+        threads = self._seen.get(id(participant))
         if threads is None:
-            threads = self._seen[participant] = {}
+            threads = self._seen[id(participant)] = {}
+            weakref.finalize(participant, self._seen.pop, id(participant), None)
         seen = threads.get(thread_id)
         # Most (participant, thread) pairs see a handful of broadcasts (started,
         # running, idle): a tuple holds those without a SeqRanges (and its two
@@ -248,7 +250,7 @@ class ThreadJournal:
         the recent events as such and gets them all.
         """
         async with self.lock(thread_id):
-            seen = self._seen.get(participant, {}).pop(thread_id, None) if skip_seen else None
+            seen = self._seen.get(id(participant), {}).pop(thread_id, None) if skip_seen else None
             if after_seq is not None:
                 for event in await self.replay(thread_id, after_seq):
                     assert event.seq is not None

@@ -27,6 +27,7 @@ import anyio
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
@@ -88,12 +89,18 @@ class WebSocketTransport:
         """Frame what :meth:`try_send` accepted and write it in one go."""
         frames, self._pending = self._pending, []
         ws = self._ws
-        if not frames or ws.protocol.state is not State.OPEN:
+        protocol = ws.protocol
+        if not frames or protocol.state is not State.OPEN:
             return  # closing: what was not written is lost with the connection
         try:
-            for frame in frames:
-                ws.protocol.send_text(frame.encode())
-            chunks = ws.protocol.data_to_send()
+            if protocol.extensions:  # compressed: each connection frames its own
+                for frame in frames:
+                    protocol.send_text(frame.encode())
+                chunks = protocol.data_to_send()
+            else:
+                # What the library queued itself (a pong, say) goes first, then
+                # the frames, serialized once for every connection they go to.
+                chunks = [*protocol.data_to_send(), *map(_server_text_frame, frames)]
             if all(chunks):
                 ws.transport.write(b"".join(chunks))
             else:  # an end-of-stream marker among them: the library's own path
@@ -129,6 +136,21 @@ class WebSocketTransport:
         self._flush()
         with anyio.move_on_after(self._close_timeout):
             await self._ws.close(code, reason[:120])
+
+
+# A server's text frame is the same bytes on every connection without
+# extensions (servers do not mask): a broadcast is serialized once, not once
+# per connection. Entries live for one event-loop iteration.
+_serialized: dict[str, bytes] = {}
+
+
+def _server_text_frame(text: str) -> bytes:
+    data = _serialized.get(text)
+    if data is None:
+        if not _serialized:
+            asyncio.get_running_loop().call_soon(_serialized.clear)
+        data = _serialized[text] = Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
+    return data
 
 
 def is_loopback(host: str) -> bool:
