@@ -850,3 +850,24 @@ async def test_a_turn_started_while_another_input_materialises_gets_its_own_id(
         release.set()
         httpd.shutdown()
         httpd.server_close()
+
+
+async def test_every_thread_notification_names_its_thread_at_the_top(
+    server: ServerUnderTest,
+) -> None:
+    """A client routes every thread-scoped notification by `params.threadId`
+    (turn/started and friends carry it beside `turn`, thread/started beside
+    `thread`)."""
+    with anyio.fail_after(15):
+        async with server.connect() as client:
+            mark = client.mark()
+            thread_id = await new_thread(client)
+            turn_id = await start_turn(client, thread_id, "?think why\nhello")
+            await wait_terminal(client, turn_id, start=mark)
+            await client.settle()
+            notifications = [m for m in client.messages[mark:] if "method" in m and "id" not in m]
+            assert {"thread/started", "turn/started", "turn/completed"} <= {
+                m["method"] for m in notifications
+            }
+            for message in notifications:
+                assert message["params"].get("threadId") == thread_id, message["method"]

@@ -266,10 +266,12 @@ class ThreadConfigUpdateParams(WireModel):
 
 
 class ThreadStartedNotification(WireModel):
+    thread_id: str
     thread: Thread
 
 
 class ThreadResumedNotification(WireModel):
+    thread_id: str
     thread: Thread
     resumed_by: str
 

@@ -158,15 +158,20 @@ class TurnSteerResult(WireModel):
 
 
 class TurnNotification(WireModel):
+    # Every thread-scoped notification names its thread at the top of params,
+    # so a client routes them all by `params.threadId`.
+    thread_id: str
     turn: Turn
 
 
 class TurnFailedNotification(WireModel):
+    thread_id: str
     turn: Turn
     error: str
 
 
 class TurnCancelledNotification(WireModel):
+    thread_id: str
     turn: Turn
     reason: str
 

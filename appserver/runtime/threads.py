@@ -247,7 +247,9 @@ class Threads:
         return thread
 
     async def announce_started(self, thread: ThreadRecord) -> None:
-        started = T.ThreadStartedNotification(thread=(await self.view(thread)).thread)
+        started = T.ThreadStartedNotification(
+            thread_id=thread.id, thread=(await self.view(thread)).thread
+        )
         await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
 
     async def resume(
@@ -279,7 +281,9 @@ class Threads:
                 thread_id=thread.id, previous_status=previous, new_status="active"
             )
             await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
-        resumed = T.ThreadResumedNotification(thread=result.thread, resumed_by=by.name)
+        resumed = T.ThreadResumedNotification(
+            thread_id=result.thread.id, thread=result.thread, resumed_by=by.name
+        )
         await self.journal.emit(thread.id, "thread/resumed", resumed, include=[by])
         if self.bus.is_subscribed(thread.id, by):
             self.approvals.offer(thread.id, by)

@@ -278,7 +278,7 @@ class TurnEngine:
         await self.journal.emit(
             active.thread_id,
             "turn/started",
-            W.TurnNotification(turn=self.turn_wire(active)),
+            W.TurnNotification(thread_id=active.thread_id, turn=self.turn_wire(active)),
             include=active.watchers,
             turn=active.record,
             new_turn=True,
@@ -305,14 +305,21 @@ class TurnEngine:
             )
             params: WireModel
             if record.status == "completed":
-                kind, params = "turn/completed", W.TurnNotification(turn=turn)
+                kind, params = (
+                    "turn/completed",
+                    W.TurnNotification(thread_id=turn.thread_id, turn=turn),
+                )
             elif record.status == "failed":
                 kind = "turn/failed"
-                params = W.TurnFailedNotification(turn=turn, error=record.error or "failed")
+                params = W.TurnFailedNotification(
+                    thread_id=turn.thread_id, turn=turn, error=record.error or "failed"
+                )
             else:
                 reason = active.cancel_reason or "interrupted"
                 kind = "turn/cancelled"
-                params = W.TurnCancelledNotification(turn=turn, reason=reason)
+                params = W.TurnCancelledNotification(
+                    thread_id=turn.thread_id, turn=turn, reason=reason
+                )
             await self.journal.emit(
                 active.thread_id, kind, params, include=active.watchers, turn=record
             )

@@ -46,7 +46,9 @@ async def recover(journal: ThreadJournal, repo: ThreadRepository) -> int:
         await journal.emit(
             turn.thread_id,
             "turn/failed",
-            W.TurnFailedNotification(turn=turn_to_wire(turn, items), error=turn.error),
+            W.TurnFailedNotification(
+                thread_id=turn.thread_id, turn=turn_to_wire(turn, items), error=turn.error
+            ),
             turn=turn,
         )
         recovered += 1

@@ -973,6 +973,7 @@ export interface ThreadResumeParams {
 
 /** `ThreadResumedNotification` on the wire. */
 export interface ThreadResumedNotification {
+  threadId: string;
   thread: Thread;
   resumedBy: string;
 }
@@ -1021,6 +1022,7 @@ export interface ThreadStartParams {
 
 /** `ThreadStartedNotification` on the wire. */
 export interface ThreadStartedNotification {
+  threadId: string;
   thread: Thread;
 }
 
@@ -1080,6 +1082,7 @@ export interface Turn {
 
 /** `TurnCancelledNotification` on the wire. */
 export interface TurnCancelledNotification {
+  threadId: string;
   turn: Turn;
   reason: string;
 }
@@ -1099,6 +1102,7 @@ export interface TurnEnqueueResult {
 
 /** `TurnFailedNotification` on the wire. */
 export interface TurnFailedNotification {
+  threadId: string;
   turn: Turn;
   error: string;
 }
@@ -1111,6 +1115,7 @@ export interface TurnInterruptParams {
 
 /** `TurnNotification` on the wire. */
 export interface TurnNotification {
+  threadId: string;
   turn: Turn;
 }
 

@@ -1178,6 +1178,7 @@ class ThreadResumeParams(TypedDict):
 class ThreadResumedNotification(TypedDict):
     """``ThreadResumedNotification`` on the wire."""
 
+    threadId: str
     thread: Thread
     resumedBy: str
 
@@ -1226,6 +1227,7 @@ class ThreadStartParams(TypedDict):
 class ThreadStartedNotification(TypedDict):
     """``ThreadStartedNotification`` on the wire."""
 
+    threadId: str
     thread: Thread
 
 
@@ -1286,6 +1288,7 @@ class Turn(TypedDict):
 class TurnCancelledNotification(TypedDict):
     """``TurnCancelledNotification`` on the wire."""
 
+    threadId: str
     turn: Turn
     reason: str
 
@@ -1310,6 +1313,7 @@ class TurnEnqueueResult(TypedDict):
 class TurnFailedNotification(TypedDict):
     """``TurnFailedNotification`` on the wire."""
 
+    threadId: str
     turn: Turn
     error: str
 
@@ -1324,6 +1328,7 @@ class TurnInterruptParams(TypedDict):
 class TurnNotification(TypedDict):
     """``TurnNotification`` on the wire."""
 
+    threadId: str
     turn: Turn
 
 
