@@ -32,9 +32,11 @@ typecheck: $(STAMP)
 schema-check: $(STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md --check
 
-# The Python client's types and methods are generated from schema/protocol.schema.json.
+# The Python client's types and methods are generated from schema/protocol.schema.json;
+# the Node client's src/generated.ts is `appserver schema --ts` (appserver/protocol/typescript.py).
 client-check: $(STAMP)
 	$(BIN)/python clients/python/generate.py --check
+	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts --check
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q -n 2
@@ -69,11 +71,11 @@ qwen-sdk-test: $(STAMP) $(QWEN_STAMP)
 schema: $(STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md
 	$(BIN)/python clients/python/generate.py
-	node clients/node/scripts/generate.mjs
+	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts
 
 client: $(STAMP)
 	$(BIN)/python clients/python/generate.py
-	node clients/node/scripts/generate.mjs
+	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts
 
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py

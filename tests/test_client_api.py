@@ -396,3 +396,30 @@ def test_the_client_package_does_not_import_the_server() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == len(METHODS)
+
+
+def test_wire_types_are_public_in_appserver_client_types() -> None:
+    import appserver_client._generated as generated
+    import appserver_client.types as types
+    from appserver_client.types import (
+        ApprovalRequestParams as PublicApproval,
+    )
+    from appserver_client.types import (
+        NotificationMethod,
+        SessionIdentity,
+        ThreadResult,
+        ThreadStartParams,
+        TurnNotification,
+    )
+
+    assert PublicApproval is ApprovalRequestParams
+    assert "identity" in ThreadStartParams.__annotations__
+    assert {"threadId", "turn"} <= set(TurnNotification.__annotations__)
+    assert {"channelName", "userId"} <= set(SessionIdentity.__annotations__)
+    assert "thread" in ThreadResult.__annotations__
+    assert "turn/completed" in NotificationMethod.__args__
+    repo = Path(__file__).resolve().parents[1]
+    schema = json.loads((repo / "schema" / "protocol.schema.json").read_text("utf-8"))
+    assert set(schema["$defs"]) <= set(types.__all__)
+    assert all(getattr(types, name) is getattr(generated, name) for name in types.__all__)
+    assert "GeneratedMethods" not in types.__all__

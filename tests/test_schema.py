@@ -66,3 +66,24 @@ async def test_real_traffic_matches_the_schema(server: ServerUnderTest, transpor
             spec = SCHEMA["x-notifications"].get(message["method"])
             assert spec is not None, message["method"]
             validator_for(spec["params"]).validate(message["params"])
+
+
+def _properties() -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (name, key, prop)
+        for name, definition in SCHEMA["$defs"].items()
+        for key, prop in definition.get("properties", {}).items()
+    ]
+
+
+def test_every_property_has_a_description() -> None:
+    missing = [f"{name}.{key}" for name, key, prop in _properties() if not prop.get("description")]
+    assert not missing, f"add a field docstring to these wire model fields: {missing}"
+
+
+def test_titles_are_type_names_not_mangled_field_names() -> None:
+    # pydantic titles each field after its Python name ("Userid"); only types carry a title.
+    titled = [f"{name}.{key}" for name, key, prop in _properties() if "title" in prop]
+    assert not titled
+    for name, definition in SCHEMA["$defs"].items():
+        assert definition.get("title", name) == name

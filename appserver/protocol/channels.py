@@ -41,24 +41,32 @@ class ChannelInfo(WireModel):
     """A channel name threads can originate from (``originChannel`` values)."""
 
     name: str
+    """Channel name, as it appears in a thread's `originChannel`."""
     category: ChannelCategory
+    """What kind of channel it is."""
 
 
 class ChannelListResult(WireModel):
     channels: list[ChannelInfo]
+    """Every channel name threads can originate from."""
 
 
 class ChannelStatusInfo(WireModel):
     """Runtime state of a configured channel."""
 
     name: str
+    """Channel name."""
     category: Literal["social", "external"]
+    """What kind of channel it is."""
     enabled: bool
+    """Whether the channel is enabled in the configuration."""
     running: bool  # an adapter connection is attached right now
+    """An adapter connection is attached right now."""
 
 
 class ChannelStatusResult(WireModel):
     channels: list[ChannelStatusInfo]
+    """Every configured channel and its runtime state."""
 
 
 # --- externalChannel/* -------------------------------------------------------------------
@@ -73,20 +81,31 @@ class ExternalChannelConfig(WireModel):
     """
 
     name: str
+    """Channel name; adapters identify themselves with it (`initialize` `clientInfo.name`)."""
     enabled: bool = True
+    """Whether the channel is enabled."""
     transport: str = "subprocess"
+    """`subprocess` (the server starts `command`) or `websocket` (the adapter connects);
+    case-insensitive.
+    """
     command: str | None = None
+    """Program the server starts for a `subprocess` channel."""
     args: list[str] | None = None
+    """Arguments of `command`."""
     working_directory: str | None = None
+    """Working directory of the started adapter."""
     env: dict[str, str] | None = None
+    """Extra environment variables of the started adapter."""
 
 
 class ExternalChannelListResult(WireModel):
     channels: list[ExternalChannelConfig]
+    """Every configured external channel."""
 
 
 class ExternalChannelNameParams(WireModel):
     name: str
+    """Name of the external channel."""
 
     @field_validator("name")
     @classmethod
@@ -98,10 +117,12 @@ class ExternalChannelNameParams(WireModel):
 
 class ExternalChannelResult(WireModel):
     channel: ExternalChannelConfig
+    """The channel's configuration as stored."""
 
 
 class ExternalChannelUpsertParams(WireModel):
     channel: ExternalChannelConfig
+    """The channel to add, or to replace (matched by `name`)."""
 
     @field_validator("channel")
     @classmethod
@@ -115,6 +136,7 @@ class ExternalChannelUpsertParams(WireModel):
 
 class ExternalChannelRemoveResult(WireModel):
     removed: bool = True
+    """Whether a channel of that name existed and was removed."""
 
 
 # --- adapter side ----------------------------------------------------------------------------
@@ -133,31 +155,49 @@ class SystemEventNotification(OpenWireModel):
     (``kind: channelRejected``) the refusal of a channel adapter's handshake."""
 
     kind: str
+    """What happened: compaction or consolidation progress, or `channelRejected`."""
     thread_id: str | None = None
+    """The thread concerned (absent for connection-level events)."""
     turn_id: str | None = None
+    """The turn concerned, if any."""
     channel_name: str | None = None
+    """The rejected channel's name (`kind: "channelRejected"`)."""
     message: str | None = None
+    """Human-readable description of the event."""
     percent_left: float | None = None
+    """Context window left after compaction, in percent."""
     token_count: int | None = None
+    """Tokens in the context after compaction."""
 
 
 class ChannelMediaSource(OpenWireModel):
     kind: str  # hostPath | url | dataBase64 | artifactId
+    """Where the media is: `hostPath`, `url`, `dataBase64` or `artifactId`."""
     host_path: str | None = None
+    """Path on the server's host (`kind: "hostPath"`)."""
     url: str | None = None
+    """URL to fetch the media from (`kind: "url"`)."""
     data_base64: str | None = None
+    """The media itself, base64-encoded (`kind: "dataBase64"`)."""
     artifact_id: str | None = None
+    """Id of a stored artifact (`kind: "artifactId"`)."""
 
 
 class ChannelOutboundMessage(WireModel):
     """What to deliver: this server sends ``kind: "text"`` with the agent's final reply."""
 
     kind: Literal["text", "file", "audio", "image", "video"] = "text"
+    """Message kind: `text`, `file`, `audio`, `image` or `video`."""
     text: str | None = None
+    """The text to deliver (`kind: "text"`)."""
     caption: str | None = None
+    """Caption shown with a media message."""
     file_name: str | None = None
+    """File name to show for a media message."""
     media_type: str | None = None
+    """MIME type of the media."""
     source: ChannelMediaSource | None = None
+    """Where the media comes from."""
 
 
 class ChannelSendParams(WireModel):
@@ -165,16 +205,24 @@ class ChannelSendParams(WireModel):
     ``channelName`` and, when known, ``channelContext``, ``senderId``, ``groupId``."""
 
     target: str
+    """Where to deliver on the channel: the thread's `channelContext` (chat, group or user id)."""
     message: ChannelOutboundMessage
+    """What to deliver."""
     metadata: dict[str, Any] | None = None
+    """Context for the adapter: `threadId`, `turnId`, `channelName` and similar keys."""
 
 
 class ChannelSendResult(OpenWireModel):
     delivered: bool = False
+    """Whether the adapter delivered the message."""
     remote_message_id: str | None = None
+    """The platform's id of the delivered message, if it has one."""
     remote_media_id: str | None = None
+    """The platform's id of uploaded media, if any."""
     error_code: str | None = None
+    """Machine-readable reason the delivery failed."""
     error_message: str | None = None
+    """Human-readable reason the delivery failed."""
 
 
 _NOT_FOUND = (E.INVALID_PARAMS, E.EXTERNAL_CHANNEL_NOT_FOUND)

@@ -17,27 +17,40 @@ class CommandInfo(WireModel):
     """One slash command as ``command/list`` shows it."""
 
     name: str  # with the slash: "/new", "/frontend:component"
+    """The command with its slash, e.g. `/help`."""
     aliases: list[str]
+    """Other names that run the same command."""
     description: str
+    """What the command does."""
     category: Literal["builtin", "custom"]
+    """`builtin` or `custom` (a Markdown command file in the workspace)."""
     requires_admin: bool
+    """Only a sender with `senderRole: "admin"` may run it."""
     argument_hint: str | None = None  # custom commands: front matter ``argument-hint``
+    """How to write its arguments, for a completion popup."""
 
 
 class CommandListParams(WireModel):
     language: str | None = None  # "en" (default) or "zh"
+    """Language of the descriptions (e.g. `en`); the server's default when absent."""
     include_builtins: bool = True
+    """Include the built-in commands, not only the workspace's custom ones."""
 
 
 class CommandListResult(WireModel):
     commands: list[CommandInfo]
+    """The available slash commands."""
 
 
 class CommandExecuteParams(WireModel):
     thread_id: str
+    """The thread the command runs on."""
     command: str  # "/stop", "/cron list", "review" (the slash is optional)
+    """The slash command with its slash, e.g. `/help`."""
     arguments: list[str] | None = None
+    """The command's arguments, one string each."""
     sender: SenderContext | None = None
+    """Who runs it (admin-only commands need `senderRole: "admin"`)."""
 
     @field_validator("thread_id", "command")
     @classmethod
@@ -49,13 +62,21 @@ class CommandExecuteParams(WireModel):
 
 class CommandExecuteResult(WireModel):
     handled: bool
+    """Whether a command of that name ran."""
     message: str | None = None
+    """Text to show the user."""
     is_markdown: bool = False
+    """Whether `message` is Markdown."""
     expanded_prompt: str | None = None  # custom commands: submit it with turn/start
+    """A prompt the command expanded to; the client may send it with `turn/start`."""
     session_reset: bool | None = None  # /new
+    """`true` when the command started a new thread (`/new`); see `thread`."""
     thread: Thread | None = None  # /new: the fresh thread
+    """The new thread after a session reset."""
     archived_thread_ids: list[str] | None = None
+    """Threads the command archived."""
     created_lazily: bool | None = None
+    """The new thread is not stored until its first turn."""
 
 
 _EXECUTE_ERRORS = (

@@ -99,13 +99,21 @@ class CronSchedule(WireModel):
     )
 
     kind: ScheduleKind
+    """`every`, `at`, `daily` or `cron`."""
     every_ms: int | None = Field(default=None, ge=MIN_EVERY_MS, le=MAX_DURATION_MS)
+    """Interval in milliseconds (`kind: "every"`, at least 1000)."""
     at_ms: int | None = Field(default=None, ge=0, le=MAX_AT_MS)
+    """The one run, in Unix milliseconds (`kind: "at"`)."""
     initial_delay_ms: int | None = Field(default=None, ge=0, le=MAX_DURATION_MS)
+    """Delay before the first run (`kind: "every"`); default one interval."""
     daily_hour: int | None = Field(default=None, ge=0, le=23)
+    """Hour of the day, 0-23 (`kind: "daily"`)."""
     daily_minute: int | None = Field(default=None, ge=0, le=59)
+    """Minute of the hour, 0-59 (`kind: "daily"`)."""
     tz: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
+    """IANA time zone of `daily` and `cron` schedules; the server's local zone when absent."""
     expr: Label | None = None
+    """Five-field cron expression (`kind: "cron"`)."""
 
     @field_validator(
         "every_ms", "at_ms", "initial_delay_ms", "daily_hour", "daily_minute", mode="before"
@@ -121,25 +129,41 @@ class CronSchedule(WireModel):
 
 
 class CronJobState(WireModel):
+    """A cron job's run history and next run."""
+
     next_run_at_ms: int | None = None
+    """Next planned run, in Unix milliseconds (absent when disabled or done)."""
     last_run_at_ms: int | None = None
+    """Start of the last run, in Unix milliseconds."""
     last_status: RunStatus | None = None
+    """Outcome of the last run."""
     last_error: str | None = None
+    """Error of the last run, if it failed."""
     last_thread_id: str | None = None
+    """The thread the last run used."""
     last_result: str | None = None  # at most LAST_RESULT_LIMIT characters
+    """The agent's final reply of the last run."""
 
 
 class CronJobInfo(WireModel):
     """A job as clients see it (the message itself is not exposed, as in DotCraft)."""
 
     id: str  # 8 hex characters
+    """The job's id."""
     name: str
+    """Name of the job."""
     schedule: CronSchedule
+    """When the job runs."""
     enabled: bool
+    """Whether the job is enabled."""
     created_at_ms: int
+    """When the job was added, in Unix milliseconds."""
     delete_after_run: bool
+    """The job is removed after its first run."""
     state: CronJobState
+    """Run history and next run."""
     thread_id: str | None = None  # extension: runs happen in this thread
+    """The thread its runs use, if fixed."""
 
 
 def _not_blank(value: str) -> str:
@@ -150,14 +174,21 @@ def _not_blank(value: str) -> str:
 
 class CronAddParams(WireModel):
     name: Label
+    """Name of the job, shown in lists."""
     message: LongText
+    """The prompt the agent runs at each firing."""
     schedule: CronSchedule
+    """When the job runs."""
     delete_after_run: bool = False
+    """Remove the job after its first run (one-shot jobs)."""
     enabled: bool = True
+    """Whether the job starts enabled."""
     # Run in this existing thread instead of a dedicated one made on first run.
     thread_id: str | None = None
+    """Run in this thread; absent: each run gets a new thread."""
     # Applied to the dedicated thread's configuration when it is created.
     approval_policy: ApprovalPolicy | None = None
+    """Approval policy of the job's turns (no client is there to approve)."""
 
     @field_validator("name")
     @classmethod
@@ -174,59 +205,81 @@ class CronAddParams(WireModel):
 
 class CronJobResult(WireModel):
     job: CronJobInfo
+    """The job after the change."""
 
 
 class CronListParams(WireModel):
     include_disabled: bool = False
+    """Include disabled jobs."""
 
 
 class CronListResult(WireModel):
     jobs: list[CronJobInfo]
+    """The jobs."""
 
 
 class CronJobIdParams(WireModel):
     job_id: str
+    """The job's id."""
 
 
 class CronRemoveResult(WireModel):
     removed: bool = True
+    """Whether the job existed and was removed."""
 
 
 class CronEnableParams(WireModel):
     job_id: str
+    """The job's id."""
     enabled: bool
+    """`true` to enable, `false` to disable."""
 
 
 class CronRunResult(WireModel):
     queued: bool = True
+    """Whether a run was started now."""
     job: CronJobInfo
+    """The job."""
 
 
 class HeartbeatTriggerResult(WireModel):
     """``{}`` when HEARTBEAT.md is missing or empty (nothing ran)."""
 
     result: str | None = None
+    """The agent's reply to HEARTBEAT.md."""
     error: str | None = None
+    """Why the heartbeat run failed."""
 
 
 class CronStateChangedNotification(WireModel):
     job: CronJobInfo
+    """The job as it is now."""
     removed: bool
+    """`true` when the job was removed."""
 
 
 class JobTokenUsage(WireModel):
     input_tokens: int = 0
+    """Prompt tokens."""
     output_tokens: int = 0
+    """Completion tokens."""
 
 
 class JobResultNotification(WireModel):
     source: JobSource
+    """What ran: `cron` or `heartbeat`."""
     job_id: str | None = None
+    """The cron job's id."""
     job_name: str | None = None
+    """The cron job's name."""
     thread_id: str | None = None
+    """The thread the run used."""
     result: str | None = None
+    """The agent's final reply."""
     error: str | None = None
+    """Why the run failed."""
     token_usage: JobTokenUsage | None = None
+    """Tokens the run used."""
 
 
 _JOB_ERRORS = (E.INVALID_PARAMS, E.CRON_JOB_NOT_FOUND)

@@ -12,38 +12,68 @@ from appserver.protocol.limits import Name
 
 class ClientInfo(WireModel):
     # The name is stored as a turn's ``initiator.userId``.
+    """Who is connecting (`initialize`)."""
+
     name: Name
+    """The client's program name (logged; `thread/resumed` `resumedBy`; an adapter's channel name).
+    """
     title: Name | None = None
+    """Human-readable name of the client."""
     version: Name
+    """The client's version."""
 
 
 class ClientCapabilities(OpenWireModel):
     """What the client can do. Unknown members are kept (and ignored)."""
 
     approval_support: bool = True
+    """The client answers `item/approval/request`; without it approvals follow the thread's policy.
+    """
     streaming_support: bool = True
+    """Send `*/delta` notifications; `false`: only completed items."""
     command_execution_streaming: bool = False
+    """Send `item/commandExecution/outputDelta` as a command runs."""
     tool_execution_lifecycle: bool = False
+    """Send `toolExecution` items around tool runs."""
     background_terminals: bool = False
+    """The client can show background terminals."""
     config_change: bool = True
+    """Send `workspace/configChanged`."""
     opt_out_notification_methods: list[str] = Field(default_factory=list)
+    """Notification methods this connection never receives."""
     channel_adapter: dict[str, Any] | None = None
+    """The client is an external channel adapter (see `ext/channel/*`)."""
 
 
 class InitializeParams(WireModel):
+    """The first request of every connection."""
+
     client_info: ClientInfo
+    """Who is connecting."""
     capabilities: ClientCapabilities = Field(default_factory=ClientCapabilities)
+    """What the client can do."""
 
 
 class ServerInfo(WireModel):
+    """The server's name and versions."""
+
     name: str
+    """The server's name (`appserver`)."""
     version: str
+    """The server's version."""
     protocol_version: str = "1"
+    """The protocol version (`1`)."""
     extensions: list[str] = Field(default_factory=list)
+    """Protocol extensions the server supports."""
 
 
 class InitializeResult(WireModel):
+    """The server's answer to `initialize`."""
+
     server_info: ServerInfo
+    """The server's name, version and protocol version."""
     # Flat map of capability flag -> true, plus ``extensions``; derived from
     # the method table so nothing is advertised that does not answer.
     capabilities: dict[str, Any]
+    """Method families the server offers, as `{name: true}`; a method's `capability` must be here.
+    """

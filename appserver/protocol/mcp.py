@@ -27,30 +27,50 @@ class McpServerOrigin(WireModel):
     """Where an effective server comes from: the workspace, or an enabled plugin."""
 
     kind: Literal["workspace", "plugin"]
+    """`workspace` or `plugin`."""
     plugin_id: str | None = None
+    """The plugin that declares it."""
     plugin_display_name: str | None = None
+    """That plugin's display name."""
     declared_name: str | None = None  # the name inside the plugin's .mcp.json
+    """The name in the plugin's manifest (the runtime name is prefixed)."""
 
 
 class McpServerConfig(WireModel):
     """One MCP server, as configured (``origin``/``readOnly`` are output only)."""
 
     name: str
+    """The server's name; its tools are named after it."""
     enabled: bool = True
+    """Whether the server is started."""
     transport: McpTransport = "stdio"
+    """`stdio` (start `command`) or `streamableHttp` (connect to `url`)."""
     command: str | None = None
+    """Program to start (`stdio`)."""
     args: list[str] | None = None
+    """Arguments of `command`."""
     env: dict[str, str] | None = None
+    """Extra environment variables of the started program."""
     env_vars: list[str] | None = None  # variables passed through from the server's environment
+    """Names of the server's environment variables passed through to the program."""
     cwd: str | None = None
+    """Working directory of the started program."""
     url: str | None = None
+    """Endpoint (`streamableHttp`)."""
     bearer_token_env_var: str | None = None
+    """Environment variable holding a bearer token for `url`."""
     http_headers: dict[str, str] | None = None
+    """HTTP headers sent to `url`."""
     env_http_headers: dict[str, str] | None = None  # header -> name of the variable holding it
+    """HTTP headers whose values are read from environment variables (header: variable)."""
     startup_timeout_sec: float | None = None
+    """Seconds to wait for the server to start."""
     tool_timeout_sec: float | None = None
+    """Seconds a tool call may take."""
     origin: McpServerOrigin | None = None
+    """Where the server comes from (output only)."""
     read_only: bool | None = None
+    """The server comes from a plugin and cannot be edited here (output only)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -78,15 +98,25 @@ class McpServerStatus(WireModel):
     """A server's runtime state (``mcp/status/list``, ``mcp/status/updated``)."""
 
     name: str
+    """The server's name."""
     enabled: bool
+    """Whether the server is enabled."""
     startup_state: StartupState
+    """Where the server is in its start-up."""
     tool_count: int = 0
+    """Tools the server offers."""
     resource_count: int = 0
+    """Resources the server offers."""
     resource_template_count: int = 0
+    """Resource templates the server offers."""
     last_error: str | None = None
+    """Why the server last failed."""
     transport: McpTransport
+    """`stdio` or `streamableHttp`."""
     origin: McpServerOrigin | None = None
+    """Where the server comes from."""
     read_only: bool | None = None
+    """The server comes from a plugin and cannot be edited here."""
 
 
 class McpNameParams(WireModel):
@@ -95,6 +125,7 @@ class McpNameParams(WireModel):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "docs"}]})
 
     name: str
+    """The MCP server's name."""
 
     @field_validator("name")
     @classmethod
@@ -124,6 +155,7 @@ class McpServerParams(WireModel):
     )
 
     server: McpServerConfig
+    """The server's configuration."""
 
     @field_validator("server")
     @classmethod
@@ -136,31 +168,40 @@ class McpServerParams(WireModel):
 
 class McpListResult(WireModel):
     servers: list[McpServerConfig]
+    """The configured MCP servers (workspace and enabled plugins)."""
 
 
 class McpServerResult(WireModel):
     server: McpServerConfig
+    """The server's configuration as stored."""
 
 
 class McpRemoveResult(WireModel):
     removed: bool
+    """Whether the server existed and was removed."""
 
 
 class McpStatusListResult(WireModel):
     servers: list[McpServerStatus]
+    """Runtime state of every server."""
 
 
 class McpTestResult(WireModel):
     """A probe's outcome; failures are results, not JSON-RPC errors (as in DotCraft)."""
 
     success: bool
+    """Whether the server started and listed its tools."""
     tool_count: int | None = None
+    """Tools it listed."""
     error_code: str | None = None
+    """Machine-readable reason the probe failed."""
     error_message: str | None = None
+    """Human-readable reason the probe failed."""
 
 
 class McpStatusUpdatedNotification(WireModel):
     server: McpServerStatus
+    """The server's new state."""
 
 
 _NOT_FOUND = (E.MCP_SERVER_NOT_FOUND, E.INVALID_PARAMS)

@@ -8,6 +8,7 @@ the code (``make test`` fails when the committed copy is stale).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ def _type_name(schema: dict[str, Any], defs: dict[str, Any]) -> str:
         return json.dumps(schema["const"])
     kind = schema.get("type", "any")
     if kind == "array":
-        return f"{_type_name(schema.get('items', {}), defs)}[]"
+        item = _type_name(schema.get("items", {}), defs)
+        return f"({item})[]" if " | " in item else f"{item}[]"
     if kind == "object" and "additionalProperties" in schema:
         extra = schema["additionalProperties"]
         inner = _type_name(extra, defs) if isinstance(extra, dict) else "any"
@@ -121,20 +123,69 @@ def _bounds(prop: dict[str, Any]) -> str:
     return ""
 
 
+def _cell(text: str) -> str:
+    """Text safe in a GitHub table cell: ``|`` (even inside a code span) would end the cell."""
+    return text.replace("\\|", "|").replace("|", "\\|").replace("\n", " ")
+
+
+def _anchor(name: str) -> str:
+    """GitHub's anchor of a ``### `Name` `` heading."""
+    return "".join(c for c in name.lower() if c.isalnum() or c in "-_")
+
+
+def _type_cell(schema: dict[str, Any], defs: dict[str, Any]) -> str:
+    """A field's type as a table cell; named types link to their entry under Types."""
+    text = _type_name(schema, defs)
+    parts = re.split(r"([A-Za-z_][A-Za-z0-9_]*)", text)
+    if not any(part in defs for part in parts):
+        return _cell(f"`{text}`")
+    return _cell("".join(f"[`{p}`](#{_anchor(p)})" if p in defs else p for p in parts))
+
+
+def _description(prop: dict[str, Any], defs: dict[str, Any]) -> str:
+    text = str(prop.get("description") or _resolve(prop, defs).get("description") or "")
+    default = prop.get("default")
+    if default not in (None, [], {}):
+        text = f"{text} Default: `{json.dumps(default)}`.".strip()
+    return _cell(text.replace("``", "`"))
+
+
 def _fields(schema: dict[str, Any], defs: dict[str, Any]) -> list[str]:
     schema = _resolve(schema, defs)
     props = schema.get("properties", {})
     if not props:
         return ["_(none)_"]
     required = set(schema.get("required", []))
-    rows = ["| field | type | |", "|---|---|---|"]
+    rows = ["| field | type | | description |", "|---|---|---|---|"]
     for key, prop in props.items():
         flag = "required" if key in required else "optional"
         bounds = _bounds(prop)
         if bounds:
             flag += f"; {bounds}"
-        rows.append(f"| `{key}` | `{_type_name(prop, defs)}` | {flag} |")
+        rows.append(
+            f"| `{key}` | {_type_cell(prop, defs)} | {_cell(flag)} | {_description(prop, defs)} |"
+        )
     return rows
+
+
+def _types(defs: dict[str, Any]) -> list[str]:
+    """The Types section: every named type the tables above use, with its fields."""
+    out = [
+        "## Types",
+        "",
+        "Every named type of the params, results and notifications above. A field marked",
+        "optional may be absent; absent and `null` mean the same.",
+        "",
+    ]
+    for name, definition in defs.items():
+        out += [f"### `{name}`", ""]
+        description = str(definition.get("description", "")).strip()
+        if description:
+            out += [description.replace("``", "`"), ""]
+        if definition.get("additionalProperties") is True:
+            out += ["Open object: the server keeps (and may send) keys not listed here.", ""]
+        out += [*_fields(definition, defs), ""]
+    return out
 
 
 def _kib(size: int) -> str:
@@ -219,11 +270,11 @@ def render_reference() -> str:
             f"- capability: `{spec['capability'] or 'always'}`",
             f"- errors: {_error_list(spec['errors'])}",
             "",
-            f"**Params** (`{_type_name(spec['params'], defs)}`)",
+            f"**Params** ({_type_cell(spec['params'], defs)})",
             "",
             *_fields(spec["params"], defs),
             "",
-            f"**Result** (`{_type_name(spec['result'], defs)}`)",
+            f"**Result** ({_type_cell(spec['result'], defs)})",
             "",
             *_fields(spec["result"], defs),
             "",
@@ -242,6 +293,7 @@ def render_reference() -> str:
             spec["summary"],
             "",
             f"- delivered to: {spec['delivery']}",
+            f"- params: {_type_cell(spec['params'], defs)}",
             "",
             *_fields(spec["params"], defs),
             "",
@@ -253,15 +305,16 @@ def render_reference() -> str:
             "",
             spec["summary"],
             "",
-            "**Params**",
+            f"**Params** ({_type_cell(spec['params'], defs)})",
             "",
             *_fields(spec["params"], defs),
             "",
-            "**Answer with**",
+            f"**Answer with** ({_type_cell(spec['result'], defs)})",
             "",
             *_fields(spec["result"], defs),
             "",
         ]
+    out += _types(defs)
     out += [
         "## Error codes",
         "",

@@ -7,18 +7,90 @@ request. Generated clients (the Node types) and docs are built from it.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
+import textwrap
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
 from appserver import __version__
 from appserver.protocol.methods import METHODS, NOTIFICATIONS, SERVER_REQUESTS
 
 SCHEMA_FILE = "protocol.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+class _Generator(GenerateJsonSchema):
+    """Titles only on types (the class name), not on each field ("Userid")."""
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def _models() -> dict[str, type[BaseModel]]:
+    """Every wire model class by name (what ``$defs`` keys are)."""
+    found: dict[str, type[BaseModel]] = {}
+    stack: list[type[BaseModel]] = [BaseModel]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            if sub.__module__.startswith("appserver.protocol."):
+                found.setdefault(sub.__name__, sub)
+            stack.append(sub)
+    return found
+
+
+@cache
+def _field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` of the string literals right after a class's annotated fields."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    node = ast.parse(source).body[0]
+    if not isinstance(node, ast.ClassDef):
+        return {}
+    docs: dict[str, str] = {}
+    for stmt, following in zip(node.body, node.body[1:], strict=False):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[stmt.target.id] = " ".join(inspect.cleandoc(following.value.value).split())
+    return docs
+
+
+def _field_description(model: type[BaseModel], wire: str) -> str | None:
+    for name, field in model.model_fields.items():
+        if wire in (name, field.alias, field.serialization_alias, field.validation_alias):
+            if field.description:
+                return field.description
+            for cls in model.__mro__:
+                doc = _field_docs(cls).get(name) if issubclass(cls, BaseModel) else None
+                if doc:
+                    return doc
+            return None
+    return None
+
+
+def _describe(defs: dict[str, Any]) -> None:
+    """Give every property of every model in ``defs`` its field docstring as description."""
+    models = _models()
+    for name, definition in defs.items():
+        model = models.get(name)
+        if model is None:
+            continue
+        for wire, prop in definition.get("properties", {}).items():
+            text = _field_description(model, wire)
+            if text and "description" not in prop:
+                prop["description"] = text
 
 
 def build_schema() -> dict[str, Any]:
@@ -37,7 +109,10 @@ def build_schema() -> dict[str, Any]:
     for request in SERVER_REQUESTS.values():
         want(request.params, "serialization")
         want(request.result, "validation")
-    refs, top = models_json_schema(wanted, by_alias=True, ref_template="#/$defs/{model}")
+    refs, top = models_json_schema(
+        wanted, by_alias=True, ref_template="#/$defs/{model}", schema_generator=_Generator
+    )
+    _describe(top.get("$defs", {}))
 
     def ref(model: type[BaseModel], mode: JsonSchemaMode) -> dict[str, Any]:
         return dict(refs[(model, mode)])

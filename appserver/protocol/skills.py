@@ -22,25 +22,42 @@ class SkillInfo(WireModel):
     """One skill as ``skills/list`` and ``skills/setEnabled`` show it."""
 
     name: str  # the skill's directory name
+    """The skill's name (its directory name)."""
     description: str  # front matter ``description``, else the name
+    """What the skill does (from its front matter; its name when missing)."""
     display_name: str | None = None  # from agents/openai.yaml ``interface``
+    """Name to show."""
     short_description: str | None = None
+    """One-line description."""
     source: SkillSource
+    """Where it comes from: `workspace`, `plugin`, `builtin` or `user`."""
     plugin_id: str | None = None
+    """The plugin that contributes it."""
     plugin_display_name: str | None = None
+    """That plugin's display name."""
     available: bool  # every required executable and environment variable is present
+    """Whether its requirements (programs, environment variables) are met."""
     unavailable_reason: str | None = None
+    """Why it is not available."""
     enabled: bool
+    """Whether it is enabled."""
     path: str  # absolute path of SKILL.md
+    """Absolute path of its SKILL.md."""
     has_variant: bool = False
+    """Whether a workspace variant overrides the original."""
     icon_small_data_url: str | None = None
+    """Small icon as a `data:` URL."""
     icon_large_data_url: str | None = None
+    """Large icon as a `data:` URL."""
     default_prompt: str | None = None
+    """A prompt that uses it."""
     metadata: dict[str, str] = Field(default_factory=dict)  # front matter, values as text
+    """Other front-matter keys."""
 
 
 class _Named(WireModel):
     name: Name
+    """The skill's name."""
 
     @field_validator("name")
     @classmethod
@@ -52,10 +69,12 @@ class _Named(WireModel):
 
 class SkillsListParams(WireModel):
     include_unavailable: bool = True
+    """Include skills whose requirements are not met."""
 
 
 class SkillsListResult(WireModel):
     skills: list[SkillInfo]
+    """The skills."""
 
 
 class SkillNameParams(_Named):
@@ -64,34 +83,48 @@ class SkillNameParams(_Named):
 
 class SkillsReadResult(WireModel):
     name: str
+    """The skill's name."""
     content: str  # raw SKILL.md, front matter included
+    """SKILL.md without its front matter."""
     metadata: dict[str, str] | None = None  # None when there is no front matter
+    """The front matter."""
 
 
 class SkillsViewResult(WireModel):
     name: str
+    """The skill's name."""
     content: str  # the body the agent sees (front matter stripped)
+    """The whole SKILL.md, front matter included."""
 
 
 class SkillsRestoreOriginalResult(WireModel):
     name: str
+    """The skill's name."""
     restored: bool
+    """Whether a variant existed and was removed."""
 
 
 class SkillsSetEnabledParams(_Named):
     enabled: bool
+    """`true` to enable, `false` to disable."""
 
 
 class SkillsSetEnabledResult(WireModel):
     skill: SkillInfo
+    """The skill after the change."""
 
 
 class SkillsUninstallResult(WireModel):
     name: str
+    """The skill's name."""
     uninstalled: bool
+    """Whether it was removed."""
     source: SkillSource
+    """Where it came from."""
     removed_source_path: str  # the deleted skill directory
+    """The directory that was removed."""
     removed_variant_count: int = 0
+    """Workspace variants removed with it."""
 
 
 _NAMED_ERRORS = (E.SKILL_NOT_FOUND, E.INVALID_PARAMS)

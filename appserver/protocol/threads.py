@@ -31,108 +31,204 @@ def _non_empty(value: str, field: str) -> str:
 
 
 class SessionIdentity(WireModel):
+    """Who a client acts for and where: scopes `thread/start` and `thread/list`."""
+
     channel_name: Name
+    """The client's channel (e.g. `cli`); becomes a new thread's `originChannel`."""
     user_id: Name
+    """Who owns the threads (e.g. `local`)."""
     channel_context: Label | None = None
+    """Narrows threads to one conversation of the channel (a chat or group id); absent matches only
+    threads without one.
+    """
     workspace_path: PathText | None = None
+    """The workspace the threads belong to; absent or empty: the server's workspace."""
 
 
 class ThreadConfiguration(OpenWireModel):
     """Per-thread overrides. Unknown keys are kept so newer clients round-trip."""
 
     mcp_servers: list[dict[str, Any]] | None = None
+    """MCP servers for this thread only."""
     mode: str | None = None
+    """Agent mode, e.g. `agent` (default) or `plan`."""
     extensions: list[str] | None = None
+    """Protocol extension prefixes to enable (e.g. `_unity`)."""
     custom_tools: list[str] | None = None
+    """Names of extra tools to offer."""
     model: str | None = None
+    """Model for this thread."""
     workspace_override: str | None = None
+    """Directory the agent works in instead of the workspace."""
     tool_profile: str | None = None
+    """Named set of tools to offer."""
     use_tool_profile_only: bool | None = None
+    """Offer only the tools of `toolProfile`."""
     agent_instructions: str | None = None
+    """Extra system instructions."""
     approval_policy: ApprovalPolicy | None = None
+    """`default` (ask), `autoApprove` or `interrupt` (end the turn instead of asking)."""
     automation_task_directory: str | None = None
+    """Directory of an automation's task files."""
     require_approval_outside_workspace: bool | None = None
+    """Ask before touching files outside the workspace."""
 
 
 class ThreadRuntimeState(WireModel):
+    """What a thread is doing right now."""
+
     running: bool = False
+    """A turn is running."""
     waiting_on_approval: bool = False
+    """The running turn waits for an approval."""
     waiting_on_plan_confirmation: bool = False
+    """The running turn waits for a plan to be confirmed."""
 
 
 class TokenUsage(WireModel):
+    """Tokens a turn used."""
+
     input_tokens: int = 0
+    """Prompt tokens."""
     output_tokens: int = 0
+    """Completion tokens."""
     total_tokens: int = 0
+    """Both."""
 
 
 class Item(WireModel):
+    """One step of a turn: a message, reasoning, a tool call or result, an approval, an error."""
+
     id: str
+    """The item's id (`item_002`), unique in its thread."""
     turn_id: str
+    """The turn it belongs to."""
     type: str
+    """What it is: `userMessage`, `agentMessage`, `reasoningContent`, `commandExecution`,
+    `toolExecution`, `toolCall`, `toolResult`, `approvalRequest`, `approvalResponse`, `error`,
+    `systemNotice`, ...
+    """
     status: ItemStatus
+    """`started`, `streaming` (deltas arrive) or `completed`."""
     created_at: str
+    """When it started, ISO 8601."""
     completed_at: str | None = None
+    """When it completed, ISO 8601."""
     payload_kind: str | None = None
+    """The shape of `payload` (usually the same as `type`)."""
     payload: dict[str, Any] = Field(default_factory=dict)
+    """The item's content; its keys depend on `type` (see the item payloads in the docs)."""
 
 
 class Turn(WireModel):
+    """One exchange: the user's input and everything the agent did in answer."""
+
     id: str
+    """The turn's id (`turn_001`), unique in its thread."""
     thread_id: str
+    """The thread it belongs to."""
     status: TurnStatus
+    """`running`, `completed`, `waitingApproval`, `failed` or `cancelled`."""
     started_at: str
+    """When it started, ISO 8601."""
     completed_at: str | None = None
+    """When it ended, ISO 8601."""
     token_usage: TokenUsage | None = None
+    """Tokens it used."""
     error: str | None = None
+    """Why it failed."""
     origin_channel: str | None = None
+    """The channel that started it."""
     initiator: dict[str, Any] | None = None
+    """Who started it: `{channelName, userId, userName, userRole, channelContext, groupId}`."""
     items: list[Item] | None = None
+    """Its items, in order (present when the thread was read with turns)."""
 
 
 class ThreadSource(OpenWireModel):
+    """What started a thread. Open: sub-agent threads carry more keys."""
+
     kind: str = "user"
+    """`user`, or `subagent` for threads an agent started."""
 
 
 class Thread(WireModel):
+    """A conversation: its identity, state and (when asked for) turns."""
+
     id: str
+    """The thread's id (`thread_20261121_x7k2m4`)."""
     workspace_path: str
+    """The workspace it belongs to."""
     user_id: str
+    """Who owns it."""
     origin_channel: str
+    """The channel it was started from."""
     channel_context: str | None = None
+    """The conversation of the channel it belongs to."""
     display_name: str | None = None
+    """Its title."""
     status: ThreadStatus
+    """`active`, `paused` or `archived`."""
     created_at: str
+    """When it was started, ISO 8601."""
     last_active_at: str
+    """When it last changed, ISO 8601."""
     history_mode: HistoryMode | None = None
+    """`server`: the server keeps the conversation; `client`: each `turn/start` sends `messages`."""
     metadata: dict[str, str] = Field(default_factory=dict)
+    """Free-form string metadata."""
     configuration: ThreadConfiguration | None = None
+    """Its per-thread overrides."""
     source: ThreadSource | None = None
+    """What started it (`{kind: "user"}`, `{kind: "subagent", ...}`)."""
     queued_inputs: list[dict[str, Any]] = Field(default_factory=list)
+    """Inputs waiting for the running turn to end."""
     runtime: ThreadRuntimeState | None = None
+    """Whether a turn is running or waiting."""
     turns: list[Turn] = Field(default_factory=list)
+    """Its turns, oldest first (empty unless asked for)."""
 
 
 class ThreadSummary(WireModel):
+    """A thread as `thread/list` shows it (no turns)."""
+
     id: str
+    """The thread's id."""
     display_name: str | None = None
+    """Its title."""
     status: ThreadStatus
+    """`active`, `paused` or `archived`."""
     origin_channel: str
+    """The channel it was started from."""
     user_id: str
+    """Who owns it."""
     channel_context: str | None = None
+    """The conversation of the channel it belongs to."""
     created_at: str
+    """When it was started, ISO 8601."""
     last_active_at: str
+    """When it last changed, ISO 8601."""
     turn_count: int = 0
+    """How many turns it has."""
     runtime: ThreadRuntimeState | None = None
+    """Whether a turn is running or waiting."""
 
 
 class DynamicToolSpec(OpenWireModel):
+    """A tool the client implements; the server calls it with `item/tool/call`."""
+
     namespace: str | None = None
+    """Groups tools; with `name`, unique per request (not empty when given)."""
     name: str
+    """The tool's name as the model sees it."""
     description: str
+    """What the tool does, for the model."""
     input_schema: dict[str, Any]
+    """JSON Schema of the tool's arguments."""
     defer_loading: bool | None = None
+    """Reserved; ignored."""
     approval: dict[str, Any] | None = None
+    """Ask for approval before a call: `{kind, targetArgument, operation?, operationArgument?}`."""
 
     @field_validator("namespace")
     @classmethod
@@ -147,6 +243,7 @@ class DynamicToolSpec(OpenWireModel):
 
 class ThreadIdParams(WireModel):
     thread_id: str
+    """The thread."""
 
 
 def _config_size(config: ThreadConfiguration | None) -> ThreadConfiguration | None:
@@ -157,10 +254,16 @@ def _config_size(config: ThreadConfiguration | None) -> ThreadConfiguration | No
 
 class ThreadStartParams(WireModel):
     identity: SessionIdentity
+    """Who owns the thread and where it belongs."""
     config: ThreadConfiguration | None = None
+    """Per-thread overrides."""
     dynamic_tools: list[DynamicToolSpec] | None = None
+    """Tools the client implements (called with `item/tool/call`)."""
     history_mode: HistoryMode | None = None
+    """`server` (default): the server keeps the conversation; `client`: each `turn/start` sends it.
+    """
     display_name: Label | None = None
+    """The thread's title."""
 
     @field_validator("config")
     @classmethod
@@ -181,59 +284,82 @@ class ThreadStartParams(WireModel):
 
 class ThreadResult(WireModel):
     thread: Thread
+    """The thread."""
     # Beyond DotCraft: present when ``thread/read`` paged turns and older ones remain.
     next_turns_cursor: str | None = None
+    """Present when turns were paged and older ones remain: pass as `turnsCursor`."""
 
 
 class TurnPaging(WireModel):
     """Optional turn paging shared by ``thread/read`` and ``thread/resume``."""
 
     turn_limit: int | None = Field(default=None, ge=1, le=1000)
+    """Return at most this many turns, the newest."""
     turns_cursor: str | None = None
+    """`nextTurnsCursor` of the previous call: the turns before it."""
 
 
 class ThreadResumeParams(TurnPaging):
     thread_id: str
+    """The thread."""
 
 
 class ThreadReadParams(TurnPaging):
     thread_id: str
+    """The thread."""
     include_turns: bool = False
+    """Include the thread's turns and items."""
 
 
 class ThreadListParams(WireModel):
     identity: SessionIdentity
+    """Whose threads: the workspace, user and channel context to match (not `channelName`)."""
     include_archived: bool = False
+    """Include archived threads."""
     include_sub_agents: bool = False
+    """Include threads of sub-agents."""
     cross_channel_origins: list[str] | None = None
+    """Also list threads of the same workspace started from these channels."""
     channel_name: str | None = None
+    """Only threads started from this channel (case-insensitive)."""
     # Beyond DotCraft and Codex: keyset pagination. Without ``limit`` every
     # matching thread is returned, as DotCraft clients expect.
     limit: int | None = Field(default=None, ge=1, le=1000)
+    """Page size; absent: every matching thread (pages still end at the size limit)."""
     cursor: str | None = None
+    """`nextCursor` of the previous page."""
 
 
 class ThreadListResult(WireModel):
     data: list[ThreadSummary]
+    """The threads, most recently active first."""
     next_cursor: str | None = None
+    """Pass as `cursor` for the next page; absent on the last page."""
 
 
 class ThreadRollbackParams(WireModel):
     thread_id: str
+    """The thread."""
     num_turns: int = Field(ge=1, le=INT64_MAX)
+    """How many of the latest turns to drop."""
 
 
 class ThreadSubscribeParams(WireModel):
     thread_id: str
+    """The thread."""
     replay_recent: bool = False
+    """First replay the thread's last 32 notifications."""
     # Beyond DotCraft: replay every notification with a larger seq (from
     # SQLite; streaming items as one coalesced delta), then continue live.
     after_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    """First replay every notification with a larger `seq` (from storage), then continue live."""
 
 
 class ThreadRenameParams(WireModel):
     thread_id: str
+    """The thread."""
     display_name: Label
+    """The new title (not empty)."""
 
     @field_validator("display_name")
     @classmethod
@@ -243,7 +369,9 @@ class ThreadRenameParams(WireModel):
 
 class ThreadModeSetParams(WireModel):
     thread_id: str
+    """The thread."""
     mode: Name
+    """The new agent mode, e.g. `agent` or `plan`."""
 
     @field_validator("mode")
     @classmethod
@@ -253,7 +381,9 @@ class ThreadModeSetParams(WireModel):
 
 class ThreadConfigUpdateParams(WireModel):
     thread_id: str
+    """The thread to change."""
     config: ThreadConfiguration
+    """The new overrides; replaces the thread's configuration."""
 
     @field_validator("config")
     @classmethod
@@ -267,36 +397,52 @@ class ThreadConfigUpdateParams(WireModel):
 
 class ThreadStartedNotification(WireModel):
     thread_id: str
+    """The new thread's id."""
     thread: Thread
+    """The new thread."""
 
 
 class ThreadResumedNotification(WireModel):
     thread_id: str
+    """The thread."""
     thread: Thread
+    """The thread as resumed."""
     resumed_by: str
+    """`clientInfo.name` of the client that resumed it."""
 
 
 class ThreadStatusChangedNotification(WireModel):
     thread_id: str
+    """The thread."""
     previous_status: ThreadStatus
+    """Its status before."""
     new_status: ThreadStatus
+    """Its status now."""
 
 
 class ThreadRenamedNotification(WireModel):
     thread_id: str
+    """The thread."""
     display_name: str
+    """Its new title."""
 
 
 class ThreadDeletedNotification(WireModel):
     thread_id: str
+    """The deleted thread."""
 
 
 class ThreadRuntimeChangedNotification(WireModel):
     thread_id: str
+    """The thread."""
     runtime: ThreadRuntimeState
+    """Its new runtime state."""
 
 
 class ConfigChangedNotification(WireModel):
     source: str
+    """The method that changed it, e.g. `workspace/config/update`."""
     regions: list[str]
+    """What changed, e.g. `workspace.model`, `skills`, `mcp`."""
     changed_at: str
+    """When, as an ISO 8601 timestamp."""

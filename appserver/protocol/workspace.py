@@ -33,17 +33,24 @@ class ModelCatalogItem(WireModel):
     """One model the active provider offers."""
 
     id: str
+    """The model's id (what `model` takes)."""
     owned_by: str = ""
+    """Who offers it."""
     created_at: str | None = None  # ISO-8601 UTC; omitted when the provider does not say
+    """When it was published, as the provider reports it."""
 
 
 class ModelListResult(WireModel):
     """``model/list``: provider failures are in-band (``success: false``), never RPC errors."""
 
     success: bool
+    """Whether the provider answered."""
     models: list[ModelCatalogItem] = Field(default_factory=list)
+    """The models."""
     error_code: str | None = None  # e.g. MissingApiKey, Unauthorized, Network, Timeout
+    """Why the listing failed, e.g. `MissingApiKey`, `Unauthorized`, `Network`, `Timeout`."""
     error_message: str | None = None  # ends with " Endpoint: <url>" when the endpoint is known
+    """Human-readable reason; ends with ` Endpoint: <url>` when the endpoint is known."""
 
 
 # --- workspace/config/schema ------------------------------------------------------------
@@ -53,27 +60,41 @@ class ConfigSchemaField(WireModel):
     """One editable setting (DotCraft's ``ConfigSchemaField``)."""
 
     key: str  # the config.json key (PascalCase, matched case-insensitively)
+    """The config.json key (PascalCase, matched case-insensitively)."""
     display_name: str | None = None
+    """Label to show."""
     type: str  # "text", "password", "select", "number", "bool", ...
+    """Editor to show: `text`, `password`, `select`, `number`, `bool`, ..."""
     sensitive: bool = False  # the value is a secret: shown masked, never in clear
+    """The value is a secret (mask it)."""
     options: list[str] | None = None  # for "select"
+    """Allowed values (`select`)."""
     hint: str | None = None
+    """Help text."""
     reload: ReloadBehavior = "processRestart"
+    """What a change needs: `hot`, `processRestart` or `subsystemRestart`."""
     subsystem_key: str | None = None
+    """The subsystem to restart (`subsystemRestart`)."""
     default_value: Any = None
+    """Value when unset."""
 
 
 class ConfigSchemaSection(WireModel):
     """A group of settings at ``path`` inside config.json (``null``: the root)."""
 
     section: str
+    """Name of the group."""
     order: int
+    """Position among the groups."""
     path: list[str] | None = None
+    """Keys leading to the group in config.json (`null`: the root)."""
     fields: list[ConfigSchemaField]
+    """Its settings."""
 
 
 class WorkspaceConfigSchemaResult(WireModel):
     sections: list[ConfigSchemaSection]
+    """The editable settings, by group."""
 
 
 # --- workspace/config/update --------------------------------------------------------------
@@ -93,20 +114,30 @@ class WorkspaceConfigUpdateParams(WireModel):
     )
 
     model: Name | None = None
+    """Default model; `null` or `""` removes it."""
     api_key: PathText | None = None
+    """The provider's API key; `null` or `""` removes it."""
     end_point: PathText | None = None
+    """The provider's base URL; `null` or `""` removes it."""
     default_approval_policy: Name | None = None  # "default" | "autoApprove" | null
+    """Approval policy of new threads: `default` or `autoApprove`."""
     provider: Name | None = None  # extension: "offline" | "openai" | "anthropic" | null
+    """The model provider; `null` or `""` removes it."""
 
 
 class WorkspaceConfigUpdateResult(WireModel):
     """The resulting workspace values (absent = not set); ``apiKey`` is masked."""
 
     model: str | None = None
+    """Default model."""
     api_key: str | None = None
+    """The API key, masked."""
     end_point: str | None = None
+    """The provider's base URL."""
     default_approval_policy: str | None = None
+    """Approval policy of new threads."""
     provider: str | None = None
+    """The model provider."""
 
 
 METHOD_SPECS: list[MethodSpec] = [

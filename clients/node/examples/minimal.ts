@@ -3,20 +3,44 @@
 // print every message of the stream. It uses no library, only node:child_process and
 // node:readline, to show the wire protocol itself (src/ is the full client).
 //
-// Changes from the page: the server command comes from $APPSERVER_COMMAND (default
-// `appserver app-server`), the prompt may be given as an argument, approval requests
-// are answered (declined), and the example exits when the turn ends.
+// Changes from the page: the server is found as below, the prompt may be given as an
+// argument, approval requests are answered (declined), the example exits when the turn
+// ends, and the agent works in a temporary workspace that is removed at exit (so running
+// the example leaves no `.craft/` behind).
 //
-//   npm run build && node dist/examples/minimal.js ["your prompt"]
+// The server command: $APPSERVER_COMMAND (e.g. "appserver app-server"), else
+// `$APPSERVER_BIN app-server`, else this repository's `.venv/bin/appserver app-server`
+// (what `make` builds), else `appserver app-server` from PATH. The workspace:
+// $APPSERVER_WORKSPACE, else a fresh temporary directory.
+//
+//   npm run example [-- "your prompt"]     (builds, then runs dist/examples/minimal.js)
 import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
 import readline from "node:readline";
+import { fileURLToPath } from "node:url";
 
-const [command = "appserver", ...args] = (process.env.APPSERVER_COMMAND ?? "appserver app-server")
-  .split(/\s+/)
-  .filter(Boolean);
+const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../.."); // from dist/examples
+const VENV_APPSERVER = join(REPO_ROOT, ".venv", "bin", "appserver");
+
+function serverCommand(): string[] {
+  if (process.env.APPSERVER_COMMAND) return process.env.APPSERVER_COMMAND.split(/\s+/).filter(Boolean);
+  if (process.env.APPSERVER_BIN) return [process.env.APPSERVER_BIN, "app-server"];
+  return [existsSync(VENV_APPSERVER) ? VENV_APPSERVER : "appserver", "app-server"];
+}
+
+const [command = "appserver", ...args] = serverCommand();
 const prompt = process.argv[2] ?? "Summarize this repository.";
 
-const workspacePath = process.cwd();
+const ownWorkspace = !process.env.APPSERVER_WORKSPACE;
+const workspacePath = process.env.APPSERVER_WORKSPACE ?? mkdtempSync(join(tmpdir(), "appserver-example-"));
+if (ownWorkspace) {
+  process.on("exit", () => rmSync(workspacePath, { recursive: true, force: true }));
+}
+console.error(`workspace: ${workspacePath}`);
+if (!args.includes("--workspace")) args.push("--workspace", workspacePath);
+
 const proc = spawn(command, args, {
   cwd: workspacePath,
   stdio: ["pipe", "pipe", "inherit"],
@@ -94,7 +118,7 @@ rl.on("line", (line) => {
 });
 
 proc.on("error", (error) => {
-  console.error(`could not start ${command}: ${error.message}`);
+  console.error(`could not start ${command}: ${error.message} (set APPSERVER_BIN or APPSERVER_COMMAND; see README.md)`);
   process.exitCode = 1;
 });
 proc.on("exit", (code) => {

@@ -8,9 +8,12 @@ export const TERMINAL_TURN_METHODS: ReadonlySet<string> = new Set(["turn/complet
 export interface NotificationEvent<M extends NotificationMethod = NotificationMethod> {
   readonly method: M;
   readonly params: Notifications[M];
-  /** The thread it is about (`threadId`, `thread.id` or `turn.threadId`). */
+  /**
+   * The thread it is about: `params.threadId`, which every thread-scoped notification carries
+   * (`thread.id` / `turn.threadId` are read when it is missing, as older servers sent).
+   */
   readonly threadId: string | undefined;
-  /** The turn it is about (`turnId` or `turn.id`). */
+  /** The turn it is about: `params.turnId` (`item/*`) or `params.turn.id` (`turn/*`). */
   readonly turnId: string | undefined;
   /** The thread's event sequence number (thread-scoped notifications). */
   readonly seq: number | undefined;

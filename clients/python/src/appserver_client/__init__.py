@@ -4,7 +4,8 @@
 ...     thread = (await client.thread_start(identity={"channelName": "cli", "userId": "me"}))
 ...     outcome = await client.run_turn(thread["thread"]["id"], "hello")
 
-See README.md for the whole tour.
+The wire types (every params, result and notification ``TypedDict``) are in
+:mod:`appserver_client.types`. See README.md for the whole tour.
 """
 
 from __future__ import annotations
