@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from appserver import __version__, startup
+from appserver import __version__, logs, startup
 from appserver.process_secrets import hide_secrets
 
 log = logging.getLogger("appserver")
@@ -150,21 +150,24 @@ def add_face_options(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="with --websocket: clients must connect with ?token=<this file's content>",
     )
-    parser.add_argument(
-        "--log-level",
-        default=os.environ.get("APPSERVER_LOG_LEVEL", "warning"),
-        choices=["debug", "info", "warning", "error"],
-        help="stderr log level (default: warning, or $APPSERVER_LOG_LEVEL)",
-    )
+    logs.add_arguments(parser, default_level="warning")
+
+
+def configure_logs(args: argparse.Namespace) -> bool:
+    """Set up stderr logging from ``--log-level``/``--log-format``; ``False`` (and
+    one line on stderr) when an environment variable gave an unusable value."""
+    try:
+        logs.configure(args.log_level, args.log_format)
+    except logs.LogConfigError as exc:
+        print(f"appserver: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def face_command(args: argparse.Namespace) -> int:
     """Run a face on this process's stdio (and the listeners its flags ask for)."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if not configure_logs(args):
+        return 2
     from appserver.hosting import HostOptions, open_host
 
     if not args.workspace.is_dir():
@@ -219,6 +222,17 @@ def face_command(args: argparse.Namespace) -> int:
         code: int = anyio.run(module.main, args, options, host, stdin, stdout)
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        from appserver.transport.base import AddressInUse, ListenerError
+
+        cause = leaf(error)  # a face that let its --websocket listener's failure through
+        if isinstance(cause, AddressInUse):
+            print(f"appserver: {cause.advice('--websocket')}", file=sys.stderr)
+            return 2
+        if isinstance(cause, ListenerError):
+            print(f"appserver: {cause}", file=sys.stderr)
+            return 2
+        raise
     return code
 
 
@@ -327,12 +341,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="N",
         help="concurrent requests per connection before -32001 'Server overloaded' (default 32)",
     )
-    serve.add_argument(
-        "--log-level",
-        default=os.environ.get("APPSERVER_LOG_LEVEL", "info"),
-        choices=["debug", "info", "warning", "error"],
-        help="stderr log level (default: info, or $APPSERVER_LOG_LEVEL)",
-    )
+    logs.add_arguments(serve, default_level="info")
     for name, module, summary in FACES:
         face = commands.add_parser(name, help=summary, description=summary)
         face.set_defaults(face=module)
@@ -341,13 +350,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             face_module(module).add_arguments(face)
     schema = commands.add_parser(
         "schema",
-        help="write the protocol's JSON Schema",
+        help="write the protocol's JSON Schema (and TypeScript types)",
         description=(
             "Write protocol.schema.json (JSON Schema draft 2020-12: every method's params and "
-            "result, every notification, every server-to-client request) into DIR."
+            "result, every notification, every server-to-client request) into DIR, and with "
+            "--ts the same as one TypeScript module (interfaces, method maps, typed methods)."
         ),
     )
-    schema.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    schema.add_argument("--out", type=Path, metavar="DIR", help="output directory")
     schema.add_argument(
         "--reference",
         type=Path,
@@ -355,29 +365,47 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="also write (or with --check, compare) the Markdown protocol reference",
     )
     schema.add_argument(
+        "--ts",
+        type=Path,
+        metavar="OUT",
+        help="write (or with --check, compare) the TypeScript types: a .ts file, or "
+        "OUT/protocol.ts when OUT is a directory",
+    )
+    schema.add_argument(
         "--check",
         action="store_true",
-        help="write nothing; exit 1 if DIR's copy differs from the method table",
+        help="write nothing; exit 1 if a written copy differs from the method table",
     )
     return parser
 
 
-def schema_command(out: Path, check: bool, reference: Path | None) -> int:
+def schema_command(
+    out: Path | None, check: bool, reference: Path | None, ts: Path | None = None
+) -> int:
     from appserver.protocol.reference import reference_is_current, render_reference
     from appserver.protocol.schema import SCHEMA_FILE, is_current, write_schema
+    from appserver.protocol.typescript import ts_path, typescript_is_current, write_typescript
 
+    if out is None and ts is None:
+        print("appserver: schema: give --out DIR, --ts OUT or both", file=sys.stderr)
+        return 2
     if check:
-        stale = [] if is_current(out) else [out / SCHEMA_FILE]
+        stale = [] if out is None or is_current(out) else [out / SCHEMA_FILE]
         if reference is not None and not reference_is_current(reference):
             stale.append(reference)
+        if ts is not None and not typescript_is_current(ts):
+            stale.append(ts_path(ts))
         for path in stale:
             print(f"appserver: {path} is stale; run `make schema`", file=sys.stderr)
         return 1 if stale else 0
-    print(write_schema(out), file=sys.stderr)
+    if out is not None:
+        print(write_schema(out), file=sys.stderr)
     if reference is not None:
         reference.parent.mkdir(parents=True, exist_ok=True)
         reference.write_text(render_reference(), "utf-8")
         print(reference, file=sys.stderr)
+    if ts is not None:
+        print(write_typescript(ts), file=sys.stderr)
     return 0
 
 
@@ -398,7 +426,7 @@ def _main(arguments: list[str]) -> int:
     parser = build_parser(chosen)
     args = parser.parse_args(arguments)
     if args.command == "schema":
-        return schema_command(args.out, args.check, args.reference)
+        return schema_command(args.out, args.check, args.reference, args.ts)
     if getattr(args, "face", None) is not None:
         return face_command(args)
     if args.command != "app-server":
@@ -414,13 +442,10 @@ def serve_command(args: argparse.Namespace) -> int:
     from appserver.runtime.turns import EngineConfig
     from appserver.server import AppServer, ServerConfig, run
     from appserver.storage.lock import WorkspaceLocked
-    from appserver.transport.base import ListenerError
+    from appserver.transport.base import AddressInUse, ListenerError
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if not configure_logs(args):
+        return 2
     listen: Listen = args.listen
     workspace: Path = args.workspace
     if not workspace.is_dir():
@@ -478,19 +503,32 @@ def serve_command(args: argparse.Namespace) -> int:
 
     try:
         anyio.run(lambda: run(config, stdio=stdio, websocket=websocket, on_ready=on_ready))
-    except WorkspaceLocked as exc:
-        print(f"appserver: {exc}", file=sys.stderr)
-        return 1
-    except (ListenerError, ValueError) as exc:
-        # Refused options (a non-loopback bind without token, a bad provider setting).
-        print(f"appserver: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"appserver: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        cause = leaf(error)  # the server's task groups wrap what fails inside them
+        if isinstance(cause, AddressInUse):
+            print(f"appserver: {cause.advice('--listen')}", file=sys.stderr)
+            return 2
+        if isinstance(cause, WorkspaceLocked):
+            print(f"appserver: {cause}", file=sys.stderr)
+            return 1
+        if isinstance(cause, (ListenerError, ValueError)):
+            # Refused options (a non-loopback bind without token, a bad provider setting).
+            print(f"appserver: {cause}", file=sys.stderr)
+            return 2
+        if isinstance(cause, OSError):
+            print(f"appserver: {cause}", file=sys.stderr)
+            return 1
+        raise
     return 0
+
+
+def leaf(error: BaseException) -> BaseException:
+    """The one exception inside (nested) single-member exception groups."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from appserver import __version__, startup
-from appserver.providers import ProviderSettings, make_provider, resolve_settings
+from appserver.providers import ProviderSettings, key_variables, make_provider, resolve_settings
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
@@ -76,9 +76,9 @@ def provider_settings(options: HostOptions) -> ProviderSettings:
     except ValueError as exc:
         raise ProviderConfigError(str(exc)) from None
     if settings.provider != "offline" and not settings.api_key and not settings.base_url:
+        names = " or ".join(key_variables(settings))
         raise ProviderConfigError(
-            f"no API key for provider {settings.provider}: pass --api-key or set the "
-            "provider's API key variable"
+            f"no API key for provider {settings.provider}: pass --api-key or set {names}"
         )
     return settings
 
@@ -102,7 +102,11 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
     process keeps the workspace past ``lock_wait``.
     """
     options.workspace = options.workspace.resolve()
-    provider = options.provider or make_provider(provider_settings(options))
+    provider = options.provider
+    if provider is None:
+        settings = provider_settings(options)
+        log.debug("workspace %s; %s", options.workspace, settings.describe())
+        provider = make_provider(settings)
     tools = _tools(options)
     if options.websocket is not None:
         async with _full_server(options, provider, tools) as runtime:

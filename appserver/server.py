@@ -14,9 +14,10 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 
 from appserver import __version__, startup
-from appserver.providers import make_provider, resolve_settings
+from appserver.protocol.initialize import InitializeParams
+from appserver.providers import make_provider, missing_key_warning, resolve_settings
 from appserver.providers.base import Provider
-from appserver.rpc.connection import Connection, Limits
+from appserver.rpc.connection import Connection, Limits, RequestContext
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
 from appserver.runtime.host import Runtime
@@ -95,13 +96,20 @@ class AppServer:
         self.db = db
         self.lock = lock
         self.workspace_config = load_workspace_config(config.craft_dir)
+        provider = config.provider
+        if provider is None:
+            settings = resolve_settings(config.provider_options, os.environ, self.workspace_config)
+            log.debug("workspace %s; %s", config.workspace, settings.describe())
+            # Said at start, not at the first turn; the server still starts, so
+            # the key can be set (workspace/config/update) without a restart.
+            warning = missing_key_warning(settings)
+            if warning is not None:
+                log.warning("%s", warning)
+            provider = make_provider(settings)
         self.runtime = Runtime(
             db,
             config.workspace,
-            config.provider
-            or make_provider(
-                resolve_settings(config.provider_options, os.environ, self.workspace_config)
-            ),
+            provider,
             config=config.engine,
             attachments=config.craft_dir / "attachments" / "images",
             allow_private_image_urls=config.allow_private_image_urls,
@@ -109,6 +117,8 @@ class AppServer:
             tools=tools or ToolRegistry.with_defaults(config.tool_env),
         )
         self.router = Router(self.runtime.bus)
+        self._clients: dict[int, str] = {}  # connection id -> "name version", for the logs
+        self.router.initialize_hooks.append(self._log_client)
         ThreadService(self.runtime.threads).register(self.router)
         turn_service = TurnService(self.runtime.turns)
         turn_service.register(self.router)
@@ -235,12 +245,46 @@ class AppServer:
         connection = Connection(transport, self.router, self.config.limits)
         self.router.attach(connection)
         self.connections.add(connection)
+        where = str(getattr(transport, "peer", transport.kind))
+        fields = {"connection": connection.id, "peer": where}
+        log.info("connection #%d opened (%s)", connection.id, where, extra=fields)
         try:
             await connection.serve()
         finally:
             self.connections.discard(connection)
             self._connections_changed.set()
+            client = self._clients.pop(connection.id, "")
+            log.info(
+                "connection #%d closed (%s%s): %s (code %d)",
+                connection.id,
+                where,
+                f", {client}" if client else "",
+                connection.close_reason or "closed",
+                connection.close_code,
+                extra={
+                    **fields,
+                    "client": client,
+                    "reason": connection.close_reason,
+                    "code": connection.close_code,
+                },
+            )
         return connection
+
+    def _log_client(self, ctx: RequestContext, request: InitializeParams) -> None:
+        """Who is behind a connection, once it says (``initialize``)."""
+        info = request.client_info
+        client = f"{info.name} {info.version}"
+        self._clients[ctx.connection.id] = client
+        log.info(
+            "connection #%d is %s",
+            ctx.connection.id,
+            client,
+            extra={
+                "connection": ctx.connection.id,
+                "clientName": info.name,
+                "clientVersion": info.version,
+            },
+        )
 
     @asynccontextmanager
     async def connect_memory(self) -> AsyncIterator[MemoryTransport]:

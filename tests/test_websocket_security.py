@@ -145,9 +145,10 @@ async def test_health_endpoints_need_no_token(workspace: Path) -> None:
             assert status == 200
             assert content_type == "application/json"
             assert json.loads(body) == {"status": "ok"}
-        status, (_, body) = await http_get(base + "/nope")
+        status, (content_type, body) = await http_get(base + "/nope")
         assert status == 404
-        assert json.loads(body) == {"error": "not found"}
+        assert content_type.startswith("text/plain")
+        assert f"ws://{base.removeprefix('http://')}/ws" in body.decode()  # where to go instead
         status, _ = await http_get(base + "/ws")
         assert status == 426  # not an upgrade: the token is not even looked at
         status, _ = await http_get(base + "/healthz", {"Origin": "https://evil.example"})

@@ -550,6 +550,7 @@ class ZeneFace:
         """Open the runtime into ``stack``, or say why it could not be."""
         from appserver.providers.base import ProviderConfigError
         from appserver.storage.lock import WorkspaceLocked
+        from appserver.transport.base import ListenerError
 
         try:
             runtime: Runtime = await stack.enter_async_context(host())
@@ -566,6 +567,9 @@ class ZeneFace:
                     message = f"request exceeded timeout_ms waiting for the workspace: {exc}"
                     return StartupFailure(EXIT_OK, TIMEOUT, message)
                 return StartupFailure(EXIT_RUNTIME, INTERNAL, str(exc))
+            if isinstance(exc, ListenerError):  # e.g. the --websocket port is taken
+                log.error("%s", exc)
+                return StartupFailure(EXIT_RUNTIME, INTERNAL, f"host failure: {exc}")
             log.exception("could not open the workspace runtime")
             message = f"host failure: {type(exc).__name__}: {exc}"
             return StartupFailure(EXIT_RUNTIME, INTERNAL, message)

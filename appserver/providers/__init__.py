@@ -218,6 +218,28 @@ def _vendor_key_vars(provider: ProviderName, base_url: str | None) -> tuple[str,
     return ()
 
 
+def key_variables(settings: ProviderSettings) -> tuple[str, ...]:
+    """The environment variables an API key for ``settings`` is read from, in order."""
+    if settings.provider == "offline":
+        return ()
+    return ("APPSERVER_API_KEY", *_vendor_key_vars(settings.provider, settings.base_url))
+
+
+def missing_key_warning(settings: ProviderSettings) -> str | None:
+    """What to set when a hosted provider has no API key; ``None`` when nothing is missing.
+
+    Every call such a provider makes fails with ``MissingApiKey`` until a key is set.
+    """
+    names = key_variables(settings)
+    if not names or settings.api_key:
+        return None
+    listed = f"{', '.join(names[:-1])} or {names[-1]}"
+    return (
+        f"no API key for provider {settings.provider}: set {listed} "
+        "(or ApiKey in .craft/config.json); until then its turns fail with MissingApiKey"
+    )
+
+
 def _number(value: Any, what: str, default: float) -> float:
     if value is None:
         return default
@@ -260,6 +282,8 @@ __all__ = [
     "OfflineProvider",
     "ProviderName",
     "ProviderSettings",
+    "key_variables",
     "make_provider",
+    "missing_key_warning",
     "resolve_settings",
 ]

@@ -21,6 +21,7 @@ import enum
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -208,6 +209,16 @@ class Connection:
     @property
     def closed(self) -> bool:
         return self.state is State.CLOSED
+
+    @property
+    def close_reason(self) -> str:
+        """Why the connection ended (``end of input``, ``peer gone``, ...); empty while open."""
+        return self._close_reason
+
+    @property
+    def close_code(self) -> int:
+        """The WebSocket close code it ended (or ends) with."""
+        return self._close_code
 
     # --- outbound ---------------------------------------------------------
 
@@ -448,6 +459,7 @@ class Connection:
         refused = self.app.admit(self, method)
         if refused is not None:
             self._put(framing.error_frame(request_id, refused.to_wire()))
+            self._log_request(method, request_id, None, refused.code)
             return
         access = self.app.access(method)
         ctx = RequestContext(self, request_id, method)
@@ -457,7 +469,9 @@ class Connection:
             await self._run(ctx, params, gate=False, hold=self.app.holds(method))
             return
         if self._in_flight >= self.limits.max_in_flight:
-            self._put(framing.error_frame(request_id, self.app.overloaded().to_wire()))
+            overloaded = self.app.overloaded()
+            self._put(framing.error_frame(request_id, overloaded.to_wire()))
+            self._log_request(method, request_id, None, overloaded.code)
             return
         self._in_flight += 1
         self._idle = asyncio.Event() if self._idle.is_set() else self._idle
@@ -495,17 +509,21 @@ class Connection:
         """
         if hold:
             self._hold()
+        # Timed only when someone reads it: the request path is hot.
+        started = time.perf_counter() if log.isEnabledFor(logging.DEBUG) else None
         try:
             try:
                 result = await self.app.handle_request(ctx, params)
             except RpcError as exc:
                 self._put(framing.error_frame(ctx.request_id, exc.to_wire()))
+                self._log_request(ctx.method, ctx.request_id, started, exc.code)
                 return False
             except UnicodeEncodeError:
                 # JSON allows "\ud800" escapes that are not text; they fail where
                 # they meet storage or the OS. That is the client's input, not a crash.
                 error = E.invalid_params("a string contains an unpaired UTF-16 surrogate")
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
+                self._log_request(ctx.method, ctx.request_id, started, error.code)
                 return False
             except Exception:
                 ref = uuid.uuid4().hex[:8]
@@ -514,6 +532,7 @@ class Connection:
                     E.INTERNAL_ERROR, "Internal error", {"detail": f"see server log, ref {ref}"}
                 )
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
+                self._log_request(ctx.method, ctx.request_id, started, error.code)
                 return False
             try:
                 frame = framing.response_frame(ctx.request_id, result)
@@ -521,8 +540,10 @@ class Connection:
                 log.exception("could not encode the result of %s", ctx.method)
                 error = RpcError(E.INTERNAL_ERROR, "Internal error")
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
+                self._log_request(ctx.method, ctx.request_id, started, error.code)
                 return False
             self._put(frame)
+            self._log_request(ctx.method, ctx.request_id, started, None)
             if hold:
                 hold = False
                 self._release()  # what the request caused follows its response
@@ -546,6 +567,32 @@ class Connection:
                 self._release()
             if gate:
                 self._release_slot()
+
+    def _log_request(
+        self, method: str, request_id: RequestId, started: float | None, code: int | None
+    ) -> None:
+        """One debug line per answered request (method, id, duration, error code)."""
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        fields: dict[str, Any] = {
+            "connection": self.id,
+            "method": method,
+            "requestId": request_id,
+            "durationMs": (
+                round((time.perf_counter() - started) * 1000, 3) if started is not None else 0
+            ),
+        }
+        if code is not None:
+            fields["errorCode"] = code
+        log.debug(
+            "#%d %s (id %r) %s in %.1f ms",
+            self.id,
+            method,
+            request_id,
+            "ok" if code is None else f"error {code}",
+            fields["durationMs"],
+            extra=fields,
+        )
 
     def _release_slot(self) -> None:
         self._in_flight -= 1

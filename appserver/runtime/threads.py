@@ -33,6 +33,7 @@ from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns import TurnEngine
+from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.runtime.wire import turn_to_wire
 from appserver.storage.threads import (
     BadCursor,
@@ -45,6 +46,26 @@ from appserver.storage.threads import turns_cursor as thread_turns_cursor
 
 # `replayRecent` replays the events among the thread's last N seqs.
 RECENT_EVENTS = 32
+# Longest title a thread gets from its first message (ellipsis included).
+TITLE_LENGTH = 60
+
+
+def title_from(text: str, limit: int = TITLE_LENGTH) -> str | None:
+    """A thread title from a message: its first non-blank line with whitespace
+    collapsed, cut (at a word boundary when one is near) to ``limit``
+    characters ending in an ellipsis; ``None`` for a message with no text."""
+    for line in text.splitlines():
+        words = " ".join(line.split())
+        if not words:
+            continue
+        if len(words) <= limit:
+            return words
+        cut = words[: limit - 1]
+        space = cut.rfind(" ")
+        if words[limit - 1] != " " and space >= limit // 2:  # not mid-word
+            cut = cut[:space]
+        return cut.rstrip() + "…"
+    return None
 
 
 @dataclass
@@ -81,6 +102,7 @@ class Threads:
         self.engine = engine
         self.approvals = approvals
         self.workspace = str(workspace)
+        engine.start_listeners.append(self._name_untitled)
 
     # --- lookups -----------------------------------------------------------------
 
@@ -347,6 +369,21 @@ class Threads:
         await self.repo.update(thread.id, display_name=display_name)
         renamed = T.ThreadRenamedNotification(thread_id=thread.id, display_name=display_name)
         await self.journal.emit(thread.id, "thread/renamed", renamed, broadcast=True)
+
+    async def _name_untitled(self, active: ActiveTurn, user: UserInput) -> None:
+        """A thread without a ``displayName`` is named from the first message a
+        turn starts with (``thread/renamed`` as for ``thread/rename``); a name
+        the client chose is never replaced."""
+        if active.thread.display_name:
+            return
+        title = title_from(user.display_text)
+        if title is None:
+            return
+        current = await self.repo.get(active.thread_id)
+        if current is None or current.display_name:
+            return
+        active.thread.display_name = title
+        await self.rename(active.thread_id, title)
 
     async def set_mode(self, thread_id: str, mode: str) -> None:
         thread = await self.get(thread_id)

@@ -59,3 +59,19 @@ class Transport(Protocol):
 class ListenerError(Exception):
     """A listener refuses to start with these options (defined here, light to
     import, so a command can catch it without loading the WebSocket library)."""
+
+
+class AddressInUse(ListenerError):
+    """Another process already listens on ``host:port``."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = f"[{host}]" if ":" in host else host  # an IPv6 literal, as in a URL
+        self.port = port
+        super().__init__(f"address already in use: ws://{self.host}:{port} (another server?)")
+
+    def advice(self, flag: str) -> str:
+        """One line naming the address and what to do; ``flag``: the option that set it."""
+        return (
+            f"ws://{self.host}:{self.port} is already in use (another server?); "
+            f"pick another port with {flag} ws://{self.host}:PORT or 0 for any free port"
+        )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 import sys
 import threading
 from typing import IO
@@ -133,6 +134,7 @@ class StdioTransport:
     """JSON lines over a pair of byte streams (normally the process's stdio)."""
 
     kind = "stdio"
+    peer = "stdio"  # who is at the other end, for the logs
 
     def __init__(
         self,
@@ -161,15 +163,20 @@ class StdioTransport:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=_READ_CHUNK * 4)
         try:
+            if not _pollable(stdin):
+                raise ValueError("not a pipe or socket")
             await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
         except (ValueError, OSError):
-            # A regular file or a tty: feed the reader from a thread.
+            # A regular file or a character device (a tty, /dev/null): feed the
+            # reader from a thread.
             _start_thread_reader(loop, reader, stdin)
         writer: asyncio.WriteTransport | None = None
         protocol: _WriteProtocol | None = None
-        # A regular file can't be a pipe transport: plain blocking writes are fine.
-        with contextlib.suppress(ValueError, OSError):
-            writer, protocol = await loop.connect_write_pipe(_WriteProtocol, stdout)
+        # Anything but a pipe or socket (a regular file, /dev/null, a tty) can't be
+        # a pipe transport: plain blocking writes are fine.
+        if _pollable(stdout):
+            with contextlib.suppress(ValueError, OSError):
+                writer, protocol = await loop.connect_write_pipe(_WriteProtocol, stdout)
         return cls(reader, writer, protocol, stdout, max_message_bytes)
 
     async def receive(self) -> str:
@@ -230,6 +237,20 @@ class StdioTransport:
         self._flush()
         if self._writer is not None and not self._writer.is_closing():
             self._writer.close()
+
+
+def _pollable(stream: IO[bytes]) -> bool:
+    """Whether the event loop can watch ``stream``: a pipe or a socket.
+
+    asyncio also accepts character devices, but epoll refuses some of them
+    (``/dev/null``: EPERM) only later, inside the loop, and the read then never
+    happens: those are read from a thread instead.
+    """
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def _start_thread_reader(

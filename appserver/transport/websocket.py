@@ -1,7 +1,8 @@
 """WebSocket transport and listener (the ``websockets`` library).
 
-One JSON-RPC message per text frame on path ``/ws``. The same listener
-answers ``GET /healthz`` and ``GET /readyz``. Before the upgrade it checks
+One JSON-RPC message per text frame on path ``/ws`` (or ``/``). The same
+listener answers ``GET /healthz`` and ``GET /readyz``; other plain GETs get a
+short text naming the WebSocket URL. Before the upgrade it checks
 the ``Origin`` header (browsers only; refused unless allowed) and the
 ``?token=`` query parameter (constant-time compare), locking out an address
 that keeps offering wrong tokens (:class:`TokenLockout`).
@@ -10,11 +11,13 @@ that keeps offering wrong tokens (:class:`TokenLockout`).
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import ipaddress
 import json
 import logging
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -33,6 +36,7 @@ from websockets.protocol import State
 
 from appserver.transport.base import (
     INVALID_REQUEST,
+    AddressInUse,
     FrameRejected,
     ListenerError,
     TransportClosed,
@@ -47,6 +51,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # that never reads again holds a socket only briefly.
 DEFAULT_CLOSE_TIMEOUT = 5.0
 WS_PATH = "/ws"
+# Upgrades are accepted on both: clients and READMEs write ws://HOST:PORT.
+WS_PATHS = frozenset({WS_PATH, "/"})
+# What a Host header may hold to be repeated in a hint: a host name or an
+# IP literal, and a port.
+_AUTHORITY = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 
 
 class WebSocketTransport:
@@ -58,6 +67,15 @@ class WebSocketTransport:
         self._ws = ws
         self._close_timeout = close_timeout
         self._pending: list[str] = []  # accepted by try_send, written at the loop's turn
+
+    @property
+    def peer(self) -> str:
+        """The client's address, ``HOST:PORT`` (for the logs)."""
+        address = self._ws.remote_address
+        if isinstance(address, tuple) and len(address) >= 2:
+            host = str(address[0])
+            return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+        return str(address)
 
     async def receive(self) -> str:
         try:
@@ -192,6 +210,18 @@ def _json_response(
     return Response(status.value, status.phrase, headers, data)
 
 
+def _text_response(status: HTTPStatus, text: str) -> Response:
+    data = text.encode()
+    headers = Headers(
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(data))),
+            ("Cache-Control", "no-store"),
+        ]
+    )
+    return Response(status.value, status.phrase, headers, data)
+
+
 def peer_key(remote_address: Any) -> str:
     """The address failed tokens are counted against.
 
@@ -311,15 +341,42 @@ class Admission:
             if self.is_ready():
                 return _json_response(HTTPStatus.OK, {"status": "ok"})
             return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "starting"})
-        if url.path != WS_PATH:
-            return _json_response(HTTPStatus.NOT_FOUND, {"error": "not found"})
-        if "websocket" not in request.headers.get("Upgrade", "").lower():
+        upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
+        if url.path == "/" and not upgrade:
+            return self.root_page(request)
+        if url.path not in WS_PATHS:
+            return self._not_found(request)
+        if not upgrade:
             # Only a real upgrade is a token attempt: a plain GET (what an
             # <img src> on any web page sends) must not count towards a lockout.
             return _json_response(HTTPStatus.UPGRADE_REQUIRED, {"error": "upgrade required"})
         if self._token is not None:
             return self._check_token(self._token, peer_key(connection.remote_address), url.query)
         return None
+
+    def root_page(self, request: Request) -> Response:
+        """A plain GET of ``/`` (a browser, ``curl``): where the WebSocket endpoint is.
+
+        The one place that answers it (WebSocket upgrades of ``/`` are accepted
+        like ``/ws``): a page served at ``/`` goes here.
+        """
+        return _text_response(HTTPStatus.UPGRADE_REQUIRED, self._hint(request))
+
+    def _not_found(self, request: Request) -> Response:
+        return _text_response(HTTPStatus.NOT_FOUND, f"not found. {self._hint(request)}")
+
+    def _hint(self, request: Request) -> str:
+        return (
+            "This is an appserver JSON-RPC endpoint: connect a WebSocket client to "
+            f"ws://{self._authority(request)}{WS_PATH}\n"
+        )
+
+    def _authority(self, request: Request) -> str:
+        """``HOST:PORT`` as the client addressed us (its ``Host`` header, when sane)."""
+        host = request.headers.get("Host", "")
+        if host and len(host) <= 255 and _AUTHORITY.fullmatch(host):
+            return host
+        return f"{self.options.host}:{self.options.port or 'PORT'}"
 
     def _check_token(self, token: bytes, address: str, query: str) -> Response | None:
         # Loopback peers are counted too: the guesser may be a local process.
@@ -356,7 +413,8 @@ async def start_listener(
     *,
     clock: Callable[[], float] = time.monotonic,
 ) -> Server:
-    """Bind and start accepting. Raises :class:`ListenerError` for unsafe options.
+    """Bind and start accepting. Raises :class:`ListenerError` for unsafe options
+    or an address that cannot be bound (:class:`AddressInUse` when taken).
 
     ``clock`` times token lockouts (tests pass a fake one).
     """
@@ -365,6 +423,22 @@ async def start_listener(
     async def handler(ws: ServerConnection) -> None:
         await on_connection(WebSocketTransport(ws, options.close_timeout))
 
+    try:
+        return await _serve(options, handler, is_ready, clock)
+    except OSError as exc:
+        # A bind failure is the user's to fix: say so in one line, not a traceback.
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(options.host, options.port) from None
+        address = f"ws://{options.host}:{options.port}"
+        raise ListenerError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+
+
+async def _serve(
+    options: ListenerOptions,
+    handler: Callable[[ServerConnection], Awaitable[None]],
+    is_ready: Callable[[], bool],
+    clock: Callable[[], float],
+) -> Server:
     return await serve(
         handler,
         options.host,
