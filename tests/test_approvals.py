@@ -11,7 +11,9 @@ from typing import Any
 import anyio
 import pytest
 
+from appserver.runtime.approvals import shell_command_key
 from appserver.runtime.turns import EngineConfig
+from appserver.tools.base import ApprovalNeed
 from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server
 from tests.support.turns import (
     Approver,
@@ -74,7 +76,12 @@ async def test_shell_approval_request_and_accept(server: ServerUnderTest, worksp
             assert params["approvalType"] == "shell"
             assert params["operation"] == "echo hi"
             assert params["target"] == str(workspace.resolve())
-            assert params["scopeKey"] == "shell:*"
+            assert params["scopeKey"] == shell_command_key(
+                ApprovalNeed("shell", "echo hi", str(workspace.resolve()), "")
+            )
+            assert [scope["scope"] for scope in params["sessionScopes"]] == ["exact", "wider"]
+            assert params["sessionScopes"][0]["scopeKey"] == params["scopeKey"]
+            assert params["sessionScopes"][1]["scopeKey"] == "shell:*"
             assert params["reason"]
             assert request_item["payload"] == {
                 key: params[key]
@@ -140,20 +147,24 @@ async def test_accept_for_session_covers_the_thread_only(server: ServerUnderTest
             assert terminal["method"] == "turn/completed"
             assert len(approver.requests) == 1
 
-            # Any shell command in the same thread: not asked again ("shell:*").
+            # The same command in the same thread: not asked again (the exact scope).
             approver.decision = "decline"
             mark = client.mark()
-            turn_id, terminal = await run_turn(client, thread_id, "!echo two && echo three")
+            turn_id, terminal = await run_turn(client, thread_id, "!echo one")
             assert terminal["method"] == "turn/completed"
             assert len(approver.requests) == 1
             assert not items_completed(client, turn_id, "approvalRequest", mark)
             result = one_item(client, turn_id, "toolResult", mark)
-            assert result["payload"]["success"] is True and "three" in result["payload"]["result"]
+            assert result["payload"]["success"] is True and "one" in result["payload"]["result"]
+            # Another command is asked again (tests/test_approval_scopes.py has the rest).
+            await run_turn(client, thread_id, "!echo two")
+            assert len(approver.requests) == 2
+            approver.decision = "acceptForSession"
 
             # Another thread is asked.
             other = await new_thread(client)
             _, terminal = await run_turn(client, other, "!echo one")
-            assert len(approver.requests) == 2
+            assert len(approver.requests) == 3
 
 
 async def test_accept_always_survives_a_restart(workspace: Path) -> None:

@@ -111,8 +111,13 @@ async def test_a_shell_session_grant_does_not_cover_a_workdir_outside(
             approver = Approver(client, "acceptForSession")
             thread_id = await new_thread(client)
             await run_turn(client, thread_id, "!echo inside")
-            assert approver.requests[0]["params"]["scopeKey"] == "shell:*"
-            await run_turn(client, thread_id, "!echo still inside")
+            scopes = approver.requests[0]["params"]["sessionScopes"]
+            assert [(s["scope"], s["scopeKey"].startswith("shell:cmd-")) for s in scopes] == [
+                ("exact", True),
+                ("wider", False),
+            ]
+            assert scopes[1]["scopeKey"] == "shell:*"
+            await run_turn(client, thread_id, "!echo inside")
             assert len(approver.requests) == 1
 
             approver.decision = "decline"
@@ -120,8 +125,10 @@ async def test_a_shell_session_grant_does_not_cover_a_workdir_outside(
             mark = client.mark()
             turn_id, _ = await run_turn(client, thread_id, script)
             assert len(approver.requests) == 2
-            key = approver.requests[1]["params"]["scopeKey"]
-            assert key == f"shell:*:{outside.resolve()}"
+            params = approver.requests[1]["params"]
+            assert params["scopeKey"].startswith("shell:cmd-")  # the exact key names the place
+            assert params["scopeKey"].endswith(f":{outside.resolve()}")
+            assert params["sessionScopes"][1]["scopeKey"] == f"shell:*:{outside.resolve()}"
             assert result_of(client, turn_id, mark)["success"] is False
             assert (outside / "secret.txt").exists()
 

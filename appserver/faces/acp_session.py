@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -77,10 +78,16 @@ class AcpSeat(Seat):
     def can_answer_approvals(self) -> bool:
         return not self.closed and self.session.agent.connected
 
-    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+    async def ask_approval(self, request: WireModel, timeout: float) -> str | Mapping[str, object]:
         if not isinstance(request, ApprovalRequestParams):
             raise QuestionRefused("not an approval request")
         return await self.session.ask(request, timeout)
+
+
+def _wider_key(request: ApprovalRequestParams) -> str:
+    """The key of the call's widest session scope (``scopeKey`` if none is wider)."""
+    wider = [scope.scope_key for scope in request.session_scopes if scope.scope == "wider"]
+    return wider[0] if wider else request.scope_key
 
 
 class Session:
@@ -134,12 +141,19 @@ class Session:
 
     # --- approvals -----------------------------------------------------------------------
 
-    async def ask(self, request: ApprovalRequestParams, timeout: float) -> str:
-        """``session/request_permission`` for one gated tool call; the decision."""
+    async def ask(
+        self, request: ApprovalRequestParams, timeout: float
+    ) -> str | Mapping[str, object]:
+        """``session/request_permission`` for one gated tool call; the decision.
+
+        "Always" means the call's wider session scope (for a shell command:
+        every command in that directory), as it did before shell grants
+        defaulted to the exact command."""
         conn = self.agent.conn
         if conn is None or not self.agent.connected:
             raise QuestionRefused("the ACP client is gone")
-        if request.scope_key in self.rejected:
+        always_key = _wider_key(request)
+        if always_key in self.rejected:
             return "decline"
         with anyio.move_on_after(timeout):
             run = self.run
@@ -165,7 +179,9 @@ class Session:
                 log.warning("unknown permission option %r: declined", outcome.option_id)
                 return "decline"
             if outcome.option_id == "reject_always":
-                self.rejected.add(request.scope_key)
+                self.rejected.add(always_key)
+            if outcome.option_id == "allow_always":
+                return {"decision": decision, "scope": "wider"}
             return decision
         raise QuestionUnanswered(f"no answer within {timeout:g}s")
 

@@ -10,7 +10,7 @@ subscribed to the same thread may still answer it.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -56,7 +56,7 @@ class Seat:
     def can_answer_approvals(self) -> bool:
         return False
 
-    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+    async def ask_approval(self, request: WireModel, timeout: float) -> str | Mapping[str, object]:
         raise QuestionRefused  # never asked: can_answer_approvals() is false
 
     async def events(self) -> AsyncIterator[Event]:

@@ -7,10 +7,12 @@ Order of checks for one :class:`~appserver.tools.base.ApprovalNeed`:
 2. Thread ``approvalPolicy`` (``default`` defers to the workspace default):
    ``autoApprove`` accepts silently inside the workspace. Outside it the
    question is asked under every policy (step 5).
-3. A grant already covers it: the thread's session grants (``scopeKey``,
-   from ``acceptForSession``/``acceptAlways``; outside the workspace a key
-   names the one path or working directory) or a persisted ``acceptAlways``
-   grant for the exact (kind, operation, target).
+3. A grant already covers it: the thread's session grants (a key of one of
+   its :func:`session_scopes`, from ``acceptForSession``, whose answer's
+   ``scope`` picks the exact command or the wider scope, or from
+   ``acceptAlways``; outside the workspace a key names the one path or
+   working directory) or a persisted ``acceptAlways`` grant for the exact
+   (kind, operation, target).
 4. ``interrupt`` policy: the turn is cancelled at the first gated operation.
 5. Otherwise every participant watching the turn that can answer approvals
    is asked through its front door (:meth:`Participant.ask_approval`; the
@@ -29,14 +31,16 @@ These rules live here once, for every front door.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol.turns import ApprovalRequestParams
+from appserver.protocol.turns import ApprovalRequestParams, SessionScope
 from appserver.runtime.events import Participant, QuestionRefused, QuestionUnanswered
 from appserver.storage.threads import EventRepository
 from appserver.tools.base import ApprovalNeed
@@ -46,16 +50,15 @@ log = logging.getLogger("appserver.approvals")
 DECISIONS = ("accept", "acceptForSession", "acceptAlways", "decline", "cancel")
 
 
-def scope_key(need: ApprovalNeed) -> str:
-    """What a session grant covers: exactly what the prompt showed.
+SCOPES = ("exact", "wider")
 
-    Inside the workspace these are DotCraft's keys: ``shell:*`` (any command
-    run in the workspace) and ``file:<operation>`` (that operation on any
-    workspace path). Outside the workspace a grant covers that one place:
-    ``file:<operation>:<path>``, ``shell:*:<workdir>``, so approving a write
-    in the workspace never lets a write to ``~/.bashrc`` through, and one
-    read outside never lets ``/etc/passwd`` through.
-    """
+
+def _place_key(need: ApprovalNeed) -> str:
+    """The grant key of an operation anywhere in the workspace (DotCraft's keys:
+    ``shell:*``, ``file:<operation>``), or of that one place outside it
+    (``shell:*:<workdir>``, ``file:<operation>:<path>``): approving a write in
+    the workspace never lets a write to ``~/.bashrc`` through, and one read
+    outside never lets ``/etc/passwd`` through."""
     if need.kind == "shell":
         return f"shell:*:{need.target}" if need.outside_workspace else "shell:*"
     if need.kind == "file":
@@ -66,9 +69,80 @@ def scope_key(need: ApprovalNeed) -> str:
     return f"{need.kind}:{need.operation}:{need.target}"
 
 
+def shell_command_key(need: ApprovalNeed) -> str:
+    """The key of one shell command line in one working directory.
+
+    ``shell:cmd-<digest>``, the digest being 16 hex digits of SHA-256 over the
+    directory and the command (so keys stay short and one line whatever the
+    command); outside the workspace the directory follows, as every key there
+    names its place: ``shell:cmd-<digest>:<workdir>``.
+    """
+    digest = hashlib.sha256(f"{need.target}\0{need.operation}".encode()).hexdigest()[:16]
+    key = f"shell:cmd-{digest}"
+    return f"{key}:{need.target}" if need.outside_workspace else key
+
+
+def session_scopes(need: ApprovalNeed) -> list[SessionScope]:
+    """What ``acceptForSession`` of ``need`` can cover, the default first.
+
+    A shell command: ``exact`` (that command line in that directory) by
+    default, ``wider`` (every command in the workspace, or in that directory
+    outside it) only when the answer asks for it. A file operation: one scope,
+    the operation anywhere in the workspace (or on that one path outside).
+    """
+    if need.kind == "shell":
+        where = need.target if need.outside_workspace else "the workspace"
+        return [
+            SessionScope(
+                scope="exact",
+                scope_key=shell_command_key(need),
+                description=(
+                    f"this command (`{_short(need.operation, 80)}`) in {need.target} "
+                    "for the rest of this thread"
+                ),
+            ),
+            SessionScope(
+                scope="wider",
+                scope_key=_place_key(need),
+                description=f"every shell command in {where} for the rest of this thread",
+            ),
+        ]
+    if need.kind == "file":
+        operation = need.operation.lower()
+        where = need.target if need.outside_workspace else "any path in the workspace"
+        description = f"file {operation} of {where} for the rest of this thread"
+    else:
+        description = f"{need.kind} {need.operation} on {need.target} for the rest of this thread"
+    return [SessionScope(scope="exact", scope_key=_place_key(need), description=description)]
+
+
+def scope_key(need: ApprovalNeed) -> str:
+    """What a session grant covers by default (``sessionScopes[0]``)."""
+    return session_scopes(need)[0].scope_key
+
+
+def grant_key(need: ApprovalNeed, scope: str) -> str:
+    """The key ``acceptForSession`` with ``scope`` grants; anything but a
+    ``wider`` the request offered is the default (fail closed: narrower)."""
+    scopes = session_scopes(need)
+    chosen = next((s for s in scopes if s.scope == scope), scopes[0])
+    return chosen.scope_key
+
+
 def parse_decision(decision: object) -> str:
     """A front door's answer as a decision; anything else is ``decline``."""
     return decision if isinstance(decision, str) and decision in DECISIONS else "decline"
+
+
+def parse_answer(answer: object) -> tuple[str, str]:
+    """``(decision, scope)`` of an answer: a decision string, or the answer
+    object (``{"decision": ..., "scope": ...}``). A missing or unknown scope
+    is ``exact``."""
+    scope: object = None
+    if isinstance(answer, Mapping):
+        scope = answer.get("scope")
+        answer = answer.get("decision")
+    return parse_decision(answer), scope if isinstance(scope, str) and scope in SCOPES else "exact"
 
 
 @dataclass
@@ -86,6 +160,7 @@ class Verdict:
     fallback: str | None = None
     fallback_code: str | None = None
     answered_by: Participant | None = None
+    scope: str = "exact"  # what an acceptForSession covers (see session_scopes)
 
     @property
     def approved(self) -> bool:
@@ -101,14 +176,16 @@ class PendingApproval:
     timeout: float
     grace: float
     decision: str | None = None
+    scope: str = "exact"
     answered_by: Participant | None = None
     asked: set[Participant] = field(default_factory=set)
     live: set[Participant] = field(default_factory=set)
     changed: anyio.Event = field(default_factory=anyio.Event)
 
-    def resolve(self, decision: str, by: Participant | None) -> None:
+    def resolve(self, decision: str, by: Participant | None, scope: str = "exact") -> None:
         if self.decision is None:
             self.decision = decision
+            self.scope = scope
             self.answered_by = by
             self._notify()
 
@@ -134,7 +211,8 @@ class PendingApproval:
         except Exception:
             log.exception("asking %r for an approval failed", participant)
         else:
-            self.resolve(parse_decision(answer), participant)
+            decision, scope = parse_answer(answer)
+            self.resolve(decision, participant, scope)
         finally:
             self.live.discard(participant)
             self._notify()
@@ -191,7 +269,8 @@ class ApprovalBroker:
         # still asked (or refused where nobody can answer) outside it.
         if policy == "autoApprove" and not need.outside_workspace:
             return Verdict("accept")
-        if scope_key(need) in self._session_grants.get(thread_id, set()):
+        grants = self._session_grants.get(thread_id, set())
+        if any(scope.scope_key in grants for scope in session_scopes(need)):
             return Verdict("accept")
         if await self.events.is_granted(need.kind, need.operation, need.target):
             return Verdict("accept")
@@ -211,8 +290,22 @@ class ApprovalBroker:
     ) -> Verdict:
         """Ask ``askers`` and wait for the first answer."""
         capable = [asker for asker in askers if _can_answer(asker)]
+        fields = _log_fields(params)
         if not capable:
-            return self._fallback(policy, params.request_id, "approval_unavailable")
+            verdict = self._fallback(policy, params.request_id, "approval_unavailable")
+            _log_verdict(params, verdict, fields)
+            return verdict
+        log.info(
+            "approval %s asked on %s (item %s): %s %s in %s, of %d client(s)",
+            params.request_id,
+            params.thread_id,
+            params.item_id,
+            params.approval_type,
+            _short(params.operation),
+            params.target,
+            len(capable),
+            extra=fields,
+        )
         pending = PendingApproval(params, tg, self.timeout, self.reconnect_grace)
         self.pending[params.thread_id] = pending
         try:
@@ -223,8 +316,17 @@ class ApprovalBroker:
             self.pending.pop(params.thread_id, None)
         if decision is None:
             assert reason is not None
-            return self._fallback(policy, params.request_id, reason)
-        return Verdict(decision, True, params.request_id, answered_by=pending.answered_by)
+            verdict = self._fallback(policy, params.request_id, reason)
+        else:
+            verdict = Verdict(
+                decision,
+                True,
+                params.request_id,
+                answered_by=pending.answered_by,
+                scope=pending.scope,
+            )
+        _log_verdict(params, verdict, fields)
+        return verdict
 
     def offer(self, thread_id: str, participant: Participant) -> None:
         """Ask a participant that (re)joined the thread about its pending request."""
@@ -233,7 +335,12 @@ class ApprovalBroker:
             pending.ask(participant)
 
     def answer(
-        self, thread_id: str, request_id: str, decision: str, by: Participant | None = None
+        self,
+        thread_id: str,
+        request_id: str,
+        decision: str,
+        by: Participant | None = None,
+        scope: str | None = None,
     ) -> bool:
         """Answer a pending request out of band (a front door whose protocol
         answers approvals in its own frames); ``False`` if none matches.
@@ -241,14 +348,19 @@ class ApprovalBroker:
         pending = self.pending.get(thread_id)
         if pending is None or pending.params.request_id != request_id:
             return False
-        pending.resolve(parse_decision(decision), by)
+        chosen, chosen_scope = parse_answer({"decision": decision, "scope": scope})
+        pending.resolve(chosen, by, chosen_scope)
         return True
 
-    async def remember(self, thread_id: str, need: ApprovalNeed, decision: str, now: str) -> None:
-        """Apply ``acceptForSession`` / ``acceptAlways``."""
-        if decision in ("acceptForSession", "acceptAlways"):
-            self._session_grants.setdefault(thread_id, set()).add(scope_key(need))
+    async def remember(
+        self, thread_id: str, need: ApprovalNeed, decision: str, now: str, scope: str = "exact"
+    ) -> None:
+        """Apply ``acceptForSession`` (the key of ``scope``) / ``acceptAlways``
+        (the exact operation, this session and later ones)."""
+        if decision == "acceptForSession":
+            self._session_grants.setdefault(thread_id, set()).add(grant_key(need, scope))
         if decision == "acceptAlways":
+            self._session_grants.setdefault(thread_id, set()).add(scope_key(need))
             await self.events.grant(need.kind, need.operation, need.target, now)
 
     def forget_thread(self, thread_id: str) -> None:
@@ -271,6 +383,41 @@ class ApprovalBroker:
             fallback=f"{reasons[code]}; resolved as {decision}",
             fallback_code=code,
         )
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters (a command can be a script)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _log_fields(params: ApprovalRequestParams) -> dict[str, str]:
+    return {
+        "threadId": params.thread_id,
+        "turnId": params.turn_id,
+        "itemId": params.item_id,
+        "requestId": params.request_id,
+        "approvalType": params.approval_type,
+    }
+
+
+def _log_verdict(params: ApprovalRequestParams, verdict: Verdict, fields: dict[str, str]) -> None:
+    """One info line per answered (or server-resolved) approval: what, and who decided."""
+    if verdict.fallback:
+        by = f"the server ({verdict.fallback_code})"
+    else:
+        name = getattr(verdict.answered_by, "name", "") or "a client"
+        by = name
+    log.info(
+        "approval %s on %s (item %s, %s): %s by %s",
+        params.request_id,
+        params.thread_id,
+        params.item_id,
+        params.approval_type,
+        verdict.decision,
+        by,
+        extra={**fields, "decision": verdict.decision, "answeredBy": by},
+    )
 
 
 def _can_answer(participant: Participant) -> bool:

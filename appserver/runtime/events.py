@@ -15,7 +15,7 @@ are the protocol package's typed models (``protocol.turns``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from appserver.protocol.base import WireModel
@@ -116,8 +116,10 @@ class Participant(Protocol):
     def can_answer_approvals(self) -> bool:
         """Whether :meth:`ask_approval` may be called now."""
 
-    async def ask_approval(self, request: WireModel, timeout: float) -> str:
-        """Ask the client; return its decision (``accept``, ``decline``, ...).
+    async def ask_approval(self, request: WireModel, timeout: float) -> str | Mapping[str, object]:
+        """Ask the client; return its decision (``accept``, ``decline``, ...),
+        or its whole answer (``{"decision": ..., "scope": ...}``) when it can
+        say how far an ``acceptForSession`` reaches.
 
         Raise :class:`QuestionUnanswered` if the client left or did not answer
         within ``timeout``; :class:`QuestionRefused` if it answered with an

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from appserver.protocol.base import WireModel
@@ -108,7 +109,7 @@ class Peer:
     def can_answer_approvals(self) -> bool:
         return self.ready and bool(getattr(self.capabilities, "approval_support", True))
 
-    async def ask_approval(self, request: WireModel, timeout: float) -> str:
+    async def ask_approval(self, request: WireModel, timeout: float) -> str | Mapping[str, object]:
         try:
             result = await self.connection.request(
                 "item/approval/request", request, timeout=timeout
@@ -117,8 +118,9 @@ class Peer:
             raise QuestionRefused(str(exc)) from exc
         except (PeerClosed, PeerTimeout) as exc:
             raise QuestionUnanswered(str(exc)) from exc
-        decision = result.get("decision") if isinstance(result, dict) else None
-        return decision if isinstance(decision, str) else ""
+        # The whole answer: its `scope` says how far an acceptForSession reaches
+        # (the runtime reads and checks both fields; anything else declines).
+        return result if isinstance(result, dict) else ""
 
 
 def peer_of(ctx: RequestContext | Connection) -> Peer:

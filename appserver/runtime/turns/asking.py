@@ -14,7 +14,7 @@ import anyio
 
 from appserver.protocol import turns as W
 from appserver.protocol.ids import now_iso
-from appserver.runtime.approvals import ApprovalBroker, Verdict, scope_key
+from appserver.runtime.approvals import ApprovalBroker, Verdict, session_scopes
 from appserver.runtime.bus import EventBus
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.items import ItemLog
@@ -61,7 +61,8 @@ class ApprovalConversation:
 
     async def _ask(self, active: ActiveTurn, need: ApprovalNeed, policy: str) -> Verdict:
         request_id = self.approvals.new_request_id()
-        key = scope_key(need)
+        scopes = session_scopes(need)
+        key = scopes[0].scope_key
         request_item = await self.items.instant(
             active,
             "approvalRequest",
@@ -87,6 +88,7 @@ class ApprovalConversation:
             target=need.target,
             scope_key=key,
             reason=need.reason,
+            session_scopes=scopes,
         )
         askers = list(dict.fromkeys([*self.bus.subscribers(active.thread_id), *active.watchers]))
         assert active.tg is not None
@@ -100,7 +102,9 @@ class ApprovalConversation:
                 await self.runtimes.approval_pending(active.thread_id, -1)
         if verdict.fallback:
             await self.items.error(active, verdict.fallback, verdict.fallback_code or "", False)
-        await self.approvals.remember(active.thread_id, need, verdict.decision, now_iso())
+        await self.approvals.remember(
+            active.thread_id, need, verdict.decision, now_iso(), verdict.scope
+        )
         await self._record_response(active, request_id, verdict)
         return verdict
 

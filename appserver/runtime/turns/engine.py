@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,9 @@ class TurnEngine:
         self._tg: TaskGroup | None = None
         # Called with every finished turn (after its terminal event).
         self.turn_listeners: list[Callable[[ActiveTurn], Any]] = []
+        # Called with every user turn about to start, and its input (the thread
+        # use cases name an untitled thread from it), before turn/started.
+        self.start_listeners: list[Callable[[ActiveTurn, UserInput], Awaitable[None]]] = []
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -157,6 +161,7 @@ class TurnEngine:
             prepare,
             opening=lambda active: self.items.user_message(active, user),
             work=lambda active: self.agent.run(active, user),
+            user=user,
         )
 
     async def start_compaction(
@@ -176,6 +181,7 @@ class TurnEngine:
         *,
         opening: Callable[[ActiveTurn], Awaitable[None]] | None,
         work: Callable[[ActiveTurn], Awaitable[None]],
+        user: UserInput | None = None,
     ) -> ActiveTurn:
         assert self._tg is not None, "engine is not running"
         active = self._reserve(thread, origin, sender)
@@ -186,6 +192,10 @@ class TurnEngine:
             try:
                 if prepare is not None:
                     prepare(active)
+                if user is not None:
+                    # Before turn/started: what they announce (a new thread
+                    # name) comes before the turn, never among its events.
+                    await self._announce_start(active, user)
                 await self._start(active)
             except BaseException:
                 # Nothing was acknowledged: free the thread (its numbers stay used).
@@ -193,13 +203,27 @@ class TurnEngine:
                 with contextlib.suppress(Exception):
                     await self.runtimes.set_running(thread.id, False)
                 raise
+            started = time.monotonic()
+            log.info(
+                "turn %s started on %s",
+                active.record.id,
+                active.thread_id,
+                extra={"threadId": active.thread_id, "turnId": active.record.id},
+            )
             try:
                 if opening is not None:
                     await opening(active)  # the userMessage: committed with the turn
             except Exception as exc:
                 failure = exc  # stored and announced: the turn ends as failed
-        self._tg.start_soon(self._run_turn, active, work, failure)
+        self._tg.start_soon(self._run_turn, active, work, failure, started)
         return active
+
+    async def _announce_start(self, active: ActiveTurn, user: UserInput) -> None:
+        for listener in self.start_listeners:
+            try:
+                await listener(active, user)
+            except Exception:
+                log.exception("turn start listener failed on %s", active.thread_id)
 
     def _reserve(
         self, thread: ThreadRecord, origin: Participant | None, sender: W.SenderContext | None
@@ -243,7 +267,9 @@ class TurnEngine:
         active: ActiveTurn,
         work: Callable[[ActiveTurn], Awaitable[None]],
         failure: Exception | None,
+        started: float,
     ) -> None:
+        error_kind: str | None = None
         try:
             async with anyio.create_task_group() as tg:
                 active.tg = tg  # approval questions run here
@@ -254,15 +280,18 @@ class TurnEngine:
                         await work(active)
                         active.record.status = "completed"
                 except TurnFailure as exc:
+                    error_kind = exc.code
                     await self._fail(active, str(exc), exc.code)
                 except Exception as exc:
                     log.exception("turn %s on %s crashed", active.record.id, active.thread_id)
+                    error_kind = "internal"
                     await self._fail(active, f"internal error: {type(exc).__name__}", "internal")
                 finally:
                     tg.cancel_scope.cancel()  # stop approval askers still waiting
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish(active)
+            _log_end(active, started, error_kind)
 
     async def _fail(self, active: ActiveTurn, message: str, code: str) -> None:
         active.record.status = "failed"
@@ -408,6 +437,50 @@ class TurnEngine:
                 await self.start_next(thread)
         except Exception:
             log.exception("could not start the next queued input of %s", thread_id)
+
+
+def _log_end(active: ActiveTurn, started: float, error_kind: str | None) -> None:
+    """One line per finished turn: info, or warning when it failed (the
+    operator's only trace of a bad key or a crashed tool)."""
+    record = active.record
+    duration = round((time.monotonic() - started) * 1000)
+    fields: dict[str, Any] = {
+        "threadId": active.thread_id,
+        "turnId": record.id,
+        "status": record.status,
+        "durationMs": duration,
+    }
+    if record.status == "failed":
+        fields |= {"errorKind": error_kind or "failed", "error": record.error or ""}
+        log.warning(
+            "turn %s on %s failed after %d ms: %s: %s",
+            record.id,
+            active.thread_id,
+            duration,
+            fields["errorKind"],
+            fields["error"],
+            extra=fields,
+        )
+        return
+    if record.status == "cancelled":
+        fields["reason"] = active.cancel_reason or "interrupted"
+        log.info(
+            "turn %s on %s cancelled after %d ms (%s)",
+            record.id,
+            active.thread_id,
+            duration,
+            fields["reason"],
+            extra=fields,
+        )
+        return
+    log.info(
+        "turn %s on %s %s after %d ms",
+        record.id,
+        active.thread_id,
+        record.status,
+        duration,
+        extra=fields,
+    )
 
 
 async def _await(awaitable: Any) -> None:

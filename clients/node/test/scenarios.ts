@@ -152,11 +152,11 @@ export function transportScenarios(kind: "stdio" | "websocket", harness: Harness
   test("onApproval: sync handler, replaced and removed", T, async () => {
     await withClient(harness, { approvalHandler: () => "cancel" }, async (client) => {
       const { thread } = await client.threadStart({ identity: IDENTITY });
-      client.onApproval(() => ({ decision: "acceptForSession" }));
+      client.onApproval(() => ({ decision: "acceptForSession", scope: "wider" }));
       const first = await client.runTurn(thread.id, "!echo one");
       assert.match(first.text, /exited with code 0/);
       client.onApproval(null);
-      // acceptForSession covers shell:* on this thread: no new request.
+      // acceptForSession with the wider scope covers shell:* on this thread: no new request.
       const second = await client.runTurn(thread.id, "!echo two");
       assert.match(second.text, /exited with code 0/);
       assert.ok(!second.items.some((item) => item.type === "approvalRequest"));

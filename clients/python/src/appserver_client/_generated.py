@@ -103,6 +103,7 @@ __all__ = [
     "ServerInfo",
     "ServerRequestMethod",
     "SessionIdentity",
+    "SessionScope",
     "SkillInfo",
     "SkillNameParams",
     "SkillRefPart",
@@ -160,7 +161,7 @@ __all__ = [
 
 
 class ApprovalRequestParams(TypedDict):
-    """``ApprovalRequestParams`` on the wire."""
+    """A gated tool call waits for the client's approval (`item/approval/request`)."""
 
     threadId: str
     turnId: str
@@ -171,12 +172,14 @@ class ApprovalRequestParams(TypedDict):
     target: str
     scopeKey: str
     reason: str
+    sessionScopes: NotRequired[list[SessionScope]]
 
 
 class ApprovalRequestResult(TypedDict):
-    """``ApprovalRequestResult`` on the wire."""
+    """The client's answer to `item/approval/request`."""
 
     decision: Literal["accept", "acceptForSession", "acceptAlways", "decline", "cancel"]
+    scope: NotRequired[str | None]
 
 
 class ApprovalResolvedNotification(TypedDict):
@@ -293,7 +296,7 @@ class ClientCapabilities(TypedDict):
 
 
 class ClientInfo(TypedDict):
-    """``ClientInfo`` on the wire."""
+    """Who is connecting (`initialize`)."""
 
     name: str
     title: NotRequired[str | None]
@@ -347,7 +350,7 @@ class CommandListResult(TypedDict):
 
 
 class CommandRefPart(TypedDict):
-    """``CommandRefPart`` on the wire."""
+    """Input part: a custom slash command, expanded to its prompt."""
 
     type: Literal["commandRef"]
     name: str
@@ -433,7 +436,7 @@ class CronJobResult(TypedDict):
 
 
 class CronJobState(TypedDict):
-    """``CronJobState`` on the wire."""
+    """A cron job's run history and next run."""
 
     nextRunAtMs: NotRequired[int | None]
     lastRunAtMs: NotRequired[int | None]
@@ -496,7 +499,7 @@ class CronStateChangedNotification(TypedDict):
 
 
 class DeltaNotification(TypedDict):
-    """``DeltaNotification`` on the wire."""
+    """A streamed piece of an item's text (`item/*/delta`, `item/commandExecution/outputDelta`)."""
 
     threadId: str
     turnId: str
@@ -508,7 +511,7 @@ class DeltaNotification(TypedDict):
 
 
 class DynamicToolSpec(TypedDict):
-    """``DynamicToolSpec`` on the wire.
+    """A tool the client implements; the server calls it with `item/tool/call`.
 
     Open object: the server keeps (and may send) keys not listed here.
     """
@@ -573,7 +576,7 @@ class ExternalChannelUpsertParams(TypedDict):
 
 
 class FileRefPart(TypedDict):
-    """``FileRefPart`` on the wire."""
+    """Input part: a reference to a file the agent should look at."""
 
     type: Literal["fileRef"]
     path: str
@@ -588,28 +591,28 @@ class HeartbeatTriggerResult(TypedDict):
 
 
 class ImageUrlPart(TypedDict):
-    """``ImageUrlPart`` on the wire."""
+    """Input part: an image by URL."""
 
     type: Literal["image"]
     url: str
 
 
 class InitializeParams(TypedDict):
-    """``InitializeParams`` on the wire."""
+    """The first request of every connection."""
 
     clientInfo: ClientInfo
     capabilities: NotRequired[ClientCapabilities]
 
 
 class InitializeResult(TypedDict):
-    """``InitializeResult`` on the wire."""
+    """The server's answer to `initialize`."""
 
     serverInfo: ServerInfo
     capabilities: dict[str, Any]
 
 
 class Item(TypedDict):
-    """``Item`` on the wire."""
+    """One step of a turn: a message, reasoning, a tool call or result, an approval, an error."""
 
     id: str
     turnId: str
@@ -622,7 +625,7 @@ class Item(TypedDict):
 
 
 class ItemNotification(TypedDict):
-    """``ItemNotification`` on the wire."""
+    """`item/started` and `item/completed`."""
 
     threadId: str
     turnId: str
@@ -649,7 +652,7 @@ class JobTokenUsage(TypedDict):
 
 
 class LocalImagePart(TypedDict):
-    """``LocalImagePart`` on the wire."""
+    """Input part: an image file on the server's host."""
 
     type: Literal["localImage"]
     path: str
@@ -897,7 +900,7 @@ class QueuedInputsResult(TypedDict):
 
 
 class QueuedTurnInput(TypedDict):
-    """``QueuedTurnInput`` on the wire."""
+    """An input waiting for the running turn to end (`turn/enqueue`)."""
 
     id: str
     threadId: str
@@ -911,7 +914,7 @@ class QueuedTurnInput(TypedDict):
 
 
 class SenderContext(TypedDict):
-    """``SenderContext`` on the wire."""
+    """Who sent an input (channels with several users)."""
 
     senderId: str
     senderName: NotRequired[str | None]
@@ -920,7 +923,7 @@ class SenderContext(TypedDict):
 
 
 class ServerInfo(TypedDict):
-    """``ServerInfo`` on the wire."""
+    """The server's name and versions."""
 
     name: str
     version: str
@@ -929,12 +932,20 @@ class ServerInfo(TypedDict):
 
 
 class SessionIdentity(TypedDict):
-    """``SessionIdentity`` on the wire."""
+    """Who a client acts for and where: scopes `thread/start` and `thread/list`."""
 
     channelName: str
     userId: str
     channelContext: NotRequired[str | None]
     workspacePath: NotRequired[str | None]
+
+
+class SessionScope(TypedDict):
+    """One thing an `acceptForSession` answer can cover (`item/approval/request`)."""
+
+    scope: Literal["exact", "wider"]
+    scopeKey: str
+    description: str
 
 
 class SkillInfo(TypedDict):
@@ -965,7 +976,7 @@ class SkillNameParams(TypedDict):
 
 
 class SkillRefPart(TypedDict):
-    """``SkillRefPart`` on the wire."""
+    """Input part: use a skill."""
 
     type: Literal["skillRef"]
     name: str
@@ -1045,14 +1056,14 @@ class SystemEventNotification(TypedDict):
 
 
 class TextPart(TypedDict):
-    """``TextPart`` on the wire."""
+    """Input part: plain text."""
 
     type: Literal["text"]
     text: str
 
 
 class Thread(TypedDict):
-    """``Thread`` on the wire."""
+    """A conversation: its identity, state and (when asked for) turns."""
 
     id: str
     workspacePath: str
@@ -1198,7 +1209,7 @@ class ThreadRuntimeChangedNotification(TypedDict):
 
 
 class ThreadRuntimeState(TypedDict):
-    """``ThreadRuntimeState`` on the wire."""
+    """What a thread is doing right now."""
 
     running: NotRequired[bool]  # default: false
     waitingOnApproval: NotRequired[bool]  # default: false
@@ -1206,7 +1217,7 @@ class ThreadRuntimeState(TypedDict):
 
 
 class ThreadSource(TypedDict):
-    """``ThreadSource`` on the wire.
+    """What started a thread. Open: sub-agent threads carry more keys.
 
     Open object: the server keeps (and may send) keys not listed here.
     """
@@ -1248,7 +1259,7 @@ class ThreadSubscribeParams(TypedDict):
 
 
 class ThreadSummary(TypedDict):
-    """``ThreadSummary`` on the wire."""
+    """A thread as `thread/list` shows it (no turns)."""
 
     id: str
     displayName: NotRequired[str | None]
@@ -1263,7 +1274,7 @@ class ThreadSummary(TypedDict):
 
 
 class TokenUsage(TypedDict):
-    """``TokenUsage`` on the wire."""
+    """Tokens a turn used."""
 
     inputTokens: NotRequired[int]  # default: 0
     outputTokens: NotRequired[int]  # default: 0
@@ -1271,7 +1282,7 @@ class TokenUsage(TypedDict):
 
 
 class Turn(TypedDict):
-    """``Turn`` on the wire."""
+    """One exchange: the user's input and everything the agent did in answer."""
 
     id: str
     threadId: str
@@ -1326,7 +1337,7 @@ class TurnInterruptParams(TypedDict):
 
 
 class TurnNotification(TypedDict):
-    """``TurnNotification`` on the wire."""
+    """`turn/started` and `turn/completed`."""
 
     threadId: str
     turn: Turn
