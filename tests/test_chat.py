@@ -67,8 +67,8 @@ def test_chat_new_thread_message_approval_and_threads(workspace: Path) -> None:
         child.sendline("!echo hi")
         child.expect_exact("Approval needed (shell): echo hi")
         child.expect(APPROVAL)
-        child.sendline("a")
-        child.expect_exact("[approval] accept")
+        child.sendline("y")
+        child.expect_exact("[approval] accept\r")
         child.expect_exact("The command exited with code 0.")
         child.expect_exact("you> ")
         child.sendline("/threads")
@@ -120,9 +120,10 @@ def test_chat_switch_threads_interrupt_and_cancel(workspace: Path) -> None:
 
 
 @contextmanager
-def websocket_server(workspace: Path, token: str) -> Iterator[str]:
-    """A real `appserver` subprocess listening on a free port; its URL (no /ws)."""
-    argv = [str(BIN / "appserver"), "app-server", "--listen", "ws://127.0.0.1:0"]
+def websocket_server(workspace: Path, token: str, port: int = 0) -> Iterator[str]:
+    """A real `appserver` subprocess listening on ``port`` (0: a free one); its
+    URL (no /ws)."""
+    argv = [str(BIN / "appserver"), "app-server", "--listen", f"ws://127.0.0.1:{port}"]
     argv += ["--workspace", str(workspace), "--token", token, "--log-level", "warning"]
     process = subprocess.Popen(
         argv,
@@ -163,7 +164,7 @@ def test_chat_over_websocket_with_token_and_thread_picker(workspace: Path, tmp_p
             assert finish(child) == 0
         # A second session offers the thread; pick it by number.
         with chat("--url", url, cwd=tmp_path) as child:
-            child.expect("could not reach the server: .*401")  # no token: refused
+            child.expect(r"refused the token \(none was given\) \(HTTP 401\)")
             assert finish(child) == 1
         with chat("--url", url, "--token", "tok-123", cwd=tmp_path) as child:
             child.expect_exact("Recent threads:")
@@ -173,7 +174,9 @@ def test_chat_over_websocket_with_token_and_thread_picker(workspace: Path, tmp_p
             child.expect_exact("you: over the socket")
             child.expect_exact("agent: You said: over the socket")
             child.expect_exact("you> ")
-            child.sendintr()  # Ctrl-C at the prompt leaves
+            child.sendintr()  # Ctrl-C at the prompt asks for a second one
+            child.expect_exact("(Ctrl-C again to quit, or Ctrl-D)")
+            child.sendintr()
             assert finish(child) == 0
 
 
@@ -182,17 +185,17 @@ def test_chat_without_a_subcommand_shows_help(tmp_path: Path) -> None:
     assert done.returncode == 2 and "chat" in done.stderr
 
 
-@pytest.mark.parametrize("answer", ["d", "w"])
+@pytest.mark.parametrize("answer", ["n", "a"])
 def test_chat_approval_answers(workspace: Path, answer: str) -> None:
     with chat(cwd=workspace) as child:
         child.expect_exact("you> ")
         child.sendline("!echo hi")
         child.expect(APPROVAL)
         child.sendline("maybe")
-        child.expect_exact("Please answer a, s, w, d or c.")
+        child.expect(r"Please answer y, s, (w, )?a, n or c\.")
         child.expect(APPROVAL)
         child.sendline(answer)
-        if answer == "d":
+        if answer == "n":
             child.expect_exact("The shell call was declined.")
         else:
             child.expect_exact("[approval] acceptAlways")
@@ -200,3 +203,29 @@ def test_chat_approval_answers(workspace: Path, answer: str) -> None:
         child.expect_exact("you> ")
         child.sendline("/quit")
         assert finish(child) == 0
+
+
+def test_chat_says_once_when_the_connection_drops_and_when_it_is_back(
+    workspace: Path, tmp_path: Path
+) -> None:
+    with websocket_server(workspace, "tok-9") as url:
+        port = int(url.rsplit(":", 1)[1])
+        child_context = chat("--url", url, "--token", "tok-9", cwd=tmp_path)
+        child = child_context.__enter__()
+        child.expect_exact("you> ")
+        child.sendline("before")
+        child.expect_exact("You said: before")
+        child.expect_exact("you> ")
+    try:
+        # The server is gone: one notice, however many reconnect attempts fail.
+        child.expect_exact("(connection lost; reconnecting…)")
+        with websocket_server(workspace, "tok-9", port):
+            child.expect_exact("(reconnected)")
+            assert "connection lost" not in child.before
+            child.sendline("after")
+            child.expect_exact("You said: after")
+            child.expect_exact("you> ")
+            child.sendline("/quit")
+            assert finish(child) == 0
+    finally:
+        child_context.__exit__(None, None, None)

@@ -1,9 +1,11 @@
 """``appserver-client chat``: talk to an appserver from a terminal.
 
-Plain line-based I/O (no curses): type a message, watch the answer stream,
-answer approval prompts, Ctrl-C interrupts the running turn (at the prompt it
-exits, as does Ctrl-D). Input is read on a helper thread, with readline
-editing when available, so notifications keep streaming meanwhile.
+On a terminal the input is a prompt_toolkit line editor (history, multi-line
+messages, bracketed paste, a prompt that stays below streaming output and
+keeps what you type while the agent works); from a pipe or with ``TERM=dumb``
+it is a plain line reader. See :mod:`appserver_client.chat_input`. Output is
+printed by :class:`~appserver_client.chat_view.View`; approvals are asked as
+:mod:`appserver_client.chat_approval` describes.
 """
 
 from __future__ import annotations
@@ -12,137 +14,69 @@ import argparse
 import asyncio
 import contextlib
 import getpass
-import json
+import logging
 import os
 import shlex
 import shutil
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from appserver_client import __version__
+from appserver_client import chat_approval as approval
 from appserver_client._generated import ApprovalRequestParams, SessionIdentity, ThreadSummary
+from appserver_client.chat_input import (
+    CANCELLED,
+    INTERRUPTED,
+    EditorInput,
+    PlainInput,
+    _Marker,
+    history_path,
+    wants_editor,
+)
+from appserver_client.chat_view import View, one_line
 from appserver_client.client import AppServerClient
-from appserver_client.errors import AppServerError, ConnectionLost, RpcError
-from appserver_client.notifications import Notification
+from appserver_client.errors import AppServerError, ConnectFailed, ConnectionLost, RpcError
+from appserver_client.transport import websocket_url
 
 PROMPT = "you> "
-APPROVAL_CHOICES = {
-    "a": "accept",
-    "accept": "accept",
-    "s": "acceptForSession",
-    "session": "acceptForSession",
-    "w": "acceptAlways",
-    "always": "acceptAlways",
-    "d": "decline",
-    "decline": "decline",
-    "c": "cancel",
-    "cancel": "cancel",
-}
-APPROVAL_PROMPT = "[a]ccept once / [s]ession / al[w]ays / [d]ecline / [c]ancel turn? "
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 HELP = """\
 Type a message and press Enter to send it to the agent.
-  /threads     list your recent threads
-  /resume N    switch to thread N of the last /threads listing
-  /new         start a new thread
-  /help        this help
-  /quit        leave (also Ctrl-D, or Ctrl-C at the prompt)
-Ctrl-C while the agent works interrupts the turn.
+  Several lines: end a line with \\ to go on (on a terminal, Alt-Enter / Esc Enter
+  too); a pasted block is one message. Up and Down recall earlier messages.
+What the built-in offline model understands (a real model reads plain language):
+  !COMMAND            run COMMAND with the shell tool (you approve it first)
+  >PATH               then the content on the next lines: write it to PATH
+  ?tool NAME {json}   call any tool, e.g. ?tool read_file {"path": "README.md"}
+  ?think TEXT         think TEXT aloud first; ?stream N, ?delay MS, ?fail KIND
+Commands:
+  /threads            list your recent threads
+  /resume X           switch to a thread: its number in /threads, its id, or its name
+  /new                start a new thread
+  /show N             all of output #N (long outputs are cut at 20 lines)
+  /help               this help
+  /quit               leave (also Ctrl-D, or Ctrl-C twice at the prompt)
+Ctrl-C while the agent works interrupts the turn; at an approval prompt it cancels it.
+On a terminal, what you type while the agent works is sent when the turn ends.
 """
-
-
-class _Cancelled:
-    """Returned by :meth:`LineReader.readline` when ``cancel`` fired first."""
-
-
-CANCELLED = _Cancelled()
-
-
-class LineReader:
-    """Reads lines with ``input()`` on a daemon thread, one read at a time.
-
-    A read abandoned by its caller (Ctrl-C at an approval prompt) stays
-    pending; the next ``readline`` takes it over and shows its own prompt, so
-    the user's next line is never lost or read twice. The thread is a daemon
-    so a read that never completes cannot keep the process alive.
-    """
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self._pending: asyncio.Future[str | None] | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def busy(self) -> bool:
-        """Whether a thread is blocked waiting for a line."""
-        return self._thread is not None and self._thread.is_alive()
-
-    async def readline(
-        self, prompt: str, cancel: asyncio.Event | None = None
-    ) -> str | _Cancelled | None:
-        """The next line (without newline), ``None`` at end of input, or
-        :data:`CANCELLED` if ``cancel`` was set first."""
-        loop = asyncio.get_running_loop()
-        if self._pending is None:
-            future: asyncio.Future[str | None] = loop.create_future()
-            self._pending = future
-            self._thread = threading.Thread(
-                target=self._read, args=(loop, future, prompt), daemon=True
-            )
-            self._thread.start()
-        elif not self._pending.done():
-            self.out.write(prompt)
-            self.out.flush()
-        future = self._pending
-        waiters: set[asyncio.Future[Any]] = {future}
-        waiter: asyncio.Task[bool] | None = None
-        if cancel is not None:
-            waiter = loop.create_task(cancel.wait())
-            waiters.add(waiter)
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if waiter is not None:
-                waiter.cancel()
-        if not future.done():
-            return CANCELLED
-        self._pending = None
-        return future.result()
-
-    @staticmethod
-    def _read(
-        loop: asyncio.AbstractEventLoop, future: asyncio.Future[str | None], prompt: str
-    ) -> None:
-        try:
-            line: str | None = input(prompt)
-        except (EOFError, OSError, ValueError):
-            line = None
-
-        def deliver() -> None:
-            if not future.done():
-                future.set_result(line)
-
-        with contextlib.suppress(RuntimeError):  # the loop is gone: we are exiting
-            loop.call_soon_threadsafe(deliver)
-
-
-def _one_line(text: str, limit: int = 160) -> str:
-    lines = text.strip().splitlines() or [""]
-    first = lines[0]
-    more = len(lines) > 1 or len(first) > limit
-    return first[:limit] + (" …" if more else "")
 
 
 class Chat:
     """The interactive session."""
 
-    def __init__(self, args: argparse.Namespace, out: TextIO | None = None) -> None:
+    def __init__(
+        self, args: argparse.Namespace, out: TextIO | None = None, editor: bool = False
+    ) -> None:
         self.args = args
         self.out = out or sys.stdout
-        self.reader = LineReader(self.out)
+        self.input: PlainInput | EditorInput = (
+            EditorInput(history_path()) if editor else PlainInput(self.out)
+        )
+        self.view = View(self._emit)
         self.identity: SessionIdentity = {"channelName": "cli", "userId": args.user}
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
@@ -150,28 +84,30 @@ class Chat:
         self.quit = asyncio.Event()
         self.turn_active = False
         self.turn_id: str | None = None
+        self.turn_started_at = 0.0
         self.interrupt_wanted = False
         self.approval_cancel = asyncio.Event()
         self.approval_open = False
+        self.idle_interrupts = 0  # Ctrl-C presses at an idle prompt in a row
+        self.queued: list[str] = []  # typed while a turn ran; sent after it
+        self._typeahead: asyncio.Task[None] | None = None
+        self._typeahead_stop = asyncio.Event()
         self._approval_lock = asyncio.Lock()
-        self._line_start = True
-        self._streamed: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- output -------------------------------------------------------------
 
-    def write(self, text: str) -> None:
-        if not text:
-            return
+    def _emit(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
-        self._line_start = text.endswith("\n")
+
+    def write(self, text: str) -> None:
+        """Write ``text`` as is."""
+        self.view.write(text)
 
     def line(self, text: str = "") -> None:
         """Write ``text`` on a line of its own."""
-        if not self._line_start:
-            self.write("\n")
-        self.write(text + "\n")
+        self.view.line(text)
 
     # --- lifecycle ----------------------------------------------------------
 
@@ -179,6 +115,8 @@ class Chat:
         options: dict[str, Any] = {
             "client_name": "appserver-client-chat",
             "approval_handler": self.approve,
+            # Command output as it is produced (item/commandExecution/outputDelta).
+            "capabilities": {"commandExecutionStreaming": True},
         }
         if self.args.url:
             token = self.args.token or os.environ.get("APPSERVER_TOKEN") or None
@@ -188,12 +126,25 @@ class Chat:
         )
 
     async def run(self) -> int:
+        """Open the connection, pick a thread, chat; the exit status."""
+        if self.input.editor:
+            from prompt_toolkit.patch_stdout import patch_stdout
+
+            # Output printed while a prompt is shown goes above it.
+            with patch_stdout(raw=True):
+                self.out = sys.stdout
+                return await self._run()
+        return await self._run()
+
+    async def _run(self) -> int:
         loop = asyncio.get_running_loop()
         try:
             self.client = await self.open()
-        except (AppServerError, OSError) as exc:
-            self.line(f"appserver-client: could not reach the server: {exc}")
+        except (AppServerError, OSError, ValueError) as exc:
+            self.line(f"appserver-client: {open_failure(self.args, exc)}")
             return 1
+        self.client.on_disconnect(lambda _client: self.line("(connection lost; reconnecting…)"))
+        self.client.on_reconnect(lambda _client: self.line("(reconnected)"))
         handled_sigint = True
         try:
             loop.add_signal_handler(signal.SIGINT, self.on_sigint)
@@ -215,22 +166,33 @@ class Chat:
         finally:
             if handled_sigint:
                 loop.remove_signal_handler(signal.SIGINT)
+            await self.stop_typeahead()
             for task in list(self._tasks):
                 task.cancel()
             await self.client.close()
 
     def on_sigint(self) -> None:
         """Ctrl-C: answer an open approval with cancel, else interrupt the turn,
-        else leave."""
+        else (at an idle prompt) warn once and leave on the second press."""
         if self.approval_open:
             self.approval_cancel.set()
         elif self.turn_active:
-            self.line("(interrupting the turn…)")
-            self.interrupt_wanted = True
-            if self.turn_id is not None:
-                self.spawn(self.interrupt(self.turn_id))
+            self.interrupt_turn()
         else:
-            self.quit.set()
+            self.idle_interrupts += 1
+            if self.idle_interrupts >= 2:
+                self.quit.set()
+            else:
+                self.line("(Ctrl-C again to quit, or Ctrl-D)")
+                if not self.input.editor:
+                    self.write(PROMPT)  # the pending read goes on under this prompt
+
+    def interrupt_turn(self) -> None:
+        """Ask the server to interrupt the running turn (once it has an id)."""
+        self.line("(interrupting the turn…)")
+        self.interrupt_wanted = True
+        if self.turn_id is not None:
+            self.spawn(self.interrupt(self.turn_id))
 
     def spawn(self, coroutine: Any) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -243,12 +205,19 @@ class Chat:
             await self.client.turn_interrupt(thread_id=self.thread_id, turn_id=turn_id)
 
     async def ask(self, prompt: str) -> str | None:
-        """A line from the user; ``None`` when they want to leave."""
-        line = await self.reader.readline(prompt, self.quit)
-        self._line_start = True
-        if line is None or isinstance(line, _Cancelled):
-            return None
-        return line
+        """A message from the user; ``None`` when they want to leave."""
+        while True:
+            answer = await self.input.read(prompt, cancel=self.quit)
+            self.view.line_start = True
+            if answer is INTERRUPTED:  # the editor caught Ctrl-C
+                self.on_sigint()
+                if self.quit.is_set():
+                    return None
+                continue
+            if answer is None or isinstance(answer, _Marker):
+                return None
+            self.idle_interrupts = 0
+            return answer
 
     # --- threads ------------------------------------------------------------
 
@@ -266,7 +235,7 @@ class Chat:
             status = summary["status"]
             when = summary["lastActiveAt"][:16].replace("T", " ")
             self.line(
-                f" {mark}{number:>2}) {_one_line(name, 60)}  [{status}, {turns} turn(s), "
+                f" {mark}{number:>2}) {one_line(name, 60)}  [{status}, {turns} turn(s), "
                 f"{when}]  {summary['id']}"
             )
 
@@ -276,16 +245,15 @@ class Chat:
             self.line("Recent threads:")
             self.show_threads(threads)
             while True:
-                answer = await self.ask("Pick a number, or press Enter for a new thread: ")
+                answer = await self.ask(
+                    "Pick a number (or an id or name), or press Enter for a new thread: "
+                )
                 if answer is None:
                     return False
-                answer = answer.strip()
-                if not answer:
+                if not answer.strip():
                     break
-                if answer.isdigit() and 1 <= int(answer) <= len(self.listing):
-                    await self.resume(self.listing[int(answer) - 1])
+                if await self.resume_choice(answer.strip()):
                     return True
-                self.line(f"Please type a number from 1 to {len(self.listing)}, or just Enter.")
         await self.new_thread()
         return True
 
@@ -295,35 +263,58 @@ class Chat:
         self.thread_id = thread["id"]
         self.line(f"New thread {thread['id']}. Type a message.")
 
+    async def resume_choice(self, choice: str) -> bool:
+        """Resume the thread ``choice`` names (number, id, or name); whether one did."""
+        if not choice.isdigit() or not 1 <= int(choice) <= len(self.listing):
+            threads = await self.recent_threads(50)
+            if not self.listing:
+                self.listing = [summary["id"] for summary in threads[:20]]
+        else:
+            threads = []
+        found = pick_thread(choice, self.listing, threads)
+        if isinstance(found, str):
+            await self.resume(found)
+            return True
+        if found:
+            self.line(f"{len(found)} threads match {choice!r}:")
+            self.show_threads(found)
+        else:
+            self.line(f"No thread {choice!r}: give a number from /threads, an id, or a name.")
+        return False
+
     async def resume(self, thread_id: str) -> None:
         assert self.client is not None
         thread = (await self.client.thread_resume(thread_id=thread_id))["thread"]
         self.thread_id = thread["id"]
         turns = thread.get("turns") or []
         name = thread.get("displayName") or "(untitled)"
-        self.line(f"Resumed {_one_line(name, 60)} ({thread['id']}, {len(turns)} turn(s)).")
+        self.line(f"Resumed {one_line(name, 60)} ({thread['id']}, {len(turns)} turn(s)).")
         for turn in turns[-2:]:
             for item in turn.get("items") or []:
                 text = str((item.get("payload") or {}).get("text", ""))
                 if item["type"] == "userMessage":
-                    self.line(f"  you: {_one_line(text, 100)}")
+                    self.line(f"  you: {one_line(text, 100)}")
                 elif item["type"] == "agentMessage":
-                    self.line(f"  agent: {_one_line(text, 100)}")
+                    self.line(f"  agent: {one_line(text, 100)}")
 
     # --- the prompt loop ----------------------------------------------------
 
     async def prompt_loop(self) -> None:
         while not self.quit.is_set():
-            line = await self.ask(PROMPT)
-            if line is None:
-                self.line("Bye.")
-                return
-            text = line.strip()
-            if not text:
+            if self.queued:  # typed while the last turn ran
+                text = self.queued.pop(0)
+                self.line(f"{PROMPT}{text}")
+            else:
+                line = await self.ask(PROMPT)
+                if line is None:
+                    self.line("Bye.")
+                    return
+                text = line
+            if not text.strip():
                 continue
             try:
-                if text.startswith("/"):
-                    if not await self.command(text):
+                if text.strip().startswith("/"):
+                    if not await self.command(text.strip()):
                         self.line("Bye.")
                         return
                 else:
@@ -335,10 +326,11 @@ class Chat:
         """Run a slash command; ``False`` to leave."""
         name, _, rest = text.partition(" ")
         name = name.lower()
+        rest = rest.strip()
         if name in ("/quit", "/exit", "/q"):
             return False
         if name in ("/help", "/?"):
-            self.write(HELP)
+            self.line(HELP.rstrip("\n"))
         elif name == "/threads":
             threads = await self.recent_threads(20)
             if threads:
@@ -346,16 +338,16 @@ class Chat:
             else:
                 self.line("No threads yet.")
         elif name == "/resume":
-            choice = rest.strip()
-            if not choice.isdigit() or not 1 <= int(choice) <= len(self.listing):
-                # No listing yet, or a number beyond it: number the current threads.
-                self.listing = [summary["id"] for summary in await self.recent_threads(20)]
-            if choice.isdigit() and 1 <= int(choice) <= len(self.listing):
-                await self.resume(self.listing[int(choice) - 1])
+            if rest:
+                await self.resume_choice(rest)
             else:
-                self.line("Usage: /resume N, with N from /threads.")
+                self.line("Usage: /resume N | ID | NAME (N from /threads).")
         elif name == "/new":
             await self.new_thread()
+        elif name == "/show":
+            if not (rest.isdigit() and self.view.show(int(rest))):
+                known = len(self.view.outputs)
+                self.line(f"Usage: /show N, with N from 1 to {known}." if known else "No outputs.")
         else:
             self.line(f"Unknown command {name}; /help lists them.")
         return True
@@ -365,7 +357,8 @@ class Chat:
         self.turn_active = True
         self.turn_id = None
         self.interrupt_wanted = False
-        self._streamed.clear()
+        self.view.start_turn()
+        self.turn_started_at = time.monotonic()
         stream = self.client.notifications(thread_id=self.thread_id, buffer=None)
         try:
             started = await self.client.turn_start(
@@ -374,78 +367,128 @@ class Chat:
             self.turn_id = started["turn"]["id"]
             if self.interrupt_wanted:
                 self.spawn(self.interrupt(self.turn_id))
+            self.start_typeahead()
             async for notification in stream:
                 if notification.turn_id != self.turn_id:
                     continue
-                self.render(notification)
+                self.view.render(notification)
                 if notification.is_terminal:
                     break
         finally:
+            await self.stop_typeahead()
             self.turn_active = False
             self.turn_id = None
             await stream.aclose()
 
-    def render(self, notification: Notification) -> None:
-        method, params = notification.method, notification.params
-        if method == "item/agentMessage/delta":
-            self._streamed.add(str(params.get("itemId")))
-            self.write(str(params.get("delta", "")))
-        elif method == "item/completed":
-            self.render_item(params.get("item") or {})
-        elif method == "turn/failed":
-            self.line(f"[turn failed: {params.get('error', 'unknown error')}]")
-        elif method == "turn/cancelled":
-            self.line(f"[turn cancelled: {params.get('reason', '')}]")
-        elif method == "turn/completed" and not self._line_start:
-            self.write("\n")
+    # --- typing while a turn runs (the editor only) -------------------------
 
-    def render_item(self, item: dict[str, Any]) -> None:
-        kind = item.get("type")
-        payload = item.get("payload") or {}
-        if kind == "agentMessage":
-            if item.get("id") not in self._streamed:
-                self.write(str(payload.get("text", "")))
-            if not self._line_start:
-                self.write("\n")
-        elif kind == "reasoningContent":
-            self.line(f"[thinking] {_one_line(str(payload.get('text', '')))}")
-        elif kind == "toolCall":
-            arguments = json.dumps(payload.get("arguments") or {}, ensure_ascii=False)
-            self.line(f"[tool] {payload.get('toolName', '?')} {_one_line(arguments)}")
-        elif kind == "toolResult":
-            self.line(f"[result] {_one_line(str(payload.get('result', '')))}")
-        elif kind == "approvalResponse":
-            self.line(f"[approval] {payload.get('decision', '?')}")
-        elif kind == "error":
-            self.line(f"[error] {payload.get('message', '')}")
+    def busy_prompt(self) -> str:
+        """The prompt while a turn runs: a spinner, what it does, for how long."""
+        elapsed = time.monotonic() - self.turn_started_at
+        frame = SPINNER[int(elapsed * 10) % len(SPINNER)]
+        return f"{frame} {self.view.activity} {elapsed:.0f}s  (Ctrl-C interrupts) > "
+
+    def start_typeahead(self) -> None:
+        """On a terminal, keep a prompt open while the turn runs: its spinner
+        shows the turn is alive, and what is typed is sent after the turn."""
+        if not self.input.editor or self._typeahead is not None:
+            return
+        self._typeahead_stop.clear()
+        self._typeahead = asyncio.get_running_loop().create_task(self._type_ahead())
+
+    async def stop_typeahead(self) -> None:
+        """Close the type-ahead prompt; what was typed stays as the next draft."""
+        task, self._typeahead = self._typeahead, None
+        if task is None:
+            return
+        self._typeahead_stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _type_ahead(self) -> None:
+        while not self._typeahead_stop.is_set():
+            answer = await self.input.read(
+                self.busy_prompt, cancel=self._typeahead_stop, refresh=0.1
+            )
+            if answer is INTERRUPTED:
+                self.interrupt_turn()
+            elif isinstance(answer, str) and answer.strip():
+                self.queued.append(answer)
+                self.line(f"(queued for after this turn: {one_line(answer, 60)})")
+            elif answer is None or answer is CANCELLED:
+                return
 
     # --- approvals ----------------------------------------------------------
 
-    async def approve(self, params: ApprovalRequestParams) -> str:
+    async def approve(self, params: ApprovalRequestParams) -> dict[str, Any]:
         """The approval handler: ask the user (one prompt at a time)."""
         async with self._approval_lock:
+            resume_typeahead = self._typeahead is not None
+            await self.stop_typeahead()  # the approval prompt takes the input
             self.approval_cancel.clear()
             self.approval_open = True
+            offered = approval.choices(params)
             try:
-                self.line(
-                    f"Approval needed ({params['approvalType']}): {params['operation']}\n"
-                    f"  where: {params['target']}\n"
-                    f"  why:   {params['reason']}"
-                )
+                self.line(approval.header(params, offered))
                 while True:
-                    answer = await self.reader.readline(APPROVAL_PROMPT, self.approval_cancel)
-                    self._line_start = True
-                    if isinstance(answer, _Cancelled):
+                    answer = await self.input.read(
+                        approval.prompt(offered), cancel=self.approval_cancel, single_line=True
+                    )
+                    self.view.line_start = True
+                    if answer is CANCELLED or answer is INTERRUPTED:
                         self.line("(cancelling the turn…)")
-                        return "cancel"
-                    if answer is None:
-                        return "decline"
-                    decision = APPROVAL_CHOICES.get(answer.strip().lower())
-                    if decision is not None:
-                        return decision
-                    self.line("Please answer a, s, w, d or c.")
+                        return {"decision": "cancel"}
+                    if not isinstance(answer, str):
+                        return {"decision": "decline"}
+                    result = approval.answer(offered, answer)
+                    if result is not None:
+                        return result
+                    self.line(f"Please answer {approval.keys_hint(offered)}.")
             finally:
                 self.approval_open = False
+                if resume_typeahead and self.turn_active:
+                    self.start_typeahead()
+
+
+def pick_thread(
+    choice: str, listing: list[str], threads: list[ThreadSummary]
+) -> str | list[ThreadSummary]:
+    """The thread id ``choice`` names: a number of ``listing`` (1-based), an id,
+    or a name (case-insensitive; a unique prefix will do). Otherwise the
+    threads it could mean (none, or several)."""
+    if choice.isdigit() and 1 <= int(choice) <= len(listing):
+        return listing[int(choice) - 1]
+    ids = {summary["id"] for summary in threads} | set(listing)
+    if choice in ids:
+        return choice
+    wanted = choice.casefold()
+    named = [
+        summary for summary in threads if (summary.get("displayName") or "").casefold() == wanted
+    ]
+    if not named:
+        named = [
+            summary
+            for summary in threads
+            if (summary.get("displayName") or "").casefold().startswith(wanted)
+            or summary["id"].startswith(choice)
+        ]
+    if len(named) == 1:
+        return named[0]["id"]
+    return named
+
+
+def open_failure(args: argparse.Namespace, exc: BaseException) -> str:
+    """One line saying why the chat could not open its connection, and what to do."""
+    if isinstance(exc, ConnectFailed) and exc.status == 401:
+        given = args.token or os.environ.get("APPSERVER_TOKEN")
+        which = "" if given else " (none was given)"
+        return (
+            f"the server at {args.url} refused the token{which} (HTTP 401): pass the "
+            "server's token with --token TOKEN or set APPSERVER_TOKEN"
+        )
+    if not args.url:  # a spawned server: the message has its exit code and stderr tail
+        return str(exc)
+    return f"could not reach the server at {args.url}: {exc}"
 
 
 def server_command(args: argparse.Namespace) -> list[str]:
@@ -492,6 +535,11 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "--user", default=_os_user(), help="userId of your threads (default: your login name)"
     )
+    chat.add_argument(
+        "--plain",
+        action="store_true",
+        help="read plain lines even on a terminal (no line editor, no spinner)",
+    )
     return parser
 
 
@@ -516,16 +564,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.url and not args.workspace.is_dir():
         sys.stderr.write(f"appserver-client: {args.workspace} is not a directory\n")
         return 2
-    _enable_line_editing()
+    if args.url:
+        try:
+            websocket_url(args.url, None)
+        except ValueError as exc:  # checked here, like a bad flag: one line, exit 2
+            sys.stderr.write(f"appserver-client: --url: {exc}\n")
+            return 2
+    # The chat says itself when the connection drops and comes back; the
+    # library's own warnings would repeat that on stderr.
+    logging.getLogger("appserver_client").setLevel(logging.CRITICAL)
+    editor = not args.plain and wants_editor()
+    if not editor:
+        _enable_line_editing()
     saved = _save_terminal()
-    chat = Chat(args)
+    chat = Chat(args, editor=editor)
     try:
         code = asyncio.run(chat.run())
     except KeyboardInterrupt:
         code = 130
     finally:
         _restore_terminal(saved)
-    if chat.reader.busy:
+    if isinstance(chat.input, PlainInput) and chat.input.busy:
         # A read is still blocked in input() on the helper thread; leave without
         # waiting for it (or for interpreter teardown to trip over stdin).
         sys.stdout.flush()

@@ -174,6 +174,7 @@ class AppServerClient(GeneratedMethods):
         self._holding: dict[str, list[Notification]] = {}
         self._request_handlers: dict[str, RequestHandler] = {}
         self._reconnect_callbacks: list[ReconnectCallback] = []
+        self._disconnect_callbacks: list[ReconnectCallback] = []
         self._server_tasks: set[asyncio.Task[None]] = set()
         self._ready = asyncio.Event()
         self._closing = False
@@ -264,15 +265,24 @@ class AppServerClient(GeneratedMethods):
         self._attach(transport)
         try:
             await self._handshake()
+        except ConnectionLost as exc:
+            # The server went away before answering (a spawned one that exited
+            # at start): the message carries its exit code and stderr tail.
+            await self._abandon(transport)
+            raise ConnectFailed(f"the server did not start: {exc}") from exc
         except BaseException:
-            self._closing = True
-            self._closed.set()
-            await transport.close()
+            await self._abandon(transport)
             raise
         self._ready.set()
         self._supervisor = asyncio.get_running_loop().create_task(
             self._supervise(), name="appserver-client supervisor"
         )
+
+    async def _abandon(self, transport: Transport) -> None:
+        """Give up a first connection whose handshake failed."""
+        self._closing = True
+        self._closed.set()
+        await transport.close()
 
     def _attach(self, transport: Transport) -> None:
         self._transport = transport
@@ -323,6 +333,12 @@ class AppServerClient(GeneratedMethods):
         """Call ``callback(client)`` (sync or async) after each successful reconnect
         (re-initialized and re-subscribed)."""
         self._reconnect_callbacks.append(callback)
+
+    def on_disconnect(self, callback: ReconnectCallback) -> None:
+        """Call ``callback(client)`` (sync or async) once each time the
+        connection drops and the client starts reconnecting; :meth:`on_reconnect`
+        says when it is back. Not called for a stdio server (it is not restarted)."""
+        self._disconnect_callbacks.append(callback)
 
     def set_request_handler(self, method: str, handler: RequestHandler | None) -> None:
         """Answer server->client requests ``method`` with ``handler(params)`` (sync
@@ -519,10 +535,15 @@ class AppServerClient(GeneratedMethods):
         while True:
             try:
                 frame = await transport.receive()
-            except ConnectionLost as exc:
-                return exc
-            except Exception as exc:  # anything else is a lost connection too
-                return ConnectionLost(f"connection failed: {exc!r}")
+            except Exception as exc:  # anything but ConnectionLost is a lost connection too
+                lost = exc if isinstance(exc, ConnectionLost) else None
+                lost = lost or ConnectionLost(f"connection failed: {exc!r}")
+                if not self._closing:
+                    # Fail what waits for an answer now: the supervisor only
+                    # runs after the handshake, and a server that exits at
+                    # start must not leave `initialize` waiting for its timeout.
+                    self._fail_pending(lost)
+                return lost
             try:
                 message = json.loads(frame)
             except ValueError:
@@ -686,6 +707,7 @@ class AppServerClient(GeneratedMethods):
                 self._shutdown(lost)
                 return
             log.warning("connection lost (%s); reconnecting", lost)
+            await self._run_callbacks(self._disconnect_callbacks, "on_disconnect")
             failure = await self._reconnect_loop()
             if failure is not None:
                 self._shutdown(failure)
@@ -727,13 +749,16 @@ class AppServerClient(GeneratedMethods):
             self._ready.set()
             self._release_held()
             log.info("reconnected (%d thread(s) re-subscribed)", len(self._subscribed))
-            for callback in list(self._reconnect_callbacks):
-                try:
-                    await _maybe_await(callback(self))
-                except Exception:
-                    log.exception("on_reconnect callback failed")
+            await self._run_callbacks(self._reconnect_callbacks, "on_reconnect")
             return None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _run_callbacks(self, callbacks: list[ReconnectCallback], what: str) -> None:
+        for callback in list(callbacks):
+            try:
+                await _maybe_await(callback(self))
+            except Exception:  # a user's callback must not stop reconnecting
+                log.exception("%s callback failed", what)
 
     async def _resubscribe(self) -> None:
         """Re-subscribe followed threads, replaying what was missed.

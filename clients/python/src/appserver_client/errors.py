@@ -56,12 +56,14 @@ class ConnectFailed(AppServerError):
     """The server could not be reached, or refused the connection.
 
     ``permanent`` is true when retrying cannot help (HTTP 401/403: wrong token
-    or origin; a bad URL).
+    or origin; a bad URL). ``status`` is the HTTP status of a refused WebSocket
+    upgrade (401: the token was missing or wrong), else ``None``.
     """
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(self, message: str, *, permanent: bool = False, status: int | None = None) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.status = status
 
 
 class NotificationOverflow(AppServerError):

@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Any, Literal, Protocol, TextIO
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -52,6 +53,7 @@ class StdioTransport:
         self._write_lock = asyncio.Lock()
         self._stderr_lines: deque[str] = deque(maxlen=200)
         self._stderr_task: asyncio.Task[None] | None = None
+        self._stderr_echo: TextIO | None = None
         self._closed = False
 
     @classmethod
@@ -65,16 +67,18 @@ class StdioTransport:
         close_timeout: float = 5.0,
         new_session: bool = True,
     ) -> StdioTransport:
-        """Spawn ``argv``. ``stderr``: ``"inherit"`` passes it through,
-        ``"capture"`` keeps the last 200 lines (:attr:`stderr_text`),
-        ``"discard"`` drops it, or a file object / descriptor receives it.
+        """Spawn ``argv``. ``stderr``: ``"inherit"`` passes it through to
+        ``sys.stderr`` line by line, ``"capture"`` keeps it instead; both keep
+        the last 200 lines (:attr:`stderr_text`) for the error raised when the
+        server exits. ``"discard"`` drops it, or a file object / descriptor
+        receives it (no tail is kept then).
         ``new_session`` keeps a terminal's Ctrl-C from reaching the server."""
         if not argv:
             raise ValueError("argv must name a command")
         target: Any
-        if stderr == "inherit":
-            target = None
-        elif stderr == "capture":
+        if stderr in ("inherit", "capture"):
+            # Read through a pipe even when passing it through: the lines that
+            # explain an exit at start belong in the error we raise.
             target = asyncio.subprocess.PIPE
         elif stderr == "discard":
             target = asyncio.subprocess.DEVNULL
@@ -94,7 +98,8 @@ class StdioTransport:
         except OSError as exc:
             raise ConnectFailed(f"could not start {argv[0]!r}: {exc}") from exc
         transport = cls(process, close_timeout)
-        if stderr == "capture":
+        if stderr in ("inherit", "capture"):
+            transport._stderr_echo = sys.stderr if stderr == "inherit" else None
             transport._stderr_task = asyncio.get_running_loop().create_task(
                 transport._collect_stderr()
             )
@@ -102,21 +107,35 @@ class StdioTransport:
 
     @property
     def stderr_text(self) -> str:
-        """The last captured stderr lines (``stderr="capture"`` only)."""
+        """The server's last stderr lines (``stderr="capture"`` or ``"inherit"``)."""
         return "".join(self._stderr_lines)
 
     async def _collect_stderr(self) -> None:
         assert self.process.stderr is not None
         while True:
-            line = await self.process.stderr.readline()
+            try:
+                line = await self.process.stderr.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                continue  # an absurdly long log line: skip it, keep reading
             if not line:
                 return
-            self._stderr_lines.append(line.decode("utf-8", "replace"))
+            text = line.decode("utf-8", "replace")
+            self._stderr_lines.append(text)
+            if self._stderr_echo is not None:
+                with contextlib.suppress(OSError, ValueError):  # our stderr is gone
+                    self._stderr_echo.write(text)
+                    self._stderr_echo.flush()
 
     def _gone(self) -> ConnectionLost:
         code = self.process.returncode
-        status = "is closing" if code is None else f"exited with code {code}"
-        tail = self.stderr_text.strip().splitlines()[-5:]
+        if code is None:
+            status = "is closing"
+        elif code < 0:
+            status = f"exited (killed by signal {-code})"
+        else:
+            status = f"exited with code {code}"
+        lines = [line.strip() for line in self._stderr_lines if line.strip()]
+        tail = lines[-5:]
         detail = ("; stderr: " + " | ".join(tail)) if tail else ""
         return ConnectionLost(f"server process {status}{detail}")
 
@@ -177,10 +196,19 @@ class StdioTransport:
 
 
 def websocket_url(url: str, token: str | None) -> str:
-    """``url`` with the default ``/ws`` path and ``?token=`` added."""
+    """``url`` with the default ``/ws`` path and ``?token=`` added.
+
+    Raises ``ValueError`` (one line, naming the expected form) for anything
+    but ``ws://HOST[:PORT][/PATH]`` or ``wss://…``.
+    """
+    expected = f"expected ws://HOST:PORT or wss://HOST:PORT, got {url!r}"
     parts = urlsplit(url)
-    if parts.scheme not in ("ws", "wss"):
-        raise ValueError(f"expected a ws:// or wss:// URL, got {url!r}")
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise ValueError(expected)
+    try:
+        parts.port  # noqa: B018  (parsing the port is the check)
+    except ValueError:
+        raise ValueError(f"{expected} (the port is not a number)") from None
     path = parts.path if parts.path not in ("", "/") else "/ws"
     query = parse_qsl(parts.query, keep_blank_values=True)
     if token is not None:
@@ -206,11 +234,17 @@ class WebSocketTransport:
             ws = await connect(url, max_size=MAX_FRAME_BYTES, open_timeout=open_timeout)
         except InvalidStatus as exc:
             status = exc.response.status_code
+            why = {
+                401: " (the token is missing or wrong)",
+                403: " (the Origin is not allowed)",
+                404: " (no WebSocket endpoint at this path)",
+            }.get(status, "")
             raise ConnectFailed(
-                f"server refused the WebSocket upgrade with HTTP {status}",
+                f"server refused the WebSocket upgrade with HTTP {status}{why}",
                 permanent=status in (401, 403, 404),
+                status=status,
             ) from exc
-        except InvalidURI as exc:
+        except (InvalidURI, ValueError) as exc:
             raise ConnectFailed(f"invalid URL: {exc}", permanent=True) from exc
         except (OSError, TimeoutError, InvalidHandshake) as exc:
             raise ConnectFailed(f"could not connect: {exc}") from exc

@@ -1,0 +1,207 @@
+"""How the chat prints a turn: streamed text and reasoning, tool calls, command
+output as it arrives, results, and numbered outputs that ``/show N`` prints
+in full.
+
+Long outputs are cut at :data:`SHOWN_LINES` lines with a note naming the
+``/show`` command; :attr:`View.activity` says what the turn is doing, for the
+spinner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from appserver_client.notifications import Notification
+
+SHOWN_LINES = 20  # lines of a command's output or a tool result printed at once
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    """The first line of ``text``, cut at ``limit`` characters, `` …`` if more."""
+    lines = text.strip().splitlines() or [""]
+    first = lines[0]
+    more = len(lines) > 1 or len(first) > limit
+    return first[:limit] + (" …" if more else "")
+
+
+class View:
+    """Renders one session's notifications through ``write``."""
+
+    def __init__(self, write: Callable[[str], None], shown_lines: int = SHOWN_LINES) -> None:
+        self._write = write
+        self.shown_lines = shown_lines
+        self.line_start = True
+        self.activity = "thinking"
+        self.outputs: dict[int, str] = {}  # /show N -> the full text
+        self._streaming: str | None = None  # the item whose deltas we are printing
+        self._streamed: set[str] = set()
+        self._commands: dict[str, _Output] = {}  # commandExecution item id -> its output
+        self._command_calls: set[str] = set()  # callIds whose output was shown live
+
+    # --- output primitives --------------------------------------------------
+
+    def write(self, text: str) -> None:
+        """Write ``text`` as is."""
+        if text:
+            self._write(text)
+            self.line_start = text.endswith("\n")
+
+    def line(self, text: str = "") -> None:
+        """Write ``text`` on a line of its own."""
+        self._streaming = None
+        if not self.line_start:
+            self.write("\n")
+        self.write(text + "\n")
+
+    # --- turns --------------------------------------------------------------
+
+    def start_turn(self) -> None:
+        """Forget the previous turn's streaming state."""
+        self._streaming = None
+        self._streamed.clear()
+        self.activity = "thinking"
+
+    def show(self, number: int) -> bool:
+        """Print output ``number`` in full; whether there is one."""
+        text = self.outputs.get(number)
+        if text is None:
+            return False
+        self.line(f"[#{number}, {len(text.splitlines())} line(s)]")
+        self.write(text if text.endswith("\n") or not text else text + "\n")
+        return True
+
+    def render(self, notification: Notification) -> None:
+        """Print one notification of the running turn."""
+        method, params = notification.method, notification.params
+        if method == "item/agentMessage/delta":
+            self._delta(str(params.get("itemId")), "", str(params.get("delta", "")))
+            self.activity = "writing"
+        elif method == "item/reasoning/delta":
+            self._delta(str(params.get("itemId")), "[thinking] ", str(params.get("delta", "")))
+            self.activity = "thinking"
+        elif method == "item/commandExecution/outputDelta":
+            output = self._commands.get(str(params.get("itemId")))
+            if output is not None:
+                self._print_output(output, str(params.get("delta", "")))
+        elif method == "item/started":
+            self._started(params.get("item") or {})
+        elif method == "item/completed":
+            self._completed(params.get("item") or {})
+        elif method == "turn/failed":
+            self.line(f"[turn failed: {params.get('error', 'unknown error')}]")
+        elif method == "turn/cancelled":
+            self.line(f"[turn cancelled: {params.get('reason', '')}]")
+        elif method == "turn/completed" and not self.line_start:
+            self.write("\n")
+
+    # --- items --------------------------------------------------------------
+
+    def _delta(self, item_id: str, prefix: str, delta: str) -> None:
+        if self._streaming != item_id:
+            # Another item starts streaming: it begins on a line of its own,
+            # so reasoning reads before the answer it belongs to.
+            if not self.line_start:
+                self.write("\n")
+            self.write(prefix)
+            self._streaming = item_id
+        self._streamed.add(item_id)
+        self.write(delta)
+
+    def _started(self, item: dict[str, Any]) -> None:
+        payload = item.get("payload") or {}
+        if item.get("type") == "commandExecution":
+            number = len(self.outputs) + 1
+            self.outputs[number] = ""
+            self._commands[str(item.get("id"))] = _Output(number)
+            self._command_calls.add(str(payload.get("callId")))
+            self.activity = f"running {one_line(str(payload.get('command', '')), 40)}"
+            self.line(f"[#{number} $ {payload.get('command', '')}]")
+        elif item.get("type") == "toolCall":
+            self.activity = f"calling {payload.get('toolName', 'a tool')}"
+
+    def _completed(self, item: dict[str, Any]) -> None:
+        kind = item.get("type")
+        payload = item.get("payload") or {}
+        item_id = str(item.get("id"))
+        if kind == "agentMessage":
+            if item_id not in self._streamed:
+                self.line(str(payload.get("text", "")))
+            elif not self.line_start:
+                self.write("\n")
+            self._streaming = None
+        elif kind == "reasoningContent":
+            if item_id not in self._streamed:
+                self.line(f"[thinking] {payload.get('text', '')}")
+            elif self._streaming == item_id:
+                self.line()  # end the streamed reasoning's line
+        elif kind == "toolCall":
+            arguments = json.dumps(payload.get("arguments") or {}, ensure_ascii=False)
+            self.line(f"[tool] {payload.get('toolName', '?')} {one_line(arguments)}")
+            self.activity = f"running {payload.get('toolName', 'a tool')}"
+        elif kind == "commandExecution":
+            self._command_done(item_id, payload)
+        elif kind == "toolResult":
+            self._result(payload)
+            self.activity = "thinking"
+        elif kind == "approvalResponse":
+            self.line(f"[approval] {payload.get('decision', '?')}")
+        elif kind == "error":
+            self.line(f"[error] {payload.get('message', '')}")
+
+    def _print_output(self, output: _Output, delta: str) -> None:
+        self.outputs[output.number] += delta
+        output.pending += delta
+        *complete, output.pending = output.pending.split("\n")
+        for text in complete:
+            output.lines += 1
+            if output.lines <= self.shown_lines:
+                self.line(f"  {text}")
+
+    def _command_done(self, item_id: str, payload: dict[str, Any]) -> None:
+        output = self._commands.pop(item_id, None)
+        if output is None:
+            return
+        full = str(payload.get("aggregatedOutput", ""))
+        if full:  # authoritative, as item/completed always is
+            self.outputs[output.number] = full
+        if output.pending:
+            output.lines += 1
+            if output.lines <= self.shown_lines:
+                self.line(f"  {output.pending}")
+        total = len(self.outputs[output.number].splitlines())
+        if total > self.shown_lines:
+            more = total - min(output.lines, self.shown_lines)
+            self.line(f"  … {more} more line(s): /show {output.number}")
+        code = payload.get("exitCode")
+        took = payload.get("durationMs")
+        timing = f", {took} ms" if isinstance(took, int) else ""
+        self.line(f"[#{output.number} exit code {code}{timing}]")
+
+    def _result(self, payload: dict[str, Any]) -> None:
+        text = str(payload.get("result", ""))
+        if str(payload.get("callId")) in self._command_calls:
+            # Its output was shown as it ran: the result's first line is enough.
+            self.line(f"[result] {one_line(text)}")
+            return
+        lines = text.rstrip("\n").splitlines() or [""]
+        if len(lines) == 1 and len(lines[0]) <= 160:
+            self.line(f"[result] {lines[0]}")
+            return
+        number = len(self.outputs) + 1
+        self.outputs[number] = text
+        self.line(f"[result #{number}]")
+        for text_line in lines[: self.shown_lines]:
+            self.line(f"  {text_line}")
+        if len(lines) > self.shown_lines:
+            self.line(f"  … {len(lines) - self.shown_lines} more line(s): /show {number}")
+
+
+class _Output:
+    """A command's output as it streams: its number and what is printed so far."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.pending = ""  # the last, unfinished line
+        self.lines = 0  # complete lines seen
