@@ -139,16 +139,28 @@ class StdioTransport:
         detail = ("; stderr: " + " | ".join(tail)) if tail else ""
         return ConnectionLost(f"server process {status}{detail}")
 
+    async def _ended(self) -> ConnectionLost:
+        """:meth:`_gone` once the process has exited and its last stderr lines
+        are read (each wait bounded), so the error says why it ended."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.process.wait(), 1.0)
+        if self._stderr_task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
+        return self._gone()
+
     async def send(self, frame: str) -> None:
         stdin = self.process.stdin
-        if stdin is None or self._closed or stdin.is_closing():
+        if stdin is None or self._closed:
             raise self._gone()
+        if stdin.is_closing():
+            raise await self._ended()
         async with self._write_lock:
             try:
                 stdin.write(frame.encode("utf-8") + b"\n")
                 await stdin.drain()
             except (BrokenPipeError, ConnectionResetError) as exc:
-                raise self._gone() from exc
+                raise await self._ended() from exc
 
     async def receive(self) -> str:
         stdout = self.process.stdout
@@ -159,12 +171,7 @@ class StdioTransport:
             except (ValueError, asyncio.LimitOverrunError) as exc:
                 raise ConnectionLost(f"frame over {MAX_FRAME_BYTES} bytes from server") from exc
             if not line:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.process.wait(), 1.0)
-                if self._stderr_task is not None:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(self._stderr_task), 1.0)
-                raise self._gone()
+                raise await self._ended()
             text = line.decode("utf-8").strip()
             if text:
                 return text
