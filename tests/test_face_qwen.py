@@ -374,7 +374,15 @@ async def test_sdk_handshake_and_a_plain_turn(workspace: Path) -> None:
         system, assistant, result = frames
         assert system["subtype"] == "init" and system["session_id"] == session_id
         assert system["cwd"] == str(workspace.resolve())
-        assert system["tools"] == ["shell", "read_file", "list_dir", "write_file", "edit_file"]
+        assert system["tools"] == [
+            "shell",
+            "read_file",
+            "list_dir",
+            "write_file",
+            "edit_file",
+            "CreatePlan",
+            "UpdateTodos",
+        ]
         assert system["model"] == "offline" and system["permission_mode"] == "default"
         assert system["slash_commands"] == ["compress"] and system["mcp_servers"] == []
         assert system["qwen_code_version"].startswith("appserver ")

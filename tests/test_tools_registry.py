@@ -12,7 +12,15 @@ from appserver.tools.registry import ToolRegistry, default_tools
 
 def test_default_tools_and_specs() -> None:
     registry = ToolRegistry.with_defaults()
-    assert registry.names() == ["shell", "read_file", "list_dir", "write_file", "edit_file"]
+    assert registry.names() == [
+        "shell",
+        "read_file",
+        "list_dir",
+        "write_file",
+        "edit_file",
+        "CreatePlan",
+        "UpdateTodos",
+    ]
     assert [tool.name for tool in default_tools()] == registry.names()
     specs = registry.specs()
     assert all(isinstance(spec, ToolSpec) for spec in specs)
@@ -26,7 +34,7 @@ def test_default_tools_and_specs() -> None:
     assert shell is not None and shell.name == "shell"
     assert registry.get("nope") is None
     assert "read_file" in registry
-    assert len(registry) == 5
+    assert len(registry) == 7
 
 
 def test_duplicates_invalid_names_and_unregister() -> None:

@@ -20,6 +20,15 @@ When the last message is a user message
         as streamed (default ``{}``). Invalid JSON or a non-object yields
         ``ToolCallDone(arguments={}, arguments_error=...)``, which lets tests
         exercise that path.
+    ``?plan TITLE``
+        Call tool ``CreatePlan`` with ``{"title": "TITLE", "overview": "Offline
+        plan: TITLE", "todos": [...]}`` and three todos: ``1`` "Read the code"
+        (high), ``2`` "Make the change" (medium), ``3`` "Run the tests" (low),
+        all pending.
+    ``?todo ID STATUS [CONTENT]``
+        Call tool ``UpdateTodos`` with ``{"todos": [{"id": "ID", "status":
+        "STATUS"}]}`` (plus ``"content": "CONTENT"`` if given: a new ID adds a
+        todo). STATUS is passed as written, so a wrong one reaches the tool.
     ``?stream N``
         Answer with exactly N text deltas: ``"chunk 1 "``, ``"chunk 2 "``, ...
     ``?delay MS``
@@ -32,7 +41,8 @@ When the last message is a user message
         counts as ``other``). Only ``?think`` reasoning and ``?stream`` chunks
         are sent before it; with neither, the error is the first event.
 
-    Only the first tool directive (``!``, ``>`` or ``?tool``) is used. A line
+    Only the first tool directive (``!``, ``>``, ``?tool``, ``?plan`` or
+    ``?todo``) is used. A line
     that looks like a directive but is malformed (``?stream x``, a bare ``!``)
     is plain text. With a tool directive the response is the call: one
     :class:`ToolCallDelta` per fragment of the JSON arguments (the first
@@ -167,7 +177,34 @@ def _question_directive(script: OfflineScript, directive: str) -> bool:
         if script.tool is None:
             script.tool = (name, arguments.strip() or "{}")
         return True
+    if word == "plan" and rest:
+        if script.tool is None:
+            script.tool = ("CreatePlan", json.dumps(offline_plan(rest)))
+        return True
+    if word == "todo":
+        todo_id, status, content = [*rest.split(None, 2), "", "", ""][:3]
+        if not status:
+            return False
+        change = {"id": todo_id, "status": status}
+        if content.strip():
+            change["content"] = content.strip()
+        if script.tool is None:
+            script.tool = ("UpdateTodos", json.dumps({"todos": [change]}))
+        return True
     return False
+
+
+def offline_plan(title: str) -> dict[str, Any]:
+    """The ``CreatePlan`` arguments of ``?plan TITLE``."""
+    return {
+        "title": title,
+        "overview": f"Offline plan: {title}",
+        "todos": [
+            {"id": "1", "content": "Read the code", "priority": "high"},
+            {"id": "2", "content": "Make the change", "priority": "medium"},
+            {"id": "3", "content": "Run the tests", "priority": "low"},
+        ],
+    }
 
 
 class OfflineProvider:

@@ -31,10 +31,12 @@ from appserver.runtime.errors import (
 )
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.plans import ThreadPlans
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns import TurnEngine
 from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.runtime.wire import turn_to_wire
+from appserver.storage.plans import PlanRepository
 from appserver.storage.threads import (
     BadCursor,
     ThreadQuery,
@@ -43,6 +45,7 @@ from appserver.storage.threads import (
     list_cursor,
 )
 from appserver.storage.threads import turns_cursor as thread_turns_cursor
+from appserver.tools.plans import attach_plan_store
 
 # `replayRecent` replays the events among the thread's last N seqs.
 RECENT_EVENTS = 32
@@ -103,6 +106,9 @@ class Threads:
         self.approvals = approvals
         self.workspace = str(workspace)
         engine.start_listeners.append(self._name_untitled)
+        # The plan tools (CreatePlan, UpdateTodos) write through this.
+        self.plans = ThreadPlans(PlanRepository(repo.db), journal, engine)
+        attach_plan_store(engine.tools, self.plans)
 
     # --- lookups -----------------------------------------------------------------
 
@@ -186,7 +192,8 @@ class Threads:
             queued_inputs=[entry.wire.to_wire() for entry in queue],
             turns=turns,
         )
-        return T.ThreadResult(thread=wire, next_turns_cursor=next_cursor)
+        plan = await self.plans.load(thread.id)
+        return T.ThreadResult(thread=wire, next_turns_cursor=next_cursor, plan=plan)
 
     def version(self, thread_id: str) -> tuple[Any, ...] | None:
         """A cheap value that changes whenever the thread's turn-less view does

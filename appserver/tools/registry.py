@@ -8,6 +8,7 @@ from collections.abc import Collection, Iterable, Iterator
 from appserver.providers.base import ToolSpec
 from appserver.tools.base import Tool
 from appserver.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+from appserver.tools.plans import plan_tools
 from appserver.tools.shell import ShellTool
 
 # What both the Anthropic and the OpenAI APIs accept as a tool name.
@@ -26,6 +27,7 @@ def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
         ListDirTool(),
         WriteFileTool(),
         EditFileTool(),
+        *plan_tools(),  # write the thread's plan once the runtime attaches its store
     ]
 
 
