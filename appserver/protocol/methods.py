@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from appserver.protocol import channels, commands, cron, mcp, plugins, skills, workspace
+from appserver.protocol import (
+    channels,
+    commands,
+    cron,
+    dynamic_tools,
+    mcp,
+    plans,
+    plugins,
+    skills,
+    workspace,
+)
 from appserver.protocol import errors as E
 from appserver.protocol import threads as T
 from appserver.protocol import turns as W
@@ -20,7 +30,7 @@ from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestS
 
 # Each method family beyond threads and turns declares its own entries in its
 # protocol module; they are merged here so there is still one table.
-_FAMILIES = (skills, commands, plugins, mcp, cron, workspace, channels)
+_FAMILIES = (skills, commands, plugins, mcp, cron, workspace, channels, dynamic_tools, plans)
 
 
 _THREAD_ERRORS = (E.THREAD_NOT_FOUND, E.INVALID_PARAMS)

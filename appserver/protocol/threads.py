@@ -16,6 +16,7 @@ from appserver.protocol.limits import (
     PathText,
     check_encoded_size,
 )
+from appserver.protocol.plans import Plan
 
 ThreadStatus = Literal["active", "paused", "archived"]
 HistoryMode = Literal["server", "client"]
@@ -288,6 +289,9 @@ class ThreadResult(WireModel):
     # Beyond DotCraft: present when ``thread/read`` paged turns and older ones remain.
     next_turns_cursor: str | None = None
     """Present when turns were paged and older ones remain: pass as `turnsCursor`."""
+    # Beyond DotCraft's thread/read result: the plan DotCraft keeps in thread_plans.
+    plan: Plan | None = None
+    """The thread's plan (`CreatePlan` / `UpdateTodos`), if the agent wrote one."""
 
 
 class TurnPaging(WireModel):

@@ -34,12 +34,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
+from appserver.protocol.base import WireModel
 from appserver.protocol.turns import ApprovalRequestParams, SessionScope
 from appserver.runtime.events import Participant, QuestionRefused, QuestionUnanswered
 from appserver.storage.threads import EventRepository
@@ -167,11 +169,19 @@ class Verdict:
         return self.decision in ("accept", "acceptForSession", "acceptAlways")
 
 
-@dataclass
-class PendingApproval:
-    """One request waiting for its first answer."""
+P = TypeVar("P", bound=WireModel)
 
-    params: ApprovalRequestParams
+
+@dataclass
+class PendingApproval(Generic[P]):
+    """One request waiting for its first answer.
+
+    The question itself is :meth:`_put` (an approval by default); client tool
+    calls (``runtime.turns.asking``) reuse the rest: asking each participant
+    once, first answer wins, the timeout and the reconnect grace.
+    """
+
+    params: P
     tg: TaskGroup
     timeout: float
     grace: float
@@ -203,19 +213,29 @@ class PendingApproval:
 
     async def _ask(self, participant: Participant) -> None:
         try:
-            answer = await participant.ask_approval(self.params, self.timeout)
-        except QuestionRefused:
-            self.resolve("decline", participant)  # an error answer fails closed
+            answer = await self._put(participant)
+        except QuestionRefused as exc:
+            self._refused(participant, str(exc))
         except QuestionUnanswered:
             pass
         except Exception:
-            log.exception("asking %r for an approval failed", participant)
+            log.exception("asking %r failed", participant)
         else:
-            decision, scope = parse_answer(answer)
-            self.resolve(decision, participant, scope)
+            self._answered(participant, answer)
         finally:
             self.live.discard(participant)
             self._notify()
+
+    async def _put(self, participant: Participant) -> object:
+        """Ask ``participant`` the question; its raw answer."""
+        return await participant.ask_approval(self.params, self.timeout)
+
+    def _refused(self, participant: Participant, message: str) -> None:
+        self.resolve("decline", participant)  # an error answer fails closed
+
+    def _answered(self, participant: Participant, answer: object) -> None:
+        decision, scope = parse_answer(answer)
+        self.resolve(decision, participant, scope)
 
     async def wait(self) -> tuple[str | None, str | None]:
         """The decision, or ``(None, reason_code)`` when the server must decide."""
@@ -253,7 +273,9 @@ class ApprovalBroker:
         self.timeout = timeout
         self.reconnect_grace = reconnect_grace
         self._session_grants: dict[str, set[str]] = {}
-        self.pending: dict[str, PendingApproval] = {}  # thread id -> its pending request
+        self.pending: dict[str, PendingApproval[ApprovalRequestParams]] = {}  # by thread id
+        # Called by :meth:`offer` too: other pending questions (client tool calls).
+        self.offer_listeners: list[Callable[[str, Participant], None]] = []
 
     async def precheck(
         self, thread_id: str, need: ApprovalNeed, policy: str, require_outside: bool
@@ -333,6 +355,8 @@ class ApprovalBroker:
         pending = self.pending.get(thread_id)
         if pending is not None and _can_answer(participant):
             pending.ask(participant)
+        for listener in self.offer_listeners:
+            listener(thread_id, participant)
 
     def answer(
         self,

@@ -16,7 +16,7 @@ are the protocol package's typed models (``protocol.turns``,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from appserver.protocol.base import WireModel
 from appserver.protocol.encoding import model_json
@@ -124,6 +124,26 @@ class Participant(Protocol):
         Raise :class:`QuestionUnanswered` if the client left or did not answer
         within ``timeout``; :class:`QuestionRefused` if it answered with an
         error (the runtime then declines).
+        """
+
+
+@runtime_checkable
+class ToolCaller(Protocol):
+    """A :class:`Participant` that can also run the tools its client declared
+    (``thread/start.dynamicTools``). Optional: a participant without these
+    methods (the faces) is never asked, and a call it owns fails at once.
+    """
+
+    def can_call_tools(self) -> bool:
+        """Whether :meth:`call_tool` may be called now."""
+
+    async def call_tool(self, request: WireModel, timeout: float) -> Mapping[str, object]:
+        """Run a client tool; return the client's whole answer (``{success,
+        contentItems?, structuredResult?, errorCode?, errorMessage?}``).
+
+        Raise :class:`QuestionUnanswered` if the client left or did not answer
+        within ``timeout``; :class:`QuestionRefused` if it answered with an
+        error (the call fails).
         """
 
 

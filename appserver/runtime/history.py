@@ -1,7 +1,8 @@
 """Rebuilding the model's conversation from stored items.
 
 Server-managed history is the thread's stored items: user messages, agent
-messages, tool calls and their results. Reasoning, approvals, errors and
+messages, tool calls and their results (a client tool's ``dynamicToolCall``
+item is both: the call, and the answer the model read). Reasoning, approvals, errors and
 command-execution companions are for people, not for the model. A tool call
 that never got a result (the turn was interrupted or the server died) gets
 a synthetic one, because every provider rejects a dangling tool call.
@@ -15,7 +16,8 @@ stored items themselves are never changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from appserver.protocol.turns import ChatMessage
@@ -45,6 +47,26 @@ def user_message_content(payload: dict[str, Any]) -> str:
     return "\n\n".join(texts) if texts else str(payload.get("text", ""))
 
 
+def client_tool_text(result: Mapping[str, Any]) -> str:
+    """What the model reads back from a client tool's answer (the fields of a
+    ``dynamicToolCall`` item): the text parts (an image as a note), else the
+    structured result as JSON, else the error."""
+    if not result.get("success"):
+        why = result.get("errorMessage") or result.get("errorCode") or "the tool failed"
+        return f"Error: {why}"
+    parts: list[str] = []
+    for part in result.get("contentItems") or []:
+        if part.get("type") == "text":
+            parts.append(str(part.get("text", "")))
+        else:
+            parts.append(f"[image: {part.get('imageUrl', '')}]")
+    if parts:
+        return "\n".join(parts)
+    if "structuredResult" in result:
+        return json.dumps(result["structuredResult"], ensure_ascii=False)
+    return ""
+
+
 def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
     """The conversation the stored items describe, oldest first."""
     messages: list[Message] = []
@@ -56,6 +78,19 @@ def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
                 Message("tool", INTERRUPTED_RESULT, tool_call_id=call_id, tool_name=name)
             )
         open_calls.clear()
+
+    def add_call(call: ToolCall) -> None:
+        # Calls of one response share its assistant message.
+        last = messages[-1] if messages else None
+        if (
+            last is not None
+            and last.role == "assistant"
+            and not open_calls.keys() - {c.call_id for c in last.tool_calls}
+        ):
+            last.tool_calls.append(call)
+        else:
+            messages.append(Message("assistant", "", tool_calls=[call]))
+        open_calls[call.call_id] = call.name
 
     turn_id: str | None = None
     turn_start = 0  # index of the first message of the current turn
@@ -83,21 +118,33 @@ def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
             if text:
                 messages.append(Message("assistant", text))
         elif item.type == "toolCall":
+            add_call(
+                ToolCall(
+                    call_id=str(payload.get("callId", item.id)),
+                    name=str(payload.get("toolName", "")),
+                    arguments=dict(payload.get("arguments") or {}),
+                )
+            )
+        elif item.type == "dynamicToolCall":
+            # Offered to the model as `namespace__name` (runtime/turns/asking.py).
+            tool = str(payload.get("toolName", ""))
+            namespace = payload.get("namespace")
             call = ToolCall(
                 call_id=str(payload.get("callId", item.id)),
-                name=str(payload.get("toolName", "")),
+                name=f"{namespace}__{tool}" if namespace else tool,
                 arguments=dict(payload.get("arguments") or {}),
             )
-            last = messages[-1] if messages else None
-            if (
-                last is not None
-                and last.role == "assistant"
-                and not open_calls.keys() - {c.call_id for c in last.tool_calls}
-            ):
-                last.tool_calls.append(call)
-            else:
-                messages.append(Message("assistant", "", tool_calls=[call]))
-            open_calls[call.call_id] = call.name
+            add_call(call)
+            if "success" in payload:  # answered (or failed): the model read this
+                del open_calls[call.call_id]
+                messages.append(
+                    Message(
+                        "tool",
+                        client_tool_text(payload),
+                        tool_call_id=call.call_id,
+                        tool_name=call.name,
+                    )
+                )
         elif item.type == "toolResult":
             call_id = str(payload.get("callId", ""))
             name = open_calls.pop(call_id, None)

@@ -2,8 +2,8 @@
 
 The peer holds what the client negotiated in ``initialize`` (name,
 capabilities, opted-out notifications) and its handshake state, encodes
-runtime events as DotCraft notifications, and asks approval questions with
-``item/approval/request``.
+runtime events as DotCraft notifications, asks approval questions with
+``item/approval/request`` and runs the client's own tools with ``item/tool/call``.
 
 Encoding happens once per event for every peer (``Event.encoded``), so
 fan-out to many connections shares one frame. Streaming deltas carry a
@@ -121,6 +121,21 @@ class Peer:
         # The whole answer: its `scope` says how far an acceptForSession reaches
         # (the runtime reads and checks both fields; anything else declines).
         return result if isinstance(result, dict) else ""
+
+    def can_call_tools(self) -> bool:
+        return self.ready
+
+    async def call_tool(self, request: WireModel, timeout: float) -> Mapping[str, object]:
+        """Run a tool the client declared with ``item/tool/call`` (a
+        :class:`~appserver.runtime.events.ToolCaller`)."""
+        try:
+            result = await self.connection.request("item/tool/call", request, timeout=timeout)
+        except PeerErrorResponse as exc:
+            raise QuestionRefused(str(exc)) from exc
+        except (PeerClosed, PeerTimeout) as exc:
+            raise QuestionUnanswered(str(exc)) from exc
+        # Not an object: no `success`, so the runtime fails it as an invalid answer.
+        return result if isinstance(result, dict) else {}
 
 
 def peer_of(ctx: RequestContext | Connection) -> Peer:

@@ -80,17 +80,30 @@ class ThreadService:
                 configuration=params.config.to_wire() if params.config is not None else None,
             )
         )
+        if params.dynamic_tools:
+            # This connection owns the thread's tools (item/tool/call goes to it).
+            await self.threads.engine.agent.tools.client_tools.declare(
+                thread.id,
+                [
+                    tool.model_dump(by_alias=True, exclude_none=True)
+                    for tool in params.dynamic_tools
+                ],
+                peer_of(ctx),
+            )
         return await self.threads.view(thread)
 
     async def resume(self, ctx: RequestContext, params: T.ThreadResumeParams) -> BaseModel:
         peer = peer_of(ctx)
-        return await self.threads.resume(
+        result = await self.threads.resume(
             params.thread_id,
             peer,
             params.turn_limit,
             params.turns_cursor,
             hidden_item_types(peer),
         )
+        # Resuming binds the thread's client tools to this connection.
+        self.threads.engine.agent.tools.client_tools.bind(params.thread_id, peer)
+        return result
 
     async def list_threads(
         self, ctx: RequestContext, params: T.ThreadListParams

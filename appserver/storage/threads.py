@@ -262,6 +262,22 @@ class ThreadRepository:
             cursor = await conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
             return cursor.rowcount > 0
 
+    async def save_dynamic_tools(self, thread_id: str, tools: list[dict[str, Any]]) -> None:
+        """Keep the tools the thread's client declared (``DynamicToolSpec`` wire objects)."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT OR REPLACE INTO thread_dynamic_tools (thread_id, tools_json) VALUES (?, ?)",
+                (thread_id, json.dumps(tools, ensure_ascii=False, separators=(",", ":"))),
+            )
+
+    async def dynamic_tools(self, thread_id: str) -> list[dict[str, Any]]:
+        """The tools the thread's client declared (``[]`` if none)."""
+        sql = "SELECT tools_json FROM thread_dynamic_tools WHERE thread_id = ?"
+        async with self.db.conn.execute(sql, (thread_id,)) as cur:
+            row = await cur.fetchone()
+        tools = json.loads(row[0]) if row is not None else []
+        return tools if isinstance(tools, list) else []
+
     async def list_threads(self, query: ThreadQuery) -> tuple[list[ThreadRecord], str | None]:
         """Matching threads, newest activity first, and the next page's cursor."""
         owner = ["channel_context IS ?"]

@@ -17,6 +17,7 @@ from appserver.providers.base import (
     ToolCall,
     ToolCallDelta,
     ToolCallDone,
+    ToolSpec,
     Usage,
 )
 from appserver.runtime.history import SUMMARY_PREFIX, messages_from_items
@@ -117,15 +118,17 @@ class AgentLoop:
             system += "\n\n" + str(config["agentInstructions"])
         for extra in active.instructions:
             system += "\n\n" + extra
+        await self.tools.client_tools.load(active.thread_id)
         request = ModelRequest(
             model=str(config.get("model") or provider.default_model),
             messages=history,
             system=system,
-            tools=self.tools.tools.specs(),
+            tools=self._tool_specs(active),
         )
         text_item: ItemRecord | None = None
         reasoning_item: ItemRecord | None = None
         call_items: dict[int, ItemRecord] = {}
+        client_calls: set[int] = set()  # calls of the client's own tools (no toolCall item)
         calls: list[ToolCall] = []
         items = self.items
         # aclosing: leaving early (interrupt, error) closes the HTTP stream at once.
@@ -140,6 +143,12 @@ class AgentLoop:
                         reasoning_item = await items.open(active, "reasoningContent", {"text": ""})
                     await items.text_delta(active, reasoning_item, event.text)
                 elif isinstance(event, ToolCallDelta):
+                    if event.index in client_calls or (
+                        event.index not in call_items
+                        and self.tools.is_client_tool(active.thread_id, event.name or "")
+                    ):
+                        client_calls.add(event.index)  # its dynamicToolCall item says it all
+                        continue
                     item = call_items.get(event.index)
                     if item is None:
                         item = await items.open(
@@ -154,6 +163,12 @@ class AgentLoop:
                         call_items[event.index] = item
                     await items.arguments_delta(active, item, event)
                 elif isinstance(event, ToolCallDone):
+                    if event.index in client_calls or (
+                        event.index not in call_items
+                        and self.tools.is_client_tool(active.thread_id, event.call.name)
+                    ):
+                        calls.append(event.call)
+                        continue
                     item = call_items.get(event.index)
                     if item is None:
                         item = items.new(active, "toolCall", {})
@@ -184,3 +199,9 @@ class AgentLoop:
             # Text and tool calls of one response are one assistant message.
             history.append(Message("assistant", text, tool_calls=list(calls)))
         return calls
+
+    def _tool_specs(self, active: ActiveTurn) -> list[ToolSpec]:
+        """The built-in tools, then the tools the thread's client declared."""
+        specs = self.tools.tools.specs()
+        taken = {spec.name for spec in specs}
+        return specs + self.tools.client_tools.specs(active.thread_id, taken)

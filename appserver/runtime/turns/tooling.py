@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from appserver.providers.base import Message, ToolCall
-from appserver.runtime.turns.asking import ApprovalConversation
+from appserver.runtime.turns.asking import ApprovalConversation, ClientToolCalls
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome
@@ -38,9 +38,24 @@ class ToolRunner:
         self.approvals = approvals
         self.tools = tools
         self.workspace = workspace
+        # The tools clients declared (thread/start.dynamicTools), run by the client.
+        self.client_tools = ClientToolCalls(items, approvals.approvals)
+
+    def is_client_tool(self, thread_id: str, name: str) -> bool:
+        """``name`` is a client's tool on this thread (a built-in of that name wins)."""
+        return name not in self.tools and self.client_tools.find(thread_id, name) is not None
 
     async def call(self, active: ActiveTurn, call: ToolCall, history: list[Message]) -> None:
-        """Run ``call``, store a ``toolResult`` item and add the result to ``history``."""
+        """Run ``call``, store a ``toolResult`` item and add the result to ``history``.
+
+        A client's tool is asked of the client instead; its ``dynamicToolCall``
+        item is the call's only projection (no ``toolResult``).
+        """
+        client_tool = self.client_tools.find(active.thread_id, call.name)
+        if client_tool is not None and call.name not in self.tools:
+            output = await self.client_tools.call(active, client_tool, call.call_id, call.arguments)
+            history.append(Message("tool", output, tool_call_id=call.call_id, tool_name=call.name))
+            return
         outcome = await self._run(active, call)
         await self.items.instant(
             active,

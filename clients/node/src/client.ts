@@ -15,6 +15,8 @@ import {
   type ResultOf,
   type SenderContext,
   type ServerInfo,
+  type ToolCallParams,
+  type ToolCallResult,
   type Turn,
   type TurnStartParams,
 } from "./generated.js";
@@ -65,6 +67,13 @@ export type ApprovalAnswer = Decision | (string & {}) | ApprovalRequestResult;
  * decision. Throwing, or returning anything that is not a decision, declines.
  */
 export type ApprovalHandler = (request: ApprovalRequestParams) => ApprovalAnswer | Promise<ApprovalAnswer>;
+/**
+ * Called with each `item/tool/call`'s params (a tool this client declared in
+ * `threadStart({dynamicTools})`); returns (or resolves to) the result
+ * `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`.
+ * Throwing, or returning something without a boolean `success`, fails the call.
+ */
+export type ToolCallHandler = (request: ToolCallParams) => ToolCallResult | Promise<ToolCallResult>;
 /** Answers one kind of server->client request; its return value is the result. */
 export type RequestHandler = (params: unknown) => unknown;
 /** One part of a turn's input (`{type: "text", text}`, `fileRef`, `localImage`, ...). */
@@ -86,6 +95,8 @@ export interface ClientOptions {
   capabilities?: ClientCapabilities;
   /** Decides approvals; without one every approval is declined. Also settable with `onApproval`. */
   approvalHandler?: ApprovalHandler | null;
+  /** Runs the tools this client declares; without one every call fails (`"no handler"`). Also settable with `onToolCall`. */
+  toolCallHandler?: ToolCallHandler | null;
   /** Milliseconds each request waits for its answer (default 60000; `0` or `Infinity`: no limit). */
   requestTimeoutMs?: number;
   /** How often `-32001 Server overloaded` is retried with backoff (default 4). */
@@ -191,6 +202,7 @@ export class AppServerClient extends GeneratedMethods {
   private readonly logger: Logger;
 
   private approvalHandler: ApprovalHandler | null;
+  private toolCallHandler: ToolCallHandler | null;
   private readonly requestHandlers = new Map<string, RequestHandler>();
   private readonly reconnectCallbacks = new Set<(client: AppServerClient) => unknown>();
   private current: Transport | undefined;
@@ -224,6 +236,7 @@ export class AppServerClient extends GeneratedMethods {
     this.clientTitle = options.clientTitle;
     this.capabilities = { ...(options.capabilities ?? {}) };
     this.approvalHandler = options.approvalHandler ?? null;
+    this.toolCallHandler = options.toolCallHandler ?? null;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 60_000;
     this.overloadRetries = options.overloadRetries ?? 4;
     this.logger = options.logger ?? console;
@@ -592,6 +605,17 @@ export class AppServerClient extends GeneratedMethods {
   }
 
   /**
+   * Run the tools this client declares in `threadStart({dynamicTools})`:
+   * `handler` (sync or async) answers each `item/tool/call`, replacing any
+   * previous one; `null` removes it. Without a handler a call fails with
+   * `errorMessage: "no handler"` (unless a `setRequestHandler` handler for
+   * `item/tool/call` answers it raw).
+   */
+  onToolCall(handler: ToolCallHandler | null): void {
+    this.toolCallHandler = handler;
+  }
+
+  /**
    * Answer server->client requests `method` with `handler(params)` (sync or
    * async; its value is the result). `item/approval/request` goes to the
    * approval handler instead. Anything unhandled is answered with -32601.
@@ -612,6 +636,8 @@ export class AppServerClient extends GeneratedMethods {
     try {
       if (method === "item/approval/request") {
         reply.result = await this.approve(params as ApprovalRequestParams);
+      } else if (method === "item/tool/call" && (this.toolCallHandler || !this.requestHandlers.has(method))) {
+        reply.result = await this.callTool(params as ToolCallParams);
       } else {
         const handler = this.requestHandlers.get(method);
         if (handler) reply.result = (await handler(params)) ?? {};
@@ -644,6 +670,23 @@ export class AppServerClient extends GeneratedMethods {
       return { decision: "decline" };
     }
     return result as unknown as ApprovalRequestResult;
+  }
+
+  private async callTool(params: ToolCallParams): Promise<ToolCallResult> {
+    const handler = this.toolCallHandler;
+    if (!handler) return { success: false, errorCode: "noHandler", errorMessage: "no handler" };
+    let answer: unknown;
+    try {
+      answer = await handler(params);
+    } catch (error) {
+      this.logger.warn("appserver-client: tool call handler failed:", error);
+      return { success: false, errorCode: "handlerFailed", errorMessage: String(error) };
+    }
+    if (!isObject(answer) || typeof answer.success !== "boolean") {
+      this.logger.warn(`appserver-client: tool call handler returned ${JSON.stringify(answer)}; failing the call`);
+      return { success: false, errorCode: "handlerFailed", errorMessage: "the tool call handler returned no result" };
+    }
+    return answer as unknown as ToolCallResult;
   }
 
   // ------------------------------------------------------------------ turns

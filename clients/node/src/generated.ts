@@ -928,6 +928,44 @@ export interface ModelListResult {
   errorMessage?: string | null;
 }
 
+/** A thread's plan: the whole snapshot, as the model last wrote it. */
+export interface Plan {
+  /** The plan's title. */
+  title: string;
+  /** A short summary of the approach. */
+  overview: string;
+  /** The plan's body (Markdown; may be empty). */
+  content: string;
+  /** The steps, in order. */
+  todos: PlanTodo[];
+}
+
+/** One step of a plan. */
+export interface PlanTodo {
+  /** The todo's id, unique within the plan (`UpdateTodos` names todos by it). */
+  id: string;
+  /** What the step is. */
+  content: string;
+  /** `high`, `medium` or `low`. */
+  priority: "high" | "medium" | "low";
+  /** `pending`, `in_progress`, `completed` or `cancelled`. */
+  status: "pending" | "in_progress" | "completed" | "cancelled";
+}
+
+/** `plan/updated`: the full plan after a `CreatePlan` or `UpdateTodos` call. */
+export interface PlanUpdatedNotification {
+  /** The thread the plan belongs to (beyond DotCraft, whose params have no thread id). */
+  threadId: string;
+  /** The plan's title. */
+  title: string;
+  /** A short summary of the approach. */
+  overview: string;
+  /** The plan's body (Markdown; may be empty). */
+  content: string;
+  /** The steps, in order, each with its priority and status. */
+  todos: PlanTodo[];
+}
+
 /** A problem found while discovering or loading plugins (never fatal). */
 export interface PluginDiagnostic {
   /** `warning` or `error`. */
@@ -1505,6 +1543,8 @@ export interface ThreadResult {
   thread: Thread;
   /** Present when turns were paged and older ones remain: pass as `turnsCursor`. */
   nextTurnsCursor?: string | null;
+  /** The thread's plan (`CreatePlan` / `UpdateTodos`), if the agent wrote one. */
+  plan?: Plan | null;
 }
 
 /** `ThreadResumeParams` on the wire. */
@@ -1674,6 +1714,41 @@ export interface TokenUsage {
    * Default: `0`.
    */
   totalTokens?: number;
+}
+
+/** The model called a tool the client declared (`item/tool/call`). */
+export interface ToolCallParams {
+  /** The thread. */
+  threadId: string;
+  /** The turn whose model called the tool. */
+  turnId: string;
+  /** The model's id of this call (the `dynamicToolCall` item's `callId`). */
+  callId: string;
+  /** The tool's namespace, as declared (absent when it has none). */
+  namespace?: string | null;
+  /** The tool's name, as declared (without its namespace). */
+  tool: string;
+  /** The arguments the model passed, a JSON object. */
+  arguments: { [key: string]: unknown };
+}
+
+/**
+ * The client's answer to `item/tool/call`.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface ToolCallResult {
+  /** Whether the tool ran; `false` gives the model a failed tool result. */
+  success: boolean;
+  /** What the model reads: `{type: "text", text}` and `{type: "image", imageUrl}` parts. */
+  contentItems?: { [key: string]: unknown }[] | null;
+  /** A JSON value for the model (sent as JSON text when there are no `contentItems`). */
+  structuredResult?: unknown;
+  /** Machine-readable reason the call failed. */
+  errorCode?: string | null;
+  /** Human-readable reason the call failed (the model sees it). */
+  errorMessage?: string | null;
+  [key: string]: unknown;
 }
 
 /** One exchange: the user's input and everything the agent did in answer. */
@@ -2313,6 +2388,12 @@ export interface Notifications {
    */
   "mcp/status/updated": WithSeq<McpStatusUpdatedNotification>;
   /**
+   * The agent created or changed the thread's plan (`CreatePlan`, `UpdateTodos`): the whole plan. `threadId` is ours; DotCraft's params have none.
+   *
+   * Delivery: all connections (stored with the thread's events).
+   */
+  "plan/updated": WithSeq<PlanUpdatedNotification>;
+  /**
    * A system event: context compaction progress (`compacting`, `compacted`, `compactSkipped`, `compactFailed`, with `tokenCount`/`percentLeft`), or `kind: channelRejected` refusing a channel adapter.
    *
    * Delivery: compaction kinds: thread-scoped, within the compacting turn (before its terminal event); `channelRejected`: the rejected adapter only, right after its `initialize` response (before `initialized`), then the connection closes.
@@ -2404,6 +2485,8 @@ export interface ServerRequests {
   "ext/channel/send": { params: ChannelSendParams; result: ChannelSendResult };
   /** Ask the client to approve a gated tool call. Answer with `{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else counts as decline. */
   "item/approval/request": { params: ApprovalRequestParams; result: ApprovalRequestResult };
+  /** Run a tool the client declared in `thread/start.dynamicTools`; sent to the connection that owns the thread. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished client or an invalid answer fail the call (a failed `dynamicToolCall` item); the turn goes on. */
+  "item/tool/call": { params: ToolCallParams; result: ToolCallResult };
 }
 
 export type Method = keyof Methods;
@@ -2483,6 +2566,7 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "item/toolCall/argumentsDelta",
   "item/usage/delta",
   "mcp/status/updated",
+  "plan/updated",
   "system/event",
   "system/jobResult",
   "thread/deleted",
@@ -2503,6 +2587,7 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
 export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
   "ext/channel/send",
   "item/approval/request",
+  "item/tool/call",
 ];
 
 /** Per method: the server capability that advertises it (`null`: always there) and its documented error codes. */

@@ -26,6 +26,7 @@ export {
   type RequestHandler,
   type RunTurnOptions,
   type SpawnOptions,
+  type ToolCallHandler,
   type TurnOutcome,
 } from "./client.js";
 export {

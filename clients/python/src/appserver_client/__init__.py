@@ -19,6 +19,7 @@ from appserver_client.client import (
     AppServerClient,
     ClientOptions,
     Opening,
+    ToolCallHandler,
     TurnOutcome,
 )
 from appserver_client.errors import (
@@ -48,6 +49,7 @@ __all__ = [
     "NotificationStream",
     "Opening",
     "RpcError",
+    "ToolCallHandler",
     "TurnOutcome",
     "__version__",
 ]

@@ -84,6 +84,9 @@ __all__ = [
     "ModelCatalogItem",
     "ModelListResult",
     "NotificationMethod",
+    "Plan",
+    "PlanTodo",
+    "PlanUpdatedNotification",
     "PluginDiagnostic",
     "PluginIdParams",
     "PluginInfo",
@@ -141,6 +144,8 @@ __all__ = [
     "ThreadSubscribeParams",
     "ThreadSummary",
     "TokenUsage",
+    "ToolCallParams",
+    "ToolCallResult",
     "Turn",
     "TurnCancelledNotification",
     "TurnEnqueueParams",
@@ -773,6 +778,34 @@ class ModelListResult(TypedDict):
     errorMessage: NotRequired[str | None]
 
 
+class Plan(TypedDict):
+    """A thread's plan: the whole snapshot, as the model last wrote it."""
+
+    title: str
+    overview: str
+    content: str
+    todos: list[PlanTodo]
+
+
+class PlanTodo(TypedDict):
+    """One step of a plan."""
+
+    id: str
+    content: str
+    priority: Literal["high", "medium", "low"]
+    status: Literal["pending", "in_progress", "completed", "cancelled"]
+
+
+class PlanUpdatedNotification(TypedDict):
+    """``plan/updated``: the full plan after a ``CreatePlan`` or ``UpdateTodos`` call."""
+
+    threadId: str
+    title: str
+    overview: str
+    content: str
+    todos: list[PlanTodo]
+
+
 class PluginDiagnostic(TypedDict):
     """A problem found while discovering or loading plugins (never fatal)."""
 
@@ -1176,6 +1209,7 @@ class ThreadResult(TypedDict):
 
     thread: Thread
     nextTurnsCursor: NotRequired[str | None]
+    plan: NotRequired[Plan | None]
 
 
 class ThreadResumeParams(TypedDict):
@@ -1279,6 +1313,30 @@ class TokenUsage(TypedDict):
     inputTokens: NotRequired[int]  # default: 0
     outputTokens: NotRequired[int]  # default: 0
     totalTokens: NotRequired[int]  # default: 0
+
+
+class ToolCallParams(TypedDict):
+    """The model called a tool the client declared (`item/tool/call`)."""
+
+    threadId: str
+    turnId: str
+    callId: str
+    namespace: NotRequired[str | None]
+    tool: str
+    arguments: dict[str, Any]
+
+
+class ToolCallResult(TypedDict):
+    """The client's answer to `item/tool/call`.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    success: bool
+    contentItems: NotRequired[list[dict[str, Any]] | None]
+    structuredResult: NotRequired[Any]
+    errorCode: NotRequired[str | None]
+    errorMessage: NotRequired[str | None]
 
 
 class Turn(TypedDict):
@@ -1495,6 +1553,7 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "item/toolCall/argumentsDelta": "DeltaNotification",
     "item/usage/delta": "UsageDeltaNotification",
     "mcp/status/updated": "McpStatusUpdatedNotification",
+    "plan/updated": "PlanUpdatedNotification",
     "system/event": "SystemEventNotification",
     "system/jobResult": "JobResultNotification",
     "thread/deleted": "ThreadDeletedNotification",
@@ -1515,6 +1574,7 @@ NOTIFICATIONS: Final[dict[str, str]] = {
 SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
     "ext/channel/send": ("ChannelSendParams", "ChannelSendResult"),
     "item/approval/request": ("ApprovalRequestParams", "ApprovalRequestResult"),
+    "item/tool/call": ("ToolCallParams", "ToolCallResult"),
 }
 """Every server->client request: (params TypedDict, result TypedDict)."""
 
@@ -1529,6 +1589,7 @@ NotificationMethod: TypeAlias = Literal[
     "item/toolCall/argumentsDelta",
     "item/usage/delta",
     "mcp/status/updated",
+    "plan/updated",
     "system/event",
     "system/jobResult",
     "thread/deleted",
@@ -1544,7 +1605,9 @@ NotificationMethod: TypeAlias = Literal[
     "turn/started",
     "workspace/configChanged",
 ]
-ServerRequestMethod: TypeAlias = Literal["ext/channel/send", "item/approval/request"]
+ServerRequestMethod: TypeAlias = Literal[
+    "ext/channel/send", "item/approval/request", "item/tool/call"
+]
 
 
 def _params(required: dict[str, Any], optional: dict[str, Any]) -> dict[str, Any]:

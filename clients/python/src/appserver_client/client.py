@@ -23,6 +23,8 @@ from appserver_client._generated import (
     GeneratedMethods,
     Item,
     SenderContext,
+    ToolCallParams,
+    ToolCallResult,
     Turn,
 )
 from appserver_client.errors import (
@@ -51,6 +53,11 @@ ApprovalHandler = Callable[[ApprovalRequestParams], ApprovalAnswer | Awaitable[A
 """Called with each ``item/approval/request``'s params; returns a decision
 (``"accept"``, ``"acceptForSession"``, ``"acceptAlways"``, ``"decline"``,
 ``"cancel"``) or a whole result object, directly or as an awaitable."""
+ToolCallAnswer = ToolCallResult | Mapping[str, Any]
+ToolCallHandler = Callable[[ToolCallParams], ToolCallAnswer | Awaitable[ToolCallAnswer]]
+"""Called with each ``item/tool/call``'s params (a tool this client declared in
+``thread/start.dynamicTools``); returns the result ``{success, contentItems?,
+structuredResult?, errorCode?, errorMessage?}``, directly or as an awaitable."""
 RequestHandler = Callable[[Any], Any]
 ReconnectCallback = Callable[["AppServerClient"], Any]
 
@@ -64,6 +71,7 @@ class ClientOptions(TypedDict, total=False):
     client_version: str  # clientInfo.version (default: this package's version)
     capabilities: Mapping[str, Any]  # initialize capabilities (server defaults if absent)
     approval_handler: ApprovalHandler | None  # None: every approval is declined
+    tool_call_handler: ToolCallHandler | None  # None: every tool call fails ("no handler")
     request_timeout: float  # seconds per request (default 60)
     overload_retries: int  # retries of -32001 "Server overloaded" (default 4)
 
@@ -142,6 +150,7 @@ class AppServerClient(GeneratedMethods):
         client_version: str = __version__,
         capabilities: Mapping[str, Any] | None = None,
         approval_handler: ApprovalHandler | None = None,
+        tool_call_handler: ToolCallHandler | None = None,
         request_timeout: float = 60.0,
         overload_retries: int = 4,
     ) -> None:
@@ -150,6 +159,7 @@ class AppServerClient(GeneratedMethods):
         self.client_version = client_version
         self.capabilities: dict[str, Any] = dict(capabilities or {})
         self.approval_handler: ApprovalHandler | None = approval_handler
+        self.tool_call_handler: ToolCallHandler | None = tool_call_handler
         self.request_timeout = request_timeout
         self.overload_retries = overload_retries
         self.server_info: dict[str, Any] = {}
@@ -339,6 +349,16 @@ class AppServerClient(GeneratedMethods):
         connection drops and the client starts reconnecting; :meth:`on_reconnect`
         says when it is back. Not called for a stdio server (it is not restarted)."""
         self._disconnect_callbacks.append(callback)
+
+    def on_tool_call(self, handler: ToolCallHandler | None) -> None:
+        """Run the tools this client declares in ``thread/start(dynamic_tools=...)``:
+        ``handler(params)`` (sync or async) answers each ``item/tool/call``
+        (same as setting :attr:`tool_call_handler`). Without a handler a call
+        fails with ``errorMessage: "no handler"`` (unless a
+        :meth:`set_request_handler` handler for ``item/tool/call`` answers it
+        raw); a handler that raises or returns something that is not a result
+        fails it with the reason."""
+        self.tool_call_handler = handler
 
     def set_request_handler(self, method: str, handler: RequestHandler | None) -> None:
         """Answer server->client requests ``method`` with ``handler(params)`` (sync
@@ -655,6 +675,10 @@ class AppServerClient(GeneratedMethods):
         try:
             if method == "item/approval/request":
                 reply["result"] = await self._approve(params)
+            elif method == "item/tool/call" and (
+                self.tool_call_handler is not None or method not in self._request_handlers
+            ):
+                reply["result"] = await self._call_tool(params)
             elif method in self._request_handlers:
                 reply["result"] = await _maybe_await(self._request_handlers[method](params))
             else:
@@ -683,6 +707,24 @@ class AppServerClient(GeneratedMethods):
         if not isinstance(answer, Mapping) or answer.get("decision") not in DECISIONS:
             log.warning("approval handler returned %r; declining", answer)
             return {"decision": "decline"}
+        return dict(answer)
+
+    async def _call_tool(self, params: Any) -> dict[str, Any]:
+        handler = self.tool_call_handler
+        if handler is None:
+            return {"success": False, "errorCode": "noHandler", "errorMessage": "no handler"}
+        try:
+            answer = await _maybe_await(handler(cast(ToolCallParams, params)))
+        except Exception as exc:
+            log.exception("tool call handler failed")
+            return {"success": False, "errorCode": "handlerFailed", "errorMessage": str(exc)}
+        if not isinstance(answer, Mapping) or not isinstance(answer.get("success"), bool):
+            log.warning("tool call handler returned %r; failing the call", answer)
+            return {
+                "success": False,
+                "errorCode": "handlerFailed",
+                "errorMessage": "the tool call handler returned no result",
+            }
         return dict(answer)
 
     # --- internals: connection loss and reconnect -------------------------------
