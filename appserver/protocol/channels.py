@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from appserver.protocol import errors as E
 from appserver.protocol.base import Empty, OpenWireModel, WireModel
@@ -142,12 +142,64 @@ class ExternalChannelRemoveResult(WireModel):
 # --- adapter side ----------------------------------------------------------------------------
 
 
+class ChannelToolDisplay(OpenWireModel):
+    """How a client may show a channel tool (not used by this server)."""
+
+    icon: str | None = None
+    """Icon name or URL."""
+    title: str | None = None
+    """Display title."""
+    subtitle: str | None = None
+    """Display subtitle."""
+
+
+class ChannelToolApproval(OpenWireModel):
+    """DotCraft's approval hint of a channel tool (accepted and ignored here)."""
+
+    kind: str
+    """`file`, `shell` or `remoteResource`."""
+    target_argument: str
+    """The argument holding the approval target."""
+    operation: str | None = None
+    """The operation to approve."""
+    operation_argument: str | None = None
+    """The argument holding the operation."""
+
+
+class ChannelToolDescriptor(OpenWireModel):
+    """A tool an external channel adapter implements (`channelAdapter.channelTools`).
+
+    Offered to the model on the turns of threads of that channel under its
+    `name`; a call becomes `ext/channel/toolCall` to the adapter.
+    """
+
+    name: str
+    """The tool's name (PascalCase in DotCraft), as the model sees it."""
+    description: str = ""
+    """What the tool does, for the model."""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    """JSON schema of the tool's arguments (an object)."""
+    output_schema: dict[str, Any] | None = None
+    """JSON schema of `structuredResult` (informative)."""
+    display: ChannelToolDisplay | None = None
+    """How a client may show the tool."""
+    requires_chat_context: bool = False
+    """Only offered on turns with a chat context (a `channelContext` or a `groupId`)."""
+    approval: ChannelToolApproval | None = None
+    """DotCraft's approval hint; accepted and ignored (no approval is asked)."""
+    defer_loading: bool | None = None
+    """Reserved by DotCraft; ignored."""
+
+
 class ChannelAdapterCapability(OpenWireModel):
     """``initialize.capabilities.channelAdapter``: this connection is a channel's backend."""
 
     channel_name: str
+    """The configured external channel this connection serves."""
     delivery_capabilities: dict[str, Any] | None = None
+    """What the adapter can deliver (`structuredDelivery`, `media`)."""
     channel_tools: list[dict[str, Any]] | None = None
+    """`ChannelToolDescriptor` objects; each is checked on its own (an invalid one is dropped)."""
 
 
 class SystemEventNotification(OpenWireModel):
@@ -223,6 +275,51 @@ class ChannelSendResult(OpenWireModel):
     """Machine-readable reason the delivery failed."""
     error_message: str | None = None
     """Human-readable reason the delivery failed."""
+
+
+class ChannelToolCallContext(WireModel):
+    """Where the call comes from, for the adapter (`ext/channel/toolCall.context`)."""
+
+    channel_name: str
+    """The configured channel name."""
+    channel_context: str | None = None
+    """The thread's `channelContext` (absent when it has none)."""
+    sender_id: str | None = None
+    """The sender of the turn's message (`initiator.userId`), else the thread's user id."""
+    group_id: str | None = None
+    """The chat (group) of the turn's message, when the sender gave one."""
+
+
+class ChannelToolCallParams(WireModel):
+    """The model called a tool the adapter registered (`ext/channel/toolCall`)."""
+
+    thread_id: str
+    """The thread."""
+    turn_id: str
+    """The turn whose model called the tool."""
+    call_id: str
+    """The model's id of this call (the `pluginFunctionCall` item's `callId`)."""
+    tool: str
+    """The tool's name, as registered in `channelTools`."""
+    arguments: dict[str, Any]
+    """The arguments the model passed, a JSON object."""
+    context: ChannelToolCallContext
+    """The channel, chat and sender of the turn."""
+
+
+class ChannelToolCallResult(OpenWireModel):
+    """The adapter's answer to `ext/channel/toolCall`."""
+
+    success: bool
+    """Whether the tool ran; `false` gives the model a failed tool result."""
+    content_items: list[dict[str, Any]] | None = None
+    """What the model reads: `{type: "text", text}` parts (`{type: "image", imageUrl}` too)."""
+    structured_result: Any = None
+    """A JSON value for the model (sent as JSON text when there are no `contentItems`)."""
+    error_code: str | None = None
+    """Machine-readable reason the call failed."""
+    error_message: str | None = None
+    """Human-readable reason the call failed (the model sees it)."""
 
 
 _NOT_FOUND = (E.INVALID_PARAMS, E.EXTERNAL_CHANNEL_NOT_FOUND)
@@ -308,5 +405,15 @@ SERVER_REQUEST_SPECS: list[ServerRequestSpec] = [
         ChannelSendResult,
         "Deliver the final reply of a turn an adapter started to its platform target. "
         "Answer `{delivered, remoteMessageId?, errorCode?, errorMessage?}`.",
+    ),
+    ServerRequestSpec(
+        "ext/channel/toolCall",
+        ChannelToolCallParams,
+        ChannelToolCallResult,
+        "Run a tool the adapter registered in `channelAdapter.channelTools`; sent to the "
+        "adapter that started the turn, else the channel's newest attached adapter. Answer "
+        "`{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer "
+        "in time, a vanished adapter or an invalid answer fail the call (a failed "
+        "`pluginFunctionCall` item); the turn goes on.",
     ),
 ]

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.editor_fs import AcpExtensionsCapability
 from appserver.protocol.limits import Name
 
 
@@ -43,6 +44,9 @@ class ClientCapabilities(OpenWireModel):
     """Notification methods this connection never receives."""
     channel_adapter: dict[str, Any] | None = None
     """The client is an external channel adapter (see `ext/channel/*`)."""
+    acp_extensions: AcpExtensionsCapability | None = None
+    """The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound
+    to it read and write through `ext/acp/fs/*`."""
 
 
 class InitializeParams(WireModel):

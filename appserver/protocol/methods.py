@@ -14,6 +14,7 @@ from appserver.protocol import (
     commands,
     cron,
     dynamic_tools,
+    editor_fs,
     mcp,
     plans,
     plugins,
@@ -30,7 +31,18 @@ from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestS
 
 # Each method family beyond threads and turns declares its own entries in its
 # protocol module; they are merged here so there is still one table.
-_FAMILIES = (skills, commands, plugins, mcp, cron, workspace, channels, dynamic_tools, plans)
+_FAMILIES = (
+    skills,
+    commands,
+    plugins,
+    mcp,
+    cron,
+    workspace,
+    channels,
+    dynamic_tools,
+    editor_fs,
+    plans,
+)
 
 
 _THREAD_ERRORS = (E.THREAD_NOT_FOUND, E.INVALID_PARAMS)

@@ -137,13 +137,35 @@ class ToolCaller(Protocol):
     def can_call_tools(self) -> bool:
         """Whether :meth:`call_tool` may be called now."""
 
-    async def call_tool(self, request: WireModel, timeout: float) -> Mapping[str, object]:
-        """Run a client tool; return the client's whole answer (``{success,
+    async def call_tool(
+        self, request: WireModel, timeout: float, method: str = "item/tool/call"
+    ) -> Mapping[str, object]:
+        """Run a client tool with the server->client request ``method``
+        (``item/tool/call``, or ``ext/channel/toolCall`` for a channel
+        adapter's tool); return the client's whole answer (``{success,
         contentItems?, structuredResult?, errorCode?, errorMessage?}``).
 
         Raise :class:`QuestionUnanswered` if the client left or did not answer
         within ``timeout``; :class:`QuestionRefused` if it answered with an
         error (the call fails).
+        """
+
+
+@runtime_checkable
+class EditorClient(Protocol):
+    """A :class:`Participant` whose client may serve the file system (DotCraft's
+    ``acpExtensions``). Optional, like :class:`ToolCaller`."""
+
+    def editor_fs(self) -> tuple[bool, bool]:
+        """Whether it serves ``ext/acp/fs/readTextFile`` and ``writeTextFile`` now."""
+
+    async def editor_request(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send an ``ext/acp/*`` request; the client's answer (an object).
+
+        Raise :class:`QuestionUnanswered` if the client left or did not answer
+        within ``timeout``; :class:`QuestionRefused` if it answered with an error.
         """
 
 

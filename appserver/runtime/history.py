@@ -125,9 +125,10 @@ def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
                     arguments=dict(payload.get("arguments") or {}),
                 )
             )
-        elif item.type == "dynamicToolCall":
-            # Offered to the model as `namespace__name` (runtime/turns/asking.py).
-            tool = str(payload.get("toolName", ""))
+        elif item.type in ("dynamicToolCall", "pluginFunctionCall"):
+            # Offered to the model as `namespace__name` (runtime/turns/asking.py);
+            # a channel tool (pluginFunctionCall) under its `functionName`.
+            tool = str(payload.get("toolName") or payload.get("functionName") or "")
             namespace = payload.get("namespace")
             call = ToolCall(
                 call_id=str(payload.get("callId", item.id)),

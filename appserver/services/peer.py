@@ -125,17 +125,44 @@ class Peer:
     def can_call_tools(self) -> bool:
         return self.ready
 
-    async def call_tool(self, request: WireModel, timeout: float) -> Mapping[str, object]:
-        """Run a tool the client declared with ``item/tool/call`` (a
-        :class:`~appserver.runtime.events.ToolCaller`)."""
+    async def call_tool(
+        self, request: WireModel, timeout: float, method: str = "item/tool/call"
+    ) -> Mapping[str, object]:
+        """Run a tool the client declared with ``item/tool/call`` (an adapter's
+        channel tool: ``ext/channel/toolCall``); a
+        :class:`~appserver.runtime.events.ToolCaller`."""
         try:
-            result = await self.connection.request("item/tool/call", request, timeout=timeout)
+            result = await self.connection.request(method, request, timeout=timeout)
         except PeerErrorResponse as exc:
             raise QuestionRefused(str(exc)) from exc
         except (PeerClosed, PeerTimeout) as exc:
             raise QuestionUnanswered(str(exc)) from exc
         # Not an object: no `success`, so the runtime fails it as an invalid answer.
         return result if isinstance(result, dict) else {}
+
+    def editor_fs(self) -> tuple[bool, bool]:
+        """What of ``ext/acp/fs/*`` the client serves (an
+        :class:`~appserver.runtime.events.EditorClient`)."""
+        return _editor_fs_of(self)
+
+    async def editor_request(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send an ``ext/acp/*`` request; its answer (a non-object answer: ``{}``)."""
+        try:
+            result = await self.connection.request(method, request, timeout=timeout)
+        except PeerErrorResponse as exc:
+            raise QuestionRefused(str(exc)) from exc
+        except (PeerClosed, PeerTimeout) as exc:
+            raise QuestionUnanswered(str(exc)) from exc
+        return result if isinstance(result, dict) else {}
+
+
+def _editor_fs_of(peer: Peer) -> tuple[bool, bool]:
+    caps = getattr(peer.capabilities, "acp_extensions", None)
+    if caps is None or not peer.ready:
+        return False, False
+    return bool(caps.fs_read_text_file), bool(caps.fs_write_text_file)
 
 
 def peer_of(ctx: RequestContext | Connection) -> Peer:

@@ -129,6 +129,8 @@ class Router:
         # react to a capability, e.g. channel adapters; use ctx.after_response
         # for anything that must follow the response).
         self.initialize_hooks: list[Callable[[RequestContext, InitializeParams], None]] = []
+        # Called when a client's `initialized` arrives (it may be sent requests now).
+        self.ready_hooks: list[Callable[[Peer], None]] = []
 
     def register(self, method: str, handler: Handler, answer_key: AnswerKey | None = None) -> None:
         """Serve ``method`` with ``handler(ctx, params_model) -> result_model``.
@@ -264,6 +266,8 @@ class Router:
         if method == "initialized" and peer.handshake is Handshake.INITIALIZING:
             peer.handshake = Handshake.READY
             self.bus.join(peer)
+            for hook in self.ready_hooks:
+                hook(peer)
         # Any other client notification is ignored, as the protocol says.
 
     def connection_closed(self, connection: Connection) -> None:

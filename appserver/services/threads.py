@@ -90,6 +90,9 @@ class ThreadService:
                 ],
                 peer_of(ctx),
             )
+        else:
+            # The starting connection is bound to the thread (ext/acp/* go to it).
+            self.threads.engine.agent.tools.client_tools.claim(thread.id, peer_of(ctx))
         return await self.threads.view(thread)
 
     async def resume(self, ctx: RequestContext, params: T.ThreadResumeParams) -> BaseModel:

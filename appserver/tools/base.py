@@ -51,6 +51,25 @@ class ToolPlan:
     resolved: dict[str, Any] = field(default_factory=dict)  # tool-private (paths, cwd, ...)
 
 
+class EditorFiles(Protocol):
+    """The client's editor, serving file reads and writes (DotCraft's
+    ``acpExtensions``: ``ext/acp/fs/readTextFile`` / ``writeTextFile``).
+
+    Paths are absolute and already through the sandbox and approvals. A
+    failure (timeout, disconnect, error or invalid answer) raises
+    :class:`ToolError`: the tool call fails, not the turn.
+    """
+
+    can_read: bool
+    can_write: bool
+
+    async def read_text_file(self, path: str, line: int | None, limit: int | None) -> str:
+        """The editor's text of ``path`` (its unsaved buffer if it has one)."""
+
+    async def write_text_file(self, path: str, content: str) -> None:
+        """Replace the text of ``path`` in the editor."""
+
+
 @dataclass
 class ToolContext:
     """What a tool may use while running."""
@@ -62,6 +81,8 @@ class ToolContext:
     # Called with each chunk of live output (shell); the engine turns it into
     # item/commandExecution/outputDelta for clients that asked.
     on_output: Callable[[str], None] | None = None
+    # The client's editor when it serves the file system (file tools use it).
+    editor: EditorFiles | None = None
 
 
 @dataclass

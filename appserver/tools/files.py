@@ -7,6 +7,12 @@ policy decides whether that means a client prompt.
 
 Blocking file I/O runs in a worker thread so a slow disk never stalls the
 event loop. ``plan()`` only stats and resolves.
+
+When the client bound to the thread serves the file system (``ctx.editor``,
+DotCraft's ``acpExtensions``), ``read_file`` reads and ``write_file`` writes
+through it, and ``edit_file`` reads and writes through it as far as it can: the
+editor's unsaved buffers are what the agent sees and edits. The sandbox and the
+approvals (``plan()`` and the engine) come first either way.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from typing import Any
 import anyio.to_thread
 
 from appserver.tools.args import check_keys, get_bool, get_int, get_str, require_str
-from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
+from appserver.tools.base import (
+    ApprovalNeed,
+    EditorFiles,
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+    ToolPlan,
+)
 from appserver.tools.sandbox import ResolvedPath, Sandbox
 
 READ_MAX_BYTES = 256 * 1024
@@ -205,6 +218,8 @@ class ReadFileTool:
         path: Path = plan.resolved["path"]
         display: str = plan.resolved["display"]
         offset: int = plan.resolved["offset"]
+        if ctx.editor is not None and ctx.editor.can_read:
+            return await self._read_in_editor(plan, ctx.editor)
         try:
             result = await anyio.to_thread.run_sync(
                 _read_text, path, display, offset, plan.resolved["limit"], self.max_bytes
@@ -239,6 +254,43 @@ class ReadFileTool:
                 "start_line": offset,
                 "lines": result.lines,
                 "truncated": result.truncated,
+            },
+        )
+
+    async def _read_in_editor(self, plan: ToolPlan, editor: EditorFiles) -> ToolOutcome:
+        """Read through the client's editor (``ext/acp/fs/readTextFile``)."""
+        display: str = plan.resolved["display"]
+        offset: int = plan.resolved["offset"]
+        limit: int | None = plan.resolved["limit"]
+        text = await editor.read_text_file(
+            str(plan.resolved["path"]), offset if offset > 1 else None, limit
+        )
+        data = text.encode("utf-8")
+        truncated = len(data) > self.max_bytes
+        if truncated:
+            cut = data[: self.max_bytes]
+            newline = cut.rfind(b"\n")
+            text = (cut[: newline + 1] if newline >= 0 else cut).decode("utf-8", errors="ignore")
+        output = text
+        if truncated:
+            next_offset = offset + text.count("\n")
+            note = (
+                f"[output truncated at {self.max_bytes} bytes; continue with offset={next_offset}]"
+            )
+            output += ("\n" if output and not output.endswith("\n") else "") + note
+        elif not output:
+            output = "(the file is empty)"
+        lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+        return ToolOutcome(
+            success=True,
+            output=output,
+            details={
+                "path": display,
+                "size_bytes": len(data),
+                "start_line": offset,
+                "lines": lines,
+                "truncated": truncated,
+                "source": "editor",
             },
         )
 
@@ -381,6 +433,13 @@ class WriteFileTool:
         path: Path = plan.resolved["path"]
         display: str = plan.resolved["display"]
         data: bytes = plan.resolved["data"]
+        if ctx.editor is not None and ctx.editor.can_write:
+            await ctx.editor.write_text_file(str(path), data.decode("utf-8"))
+            return ToolOutcome(
+                success=True,
+                output=f"Wrote {len(data)} bytes to {display} (in the editor)",
+                details={"path": display, "bytes_written": len(data), "source": "editor"},
+            )
         try:
             created = await anyio.to_thread.run_sync(_write, path, data)
         except _Failure as exc:
@@ -397,7 +456,7 @@ class WriteFileTool:
 # --- edit_file ---------------------------------------------------------------
 
 
-def _edit(path: Path, display: str, old: str, new: str, replace_all: bool, max_bytes: int) -> int:
+def _read_for_edit(path: Path, display: str, max_bytes: int) -> str:
     _check_unchanged(path)
     with open(path, "rb") as f:
         raw = f.read(max_bytes + 1)
@@ -406,10 +465,21 @@ def _edit(path: Path, display: str, old: str, new: str, replace_all: bool, max_b
     if b"\0" in raw[:_BINARY_SNIFF_BYTES]:
         raise _Failure(f"{display} looks like a binary file (it contains NUL bytes)")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         # Decoding with replacement and writing back would corrupt the file.
         raise _Failure(f"{display} is not valid UTF-8 text; edit_file refuses it") from None
+
+
+def _edit(path: Path, display: str, old: str, new: str, replace_all: bool, max_bytes: int) -> int:
+    text = _read_for_edit(path, display, max_bytes)
+    updated, count = _replace(text, display, old, new, replace_all)
+    with open(path, "wb") as f:
+        f.write(updated.encode("utf-8"))
+    return count
+
+
+def _replace(text: str, display: str, old: str, new: str, replace_all: bool) -> tuple[str, int]:
     count = text.count(old)
     if count == 0:
         raise _Failure(
@@ -422,9 +492,13 @@ def _edit(path: Path, display: str, old: str, new: str, replace_all: bool, max_b
             "to make it unique, or set replace_all to replace every occurrence."
         )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    return updated, count
+
+
+def _write_edited(path: Path, text: str) -> None:
+    _check_unchanged(path)
     with open(path, "wb") as f:
-        f.write(updated.encode("utf-8"))
-    return count
+        f.write(text.encode("utf-8"))
 
 
 class EditFileTool:
@@ -492,6 +566,8 @@ class EditFileTool:
         """Apply the replacement; no match or an ambiguous match is a failure."""
         path: Path = plan.resolved["path"]
         display: str = plan.resolved["display"]
+        if ctx.editor is not None and (ctx.editor.can_read or ctx.editor.can_write):
+            return await self._edit_in_editor(plan, ctx.editor)
         try:
             count = await anyio.to_thread.run_sync(
                 _edit,
@@ -511,4 +587,40 @@ class EditFileTool:
             success=True,
             output=f"Edited {display}: replaced {count} {noun}",
             details={"path": display, "replacements": count},
+        )
+
+    async def _edit_in_editor(self, plan: ToolPlan, editor: EditorFiles) -> ToolOutcome:
+        """Edit the editor's text: read and write through it as far as it serves
+        (``ext/acp/fs/*``), the disk for the rest."""
+        path: Path = plan.resolved["path"]
+        display: str = plan.resolved["display"]
+        try:
+            if editor.can_read:
+                text = await editor.read_text_file(str(path), None, None)
+                if len(text.encode("utf-8")) > self.max_bytes:
+                    raise _Failure(
+                        f"{display} is larger than {self.max_bytes} bytes; edit_file refuses it"
+                    )
+            else:
+                text = await anyio.to_thread.run_sync(_read_for_edit, path, display, self.max_bytes)
+            updated, count = _replace(
+                text,
+                display,
+                plan.resolved["old"],
+                plan.resolved["new"],
+                plan.resolved["replace_all"],
+            )
+            if editor.can_write:
+                await editor.write_text_file(str(path), updated)
+            else:
+                await anyio.to_thread.run_sync(_write_edited, path, updated)
+        except _Failure as exc:
+            return ToolOutcome(success=False, output=str(exc))
+        except OSError as exc:
+            return _os_failure("edit", display, exc)
+        noun = "occurrence" if count == 1 else "occurrences"
+        return ToolOutcome(
+            success=True,
+            output=f"Edited {display}: replaced {count} {noun} (in the editor)",
+            details={"path": display, "replacements": count, "source": "editor"},
         )

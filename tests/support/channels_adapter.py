@@ -5,6 +5,8 @@ It connects to the AppServer over WebSocket, declares
 (``thread/list`` then ``thread/start`` with ``identity.channelName`` = its
 channel), starts a turn on behalf of the sender and answers the server's
 ``ext/channel/send`` requests, which it records as "posted to the platform".
+It can register ``channelTools`` and answers ``ext/channel/toolCall`` with
+``tool_answer(params)`` (``None``: never answers).
 
 Usable in-process (:class:`ChannelAdapter`) or as a real separate process::
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +51,8 @@ class ChannelAdapter:
         *,
         structured_delivery: bool = True,
         answer: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.client = client
         self.channel = channel
@@ -58,17 +62,20 @@ class ChannelAdapter:
         self.deliveries: list[Delivery] = []
         self._delivered = anyio.Event()
         self.threads: dict[tuple[str, str], str] = {}  # (user, chat) -> thread id
+        self.tools = tools
+        self.tool_answer = tool_answer
+        self.tool_calls: list[dict[str, Any]] = []
+        self._called = anyio.Event()
         client.on_server_request = self._on_request
 
     def capabilities(self) -> dict[str, Any]:
         delivery: dict[str, Any] = {}
         if self.structured_delivery:
             delivery["structuredDelivery"] = True
-        return {
-            "approvalSupport": True,
-            "streamingSupport": False,
-            "channelAdapter": {"channelName": self.channel, "deliveryCapabilities": delivery},
-        }
+        adapter: dict[str, Any] = {"channelName": self.channel, "deliveryCapabilities": delivery}
+        if self.tools is not None:
+            adapter["channelTools"] = self.tools
+        return {"approvalSupport": True, "streamingSupport": False, "channelAdapter": adapter}
 
     async def initialize(self) -> dict[str, Any]:
         result: dict[str, Any] = await self.client.initialize(self.capabilities())
@@ -81,6 +88,11 @@ class ChannelAdapter:
             )
             self._delivered.set()
             return self.answer
+        if method == "ext/channel/toolCall":
+            self.tool_calls.append(params)
+            self._called.set()
+            self._called = anyio.Event()
+            return self.tool_answer(params) if self.tool_answer is not None else None
         if method == "item/approval/request":
             return {"decision": "decline"}
         return None
@@ -113,6 +125,14 @@ class ChannelAdapter:
         )
         turn: dict[str, Any] = result["turn"]
         return turn
+
+    async def wait_tool_call(self, count: int = 1, timeout: float = 10) -> dict[str, Any]:
+        """Wait until ``count`` ``ext/channel/toolCall`` requests arrived; the ``count``-th."""
+        with anyio.fail_after(timeout):
+            while len(self.tool_calls) < count:
+                called = self._called
+                await called.wait()
+        return self.tool_calls[count - 1]
 
     async def next_delivery(self, count: int = 1, timeout: float = 10) -> Delivery:
         """Wait until ``count`` deliveries arrived; returns the ``count``-th."""

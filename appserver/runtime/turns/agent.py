@@ -145,9 +145,9 @@ class AgentLoop:
                 elif isinstance(event, ToolCallDelta):
                     if event.index in client_calls or (
                         event.index not in call_items
-                        and self.tools.is_client_tool(active.thread_id, event.name or "")
+                        and self.tools.is_client_tool(active, event.name or "")
                     ):
-                        client_calls.add(event.index)  # its dynamicToolCall item says it all
+                        client_calls.add(event.index)  # its own item says it all
                         continue
                     item = call_items.get(event.index)
                     if item is None:
@@ -165,7 +165,7 @@ class AgentLoop:
                 elif isinstance(event, ToolCallDone):
                     if event.index in client_calls or (
                         event.index not in call_items
-                        and self.tools.is_client_tool(active.thread_id, event.call.name)
+                        and self.tools.is_client_tool(active, event.call.name)
                     ):
                         calls.append(event.call)
                         continue
@@ -204,4 +204,4 @@ class AgentLoop:
         """The built-in tools, then the tools the thread's client declared."""
         specs = self.tools.tools.specs()
         taken = {spec.name for spec in specs}
-        return specs + self.tools.client_tools.specs(active.thread_id, taken)
+        return specs + self.tools.client_tools.specs(active, taken)

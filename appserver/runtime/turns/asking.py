@@ -9,7 +9,10 @@ and runtime flag, the ``item/approval/resolved`` event and the
 Client tools (:class:`ClientToolCalls`): a call of a tool the thread's client
 declared (``thread/start.dynamicTools``) is asked of that client with the
 same machinery (:class:`PendingToolCall`) and recorded as a
-``dynamicToolCall`` item; see docs/tools.md.
+``dynamicToolCall`` item; see docs/tools.md. A tool an external channel
+adapter registered (``channelAdapter.channelTools``, offered through a
+:class:`ChannelToolSource`) goes the same way as ``ext/channel/toolCall`` to
+the adapter and a ``pluginFunctionCall`` item; see docs/channels.md.
 """
 
 from __future__ import annotations
@@ -17,25 +20,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from pydantic import ValidationError
 
 from appserver.protocol import turns as W
+from appserver.protocol.base import WireModel
 from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
+from appserver.protocol.editor_fs import ReadTextFileParams, WriteTextFileParams
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval, Verdict, session_scopes
 from appserver.runtime.bus import EventBus
-from appserver.runtime.events import Participant, ToolCaller
+from appserver.runtime.events import (
+    EditorClient,
+    Participant,
+    QuestionRefused,
+    QuestionUnanswered,
+    ToolCaller,
+)
 from appserver.runtime.history import client_tool_text as model_text
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.wire import item_to_wire
 from appserver.storage.threads import ItemRecord, ThreadRepository
-from appserver.tools.base import ApprovalNeed
+from appserver.tools.base import ApprovalNeed, ToolError
 
 log = logging.getLogger("appserver.turns")
 
@@ -153,6 +164,9 @@ CLIENT_TOOL_ERRORS = {
     "toolCallUnavailable": "no connected client can run this tool",
 }
 
+DYNAMIC_METHOD = "item/tool/call"
+CHANNEL_METHOD = "ext/channel/toolCall"
+
 
 @dataclass(frozen=True)
 class ClientTool:
@@ -162,6 +176,8 @@ class ClientTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    # Set: a tool of this external channel's adapter (``ext/channel/toolCall``).
+    channel: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -173,15 +189,18 @@ class ClientTool:
 
 
 @dataclass
-class PendingToolCall(PendingApproval[ToolCallParams]):
-    """An ``item/tool/call`` waiting for the owner's answer (the approval
-    machinery: asked once per participant, timeout, reconnect grace)."""
+class PendingToolCall(PendingApproval[WireModel]):
+    """An ``item/tool/call`` (or ``ext/channel/toolCall``) waiting for the
+    owner's answer (the approval machinery: asked once per participant,
+    timeout, reconnect grace)."""
 
     answer: Mapping[str, object] | None = None
+    method: str = DYNAMIC_METHOD
+    channel: str | None = None  # a channel tool's channel: only its adapters are asked
 
     async def _put(self, participant: Participant) -> object:
         assert isinstance(participant, ToolCaller)
-        return await participant.call_tool(self.params, self.timeout)
+        return await participant.call_tool(self.params, self.timeout, self.method)
 
     def _refused(self, participant: Participant, message: str) -> None:
         self.answer = {"success": False, "errorCode": "clientError", "errorMessage": message}
@@ -199,6 +218,21 @@ def can_call_tools(participant: Participant | None) -> bool:
         and isinstance(participant, ToolCaller)
         and participant.can_call_tools()
     )
+
+
+class ChannelToolSource(Protocol):
+    """The external channels' tools (implemented by the channel adapter hub)."""
+
+    def channel_tools(self, active: ActiveTurn) -> list[ClientTool]:
+        """The channel tools offered on this turn (``ClientTool.channel`` set)."""
+
+    def channel_caller(self, active: ActiveTurn, channel: str) -> Participant | None:
+        """The adapter connection to ask a call of ``channel``'s tool (``None``: none attached)."""
+
+    def channel_call_params(
+        self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: dict[str, Any]
+    ) -> WireModel:
+        """The ``ext/channel/toolCall`` params of one call."""
 
 
 class ClientToolCalls:
@@ -219,6 +253,8 @@ class ClientToolCalls:
         self.owners: dict[str, Participant] = {}
         self.pending: dict[str, PendingToolCall] = {}
         self._loaded: set[str] = set()  # threads whose stored tools were read
+        # The external channels' tools (set by the channel adapter hub).
+        self.channel_source: ChannelToolSource | None = None
         approvals.offer_listeners.append(self._offered)
 
     # --- declaring, binding ----------------------------------------------------------
@@ -258,8 +294,16 @@ class ClientToolCalls:
         and is asked a call that is pending."""
         self.owners[thread_id] = owner
         pending = self.pending.get(thread_id)
-        if pending is not None and can_call_tools(owner):
+        if pending is not None and pending.channel is None and can_call_tools(owner):
             pending.ask(owner)
+
+    def adapter_attached(self, channel: str, adapter: Participant) -> None:
+        """An adapter of ``channel`` (re)connected: it is asked the channel's pending calls."""
+        if not can_call_tools(adapter):
+            return
+        for pending in list(self.pending.values()):
+            if pending.channel is not None and pending.channel.lower() == channel.lower():
+                pending.ask(adapter)
 
     def _offered(self, thread_id: str, participant: Participant) -> None:
         """A participant subscribed to (or resumed) the thread: if the owner is
@@ -270,6 +314,24 @@ class ClientToolCalls:
         if can_call_tools(participant):
             self.bind(thread_id, participant)
 
+    def claim(self, thread_id: str, owner: Participant) -> None:
+        """``owner`` started the thread (without tools): it is the thread's bound client."""
+        self.owners.setdefault(thread_id, owner)
+
+    def editor(self, active: ActiveTurn) -> ClientEditor | None:
+        """The bound client's editor, when it serves the file system
+        (``acpExtensions``): the owner, or while the seat is empty the client
+        that started the turn."""
+        owner = self.owners.get(active.thread_id)
+        if owner is None or owner.closed:
+            owner = active.origin
+        if owner is None or owner.closed or not isinstance(owner, EditorClient):
+            return None
+        can_read, can_write = owner.editor_fs()
+        if not (can_read or can_write):
+            return None
+        return ClientEditor(owner, active.thread_id, self.approvals.timeout, can_read, can_write)
+
     def forget_thread(self, thread_id: str) -> None:
         self.tools.pop(thread_id, None)
         self.owners.pop(thread_id, None)
@@ -277,50 +339,89 @@ class ClientToolCalls:
 
     # --- what the model sees ------------------------------------------------------------
 
-    def specs(self, thread_id: str, taken: set[str]) -> list[ToolSpec]:
-        """The thread's tools for the model (a name already ``taken`` by a
-        built-in tool is not offered: the built-in wins)."""
-        return [
-            tool.spec() for name, tool in self.tools.get(thread_id, {}).items() if name not in taken
-        ]
+    def specs(self, active: ActiveTurn, taken: set[str]) -> list[ToolSpec]:
+        """The turn's client tools for the model (a name already ``taken`` by a
+        built-in tool is not offered: the built-in wins; a dynamic tool wins
+        over a channel tool of the same name)."""
+        offered = self._offered_tools(active)
+        return [tool.spec() for name, tool in offered.items() if name not in taken]
 
-    def find(self, thread_id: str, model_name: str) -> ClientTool | None:
-        return self.tools.get(thread_id, {}).get(model_name)
+    def _offered_tools(self, active: ActiveTurn) -> dict[str, ClientTool]:
+        tools: dict[str, ClientTool] = {}
+        if self.channel_source is not None:
+            for tool in self.channel_source.channel_tools(active):
+                tools.setdefault(tool.model_name, tool)
+        tools.update(self.tools.get(active.thread_id, {}))
+        return tools
+
+    def find(self, active: ActiveTurn, model_name: str) -> ClientTool | None:
+        return self._offered_tools(active).get(model_name)
 
     # --- a call -------------------------------------------------------------------------
 
     async def call(self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: Any) -> str:
-        """Run one call through the owner; record the ``dynamicToolCall`` item;
+        """Run one call through the owner (a channel tool: through the channel's
+        adapter); record its ``dynamicToolCall`` (``pluginFunctionCall``) item;
         return the tool result for the model."""
         args = dict(arguments) if isinstance(arguments, Mapping) else {}
-        payload: dict[str, Any] = {"toolName": tool.name, "callId": call_id, "arguments": args}
-        if tool.namespace:
-            payload = {"namespace": tool.namespace, **payload}
-        item = await self.items.open(active, "dynamicToolCall", payload)
-        params = ToolCallParams(
-            thread_id=active.thread_id,
-            turn_id=active.record.id,
-            call_id=call_id,
-            namespace=tool.namespace,
-            tool=tool.name,
-            arguments=args,
-        )
-        result = await self._ask(active, params)
+        params: WireModel
+        if tool.channel is not None:
+            assert self.channel_source is not None
+            kind = "pluginFunctionCall"
+            payload: dict[str, Any] = {
+                "pluginId": channel_plugin_id(tool.channel),
+                "functionName": tool.name,
+                "callId": call_id,
+                "arguments": args,
+            }
+            params = self.channel_source.channel_call_params(active, tool, call_id, args)
+        else:
+            kind = "dynamicToolCall"
+            payload = {"toolName": tool.name, "callId": call_id, "arguments": args}
+            if tool.namespace:
+                payload = {"namespace": tool.namespace, **payload}
+            params = ToolCallParams(
+                thread_id=active.thread_id,
+                turn_id=active.record.id,
+                call_id=call_id,
+                namespace=tool.namespace,
+                tool=tool.name,
+                arguments=args,
+            )
+        item = await self.items.open(active, kind, payload)
+        result = await self._ask(active, params, tool.channel)
         item.payload.update(result)
         await self.items.complete(active, item)
         return model_text(result)
 
-    async def _ask(self, active: ActiveTurn, params: ToolCallParams) -> dict[str, Any]:
+    def _owner(self, active: ActiveTurn, channel: str | None) -> Participant | None:
+        if channel is not None:
+            assert self.channel_source is not None
+            return self.channel_source.channel_caller(active, channel)
         owner = self.owners.get(active.thread_id)
         if (owner is None or owner.closed) and can_call_tools(active.origin):
             # The seat is empty: the client that started this turn takes it.
             assert active.origin is not None
             owner = self.owners[active.thread_id] = active.origin
+        return owner
+
+    async def _ask(
+        self, active: ActiveTurn, params: WireModel, channel: str | None
+    ) -> dict[str, Any]:
+        owner = self._owner(active, channel)
         if owner is not None and not owner.closed and not can_call_tools(owner):
             return _failure("toolCallUnavailable", CLIENT_TOOL_ERRORS["toolCallUnavailable"])
         assert active.tg is not None
         broker = self.approvals
-        pending = PendingToolCall(params, active.tg, broker.timeout, broker.reconnect_grace)
+        method = DYNAMIC_METHOD if channel is None else CHANNEL_METHOD
+        pending = PendingToolCall(
+            params,
+            active.tg,
+            broker.timeout,
+            broker.reconnect_grace,
+            method=method,
+            channel=channel,
+        )
         self.pending[active.thread_id] = pending
         try:
             if owner is not None and can_call_tools(owner):
@@ -333,24 +434,71 @@ class ClientToolCalls:
             message = CLIENT_TOOL_ERRORS[code].format(
                 timeout=broker.timeout, grace=broker.reconnect_grace
             )
-            log.info("client tool call %s on %s failed: %s", params.call_id, params.thread_id, code)
+            log.info("client tool call %s on %s failed: %s", method, active.thread_id, code)
             return _failure(code, message)
-        return parse_tool_result(pending.answer or {})
+        return parse_tool_result(pending.answer or {}, method)
+
+
+class ClientEditor:
+    """The file tools' :class:`~appserver.tools.base.EditorFiles` through a
+    client's ``ext/acp/fs/*`` (timeout: the approval timeout; any failure is
+    a :class:`ToolError`, so the tool call fails and the turn goes on)."""
+
+    def __init__(
+        self,
+        client: EditorClient,
+        thread_id: str,
+        timeout: float,
+        can_read: bool,
+        can_write: bool,
+    ) -> None:
+        self.client = client
+        self.thread_id = thread_id
+        self.timeout = timeout
+        self.can_read = can_read
+        self.can_write = can_write
+
+    async def _request(self, method: str, params: WireModel) -> Mapping[str, object]:
+        try:
+            return await self.client.editor_request(method, params, self.timeout)
+        except QuestionRefused as exc:
+            raise ToolError(f"the editor refused {method}: {exc}") from exc
+        except QuestionUnanswered as exc:
+            raise ToolError(
+                f"the editor did not answer {method} (timeout or disconnected): {exc}"
+            ) from exc
+
+    async def read_text_file(self, path: str, line: int | None, limit: int | None) -> str:
+        params = ReadTextFileParams(thread_id=self.thread_id, path=path, line=line, limit=limit)
+        answer = await self._request("ext/acp/fs/readTextFile", params)
+        content = answer.get("content")
+        if not isinstance(content, str):
+            raise ToolError("invalid answer to ext/acp/fs/readTextFile: `content` is required")
+        return content
+
+    async def write_text_file(self, path: str, content: str) -> None:
+        params = WriteTextFileParams(thread_id=self.thread_id, path=path, content=content)
+        await self._request("ext/acp/fs/writeTextFile", params)
+
+
+def channel_plugin_id(channel: str) -> str:
+    """The ``pluginId`` of a channel tool's ``pluginFunctionCall`` item."""
+    return f"channel:{channel}"
 
 
 def _failure(code: str, message: str) -> dict[str, Any]:
     return {"success": False, "errorCode": code, "errorMessage": message}
 
 
-def parse_tool_result(answer: Mapping[str, object]) -> dict[str, Any]:
-    """The client's answer as ``dynamicToolCall`` payload fields; anything
-    malformed is a failure (``invalidResult``)."""
+def parse_tool_result(answer: Mapping[str, object], method: str = DYNAMIC_METHOD) -> dict[str, Any]:
+    """The client's answer as ``dynamicToolCall`` (``pluginFunctionCall``)
+    payload fields; anything malformed is a failure (``invalidResult``)."""
     try:
         result = ToolCallResult.model_validate(dict(answer))
     except ValidationError as exc:
-        return _failure("invalidResult", f"invalid answer to item/tool/call: {_first_error(exc)}")
+        return _failure("invalidResult", f"invalid answer to {method}: {_first_error(exc)}")
     if not isinstance(answer.get("success"), bool):
-        return _failure("invalidResult", "invalid answer to item/tool/call: `success` is required")
+        return _failure("invalidResult", f"invalid answer to {method}: `success` is required")
     for part in result.content_items or []:
         kind = part.get("type")
         if kind == "text" and isinstance(part.get("text"), str):
@@ -359,7 +507,7 @@ def parse_tool_result(answer: Mapping[str, object]) -> dict[str, Any]:
             continue
         return _failure(
             "invalidResult",
-            "invalid answer to item/tool/call: a content item is not "
+            f"invalid answer to {method}: a content item is not "
             '{type: "text", text} or {type: "image", imageUrl}',
         )
     fields = result.model_dump(by_alias=True, exclude_none=True)

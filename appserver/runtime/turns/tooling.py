@@ -38,20 +38,22 @@ class ToolRunner:
         self.approvals = approvals
         self.tools = tools
         self.workspace = workspace
-        # The tools clients declared (thread/start.dynamicTools), run by the client.
+        # The tools clients declared (thread/start.dynamicTools) and the external
+        # channels' adapters registered (channelTools), run by the client.
         self.client_tools = ClientToolCalls(items, approvals.approvals)
 
-    def is_client_tool(self, thread_id: str, name: str) -> bool:
-        """``name`` is a client's tool on this thread (a built-in of that name wins)."""
-        return name not in self.tools and self.client_tools.find(thread_id, name) is not None
+    def is_client_tool(self, active: ActiveTurn, name: str) -> bool:
+        """``name`` is a client's tool on this turn (a built-in of that name wins)."""
+        return name not in self.tools and self.client_tools.find(active, name) is not None
 
     async def call(self, active: ActiveTurn, call: ToolCall, history: list[Message]) -> None:
         """Run ``call``, store a ``toolResult`` item and add the result to ``history``.
 
         A client's tool is asked of the client instead; its ``dynamicToolCall``
-        item is the call's only projection (no ``toolResult``).
+        (a channel tool: ``pluginFunctionCall``) item is the call's only
+        projection (no ``toolResult``).
         """
-        client_tool = self.client_tools.find(active.thread_id, call.name)
+        client_tool = self.client_tools.find(active, call.name)
         if client_tool is not None and call.name not in self.tools:
             output = await self.client_tools.call(active, client_tool, call.call_id, call.arguments)
             history.append(Message("tool", output, tool_call_id=call.call_id, tool_name=call.name))
@@ -75,6 +77,7 @@ class ToolRunner:
             thread_id=active.thread_id,
             turn_id=active.record.id,
             call_id=call.call_id,
+            editor=self.client_tools.editor(active),
         )
         try:
             plan = tool.plan(call.arguments, ctx)

@@ -26,6 +26,13 @@ condition for unified delivery; an adapter that posts replies itself from
 ``turn/completed`` leaves it unset). Failed or cancelled turns, and turns
 whose final text is empty, send nothing. Delivery failures are logged and
 never affect the turn or the connection.
+
+Channel tools: the ``channelTools`` an adapter registers are offered to the
+model on the turns of the channel's threads (the hub is the runtime's
+:class:`~appserver.runtime.turns.asking.ChannelToolSource`); a call becomes
+``ext/channel/toolCall`` to the adapter that started the turn, else the
+channel's newest attached adapter, with the approval machinery's timeout and
+reconnect grace (an adapter that attaches while a call waits is asked it).
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from appserver.protocol.initialize import InitializeParams
 from appserver.rpc.connection import RequestContext, ServerRequestError
 from appserver.runtime.events import Participant
 from appserver.runtime.turns import ActiveTurn, UserInput
+from appserver.runtime.turns.asking import ClientTool
 from appserver.services.peer import Peer, peer_of
 from appserver.storage.channels import ExternalChannelRecord, ExternalChannelRepository
 
@@ -83,10 +91,19 @@ class AdapterHub:
         self.repo = repo
         # lower-cased channel name -> attached peers, oldest first
         self.attached: dict[str, list[Peer]] = {}
+        # lower-cased channel name -> (model name -> tool, requires a chat context),
+        # from the channel's most recently attached adapter (kept while it reconnects)
+        self.tools: dict[str, dict[str, tuple[ClientTool, bool]]] = {}
+
+    @property
+    def _client_tools(self) -> Any:
+        return self.server.runtime.engine.agent.tools.client_tools
 
     def install(self) -> None:
+        self._client_tools.channel_source = self
         self.server.router.initialize_hooks.append(self.on_initialize)
         self.server.router.closed_hooks.append(self.on_closed)
+        self.server.router.ready_hooks.append(self.on_ready)
         self.server.turns.start_hooks.append(self.on_turn_start)
         self.server.runtime.engine.turn_listeners.append(self.on_turn_finished)
 
@@ -122,7 +139,42 @@ class AdapterHub:
             return  # gone while we looked
         connection.attrs[ATTR] = AdapterBinding(record.name, capability)
         self.attached.setdefault(record.name.lower(), []).append(connection)
+        self.tools[record.name.lower()] = self._declared_tools(record.name, capability)
         log.info("channel adapter attached: %s (%s)", record.name, connection.name)
+        # A call of the channel's tools waiting for an adapter is asked of this one
+        # (once it is ready: here if `initialized` came first, else in on_ready).
+        self._client_tools.adapter_attached(record.name, connection)
+
+    def on_ready(self, connection: Peer) -> None:
+        binding = binding_of(connection)
+        if binding is not None:
+            self._client_tools.adapter_attached(binding.channel_name, connection)
+
+    @staticmethod
+    def _declared_tools(
+        channel: str, capability: C.ChannelAdapterCapability
+    ) -> dict[str, tuple[ClientTool, bool]]:
+        """The adapter's ``channelTools``; an invalid descriptor is dropped (logged)."""
+        tools: dict[str, tuple[ClientTool, bool]] = {}
+        for raw in capability.channel_tools or []:
+            try:
+                descriptor = C.ChannelToolDescriptor.model_validate(raw)
+            except ValidationError as exc:
+                log.warning("%s adapter: invalid channel tool dropped: %s", channel, exc)
+                continue
+            name = descriptor.name.strip()
+            if not name or name in tools:
+                log.warning("%s adapter: channel tool %r dropped (blank, repeated)", channel, name)
+                continue
+            tool = ClientTool(
+                namespace=None,
+                name=name,
+                description=descriptor.description,
+                input_schema=dict(descriptor.input_schema),
+                channel=channel,
+            )
+            tools[name] = (tool, descriptor.requires_chat_context)
+        return tools
 
     @staticmethod
     def _refusal(name: str, record: ExternalChannelRecord | None) -> str | None:
@@ -158,6 +210,7 @@ class AdapterHub:
 
     def detach_all(self, name: str, message: str) -> None:
         """Disconnect every adapter of ``name`` (the channel was removed or changed)."""
+        self.tools.pop(name.lower(), None)
         for connection in list(self.attached.get(name.lower(), [])):
             self.reject(connection, name, message)
 
@@ -190,6 +243,59 @@ class AdapterHub:
         user.extra["channelName"] = name
         if active.thread.channel_context:
             user.extra["channelContext"] = active.thread.channel_context
+
+    # --- channel tools (a ChannelToolSource) -------------------------------------------
+
+    def channel_tools(self, active: ActiveTurn) -> list[ClientTool]:
+        """The tools of the turn's channel: the thread's origin channel, or the
+        channel of the adapter that started the turn."""
+        channels = {active.thread.origin_channel.lower()}
+        if active.record.origin_channel:
+            channels.add(active.record.origin_channel.lower())
+        initiator = active.record.initiator or {}
+        has_chat = bool(active.thread.channel_context or initiator.get("groupId"))
+        return [
+            tool
+            for channel in sorted(channels)
+            for tool, needs_chat in self.tools.get(channel, {}).values()
+            if has_chat or not needs_chat
+        ]
+
+    def channel_caller(self, active: ActiveTurn, channel: str) -> Participant | None:
+        """The adapter that started the turn, else the channel's newest attached one."""
+        origin = binding_of(active.origin)
+        if (
+            origin is not None
+            and origin.channel_name.lower() == channel.lower()
+            and active.origin is not None
+            and not active.origin.closed
+        ):
+            return active.origin
+        for connection in reversed(self.attached.get(channel.lower(), [])):
+            if not connection.closed:
+                return connection
+        return None
+
+    def channel_call_params(
+        self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: dict[str, Any]
+    ) -> C.ChannelToolCallParams:
+        initiator = active.record.initiator or {}
+        same_channel = str(initiator.get("channelName") or "").lower() == str(tool.channel).lower()
+        sender = initiator.get("userId") if same_channel else None
+        group = initiator.get("groupId") if same_channel else None
+        return C.ChannelToolCallParams(
+            thread_id=active.thread_id,
+            turn_id=active.record.id,
+            call_id=call_id,
+            tool=tool.name,
+            arguments=arguments,
+            context=C.ChannelToolCallContext(
+                channel_name=str(tool.channel),
+                channel_context=active.thread.channel_context,
+                sender_id=str(sender) if sender else active.thread.user_id,
+                group_id=str(group) if group else None,
+            ),
+        )
 
     # --- delivery ------------------------------------------------------------------------
 

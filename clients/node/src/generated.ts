@@ -13,6 +13,35 @@ export const PROTOCOL_ID = "urn:appserver:protocol:1";
 
 // ---------------------------------------------------------------- wire types ($defs)
 
+/**
+ * `initialize.capabilities.acpExtensions`: the client serves `ext/acp/*` requests.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpExtensionsCapability {
+  /**
+   * The client answers `ext/acp/fs/readTextFile` (the file tools read through it).
+   *
+   * Default: `false`.
+   */
+  fsReadTextFile?: boolean;
+  /**
+   * The client answers `ext/acp/fs/writeTextFile` (the file tools write through it).
+   *
+   * Default: `false`.
+   */
+  fsWriteTextFile?: boolean;
+  /**
+   * The client can run terminals (`ext/acp/terminal/*`; not used by this server).
+   *
+   * Default: `false`.
+   */
+  terminalCreate?: boolean;
+  /** Further `ext/acp/<family>` families the client serves (not used by this server). */
+  extensions?: string[];
+  [key: string]: unknown;
+}
+
 /** A gated tool call waits for the client's approval (`item/approval/request`). */
 export interface ApprovalRequestParams {
   /** The thread. */
@@ -162,6 +191,53 @@ export interface ChannelStatusResult {
   channels: ChannelStatusInfo[];
 }
 
+/** Where the call comes from, for the adapter (`ext/channel/toolCall.context`). */
+export interface ChannelToolCallContext {
+  /** The configured channel name. */
+  channelName: string;
+  /** The thread's `channelContext` (absent when it has none). */
+  channelContext?: string | null;
+  /** The sender of the turn's message (`initiator.userId`), else the thread's user id. */
+  senderId?: string | null;
+  /** The chat (group) of the turn's message, when the sender gave one. */
+  groupId?: string | null;
+}
+
+/** The model called a tool the adapter registered (`ext/channel/toolCall`). */
+export interface ChannelToolCallParams {
+  /** The thread. */
+  threadId: string;
+  /** The turn whose model called the tool. */
+  turnId: string;
+  /** The model's id of this call (the `pluginFunctionCall` item's `callId`). */
+  callId: string;
+  /** The tool's name, as registered in `channelTools`. */
+  tool: string;
+  /** The arguments the model passed, a JSON object. */
+  arguments: { [key: string]: unknown };
+  /** The channel, chat and sender of the turn. */
+  context: ChannelToolCallContext;
+}
+
+/**
+ * The adapter's answer to `ext/channel/toolCall`.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface ChannelToolCallResult {
+  /** Whether the tool ran; `false` gives the model a failed tool result. */
+  success: boolean;
+  /** What the model reads: `{type: "text", text}` parts (`{type: "image", imageUrl}` too). */
+  contentItems?: { [key: string]: unknown }[] | null;
+  /** A JSON value for the model (sent as JSON text when there are no `contentItems`). */
+  structuredResult?: unknown;
+  /** Machine-readable reason the call failed. */
+  errorCode?: string | null;
+  /** Human-readable reason the call failed (the model sees it). */
+  errorMessage?: string | null;
+  [key: string]: unknown;
+}
+
 /**
  * A client-supplied history message (`historyMode: "client"`).
  *
@@ -226,6 +302,8 @@ export interface ClientCapabilities {
   optOutNotificationMethods?: string[];
   /** The client is an external channel adapter (see `ext/channel/*`). */
   channelAdapter?: { [key: string]: unknown } | null;
+  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`. */
+  acpExtensions?: AcpExtensionsCapability | null;
   [key: string]: unknown;
 }
 
@@ -1164,6 +1242,29 @@ export interface QueuedTurnInput {
   readyAfterTurnId?: string | null;
 }
 
+/** Read a file as the editor has it (`ext/acp/fs/readTextFile`). */
+export interface ReadTextFileParams {
+  /** The thread whose agent reads. */
+  threadId: string;
+  /** Absolute path of the file (inside the workspace, or approved). */
+  path: string;
+  /** 1-based line to start at (absent: the first line). */
+  line?: number | null;
+  /** Maximum number of lines (absent: the whole file). */
+  limit?: number | null;
+}
+
+/**
+ * The editor's text of the file.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface ReadTextFileResult {
+  /** The file's text (its unsaved buffer if the editor has one), from `line`, at most `limit` lines. */
+  content: string;
+  [key: string]: unknown;
+}
+
 /** Who sent an input (channels with several users). */
 export interface SenderContext {
   /** The sender's id on the channel. */
@@ -1931,6 +2032,25 @@ export interface WorkspaceConfigUpdateResult {
   provider?: string | null;
 }
 
+/** Write a file through the editor (`ext/acp/fs/writeTextFile`). */
+export interface WriteTextFileParams {
+  /** The thread whose agent writes. */
+  threadId: string;
+  /** Absolute path of the file (inside the workspace, or approved). */
+  path: string;
+  /** The file's complete new text. */
+  content: string;
+}
+
+/**
+ * The editor wrote the file (`{}`).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface WriteTextFileResult {
+  [key: string]: unknown;
+}
+
 // ---------------------------------------------------------------- method maps
 
 /** Thread-scoped notifications also carry `seq`, the thread's event counter. */
@@ -2481,8 +2601,14 @@ export interface Notifications {
 
 /** Every server->client request: its params and result types. */
 export interface ServerRequests {
+  /** `read_file` (and `edit_file`) read through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsReadTextFile`, after the workspace sandbox and approvals. Answer `{content}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
+  "ext/acp/fs/readTextFile": { params: ReadTextFileParams; result: ReadTextFileResult };
+  /** `write_file` (and `edit_file`) write through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsWriteTextFile`, after the workspace sandbox and approvals. Answer `{}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
+  "ext/acp/fs/writeTextFile": { params: WriteTextFileParams; result: WriteTextFileResult };
   /** Deliver the final reply of a turn an adapter started to its platform target. Answer `{delivered, remoteMessageId?, errorCode?, errorMessage?}`. */
   "ext/channel/send": { params: ChannelSendParams; result: ChannelSendResult };
+  /** Run a tool the adapter registered in `channelAdapter.channelTools`; sent to the adapter that started the turn, else the channel's newest attached adapter. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished adapter or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
+  "ext/channel/toolCall": { params: ChannelToolCallParams; result: ChannelToolCallResult };
   /** Ask the client to approve a gated tool call. Answer with `{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else counts as decline. */
   "item/approval/request": { params: ApprovalRequestParams; result: ApprovalRequestResult };
   /** Run a tool the client declared in `thread/start.dynamicTools`; sent to the connection that owns the thread. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished client or an invalid answer fail the call (a failed `dynamicToolCall` item); the turn goes on. */
@@ -2585,7 +2711,10 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
 
 /** Every server->client request name. */
 export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
+  "ext/acp/fs/readTextFile",
+  "ext/acp/fs/writeTextFile",
   "ext/channel/send",
+  "ext/channel/toolCall",
   "item/approval/request",
   "item/tool/call",
 ];

@@ -15,6 +15,7 @@ __all__ = [
     "METHODS",
     "NOTIFICATIONS",
     "SERVER_REQUESTS",
+    "AcpExtensionsCapability",
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
@@ -26,6 +27,9 @@ __all__ = [
     "ChannelSendResult",
     "ChannelStatusInfo",
     "ChannelStatusResult",
+    "ChannelToolCallContext",
+    "ChannelToolCallParams",
+    "ChannelToolCallResult",
     "ChatMessage",
     "ClientCapabilities",
     "ClientInfo",
@@ -102,6 +106,8 @@ __all__ = [
     "QueueUpdatedNotification",
     "QueuedInputsResult",
     "QueuedTurnInput",
+    "ReadTextFileParams",
+    "ReadTextFileResult",
     "SenderContext",
     "ServerInfo",
     "ServerRequestMethod",
@@ -162,7 +168,21 @@ __all__ = [
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
+    "WriteTextFileParams",
+    "WriteTextFileResult",
 ]
+
+
+class AcpExtensionsCapability(TypedDict):
+    """`initialize.capabilities.acpExtensions`: the client serves `ext/acp/*` requests.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    fsReadTextFile: NotRequired[bool]  # default: false
+    fsWriteTextFile: NotRequired[bool]  # default: false
+    terminalCreate: NotRequired[bool]  # default: false
+    extensions: NotRequired[list[str]]
 
 
 class ApprovalRequestParams(TypedDict):
@@ -270,6 +290,39 @@ class ChannelStatusResult(TypedDict):
     channels: list[ChannelStatusInfo]
 
 
+class ChannelToolCallContext(TypedDict):
+    """Where the call comes from, for the adapter (`ext/channel/toolCall.context`)."""
+
+    channelName: str
+    channelContext: NotRequired[str | None]
+    senderId: NotRequired[str | None]
+    groupId: NotRequired[str | None]
+
+
+class ChannelToolCallParams(TypedDict):
+    """The model called a tool the adapter registered (`ext/channel/toolCall`)."""
+
+    threadId: str
+    turnId: str
+    callId: str
+    tool: str
+    arguments: dict[str, Any]
+    context: ChannelToolCallContext
+
+
+class ChannelToolCallResult(TypedDict):
+    """The adapter's answer to `ext/channel/toolCall`.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    success: bool
+    contentItems: NotRequired[list[dict[str, Any]] | None]
+    structuredResult: NotRequired[Any]
+    errorCode: NotRequired[str | None]
+    errorMessage: NotRequired[str | None]
+
+
 class ChatMessage(TypedDict):
     """A client-supplied history message (``historyMode: "client"``).
 
@@ -298,6 +351,7 @@ class ClientCapabilities(TypedDict):
     configChange: NotRequired[bool]  # default: true
     optOutNotificationMethods: NotRequired[list[str]]
     channelAdapter: NotRequired[dict[str, Any] | None]
+    acpExtensions: NotRequired[AcpExtensionsCapability | None]
 
 
 class ClientInfo(TypedDict):
@@ -946,6 +1000,24 @@ class QueuedTurnInput(TypedDict):
     readyAfterTurnId: NotRequired[str | None]
 
 
+class ReadTextFileParams(TypedDict):
+    """Read a file as the editor has it (`ext/acp/fs/readTextFile`)."""
+
+    threadId: str
+    path: str
+    line: NotRequired[int | None]
+    limit: NotRequired[int | None]
+
+
+class ReadTextFileResult(TypedDict):
+    """The editor's text of the file.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    content: str
+
+
 class SenderContext(TypedDict):
     """Who sent an input (channels with several users)."""
 
@@ -1483,6 +1555,21 @@ class WorkspaceConfigUpdateResult(TypedDict):
     provider: NotRequired[str | None]
 
 
+class WriteTextFileParams(TypedDict):
+    """Write a file through the editor (`ext/acp/fs/writeTextFile`)."""
+
+    threadId: str
+    path: str
+    content: str
+
+
+class WriteTextFileResult(TypedDict):
+    """The editor wrote the file (`{}`).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+
 METHODS: Final[dict[str, str]] = {
     "channel/list": "channel_list",
     "channel/status": "channel_status",
@@ -1572,7 +1659,10 @@ NOTIFICATIONS: Final[dict[str, str]] = {
 """Every server->client notification and the TypedDict of its params."""
 
 SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
+    "ext/acp/fs/readTextFile": ("ReadTextFileParams", "ReadTextFileResult"),
+    "ext/acp/fs/writeTextFile": ("WriteTextFileParams", "WriteTextFileResult"),
     "ext/channel/send": ("ChannelSendParams", "ChannelSendResult"),
+    "ext/channel/toolCall": ("ChannelToolCallParams", "ChannelToolCallResult"),
     "item/approval/request": ("ApprovalRequestParams", "ApprovalRequestResult"),
     "item/tool/call": ("ToolCallParams", "ToolCallResult"),
 }
@@ -1606,7 +1696,12 @@ NotificationMethod: TypeAlias = Literal[
     "workspace/configChanged",
 ]
 ServerRequestMethod: TypeAlias = Literal[
-    "ext/channel/send", "item/approval/request", "item/tool/call"
+    "ext/acp/fs/readTextFile",
+    "ext/acp/fs/writeTextFile",
+    "ext/channel/send",
+    "ext/channel/toolCall",
+    "item/approval/request",
+    "item/tool/call",
 ]
 
 

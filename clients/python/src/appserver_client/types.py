@@ -12,6 +12,7 @@ docs/protocol.md describes every type and field (its Types section).
 """
 
 from appserver_client._generated import (
+    AcpExtensionsCapability,
     ApprovalRequestParams,
     ApprovalRequestResult,
     ApprovalResolvedNotification,
@@ -23,6 +24,9 @@ from appserver_client._generated import (
     ChannelSendResult,
     ChannelStatusInfo,
     ChannelStatusResult,
+    ChannelToolCallContext,
+    ChannelToolCallParams,
+    ChannelToolCallResult,
     ChatMessage,
     ClientCapabilities,
     ClientInfo,
@@ -98,6 +102,8 @@ from appserver_client._generated import (
     QueuedInputsResult,
     QueuedTurnInput,
     QueueUpdatedNotification,
+    ReadTextFileParams,
+    ReadTextFileResult,
     SenderContext,
     ServerInfo,
     ServerRequestMethod,
@@ -158,9 +164,12 @@ from appserver_client._generated import (
     WorkspaceConfigSchemaResult,
     WorkspaceConfigUpdateParams,
     WorkspaceConfigUpdateResult,
+    WriteTextFileParams,
+    WriteTextFileResult,
 )
 
 __all__ = [
+    "AcpExtensionsCapability",
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
@@ -172,6 +181,9 @@ __all__ = [
     "ChannelSendResult",
     "ChannelStatusInfo",
     "ChannelStatusResult",
+    "ChannelToolCallContext",
+    "ChannelToolCallParams",
+    "ChannelToolCallResult",
     "ChatMessage",
     "ClientCapabilities",
     "ClientInfo",
@@ -247,6 +259,8 @@ __all__ = [
     "QueueUpdatedNotification",
     "QueuedInputsResult",
     "QueuedTurnInput",
+    "ReadTextFileParams",
+    "ReadTextFileResult",
     "SenderContext",
     "ServerInfo",
     "ServerRequestMethod",
@@ -307,4 +321,6 @@ __all__ = [
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
+    "WriteTextFileParams",
+    "WriteTextFileResult",
 ]

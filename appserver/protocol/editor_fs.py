@@ -1,0 +1,90 @@
+"""Wire models and method-table entries of the IDE file system bridge
+(DotCraft's ``acpExtensions``): when the connection bound to a thread
+advertised ``capabilities.acpExtensions.fsReadTextFile`` /
+``fsWriteTextFile``, the agent's file tools read and write through the
+server->client requests ``ext/acp/fs/readTextFile`` and
+``ext/acp/fs/writeTextFile`` (ACP's ``fs/read_text_file`` /
+``fs/write_text_file`` with ``threadId`` for ``sessionId``), so the editor's
+unsaved buffers are what the agent sees and edits. See docs/tools.md.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
+
+
+class AcpExtensionsCapability(OpenWireModel):
+    """`initialize.capabilities.acpExtensions`: the client serves `ext/acp/*` requests."""
+
+    fs_read_text_file: bool = False
+    """The client answers `ext/acp/fs/readTextFile` (the file tools read through it)."""
+    fs_write_text_file: bool = False
+    """The client answers `ext/acp/fs/writeTextFile` (the file tools write through it)."""
+    terminal_create: bool = False
+    """The client can run terminals (`ext/acp/terminal/*`; not used by this server)."""
+    extensions: list[str] = Field(default_factory=list)
+    """Further `ext/acp/<family>` families the client serves (not used by this server)."""
+
+
+class ReadTextFileParams(WireModel):
+    """Read a file as the editor has it (`ext/acp/fs/readTextFile`)."""
+
+    thread_id: str
+    """The thread whose agent reads."""
+    path: str
+    """Absolute path of the file (inside the workspace, or approved)."""
+    line: int | None = None
+    """1-based line to start at (absent: the first line)."""
+    limit: int | None = None
+    """Maximum number of lines (absent: the whole file)."""
+
+
+class ReadTextFileResult(OpenWireModel):
+    """The editor's text of the file."""
+
+    content: str
+    """The file's text (its unsaved buffer if the editor has one), from `line`, at most
+    `limit` lines."""
+
+
+class WriteTextFileParams(WireModel):
+    """Write a file through the editor (`ext/acp/fs/writeTextFile`)."""
+
+    thread_id: str
+    """The thread whose agent writes."""
+    path: str
+    """Absolute path of the file (inside the workspace, or approved)."""
+    content: str
+    """The file's complete new text."""
+
+
+class WriteTextFileResult(OpenWireModel):
+    """The editor wrote the file (`{}`)."""
+
+
+METHOD_SPECS: list[MethodSpec] = []
+NOTIFICATION_SPECS: list[NotificationSpec] = []
+
+SERVER_REQUEST_SPECS: list[ServerRequestSpec] = [
+    ServerRequestSpec(
+        "ext/acp/fs/readTextFile",
+        ReadTextFileParams,
+        ReadTextFileResult,
+        "`read_file` (and `edit_file`) read through the editor: sent to the connection bound "
+        "to the thread when it advertised `acpExtensions.fsReadTextFile`, after the workspace "
+        "sandbox and approvals. Answer `{content}`. A timeout, a vanished client or an error "
+        "fail the tool call, not the turn.",
+    ),
+    ServerRequestSpec(
+        "ext/acp/fs/writeTextFile",
+        WriteTextFileParams,
+        WriteTextFileResult,
+        "`write_file` (and `edit_file`) write through the editor: sent to the connection "
+        "bound to the thread when it advertised `acpExtensions.fsWriteTextFile`, after the "
+        "workspace sandbox and approvals. Answer `{}`. A timeout, a vanished client or an "
+        "error fail the tool call, not the turn.",
+    ),
+]
