@@ -4,6 +4,8 @@ import {
   GeneratedMethods,
   type ApprovalRequestParams,
   type ApprovalRequestResult,
+  type ChannelToolCallParams,
+  type ChannelToolCallResult,
   type ChatMessage,
   type ClientCapabilities,
   type Item,
@@ -11,6 +13,8 @@ import {
   type NotificationMethod,
   type Notifications,
   type ParamsOf,
+  type ReadTextFileParams,
+  type ReadTextFileResult,
   type RequestOptions,
   type ResultOf,
   type SenderContext,
@@ -19,6 +23,8 @@ import {
   type ToolCallResult,
   type Turn,
   type TurnStartParams,
+  type WriteTextFileParams,
+  type WriteTextFileResult,
 } from "./generated.js";
 import {
   AppServerError,
@@ -74,6 +80,31 @@ export type ApprovalHandler = (request: ApprovalRequestParams) => ApprovalAnswer
  * Throwing, or returning something without a boolean `success`, fails the call.
  */
 export type ToolCallHandler = (request: ToolCallParams) => ToolCallResult | Promise<ToolCallResult>;
+/**
+ * Called with each `ext/channel/toolCall`'s params (a tool this channel adapter
+ * lists in `capabilities.channelAdapter.channelTools`); returns (or resolves
+ * to) the result, with the rules of a `ToolCallHandler`.
+ */
+export type ChannelToolCallHandler = (
+  request: ChannelToolCallParams,
+) => ChannelToolCallResult | Promise<ChannelToolCallResult>;
+/**
+ * Called with each `ext/acp/fs/readTextFile`'s params (`threadId`, absolute
+ * `path`, `line?`, `limit?`); returns (or resolves to) the editor's text of the
+ * file, a string or `{content}`. Throwing, or returning anything else, answers a
+ * JSON-RPC error: the agent's tool call fails, not the turn.
+ */
+export type ReadTextFileHandler = (
+  request: ReadTextFileParams,
+) => string | ReadTextFileResult | Promise<string | ReadTextFileResult>;
+/**
+ * Called with each `ext/acp/fs/writeTextFile`'s params (`threadId`, absolute
+ * `path`, `content`); writes the file in the editor. The answer is `{}` (or the
+ * object it returns); throwing answers a JSON-RPC error.
+ */
+export type WriteTextFileHandler = (
+  request: WriteTextFileParams,
+) => void | WriteTextFileResult | Promise<void | WriteTextFileResult>;
 /** Answers one kind of server->client request; its return value is the result. */
 export type RequestHandler = (params: unknown) => unknown;
 /** One part of a turn's input (`{type: "text", text}`, `fileRef`, `localImage`, ...). */
@@ -97,6 +128,12 @@ export interface ClientOptions {
   approvalHandler?: ApprovalHandler | null;
   /** Runs the tools this client declares; without one every call fails (`"no handler"`). Also settable with `onToolCall`. */
   toolCallHandler?: ToolCallHandler | null;
+  /** Runs this channel adapter's `channelTools`; without one every call fails (`"no handler"`). Also settable with `onChannelToolCall`. */
+  channelToolCallHandler?: ChannelToolCallHandler | null;
+  /** Serves `ext/acp/fs/readTextFile` from the editor; advertises `acpExtensions.fsReadTextFile` (see `onReadTextFile`). */
+  readTextFileHandler?: ReadTextFileHandler | null;
+  /** Serves `ext/acp/fs/writeTextFile` through the editor; advertises `acpExtensions.fsWriteTextFile` (see `onWriteTextFile`). */
+  writeTextFileHandler?: WriteTextFileHandler | null;
   /** Milliseconds each request waits for its answer (default 60000; `0` or `Infinity`: no limit). */
   requestTimeoutMs?: number;
   /** How often `-32001 Server overloaded` is retried with backoff (default 4). */
@@ -203,6 +240,9 @@ export class AppServerClient extends GeneratedMethods {
 
   private approvalHandler: ApprovalHandler | null;
   private toolCallHandler: ToolCallHandler | null;
+  private channelToolCallHandler: ChannelToolCallHandler | null;
+  private readTextFileHandler: ReadTextFileHandler | null;
+  private writeTextFileHandler: WriteTextFileHandler | null;
   private readonly requestHandlers = new Map<string, RequestHandler>();
   private readonly reconnectCallbacks = new Set<(client: AppServerClient) => unknown>();
   private current: Transport | undefined;
@@ -237,6 +277,9 @@ export class AppServerClient extends GeneratedMethods {
     this.capabilities = { ...(options.capabilities ?? {}) };
     this.approvalHandler = options.approvalHandler ?? null;
     this.toolCallHandler = options.toolCallHandler ?? null;
+    this.channelToolCallHandler = options.channelToolCallHandler ?? null;
+    this.readTextFileHandler = options.readTextFileHandler ?? null;
+    this.writeTextFileHandler = options.writeTextFileHandler ?? null;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 60_000;
     this.overloadRetries = options.overloadRetries ?? 4;
     this.logger = options.logger ?? console;
@@ -313,12 +356,29 @@ export class AppServerClient extends GeneratedMethods {
     if (this.clientTitle !== undefined) clientInfo.title = this.clientTitle;
     const result = (await this.callOnce(
       "initialize",
-      { clientInfo, capabilities: this.capabilities },
+      { clientInfo, capabilities: this.initializeCapabilities() },
       this.requestTimeoutMs,
     )) as ResultOf<"initialize">;
     this.serverInfo = result.serverInfo;
     this.serverCapabilities = { ...(result.capabilities ?? {}) };
     await this.sendFrame({ jsonrpc: "2.0", method: "initialized", params: {} });
+  }
+
+  /**
+   * The `capabilities` sent in `initialize`: `capabilities`, plus
+   * `acpExtensions.fsReadTextFile` / `fsWriteTextFile` for the editor file
+   * handlers that are set, unless `capabilities` has `acpExtensions` (then it
+   * is sent as given).
+   */
+  initializeCapabilities(): ClientCapabilities {
+    const capabilities: ClientCapabilities = { ...this.capabilities };
+    if (!("acpExtensions" in capabilities)) {
+      const acp: NonNullable<ClientCapabilities["acpExtensions"]> = {};
+      if (this.readTextFileHandler) acp.fsReadTextFile = true;
+      if (this.writeTextFileHandler) acp.fsWriteTextFile = true;
+      if (Object.keys(acp).length > 0) capabilities.acpExtensions = acp;
+    }
+    return capabilities;
   }
 
   // ------------------------------------------------------------------ state
@@ -616,6 +676,46 @@ export class AppServerClient extends GeneratedMethods {
   }
 
   /**
+   * Run the channel tools this adapter lists in
+   * `capabilities.channelAdapter.channelTools`: `handler` (sync or async)
+   * answers each `ext/channel/toolCall`, replacing any previous one; `null`
+   * removes it. The rules of `onToolCall` apply (no handler: `errorCode:
+   * "noHandler"` unless a `setRequestHandler` handler answers it raw; a
+   * failing handler: `"handlerFailed"`).
+   */
+  onChannelToolCall(handler: ChannelToolCallHandler | null): void {
+    this.channelToolCallHandler = handler;
+  }
+
+  /**
+   * Serve `ext/acp/fs/readTextFile` (the agent reading a file as the editor has
+   * it): `handler` (sync or async) returns the text, a string or `{content}`;
+   * `null` removes it. A handler that throws or returns something else answers
+   * a JSON-RPC error (-32603), which fails the agent's tool call ("the editor
+   * refused ..."), not the turn. Without a handler the request goes to a
+   * `setRequestHandler` handler if one is set, else is answered -32601.
+   *
+   * The server only sends it if `initialize` advertised
+   * `acpExtensions.fsReadTextFile`, which the client adds when this handler is
+   * set at that moment (the `readTextFileHandler` option of `spawn`/`connect`;
+   * set later, it counts from the next reconnect) and `capabilities` has no
+   * `acpExtensions` of its own.
+   */
+  onReadTextFile(handler: ReadTextFileHandler | null): void {
+    this.readTextFileHandler = handler;
+  }
+
+  /**
+   * Serve `ext/acp/fs/writeTextFile` (the agent writing a file through the
+   * editor): `handler` (sync or async) writes `content` to `path`; the answer
+   * is `{}`. Errors, the fallback and the `acpExtensions.fsWriteTextFile`
+   * advertisement as in `onReadTextFile`.
+   */
+  onWriteTextFile(handler: WriteTextFileHandler | null): void {
+    this.writeTextFileHandler = handler;
+  }
+
+  /**
    * Answer server->client requests `method` with `handler(params)` (sync or
    * async; its value is the result). `item/approval/request` goes to the
    * approval handler instead. Anything unhandled is answered with -32601.
@@ -638,6 +738,20 @@ export class AppServerClient extends GeneratedMethods {
         reply.result = await this.approve(params as ApprovalRequestParams);
       } else if (method === "item/tool/call" && (this.toolCallHandler || !this.requestHandlers.has(method))) {
         reply.result = await this.callTool(params as ToolCallParams);
+      } else if (
+        method === "ext/channel/toolCall" &&
+        (this.channelToolCallHandler || !this.requestHandlers.has(method))
+      ) {
+        const handler = this.channelToolCallHandler;
+        reply.result = await this.runTool(handler && (() => handler(params as ChannelToolCallParams)));
+      } else if (method === "ext/acp/fs/readTextFile" && this.readTextFileHandler) {
+        const answer: unknown = await this.readTextFileHandler(params as ReadTextFileParams);
+        if (typeof answer === "string") reply.result = { content: answer };
+        else if (isObject(answer) && typeof answer.content === "string") reply.result = answer;
+        else throw new Error(`the readTextFile handler returned ${JSON.stringify(answer)}, not the text`);
+      } else if (method === "ext/acp/fs/writeTextFile" && this.writeTextFileHandler) {
+        const answer: unknown = await this.writeTextFileHandler(params as WriteTextFileParams);
+        reply.result = isObject(answer) ? answer : {};
       } else {
         const handler = this.requestHandlers.get(method);
         if (handler) reply.result = (await handler(params)) ?? {};
@@ -672,12 +786,17 @@ export class AppServerClient extends GeneratedMethods {
     return result as unknown as ApprovalRequestResult;
   }
 
-  private async callTool(params: ToolCallParams): Promise<ToolCallResult> {
+  private callTool(params: ToolCallParams): Promise<ToolCallResult> {
     const handler = this.toolCallHandler;
-    if (!handler) return { success: false, errorCode: "noHandler", errorMessage: "no handler" };
+    return this.runTool(handler && (() => handler(params)));
+  }
+
+  /** A tool-call result from a handler (`null`: no handler); never throws. */
+  private async runTool(call: (() => unknown) | null): Promise<ToolCallResult> {
+    if (!call) return { success: false, errorCode: "noHandler", errorMessage: "no handler" };
     let answer: unknown;
     try {
-      answer = await handler(params);
+      answer = await call();
     } catch (error) {
       this.logger.warn("appserver-client: tool call handler failed:", error);
       return { success: false, errorCode: "handlerFailed", errorMessage: String(error) };

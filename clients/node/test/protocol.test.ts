@@ -122,6 +122,53 @@ describe("protocol (scripted peer)", () => {
     }
   });
 
+  test("channel tool and editor file handlers: typed over raw, failures, capabilities", async () => {
+    const client = await open({ readTextFileHandler: () => "text" });
+    try {
+      const init = await peer.next((m) => m.method === "initialize");
+      assert.deepEqual(init.params.capabilities.acpExtensions, { fsReadTextFile: true });
+      await peer.next((m) => m.method === "initialized");
+      const tool = "ext/channel/toolCall";
+      const read = "ext/acp/fs/readTextFile";
+      const write = "ext/acp/fs/writeTextFile";
+      assert.deepEqual((await peer.ask(200, tool, {})).result, {
+        success: false,
+        errorCode: "noHandler",
+        errorMessage: "no handler",
+      });
+      assert.deepEqual((await peer.ask(201, read, { path: "/a" })).result, { content: "text" });
+      assert.equal((await peer.ask(202, write, {})).error.code, -32601);
+
+      client.onReadTextFile(null);
+      client.setRequestHandler(tool, () => ({ raw: true }));
+      client.setRequestHandler(read, () => ({ content: "raw" }));
+      assert.deepEqual((await peer.ask(203, tool, {})).result, { raw: true });
+      assert.deepEqual((await peer.ask(204, read, {})).result, { content: "raw" });
+
+      client.onChannelToolCall(async (params) => ({ success: true, structuredResult: params.tool }));
+      client.onReadTextFile(async (params) => ({ content: params.path }));
+      client.onWriteTextFile(() => {});
+      assert.deepEqual((await peer.ask(205, tool, { tool: "t" })).result, { success: true, structuredResult: "t" });
+      assert.deepEqual((await peer.ask(206, read, { path: "/b" })).result, { content: "/b" });
+      assert.deepEqual((await peer.ask(207, write, { path: "/b", content: "" })).result, {});
+
+      const boom = (): never => {
+        throw new Error("boom");
+      };
+      client.onChannelToolCall(boom);
+      client.onReadTextFile(boom);
+      client.onWriteTextFile(boom);
+      const failed = (await peer.ask(208, tool, {})).result;
+      assert.equal(failed.errorCode, "handlerFailed");
+      assert.equal((await peer.ask(209, read, {})).error.code, -32603);
+      assert.equal((await peer.ask(210, write, {})).error.code, -32603);
+      client.onReadTextFile(() => 42 as unknown as string);
+      assert.equal((await peer.ask(211, read, {})).error.code, -32603);
+    } finally {
+      await client.close();
+    }
+  });
+
   test("approvals: none -> decline; handler answers; bad answers and throws decline", async () => {
     const client = await open();
     try {

@@ -17,10 +17,13 @@ from appserver_client.client import (
     DECISIONS,
     ApprovalHandler,
     AppServerClient,
+    ChannelToolCallHandler,
     ClientOptions,
     Opening,
+    ReadTextFileHandler,
     ToolCallHandler,
     TurnOutcome,
+    WriteTextFileHandler,
 )
 from appserver_client.errors import (
     AppServerError,
@@ -40,6 +43,7 @@ __all__ = [
     "AppServerClient",
     "AppServerError",
     "ApprovalHandler",
+    "ChannelToolCallHandler",
     "ClientClosed",
     "ClientOptions",
     "ConnectFailed",
@@ -48,8 +52,10 @@ __all__ = [
     "NotificationOverflow",
     "NotificationStream",
     "Opening",
+    "ReadTextFileHandler",
     "RpcError",
     "ToolCallHandler",
     "TurnOutcome",
+    "WriteTextFileHandler",
     "__version__",
 ]

@@ -19,13 +19,18 @@ from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack, cast
 from appserver_client import __version__
 from appserver_client._generated import (
     ApprovalRequestParams,
+    ChannelToolCallParams,
+    ChannelToolCallResult,
     ChatMessage,
     GeneratedMethods,
     Item,
+    ReadTextFileParams,
+    ReadTextFileResult,
     SenderContext,
     ToolCallParams,
     ToolCallResult,
     Turn,
+    WriteTextFileParams,
 )
 from appserver_client.errors import (
     SERVER_OVERLOADED,
@@ -58,6 +63,24 @@ ToolCallHandler = Callable[[ToolCallParams], ToolCallAnswer | Awaitable[ToolCall
 """Called with each ``item/tool/call``'s params (a tool this client declared in
 ``thread/start.dynamicTools``); returns the result ``{success, contentItems?,
 structuredResult?, errorCode?, errorMessage?}``, directly or as an awaitable."""
+ChannelToolCallAnswer = ChannelToolCallResult | Mapping[str, Any]
+ChannelToolCallHandler = Callable[
+    [ChannelToolCallParams], ChannelToolCallAnswer | Awaitable[ChannelToolCallAnswer]
+]
+"""Called with each ``ext/channel/toolCall``'s params (a tool this channel adapter
+listed in ``capabilities.channelAdapter.channelTools``); returns the result, as
+a :data:`ToolCallHandler` does."""
+ReadTextFileAnswer = ReadTextFileResult | str | Mapping[str, Any]
+ReadTextFileHandler = Callable[
+    [ReadTextFileParams], ReadTextFileAnswer | Awaitable[ReadTextFileAnswer]
+]
+"""Called with each ``ext/acp/fs/readTextFile``'s params (``threadId``, absolute
+``path``, ``line?``, ``limit?``); returns the editor's text of the file (a ``str``
+or ``{"content": str}``), directly or as an awaitable."""
+WriteTextFileHandler = Callable[[WriteTextFileParams], Any]
+"""Called with each ``ext/acp/fs/writeTextFile``'s params (``threadId``, absolute
+``path``, ``content``); writes the file in the editor. Its return value (sync or
+awaited) is ignored unless it is a mapping (then sent as the result)."""
 RequestHandler = Callable[[Any], Any]
 ReconnectCallback = Callable[["AppServerClient"], Any]
 
@@ -72,6 +95,9 @@ class ClientOptions(TypedDict, total=False):
     capabilities: Mapping[str, Any]  # initialize capabilities (server defaults if absent)
     approval_handler: ApprovalHandler | None  # None: every approval is declined
     tool_call_handler: ToolCallHandler | None  # None: every tool call fails ("no handler")
+    channel_tool_call_handler: ChannelToolCallHandler | None  # None: channel tools fail
+    read_text_file_handler: ReadTextFileHandler | None  # advertises acpExtensions.fsReadTextFile
+    write_text_file_handler: WriteTextFileHandler | None  # advertises ...fsWriteTextFile
     request_timeout: float  # seconds per request (default 60)
     overload_retries: int  # retries of -32001 "Server overloaded" (default 4)
 
@@ -151,6 +177,9 @@ class AppServerClient(GeneratedMethods):
         capabilities: Mapping[str, Any] | None = None,
         approval_handler: ApprovalHandler | None = None,
         tool_call_handler: ToolCallHandler | None = None,
+        channel_tool_call_handler: ChannelToolCallHandler | None = None,
+        read_text_file_handler: ReadTextFileHandler | None = None,
+        write_text_file_handler: WriteTextFileHandler | None = None,
         request_timeout: float = 60.0,
         overload_retries: int = 4,
     ) -> None:
@@ -160,6 +189,9 @@ class AppServerClient(GeneratedMethods):
         self.capabilities: dict[str, Any] = dict(capabilities or {})
         self.approval_handler: ApprovalHandler | None = approval_handler
         self.tool_call_handler: ToolCallHandler | None = tool_call_handler
+        self.channel_tool_call_handler: ChannelToolCallHandler | None = channel_tool_call_handler
+        self.read_text_file_handler: ReadTextFileHandler | None = read_text_file_handler
+        self.write_text_file_handler: WriteTextFileHandler | None = write_text_file_handler
         self.request_timeout = request_timeout
         self.overload_retries = overload_retries
         self.server_info: dict[str, Any] = {}
@@ -305,13 +337,29 @@ class AppServerClient(GeneratedMethods):
             "initialize",
             {
                 "clientInfo": {"name": self.client_name, "version": self.client_version},
-                "capabilities": self.capabilities,
+                "capabilities": self.initialize_capabilities(),
             },
             self.request_timeout,
         )
         self.server_info = dict(result.get("serverInfo") or {})
         self.server_capabilities = dict(result.get("capabilities") or {})
         await self._send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+
+    def initialize_capabilities(self) -> dict[str, Any]:
+        """The ``capabilities`` sent in ``initialize``: :attr:`capabilities`, plus
+        ``acpExtensions.fsReadTextFile`` / ``fsWriteTextFile`` for the editor file
+        handlers that are set, unless :attr:`capabilities` has ``acpExtensions``
+        (then it is sent as given)."""
+        capabilities = dict(self.capabilities)
+        if "acpExtensions" not in capabilities:
+            acp: dict[str, Any] = {}
+            if self.read_text_file_handler is not None:
+                acp["fsReadTextFile"] = True
+            if self.write_text_file_handler is not None:
+                acp["fsWriteTextFile"] = True
+            if acp:
+                capabilities["acpExtensions"] = acp
+        return capabilities
 
     # --- public API -------------------------------------------------------------
 
@@ -359,6 +407,40 @@ class AppServerClient(GeneratedMethods):
         raw); a handler that raises or returns something that is not a result
         fails it with the reason."""
         self.tool_call_handler = handler
+
+    def on_channel_tool_call(self, handler: ChannelToolCallHandler | None) -> None:
+        """Run the channel tools this adapter lists in
+        ``capabilities.channelAdapter.channelTools``: ``handler(params)`` (sync or
+        async) answers each ``ext/channel/toolCall`` (same as setting
+        :attr:`channel_tool_call_handler`), with the rules of :meth:`on_tool_call`
+        (no handler: ``errorCode: "noHandler"`` unless a raw
+        :meth:`set_request_handler` handler answers; a failing handler:
+        ``"handlerFailed"``)."""
+        self.channel_tool_call_handler = handler
+
+    def on_read_text_file(self, handler: ReadTextFileHandler | None) -> None:
+        """Serve ``ext/acp/fs/readTextFile`` (the agent reading a file as the editor
+        has it): ``handler(params)`` (sync or async) returns the text, a ``str`` or
+        ``{"content": str}``. A handler that raises or returns something else
+        answers a JSON-RPC error (-32603), which fails the agent's tool call
+        (``the editor refused ...``), not the turn. Without a handler the request
+        goes to a raw :meth:`set_request_handler` handler if one is set, else is
+        answered -32601 (the same failed tool call).
+
+        The server only sends it if ``initialize`` advertised
+        ``acpExtensions.fsReadTextFile``, which the client adds when this handler
+        is set at that moment (``read_text_file_handler=`` of :meth:`spawn` /
+        :meth:`connect`; set later, it counts from the next reconnect) and
+        :attr:`capabilities` has no ``acpExtensions`` of its own."""
+        self.read_text_file_handler = handler
+
+    def on_write_text_file(self, handler: WriteTextFileHandler | None) -> None:
+        """Serve ``ext/acp/fs/writeTextFile`` (the agent writing a file through the
+        editor): ``handler(params)`` (sync or async) writes ``params["content"]``
+        to ``params["path"]``; the answer is ``{}``. Errors, the fallback and the
+        ``acpExtensions.fsWriteTextFile`` advertisement as in
+        :meth:`on_read_text_file`."""
+        self.write_text_file_handler = handler
 
     def set_request_handler(self, method: str, handler: RequestHandler | None) -> None:
         """Answer server->client requests ``method`` with ``handler(params)`` (sync
@@ -679,6 +761,17 @@ class AppServerClient(GeneratedMethods):
                 self.tool_call_handler is not None or method not in self._request_handlers
             ):
                 reply["result"] = await self._call_tool(params)
+            elif method == "ext/channel/toolCall" and (
+                self.channel_tool_call_handler is not None or method not in self._request_handlers
+            ):
+                reply["result"] = await self._call_channel_tool(params)
+            elif method == "ext/acp/fs/readTextFile" and self.read_text_file_handler is not None:
+                reply["result"] = await self._read_text_file(self.read_text_file_handler, params)
+            elif method == "ext/acp/fs/writeTextFile" and self.write_text_file_handler is not None:
+                answer = await _maybe_await(
+                    self.write_text_file_handler(cast(WriteTextFileParams, params))
+                )
+                reply["result"] = dict(answer) if isinstance(answer, Mapping) else {}
             elif method in self._request_handlers:
                 reply["result"] = await _maybe_await(self._request_handlers[method](params))
             else:
@@ -711,21 +804,24 @@ class AppServerClient(GeneratedMethods):
 
     async def _call_tool(self, params: Any) -> dict[str, Any]:
         handler = self.tool_call_handler
-        if handler is None:
-            return {"success": False, "errorCode": "noHandler", "errorMessage": "no handler"}
-        try:
-            answer = await _maybe_await(handler(cast(ToolCallParams, params)))
-        except Exception as exc:
-            log.exception("tool call handler failed")
-            return {"success": False, "errorCode": "handlerFailed", "errorMessage": str(exc)}
-        if not isinstance(answer, Mapping) or not isinstance(answer.get("success"), bool):
-            log.warning("tool call handler returned %r; failing the call", answer)
-            return {
-                "success": False,
-                "errorCode": "handlerFailed",
-                "errorMessage": "the tool call handler returned no result",
-            }
-        return dict(answer)
+        return await _run_tool(
+            None if handler is None else lambda: handler(cast(ToolCallParams, params))
+        )
+
+    async def _call_channel_tool(self, params: Any) -> dict[str, Any]:
+        handler = self.channel_tool_call_handler
+        return await _run_tool(
+            None if handler is None else lambda: handler(cast(ChannelToolCallParams, params))
+        )
+
+    @staticmethod
+    async def _read_text_file(handler: ReadTextFileHandler, params: Any) -> dict[str, Any]:
+        answer = await _maybe_await(handler(cast(ReadTextFileParams, params)))
+        if isinstance(answer, str):
+            return {"content": answer}
+        if isinstance(answer, Mapping) and isinstance(answer.get("content"), str):
+            return dict(answer)
+        raise TypeError(f"the read_text_file handler returned {answer!r:.200}, not the text")
 
     # --- internals: connection loss and reconnect -------------------------------
 
@@ -876,3 +972,22 @@ def _outcome(terminal: Notification, items: list[Item], seen: list[Notification]
         reason=reason if isinstance(reason, str) else None,
         notifications=seen,
     )
+
+
+async def _run_tool(call: Callable[[], Any] | None) -> dict[str, Any]:
+    """A tool-call result from a handler (``None``: no handler); never raises."""
+    if call is None:
+        return {"success": False, "errorCode": "noHandler", "errorMessage": "no handler"}
+    try:
+        answer = await _maybe_await(call())
+    except Exception as exc:
+        log.exception("tool call handler failed")
+        return {"success": False, "errorCode": "handlerFailed", "errorMessage": str(exc)}
+    if not isinstance(answer, Mapping) or not isinstance(answer.get("success"), bool):
+        log.warning("tool call handler returned %r; failing the call", answer)
+        return {
+            "success": False,
+            "errorCode": "handlerFailed",
+            "errorMessage": "the tool call handler returned no result",
+        }
+    return dict(answer)
