@@ -378,26 +378,6 @@ async def test_list_models_failure(
     assert "nope" in info.value.message
 
 
-def test_no_sdk_is_loaded_and_http_waits_for_warm() -> None:
-    """Building the provider loads no HTTP library and no SDK; warm() (run by
-    the server after start-up) loads the HTTP library only."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, anyio\n"
-        "from appserver.providers import ProviderSettings, make_provider\n"
-        "provider = make_provider(ProviderSettings(provider='anthropic', api_key='k'))\n"
-        "print('httpx2' in sys.modules)\n"
-        "anyio.run(provider.warm)\n"
-        "print('httpx2' in sys.modules, 'anthropic' in sys.modules)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert done.stdout.split() == ["False", "True", "False"]
-
-
 async def test_an_overloaded_request_is_retried(fake: FakeModelServer) -> None:
     p = AnthropicProvider(api_key="k", base_url=fake.base_url, max_retries=1, timeout=5)
     busy = anthropic_error(529, "Overloaded", type_="overloaded_error")

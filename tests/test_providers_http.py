@@ -104,3 +104,25 @@ def test_a_plain_http_endpoint_never_loads_the_ca_bundle_nor_follows_redirects()
     plain = api("http://127.0.0.1:1/v1", retries=0).client()
     secure = api("https://example.invalid/v1", retries=0).client()
     assert not plain.follow_redirects and secure.follow_redirects
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_no_sdk_is_loaded_and_http_waits_for_warm(provider: str) -> None:
+    """Building a network provider loads no HTTP library and no SDK; warm()
+    (run by the server after start-up, or the first call) loads the HTTP
+    library only."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, anyio\n"
+        "from appserver.providers import ProviderSettings, make_provider\n"
+        f"provider = make_provider(ProviderSettings(provider={provider!r}, api_key='k'))\n"
+        "print('httpx2' in sys.modules)\n"
+        "anyio.run(provider.warm)\n"
+        f"print('httpx2' in sys.modules, {provider!r} in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["False", "True", "False"]
