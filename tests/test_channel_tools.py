@@ -230,3 +230,30 @@ async def test_a_reconnecting_adapter_is_asked_again(workspace: Path) -> None:
                 assert terminal["method"] == "turn/completed"
                 (item,) = _plugin_items(terminal)
                 assert item["payload"]["success"] is True
+
+
+def test_a_channel_tools_approval_hint_becomes_its_approval(workspace: Path) -> None:
+    from appserver.protocol.channels import ChannelAdapterCapability
+    from appserver.runtime.turns.asking import client_tool_need
+    from appserver.services.channels.adapters import AdapterHub
+
+    capability = ChannelAdapterCapability.model_validate(
+        {"channelName": "telegram", "channelTools": TOOLS}
+    )
+    tools = AdapterHub._declared_tools("telegram", capability)
+    pin, _ = tools["PinMessage"]
+    sticker, _ = tools["SendSticker"]
+    assert client_tool_need(sticker, {"sticker": "cat"}, workspace) is None
+    need = client_tool_need(pin, {"messageId": 42}, workspace)
+    assert need is not None
+    assert (need.kind, need.operation, need.target) == ("remoteResource", "PinMessage", "42")
+    assert need.outside_workspace is False
+    from appserver.runtime.turns.asking import ClientTool
+
+    hint = {"kind": "file", "targetArgument": "path", "operationArgument": "mode"}
+    save = ClientTool(None, "save", "", {}, approval=hint)
+    inside = client_tool_need(save, {"path": "notes/a.txt", "mode": "write"}, workspace)
+    outside = client_tool_need(save, {"path": "/etc/passwd", "mode": "write"}, workspace)
+    assert inside is not None and outside is not None
+    assert (inside.operation, inside.outside_workspace) == ("write", False)
+    assert (outside.target, outside.outside_workspace) == ("/etc/passwd", True)

@@ -1,6 +1,7 @@
 """The Python client's handler API for server->client requests beyond approvals
 and ``item/tool/call``: ``on_read_text_file`` / ``on_write_text_file`` (the
-IDE's buffers, ``ext/acp/fs/*``, docs/tools.md) and ``on_channel_tool_call``
+IDE's buffers, ``ext/acp/fs/*``, docs/tools.md), ``on_terminal`` (the IDE's
+terminals, ``ext/acp/terminal/*``) and ``on_channel_tool_call``
 (``ext/channel/toolCall``, docs/channels.md), against a real server."""
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import pytest
 from appserver_client import AppServerClient
 from appserver_client.types import (
     ChannelToolCallParams,
+    EditorTerminalCreateParams,
+    EditorTerminalOutputResult,
+    EditorTerminalParams,
+    EditorTerminalWaitParams,
     ReadTextFileParams,
     WriteTextFileParams,
 )
@@ -98,6 +103,55 @@ async def test_editor_handlers_serve_the_file_tools_from_buffers(
             result = _tool_result(outcome.items)
             assert result["success"] is False
             assert "the editor refused" in result["result"]
+
+
+class FakeTerminals:
+    """An IDE's terminals that "run" a command by echoing it (a sync and async mix)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def create(self, params: EditorTerminalCreateParams) -> str:
+        self.calls.append(("create", params))
+        return "t1"
+
+    def wait_for_exit(self, params: EditorTerminalWaitParams) -> EditorTerminalOutputResult:
+        self.calls.append(("wait_for_exit", params))
+        return {"output": "ran: " + str(self.calls[0][1]["command"]), "exitCode": 0}
+
+    def get_output(self, params: EditorTerminalParams) -> EditorTerminalOutputResult:
+        raise AssertionError("not asked: the wait answered the output")
+
+    def kill(self, params: EditorTerminalParams) -> None:
+        raise AssertionError("not asked: the command exited")
+
+    async def release(self, params: EditorTerminalParams) -> None:
+        self.calls.append(("release", params))
+
+
+@pytest.mark.parametrize("kind", ["stdio", "websocket"])
+async def test_terminal_handler_runs_the_shell_in_the_ide(kind: str, workspace: Path) -> None:
+    terminals = FakeTerminals()
+    with anyio.fail_after(30):
+        async with open_client(
+            kind, workspace, terminal_handler=terminals, approval_handler=lambda p: "accept"
+        ) as client:
+            assert client.initialize_capabilities()["acpExtensions"] == {"terminalCreate": True}
+            thread_id = await new_thread(client)
+            outcome = await client.run_turn(thread_id, _call("shell", command="make build"))
+            assert outcome.ok
+            result = _tool_result(outcome.items)
+            assert result == {**result, "success": True, "result": "exit code: 0\nran: make build"}
+            assert [name for name, _ in terminals.calls] == ["create", "wait_for_exit", "release"]
+            assert terminals.calls[2][1] == {"threadId": thread_id, "terminalId": "t1"}
+
+            client.on_terminal(None)  # no handler: -32601, the shell call fails
+            outcome = await client.run_turn(thread_id, _call("shell", command="make build"))
+            assert outcome.ok
+            assert (
+                "the editor refused ext/acp/terminal/create"
+                in (_tool_result(outcome.items)["result"])
+            )
 
 
 async def test_editor_capabilities_given_by_the_user_are_sent_as_is(workspace: Path) -> None:

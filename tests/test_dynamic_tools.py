@@ -383,3 +383,57 @@ def test_later_turns_see_client_tool_calls_and_their_answers() -> None:
     assert messages[1].tool_calls[0].name == "ide__open"
     assert messages[1].tool_calls[0].arguments == {"p": 1}
     assert messages[4].tool_call_id == "c2"
+
+
+FETCH = {
+    "name": "fetch",
+    "description": "Fetch a URL in the client.",
+    "inputSchema": {"type": "object", "properties": {"url": {"type": "string"}}},
+    "approval": {"kind": "remoteResource", "targetArgument": "url", "operation": "fetch"},
+}
+
+
+class ApprovingHost(ToolHost):
+    """A tool host that also answers approvals with ``decision``."""
+
+    def __init__(self, client: RpcClient, answer: Any, decision: str) -> None:
+        super().__init__(client, answer)
+        self.decision = decision
+        self.approvals: list[dict[str, Any]] = []
+
+    def _handle(self, method: str, params: Any) -> Any:
+        if method == "item/approval/request":
+            self.approvals.append(params)
+            return {"decision": self.decision}
+        return super()._handle(method, params)
+
+
+@pytest.mark.parametrize("kind", ["stdio", "websocket"])
+async def test_a_tools_approval_hint_asks_first(kind: str, workspace: Path) -> None:
+    call = '?tool fetch {"url": "https://example.test/a"}'
+    with anyio.fail_after(15):
+        async with (
+            running_server(kind, workspace) as sut,
+            sut.connect() as client,
+        ):
+            host = ApprovingHost(client, lambda p: {"success": True}, "decline")
+            thread_id = await _thread(client, [FETCH])
+            turn_id, terminal = await run_turn(client, thread_id, call)
+            assert terminal["method"] == "turn/completed"
+            (asked,) = host.approvals
+            assert asked["approvalType"] == "remoteResource"
+            assert asked["operation"] == "fetch"
+            assert asked["target"] == "https://example.test/a"
+            # Declined: the client is not asked to run it; the item says why.
+            assert host.calls == []
+            (item,) = _dynamic_items(client, turn_id, "item/completed")
+            assert item["payload"]["success"] is False
+            assert item["payload"]["errorCode"] == "approvalDeclined"
+
+            host.decision = "acceptForSession"
+            await run_turn(client, thread_id, call)
+            assert len(host.calls) == 1 and len(host.approvals) == 2
+            # The session grant covers the same operation on the same target.
+            _, terminal = await run_turn(client, thread_id, call)
+            assert len(host.calls) == 2 and len(host.approvals) == 2
+            assert terminal["method"] == "turn/completed"

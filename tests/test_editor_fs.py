@@ -104,6 +104,7 @@ async def test_the_file_tools_use_the_editors_buffers(
                 "threadId": thread_id,
                 "path": path,
                 "line": 2,
+                "offset": 2,
                 "limit": 1,
             }
 
@@ -230,9 +231,10 @@ async def test_error_and_invalid_answers_fail_the_tool_call(workspace: Path) -> 
 
 async def test_the_editor_disconnecting_fails_the_tool_call(workspace: Path) -> None:
     (workspace / "notes.txt").write_text("on disk\n")
+    grace = EngineConfig(approval_timeout=10, reconnect_grace=0.3)
     with anyio.fail_after(20):
         async with (
-            running_server("websocket", workspace) as sut,
+            running_server("websocket", workspace, engine=grace) as sut,
             sut.connect("observer") as observer,
         ):
             async with sut.connect("ide", capabilities=FS) as client:
@@ -246,4 +248,23 @@ async def test_the_editor_disconnecting_fails_the_tool_call(workspace: Path) -> 
             assert terminal["method"] == "turn/completed"
             result = _result(terminal)
             assert result["success"] is False
-            assert "did not answer" in result["result"]
+            assert "disconnected and did not come back within 0.3s" in result["result"]
+
+
+async def test_a_reconnecting_editor_is_asked_again(workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("on disk\n")
+    path = str((workspace / "notes.txt").resolve())
+    with anyio.fail_after(20):
+        async with running_server("websocket", workspace) as sut:
+            async with sut.connect("ide", capabilities=FS) as first:
+                Editor(first, {}, answering=False)
+                thread_id = (await start_thread(first, config=AUTO))["id"]
+                turn_id = await start_turn(first, thread_id, _call("read_file", path="notes.txt"))
+                await first.wait(lambda m: m.get("method") == "ext/acp/fs/readTextFile")
+            # The window reloads and subscribes again: it is asked the same question.
+            async with sut.connect("ide", capabilities=FS) as second:
+                editor = Editor(second, {path: "the buffer\n"})
+                await second.request("thread/subscribe", {"threadId": thread_id})
+                terminal = await wait_terminal(second, turn_id)
+                assert _result(terminal)["result"] == "the buffer\n"
+                assert [m for m, _ in editor.requests] == ["ext/acp/fs/readTextFile"]

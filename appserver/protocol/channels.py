@@ -154,7 +154,9 @@ class ChannelToolDisplay(OpenWireModel):
 
 
 class ChannelToolApproval(OpenWireModel):
-    """DotCraft's approval hint of a channel tool (accepted and ignored here)."""
+    """Ask for approval before a call of a channel (or dynamic) tool: the
+    `approvalRequest` has `approvalType: kind`, the target from `targetArgument`,
+    the operation from `operationArgument`, else `operation`, else the tool's name."""
 
     kind: str
     """`file`, `shell` or `remoteResource`."""
@@ -186,7 +188,8 @@ class ChannelToolDescriptor(OpenWireModel):
     requires_chat_context: bool = False
     """Only offered on turns with a chat context (a `channelContext` or a `groupId`)."""
     approval: ChannelToolApproval | None = None
-    """DotCraft's approval hint; accepted and ignored (no approval is asked)."""
+    """Ask for approval before each call (by the thread's approval policy, like a
+    built-in tool); a declined call is not sent to the adapter."""
     defer_loading: bool | None = None
     """Reserved by DotCraft; ignored."""
 

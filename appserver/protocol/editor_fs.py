@@ -24,7 +24,8 @@ class AcpExtensionsCapability(OpenWireModel):
     fs_write_text_file: bool = False
     """The client answers `ext/acp/fs/writeTextFile` (the file tools write through it)."""
     terminal_create: bool = False
-    """The client can run terminals (`ext/acp/terminal/*`; not used by this server)."""
+    """The client runs commands in its terminals (`ext/acp/terminal/*`: the `shell` tool
+    uses them)."""
     extensions: list[str] = Field(default_factory=list)
     """Further `ext/acp/<family>` families the client serves (not used by this server)."""
 
@@ -37,7 +38,9 @@ class ReadTextFileParams(WireModel):
     path: str
     """Absolute path of the file (inside the workspace, or approved)."""
     line: int | None = None
-    """1-based line to start at (absent: the first line)."""
+    """1-based line to start at (absent: the first line); ACP's name."""
+    offset: int | None = None
+    """The same as `line` (the name DotCraft's bridges read); always equal to it."""
     limit: int | None = None
     """Maximum number of lines (absent: the whole file)."""
 

@@ -37,7 +37,7 @@ class ClientCapabilities(OpenWireModel):
     tool_execution_lifecycle: bool = False
     """Send `toolExecution` items around tool runs."""
     background_terminals: bool = False
-    """The client can show background terminals."""
+    """Send the `terminal/*` notifications (background terminals started, output, ended)."""
     config_change: bool = True
     """Send `workspace/configChanged`."""
     opt_out_notification_methods: list[str] = Field(default_factory=list)

@@ -15,10 +15,12 @@ from appserver.protocol import (
     cron,
     dynamic_tools,
     editor_fs,
+    editor_terminal,
     mcp,
     plans,
     plugins,
     skills,
+    terminals,
     workspace,
 )
 from appserver.protocol import errors as E
@@ -41,7 +43,9 @@ _FAMILIES = (
     channels,
     dynamic_tools,
     editor_fs,
+    editor_terminal,
     plans,
+    terminals,
 )
 
 

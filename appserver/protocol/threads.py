@@ -229,7 +229,9 @@ class DynamicToolSpec(OpenWireModel):
     defer_loading: bool | None = None
     """Reserved; ignored."""
     approval: dict[str, Any] | None = None
-    """Ask for approval before a call: `{kind, targetArgument, operation?, operationArgument?}`."""
+    """Ask for approval before each call: `{kind, targetArgument, operation?,
+    operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`,
+    `remoteResource`; see `ChannelToolApproval`); a declined call is not sent."""
 
     @field_validator("namespace")
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,9 @@ class Threads:
         # The plan tools (CreatePlan, UpdateTodos) write through this.
         self.plans = ThreadPlans(PlanRepository(repo.db), journal, engine)
         attach_plan_store(engine.tools, self.plans)
+        # Called with (thread id, deleted) when a thread is archived or deleted,
+        # before it changes (background terminals stop theirs, as DotCraft does).
+        self.closing_listeners: list[Callable[[str, bool], Awaitable[None]]] = []
 
     # --- lookups -----------------------------------------------------------------
 
@@ -364,6 +367,8 @@ class Threads:
         if self.running(thread.id):
             raise TurnInProgress(thread.id)
         if thread.status != "archived":
+            for listener in self.closing_listeners:
+                await listener(thread.id, False)
             await self._set_status(thread, "archived")
 
     async def unarchive(self, thread_id: str) -> None:
@@ -424,6 +429,8 @@ class Threads:
         ``threadDeleted``); everyone but ``by`` gets ``thread/deleted``."""
         thread = await self.get(thread_id)
         await self.engine.cancel_and_wait(thread.id, "threadDeleted")
+        for listener in self.closing_listeners:
+            await listener(thread.id, True)
         await self.repo.delete(thread.id)
         self.bus.publish(
             "thread/deleted",

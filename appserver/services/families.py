@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from appserver.services import channels, commands, cron, mcp, plugins, skills, workspace
+from appserver.services import (
+    channels,
+    commands,
+    cron,
+    mcp,
+    plugins,
+    skills,
+    terminals,
+    workspace,
+)
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
@@ -24,4 +33,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     commands.install,
     cron.install,
     channels.install,
+    terminals.install,
 ]

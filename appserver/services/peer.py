@@ -145,6 +145,12 @@ class Peer:
         :class:`~appserver.runtime.events.EditorClient`)."""
         return _editor_fs_of(self)
 
+    def editor_terminal(self) -> bool:
+        """Whether the client runs ``ext/acp/terminal/*`` (an
+        :class:`~appserver.runtime.events.EditorClient`)."""
+        caps = getattr(self.capabilities, "acp_extensions", None)
+        return caps is not None and self.ready and bool(caps.terminal_create)
+
     async def editor_request(
         self, method: str, request: WireModel, timeout: float
     ) -> Mapping[str, object]:

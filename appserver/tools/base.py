@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 
 class ToolError(Exception):
@@ -27,14 +27,15 @@ class ToolError(Exception):
 class ApprovalNeed:
     """What the client is asked to approve.
 
-    ``kind``: ``shell`` or ``file``. ``operation``: the command for shell;
+    ``kind``: ``shell`` or ``file`` (a client tool's ``approval`` hint may
+    name another, e.g. ``remoteResource``). ``operation``: the command for shell;
     ``read|write|edit|list`` for file. ``target``: working directory for
     shell, the resolved path for file. ``outside_workspace``: the call
     touches a path outside the workspace (subject to
     ``requireApprovalOutsideWorkspace``).
     """
 
-    kind: Literal["shell", "file"]
+    kind: str  # shell, file, or a client tool's kind (remoteResource, ...)
     operation: str
     target: str
     reason: str
@@ -70,6 +71,42 @@ class EditorFiles(Protocol):
         """Replace the text of ``path`` in the editor."""
 
 
+@dataclass(frozen=True)
+class TerminalOutput:
+    """What an editor terminal printed, and how its command ended."""
+
+    output: str
+    exited: bool  # False: still running (waitForExit's timeout passed)
+    exit_code: int | None = None  # None once exited: ended by ``signal``
+    signal: str | None = None
+    truncated: bool = False  # the editor cut the output
+
+
+class EditorTerminals(Protocol):
+    """The client's editor, running commands in its terminals (DotCraft's
+    ``acpExtensions.terminalCreate``: ``ext/acp/terminal/*``).
+
+    The command and directory are already through the sandbox and approvals.
+    A failure (timeout, disconnect, error or invalid answer) raises
+    :class:`ToolError`: the tool call fails, not the turn.
+    """
+
+    async def create_terminal(self, command: str, cwd: str) -> str:
+        """Start ``command`` in ``cwd`` in a new terminal; its id."""
+
+    async def wait_for_terminal_exit(self, terminal_id: str, timeout_s: float) -> TerminalOutput:
+        """Wait at most ``timeout_s`` for the command to end."""
+
+    async def terminal_output(self, terminal_id: str) -> TerminalOutput:
+        """What the terminal printed so far."""
+
+    async def kill_terminal(self, terminal_id: str) -> None:
+        """Kill the command (best effort: never raises)."""
+
+    async def release_terminal(self, terminal_id: str) -> None:
+        """The server is done with the terminal (best effort: never raises)."""
+
+
 @dataclass
 class ToolContext:
     """What a tool may use while running."""
@@ -83,6 +120,8 @@ class ToolContext:
     on_output: Callable[[str], None] | None = None
     # The client's editor when it serves the file system (file tools use it).
     editor: EditorFiles | None = None
+    # The client's editor when it runs commands in its terminals (shell uses it).
+    editor_terminals: EditorTerminals | None = None
 
 
 @dataclass

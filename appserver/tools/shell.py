@@ -26,12 +26,19 @@ While a command runs, and while processes it left in the background do, its
 process group is known to the server's watchdog (``tools.reaper``): if the
 server dies, even by SIGKILL, the group is killed. (A process that leaves the
 group with ``setsid`` escapes it, as it would a terminal.)
+
+``run_in_background`` (DotCraft's Exec ``runInBackground``) hands the command
+to the background terminals (``tools.terminals``) instead: the call returns
+after ``yield_time_ms`` with a session id and the output so far, and the
+``commandExecution`` item completes as ``backgrounded`` (or as the command
+ended, if it ended sooner). ``interactive`` keeps its stdin open for
+``write_stdin``; ``max_output_chars`` caps the output returned. The approval
+is the same as for any command.
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import os
 import signal
 import subprocess
@@ -44,17 +51,20 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
-from appserver.tools.args import check_keys, get_int, get_str, require_str
+from appserver.tools.args import check_keys, get_bool, get_int, get_str, require_str
 from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
+from appserver.tools.editor_terminal import run_in_editor_terminal
 from appserver.tools.environment import tool_environment
-from appserver.tools.reaper import REAPER, group_alive
+from appserver.tools.groups import KILL_GRACE_S, kill_process_group
+from appserver.tools.reaper import REAPER
 from appserver.tools.sandbox import Sandbox
+from appserver.tools.terminal_tools import format_terminal
+from appserver.tools.terminals import TerminalError, TerminalManager
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 600.0
 OUTPUT_LIMIT_CHARS = 64 * 1024  # kept for the model (head + tail)
 STREAM_LIMIT_CHARS = 1024 * 1024  # sent live through on_output
-KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL
 DRAIN_GRACE_S = 0.5  # after exit, for output still in the pipe
 
 
@@ -117,38 +127,6 @@ class _LiveStream:
         self._on_output(text)
 
 
-async def _wait_group_gone(pgid: int, timeout: float) -> bool:
-    """Poll until the group is gone; ``False`` if it outlived ``timeout``."""
-    # Polling is the only portable way: there is no wait() for a process group
-    # whose members are not our children.
-    delay = 0.005
-    with anyio.move_on_after(timeout):
-        while group_alive(pgid):
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        return True
-    return False
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    # Already gone (or the pgid was reused by a group we may not touch).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)
-
-
-async def kill_process_group(pgid: int, grace: float = KILL_GRACE_S) -> None:
-    """SIGTERM the group, then SIGKILL what is left after ``grace`` seconds.
-
-    Returns once no member is running any more (bounded by a second ``grace``
-    after SIGKILL, which cannot be ignored, so it only covers delivery).
-    """
-    _signal_group(pgid, signal.SIGTERM)
-    if await _wait_group_gone(pgid, grace):
-        return
-    _signal_group(pgid, signal.SIGKILL)
-    await _wait_group_gone(pgid, grace)
-
-
 def _status_line(exit_code: int | None) -> str:
     if exit_code is None:
         return "exit code: unknown"
@@ -161,6 +139,24 @@ def _status_line(exit_code: int | None) -> str:
     return f"exit code: {exit_code}"
 
 
+_ARGUMENTS = (
+    "command",
+    "workdir",
+    "timeout_ms",
+    "run_in_background",
+    "yield_time_ms",
+    "max_output_chars",
+    "interactive",
+)
+# A background call's commandExecution status, by the terminal's status then.
+_ITEM_STATUS = {
+    "running": "backgrounded",
+    "completed": "completed",
+    "killed": "cancelled",
+    "timedOut": "cancelled",
+}
+
+
 class ShellTool:
     """``shell``: run a bash command with a timeout, live output and a capped result."""
 
@@ -171,7 +167,11 @@ class ShellTool:
         "interactive programs will not wait for input. The result starts with 'exit code: N'; "
         f"long output keeps its first and last {OUTPUT_LIMIT_CHARS // 2} characters. Commands "
         f"time out after {DEFAULT_TIMEOUT_S:g} s unless timeout_ms says otherwise (at most "
-        f"{MAX_TIMEOUT_S:g} s); on timeout the command and everything it started are killed."
+        f"{MAX_TIMEOUT_S:g} s); on timeout the command and everything it started are killed. "
+        "For long-running commands (builds, dev servers, watchers) set run_in_background: the "
+        "call returns after yield_time_ms with a session id and the output so far; the command "
+        "keeps running (no timeout) until it ends or stop_terminal stops it, and write_stdin "
+        "reads its new output (empty input) or writes to it (with interactive)."
     )
     input_schema: dict[str, Any] = {
         "type": "object",
@@ -186,7 +186,29 @@ class ShellTool:
                 "type": "integer",
                 "minimum": 1,
                 "description": f"Timeout in milliseconds (default {int(DEFAULT_TIMEOUT_S * 1000)},"
-                f" at most {int(MAX_TIMEOUT_S * 1000)}).",
+                f" at most {int(MAX_TIMEOUT_S * 1000)}; not for run_in_background).",
+            },
+            "run_in_background": {
+                "type": "boolean",
+                "description": "Run the command as a background terminal and return a session id "
+                "after yield_time_ms (default false).",
+            },
+            "yield_time_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "With run_in_background: milliseconds to wait for output before "
+                "returning (default 1000, at most 30000); less if the command ends.",
+            },
+            "max_output_chars": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "With run_in_background: return at most this many trailing "
+                "characters of output (default 10000). Otherwise: cap the kept output.",
+            },
+            "interactive": {
+                "type": "boolean",
+                "description": "With run_in_background: keep stdin open (a pipe, not a TTY) so "
+                "write_stdin can send input (default false).",
             },
         },
         "required": ["command"],
@@ -213,15 +235,25 @@ class ShellTool:
         self.drain_grace_s = drain_grace_s
         self.shell = shell
         self.pass_env = frozenset(pass_env)  # secrets the user passes on deliberately
+        # The background terminals, attached by the runtime (tools.terminal_tools).
+        self.terminals: TerminalManager | None = None
+
+    uses_terminals = True
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
         """Resolve the working directory; every command needs a shell approval."""
-        check_keys(arguments, ("command", "workdir", "timeout_ms"))
+        check_keys(arguments, _ARGUMENTS)
         command = require_str(arguments, "command", allow_empty=False)
         if "\0" in command:
             raise ToolError("command must not contain NUL bytes")
         workdir = get_str(arguments, "workdir", required=False) or "."
         timeout_ms = get_int(arguments, "timeout_ms", minimum=1)
+        background = get_bool(arguments, "run_in_background")
+        interactive = get_bool(arguments, "interactive")
+        yield_ms = get_int(arguments, "yield_time_ms", minimum=0)
+        max_chars = get_int(arguments, "max_output_chars", minimum=0)
+        if interactive and not background:
+            raise ToolError("interactive needs run_in_background (stdin is empty otherwise)")
         sandbox = Sandbox(ctx.workspace)
         cwd = sandbox.resolve(workdir, must_exist=True)
         if not cwd.path.is_dir():
@@ -241,7 +273,15 @@ class ShellTool:
                 reason=f"Run a shell command in {display}{outside}",
                 outside_workspace=not cwd.inside,
             ),
-            resolved={"command": command, "cwd": cwd.path, "timeout_s": timeout_s},
+            resolved={
+                "command": command,
+                "cwd": cwd.path,
+                "timeout_s": timeout_s,
+                "background": background,
+                "interactive": interactive,
+                "yield_ms": yield_ms,
+                "max_output_chars": max_chars,
+            },
         )
 
     async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
@@ -256,6 +296,13 @@ class ShellTool:
                 success=False,
                 output=f"{cwd} changed (a symlink appeared) since the command was approved",
                 details={"exit_code": None, "working_directory": str(cwd)},
+            )
+        if plan.resolved.get("background"):
+            return await self._run_in_background(plan, ctx)
+        if ctx.editor_terminals is not None:
+            # The bound IDE runs it in its own terminal (acpExtensions.terminalCreate).
+            return await run_in_editor_terminal(
+                ctx.editor_terminals, command, cwd, timeout_s, ctx, self.output_limit
             )
         started = time.monotonic()
         try:
@@ -280,7 +327,8 @@ class ShellTool:
 
         # Until the command ends, its group dies with the server (see tools.reaper).
         REAPER.track(process.pid)
-        kept = _CappedOutput(self.output_limit)
+        max_chars = plan.resolved.get("max_output_chars")
+        kept = _CappedOutput(min(max_chars or self.output_limit, self.output_limit))
         live = _LiveStream(ctx.on_output, self.stream_limit)
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
@@ -322,6 +370,50 @@ class ShellTool:
                 "timed_out": timed_out,
                 "truncated": kept.truncated,
                 "original_output_chars": kept.total,
+                "working_directory": str(cwd),
+            },
+        )
+
+    async def _run_in_background(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+        """Start a background terminal; its snapshot after ``yield_time_ms``."""
+        command: str = plan.resolved["command"]
+        cwd: Path = plan.resolved["cwd"]
+        failed = {"exit_code": None, "working_directory": str(cwd)}
+        if self.terminals is None:
+            return ToolOutcome(False, "Error: background terminals are not available here", failed)
+        try:
+            terminal = await self.terminals.start(
+                thread_id=ctx.thread_id,
+                turn_id=ctx.turn_id,
+                call_id=ctx.call_id,
+                command=command,
+                cwd=cwd,
+                argv=[self.shell, "-c", command],
+                env=tool_environment(self.pass_env),
+                interactive=plan.resolved["interactive"],
+                yield_ms=plan.resolved["yield_ms"],
+                max_output_chars=plan.resolved["max_output_chars"],
+            )
+        except TerminalError as exc:
+            return ToolOutcome(False, f"Error executing command: {exc}", failed)
+        if ctx.on_output is not None and terminal.original_output_chars:
+            ctx.on_output(terminal.output)  # the output so far, on the item
+        # DotCraft's CommandExecutionTracker.Complete: the item's status and facts.
+        details: dict[str, Any] = {"exit_code": terminal.exit_code}
+        if terminal.exit_code is None:
+            details = {}  # still running, or killed: the item has no exit code
+        return ToolOutcome(
+            success=terminal.status in ("running", "completed"),
+            output=format_terminal(terminal),
+            details={
+                **details,
+                "command_status": _ITEM_STATUS.get(terminal.status, "failed"),
+                "duration_ms": terminal.wall_time_ms,
+                "session_id": terminal.session_id,
+                "output_path": terminal.output_path,
+                "original_output_chars": terminal.original_output_chars,
+                "truncated": terminal.truncated,
+                "background_reason": terminal.background_reason,
                 "working_directory": str(cwd),
             },
         )

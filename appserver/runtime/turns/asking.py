@@ -17,9 +17,12 @@ the adapter and a ``pluginFunctionCall`` item; see docs/channels.md.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -29,6 +32,12 @@ from appserver.protocol import turns as W
 from appserver.protocol.base import WireModel
 from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
 from appserver.protocol.editor_fs import ReadTextFileParams, WriteTextFileParams
+from appserver.protocol.editor_terminal import (
+    EditorTerminalCreateParams,
+    EditorTerminalOutputResult,
+    EditorTerminalParams,
+    EditorTerminalWaitParams,
+)
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval, Verdict, session_scopes
@@ -46,7 +55,7 @@ from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.wire import item_to_wire
 from appserver.storage.threads import ItemRecord, ThreadRepository
-from appserver.tools.base import ApprovalNeed, ToolError
+from appserver.tools.base import ApprovalNeed, TerminalOutput, ToolError
 
 log = logging.getLogger("appserver.turns")
 
@@ -178,6 +187,8 @@ class ClientTool:
     input_schema: dict[str, Any]
     # Set: a tool of this external channel's adapter (``ext/channel/toolCall``).
     channel: str | None = None
+    # DotCraft's ``approval`` hint: ``{kind, targetArgument, operation?, operationArgument?}``.
+    approval: Mapping[str, Any] | None = None
 
     @property
     def model_name(self) -> str:
@@ -209,6 +220,46 @@ class PendingToolCall(PendingApproval[WireModel]):
     def _answered(self, participant: Participant, answer: object) -> None:
         self.answer = answer if isinstance(answer, Mapping) else {}  # invalid: no `success`
         self.resolve("answered", participant)
+
+
+def client_tool_need(tool: ClientTool, arguments: Any, workspace: Path) -> ApprovalNeed | None:
+    """The approval a call of ``tool`` needs by its ``approval`` hint (DotCraft's
+    ``{kind, targetArgument, operation?, operationArgument?}``), ``None`` without one.
+
+    ``approvalType`` is the hint's ``kind`` (``file``, ``shell``,
+    ``remoteResource``, ...); the target is the argument ``targetArgument``
+    names; the operation the argument ``operationArgument`` names, else
+    ``operation``, else the tool's name. A ``file`` or ``shell`` target that
+    resolves outside the workspace counts as outside (the boundary rules and
+    ``requireApprovalOutsideWorkspace`` apply as to the built-in tools).
+    """
+    hint = tool.approval
+    if not hint or not hint.get("kind"):
+        return None
+    args = arguments if isinstance(arguments, Mapping) else {}
+    kind = str(hint["kind"])
+    target = _argument_text(args.get(str(hint.get("targetArgument") or "")))
+    operation = _argument_text(args.get(str(hint.get("operationArgument") or "")))
+    operation = operation or str(hint.get("operation") or "") or tool.name
+    outside = False
+    if kind in ("file", "shell") and target:
+        root = workspace.resolve()
+        place = Path(os.path.expanduser(target))
+        place = (place if place.is_absolute() else root / place).resolve()
+        outside = not place.is_relative_to(root)
+    return ApprovalNeed(
+        kind=kind,
+        operation=operation,
+        target=target,
+        reason=f"The client's tool {tool.model_name} wants to {operation} {target}".rstrip(),
+        outside_workspace=outside,
+    )
+
+
+def _argument_text(value: object) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def can_call_tools(participant: Participant | None) -> bool:
@@ -252,6 +303,7 @@ class ClientToolCalls:
         self.tools: dict[str, dict[str, ClientTool]] = {}  # thread -> model name -> tool
         self.owners: dict[str, Participant] = {}
         self.pending: dict[str, PendingToolCall] = {}
+        self.editor_pending: dict[str, PendingEditorRequest] = {}  # ext/acp/* by thread
         self._loaded: set[str] = set()  # threads whose stored tools were read
         # The external channels' tools (set by the channel adapter hub).
         self.channel_source: ChannelToolSource | None = None
@@ -283,6 +335,7 @@ class ClientToolCalls:
                 name=str(tool["name"]),
                 description=str(tool.get("description", "")),
                 input_schema=dict(tool.get("inputSchema") or {}),
+                approval=tool.get("approval") if isinstance(tool.get("approval"), dict) else None,
             )
             for tool in tools
         ]
@@ -296,6 +349,9 @@ class ClientToolCalls:
         pending = self.pending.get(thread_id)
         if pending is not None and pending.channel is None and can_call_tools(owner):
             pending.ask(owner)
+        asked = self.editor_pending.get(thread_id)
+        if asked is not None and serves(owner, asked.method):
+            asked.ask(owner)
 
     def adapter_attached(self, channel: str, adapter: Participant) -> None:
         """An adapter of ``channel`` (re)connected: it is asked the channel's pending calls."""
@@ -319,18 +375,60 @@ class ClientToolCalls:
         self.owners.setdefault(thread_id, owner)
 
     def editor(self, active: ActiveTurn) -> ClientEditor | None:
-        """The bound client's editor, when it serves the file system
-        (``acpExtensions``): the owner, or while the seat is empty the client
-        that started the turn."""
+        """The bound client's editor, when it serves the file system or
+        terminals (``acpExtensions``): the owner, or while the seat is empty
+        the client that started the turn. Its requests go through
+        :meth:`ask_editor`."""
+        owner = self.editor_owner(active)
+        if not isinstance(owner, EditorClient):
+            return None
+        can_read, can_write = owner.editor_fs()
+        can_run = owner.editor_terminal()
+        if not (can_read or can_write or can_run):
+            return None
+        return ClientEditor(self, active, can_read, can_write, can_run)
+
+    def editor_owner(self, active: ActiveTurn) -> Participant | None:
+        """The thread's bound client if it can be an editor (else the turn's
+        origin while the seat is empty)."""
         owner = self.owners.get(active.thread_id)
         if owner is None or owner.closed:
             owner = active.origin
         if owner is None or owner.closed or not isinstance(owner, EditorClient):
             return None
-        can_read, can_write = owner.editor_fs()
-        if not (can_read or can_write):
-            return None
-        return ClientEditor(owner, active.thread_id, self.approvals.timeout, can_read, can_write)
+        return owner
+
+    async def ask_editor(
+        self, active: ActiveTurn, method: str, params: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send one ``ext/acp/*`` request to the thread's editor with the
+        approval machinery: an owner that leaves and comes back (or another
+        editor that takes the seat) within the reconnect grace is asked again.
+        Its answer; a :class:`ToolError` if it refused, did not answer within
+        ``timeout`` or did not come back."""
+        assert active.tg is not None
+        pending = PendingEditorRequest(
+            params, active.tg, timeout, self.approvals.reconnect_grace, method=method
+        )
+        self.editor_pending[active.thread_id] = pending
+        try:
+            owner = self.editor_owner(active)
+            if owner is not None and serves(owner, method):
+                pending.ask(owner)
+            decided, reason = await pending.wait()
+        finally:
+            if self.editor_pending.get(active.thread_id) is pending:
+                del self.editor_pending[active.thread_id]
+        if decided is None:
+            if reason == "approval_timeout":
+                raise EditorTimeout(f"the editor did not answer {method} within {timeout:g}s")
+            raise ToolError(
+                f"the editor did not answer {method}: it disconnected and did not come back "
+                f"within {self.approvals.reconnect_grace:g}s"
+            )
+        if decided == "refused":
+            raise ToolError(f"the editor refused {method}: {pending.error}")
+        return pending.answer or {}
 
     def forget_thread(self, thread_id: str) -> None:
         self.tools.pop(thread_id, None)
@@ -359,27 +457,42 @@ class ClientToolCalls:
 
     # --- a call -------------------------------------------------------------------------
 
-    async def call(self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: Any) -> str:
-        """Run one call through the owner (a channel tool: through the channel's
-        adapter); record its ``dynamicToolCall`` (``pluginFunctionCall``) item;
-        return the tool result for the model."""
+    async def declined(
+        self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: Any, why: str
+    ) -> str:
+        """Record a call the user declined (its approval): the item fails
+        (``errorCode: "approvalDeclined"``) and the client is not asked."""
+        item = await self.items.open(active, *self._item_payload(tool, call_id, arguments))
+        item.payload.update(_failure("approvalDeclined", f"Declined: {why}."))
+        await self.items.complete(active, item)
+        return model_text(item.payload)
+
+    @staticmethod
+    def _item_payload(tool: ClientTool, call_id: str, arguments: Any) -> tuple[str, dict[str, Any]]:
         args = dict(arguments) if isinstance(arguments, Mapping) else {}
-        params: WireModel
         if tool.channel is not None:
-            assert self.channel_source is not None
-            kind = "pluginFunctionCall"
-            payload: dict[str, Any] = {
+            return "pluginFunctionCall", {
                 "pluginId": channel_plugin_id(tool.channel),
                 "functionName": tool.name,
                 "callId": call_id,
                 "arguments": args,
             }
+        payload: dict[str, Any] = {"toolName": tool.name, "callId": call_id, "arguments": args}
+        if tool.namespace:
+            payload = {"namespace": tool.namespace, **payload}
+        return "dynamicToolCall", payload
+
+    async def call(self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: Any) -> str:
+        """Run one call through the owner (a channel tool: through the channel's
+        adapter); record its ``dynamicToolCall`` (``pluginFunctionCall``) item;
+        return the tool result for the model."""
+        args = dict(arguments) if isinstance(arguments, Mapping) else {}
+        kind, payload = self._item_payload(tool, call_id, arguments)
+        params: WireModel
+        if tool.channel is not None:
+            assert self.channel_source is not None
             params = self.channel_source.channel_call_params(active, tool, call_id, args)
         else:
-            kind = "dynamicToolCall"
-            payload = {"toolName": tool.name, "callId": call_id, "arguments": args}
-            if tool.namespace:
-                payload = {"namespace": tool.namespace, **payload}
             params = ToolCallParams(
                 thread_id=active.thread_id,
                 turn_id=active.record.id,
@@ -439,37 +552,83 @@ class ClientToolCalls:
         return parse_tool_result(pending.answer or {}, method)
 
 
+class EditorTimeout(ToolError):
+    """The editor did not answer an ``ext/acp/*`` request in time."""
+
+
+@dataclass
+class PendingEditorRequest(PendingApproval[WireModel]):
+    """An ``ext/acp/*`` request waiting for the editor's answer (asked once
+    per participant, timeout, reconnect grace)."""
+
+    method: str = ""
+    answer: Mapping[str, object] | None = None
+    error: str = ""
+
+    async def _put(self, participant: Participant) -> object:
+        assert isinstance(participant, EditorClient)
+        return await participant.editor_request(self.method, self.params, self.timeout)
+
+    def _refused(self, participant: Participant, message: str) -> None:
+        self.error = message
+        self.resolve("refused", participant)
+
+    def _answered(self, participant: Participant, answer: object) -> None:
+        self.answer = answer if isinstance(answer, Mapping) else {}
+        self.resolve("answered", participant)
+
+
+def serves(participant: Participant | None, method: str) -> bool:
+    """``participant`` is a ready editor that advertised ``method``'s capability."""
+    if participant is None or participant.closed or not isinstance(participant, EditorClient):
+        return False
+    if method.startswith("ext/acp/terminal/"):
+        return participant.editor_terminal()
+    can_read, can_write = participant.editor_fs()
+    return can_read if method == "ext/acp/fs/readTextFile" else can_write
+
+
+# Beyond the command's own timeout, for the editor to answer waitForExit.
+WAIT_MARGIN_S = 10.0
+# kill and release after an interrupted turn or a failure: short, best effort.
+CLEANUP_TIMEOUT_S = 5.0
+
+
 class ClientEditor:
-    """The file tools' :class:`~appserver.tools.base.EditorFiles` through a
-    client's ``ext/acp/fs/*`` (timeout: the approval timeout; any failure is
-    a :class:`ToolError`, so the tool call fails and the turn goes on)."""
+    """The tools' :class:`~appserver.tools.base.EditorFiles` and
+    :class:`~appserver.tools.base.EditorTerminals` through a client's
+    ``ext/acp/*`` (timeout: the approval timeout, or a command's own; any
+    failure is a :class:`ToolError`, so the tool call fails and the turn goes on)."""
 
     def __init__(
         self,
-        client: EditorClient,
-        thread_id: str,
-        timeout: float,
+        calls: ClientToolCalls,
+        active: ActiveTurn,
         can_read: bool,
         can_write: bool,
+        can_run: bool,
     ) -> None:
-        self.client = client
-        self.thread_id = thread_id
-        self.timeout = timeout
+        self.calls = calls
+        self.active = active
+        self.thread_id = active.thread_id
+        self.timeout = calls.approvals.timeout
         self.can_read = can_read
         self.can_write = can_write
+        self.can_run = can_run
 
-    async def _request(self, method: str, params: WireModel) -> Mapping[str, object]:
-        try:
-            return await self.client.editor_request(method, params, self.timeout)
-        except QuestionRefused as exc:
-            raise ToolError(f"the editor refused {method}: {exc}") from exc
-        except QuestionUnanswered as exc:
-            raise ToolError(
-                f"the editor did not answer {method} (timeout or disconnected): {exc}"
-            ) from exc
+    async def _request(
+        self, method: str, params: WireModel, timeout: float | None = None
+    ) -> Mapping[str, object]:
+        return await self.calls.ask_editor(
+            self.active, method, params, self.timeout if timeout is None else timeout
+        )
+
+    # --- files -------------------------------------------------------------------------
 
     async def read_text_file(self, path: str, line: int | None, limit: int | None) -> str:
-        params = ReadTextFileParams(thread_id=self.thread_id, path=path, line=line, limit=limit)
+        params = ReadTextFileParams(
+            thread_id=self.thread_id, path=path, line=line, offset=line, limit=limit
+        )
         answer = await self._request("ext/acp/fs/readTextFile", params)
         content = answer.get("content")
         if not isinstance(content, str):
@@ -479,6 +638,74 @@ class ClientEditor:
     async def write_text_file(self, path: str, content: str) -> None:
         params = WriteTextFileParams(thread_id=self.thread_id, path=path, content=content)
         await self._request("ext/acp/fs/writeTextFile", params)
+
+    # --- terminals ---------------------------------------------------------------------
+
+    def _terminal(self, terminal_id: str) -> EditorTerminalParams:
+        return EditorTerminalParams(thread_id=self.thread_id, terminal_id=terminal_id)
+
+    async def create_terminal(self, command: str, cwd: str) -> str:
+        params = EditorTerminalCreateParams(thread_id=self.thread_id, command=command, cwd=cwd)
+        answer = await self._request("ext/acp/terminal/create", params)
+        terminal_id = answer.get("terminalId")
+        if not isinstance(terminal_id, str) or not terminal_id:
+            raise ToolError("invalid answer to ext/acp/terminal/create: `terminalId` is required")
+        return terminal_id
+
+    async def wait_for_terminal_exit(self, terminal_id: str, timeout_s: float) -> TerminalOutput:
+        params = EditorTerminalWaitParams(
+            thread_id=self.thread_id, terminal_id=terminal_id, timeout=max(1, round(timeout_s))
+        )
+        method = "ext/acp/terminal/waitForExit"
+        try:
+            answer = await self._request(method, params, timeout_s + WAIT_MARGIN_S)
+        except EditorTimeout:
+            # The editor did not say in time: the command counts as still running.
+            return TerminalOutput(output="", exited=False)
+        return _terminal_output(answer, method)
+
+    async def terminal_output(self, terminal_id: str) -> TerminalOutput:
+        method = "ext/acp/terminal/getOutput"
+        return _terminal_output(await self._request(method, self._terminal(terminal_id)), method)
+
+    async def kill_terminal(self, terminal_id: str) -> None:
+        await self._cleanup("ext/acp/terminal/kill", terminal_id)
+
+    async def release_terminal(self, terminal_id: str) -> None:
+        await self._cleanup("ext/acp/terminal/release", terminal_id)
+
+    async def _cleanup(self, method: str, terminal_id: str) -> None:
+        """Best effort, straight to the editor (also from an interrupted turn,
+        whose task group can no longer start the asking machinery)."""
+        owner = self.calls.editor_owner(self.active)
+        if not isinstance(owner, EditorClient) or not owner.editor_terminal():
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
+            try:
+                await owner.editor_request(method, self._terminal(terminal_id), CLEANUP_TIMEOUT_S)
+            except (QuestionRefused, QuestionUnanswered) as exc:
+                log.info("%s of %s on %s failed: %s", method, terminal_id, self.thread_id, exc)
+
+
+def _terminal_output(answer: Mapping[str, object], method: str) -> TerminalOutput:
+    """An answer to ``getOutput`` / ``waitForExit`` in DotCraft's shape
+    (``{output, exitCode?}``) or ACP's (``exitStatus``, ``signal``, ``truncated``)."""
+    try:
+        result = EditorTerminalOutputResult.model_validate(dict(answer))
+    except ValidationError as exc:
+        raise ToolError(f"invalid answer to {method}: {_first_error(exc)}") from exc
+    exit_code, signal = result.exit_code, result.signal
+    if result.exit_status is not None:
+        exit_code = result.exit_status.exit_code if exit_code is None else exit_code
+        signal = result.exit_status.signal or signal
+    exited = exit_code is not None or signal is not None or result.exit_status is not None
+    return TerminalOutput(
+        output=result.output or "",
+        exited=exited,
+        exit_code=exit_code,
+        signal=signal,
+        truncated=bool(result.truncated),
+    )
 
 
 def channel_plugin_id(channel: str) -> str:

@@ -15,7 +15,12 @@ from typing import Any
 import anyio
 
 from appserver.providers.base import Message, ToolCall
-from appserver.runtime.turns.asking import ApprovalConversation, ClientToolCalls
+from appserver.runtime.turns.asking import (
+    ApprovalConversation,
+    ClientTool,
+    ClientToolCalls,
+    client_tool_need,
+)
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome
@@ -55,7 +60,7 @@ class ToolRunner:
         """
         client_tool = self.client_tools.find(active, call.name)
         if client_tool is not None and call.name not in self.tools:
-            output = await self.client_tools.call(active, client_tool, call.call_id, call.arguments)
+            output = await self._call_client_tool(active, client_tool, call)
             history.append(Message("tool", output, tool_call_id=call.call_id, tool_name=call.name))
             return
         outcome = await self._run(active, call)
@@ -68,16 +73,34 @@ class ToolRunner:
             Message("tool", outcome.output, tool_call_id=call.call_id, tool_name=call.name)
         )
 
+    async def _call_client_tool(self, active: ActiveTurn, tool: ClientTool, call: ToolCall) -> str:
+        """A client's tool: its ``approval`` hint is settled first, as a built-in
+        tool's approval is; a declined call is not sent to the client."""
+        need = client_tool_need(tool, call.arguments, self.workspace)
+        if need is not None:
+            verdict = await self.approvals.settle(active, need)
+            if verdict.decision == "cancel":
+                active.cancel("approvalCancelled")
+                await anyio.lowlevel.checkpoint()  # the cancelled scope raises here
+            if not verdict.approved:
+                why = verdict.fallback or "the user declined"
+                return await self.client_tools.declined(
+                    active, tool, call.call_id, call.arguments, why
+                )
+        return await self.client_tools.call(active, tool, call.call_id, call.arguments)
+
     async def _run(self, active: ActiveTurn, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
             return ToolOutcome(False, f"Error: unknown tool '{call.name}'")
+        editor = self.client_tools.editor(active)
         ctx = ToolContext(
             workspace=self.workspace,
             thread_id=active.thread_id,
             turn_id=active.record.id,
             call_id=call.call_id,
-            editor=self.client_tools.editor(active),
+            editor=editor,
+            editor_terminals=editor if editor is not None and editor.can_run else None,
         )
         try:
             plan = tool.plan(call.arguments, ctx)
@@ -111,7 +134,9 @@ class ToolRunner:
             {
                 "command": plan.arguments.get("command", ""),
                 "workingDirectory": plan.approval.target if plan.approval else str(self.workspace),
-                "source": "host",
+                # "editor": the command runs in the IDE's terminal (ext/acp/terminal/*).
+                # (A run_in_background command always runs on the host.)
+                "source": "editor" if _in_editor(ctx, plan) else "host",
                 "status": "inProgress",
                 "aggregatedOutput": "",
                 "callId": ctx.call_id,
@@ -142,17 +167,12 @@ class ToolRunner:
                     send.close()
         finally:
             details = outcome.details if outcome else {}
-            item.payload["status"] = (
+            item.payload["status"] = details.get("command_status") or (
                 "completed"
                 if outcome and outcome.success
                 else ("failed" if outcome else "cancelled")
             )
-            for key, wire in (
-                ("exit_code", "exitCode"),
-                ("duration_ms", "durationMs"),
-                ("truncated", "truncated"),
-                ("original_output_chars", "originalOutputChars"),
-            ):
+            for key, wire in _COMMAND_FACTS:
                 if key in details:
                     item.payload[wire] = details[key]
             if outcome is not None:
@@ -160,6 +180,24 @@ class ToolRunner:
                     await self.items.complete(active, item)
         assert outcome is not None  # otherwise the cancellation propagated
         return outcome
+
+
+# Outcome details copied onto the commandExecution item; a background shell call
+# (DotCraft's CommandExecutionTracker.Complete) adds its terminal's facts and
+# ``command_status`` (``backgrounded``).
+_COMMAND_FACTS = (
+    ("exit_code", "exitCode"),
+    ("duration_ms", "durationMs"),
+    ("truncated", "truncated"),
+    ("original_output_chars", "originalOutputChars"),
+    ("session_id", "sessionId"),
+    ("output_path", "outputPath"),
+    ("background_reason", "backgroundReason"),
+)
+
+
+def _in_editor(ctx: ToolContext, plan: Any) -> bool:
+    return ctx.editor_terminals is not None and not plan.resolved.get("background")
 
 
 def _offer(send: Any, chunk: str) -> None:

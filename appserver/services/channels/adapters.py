@@ -172,6 +172,11 @@ class AdapterHub:
                 description=descriptor.description,
                 input_schema=dict(descriptor.input_schema),
                 channel=channel,
+                approval=(
+                    descriptor.approval.model_dump(by_alias=True, exclude_none=True)
+                    if descriptor.approval is not None
+                    else None
+                ),
             )
             tools[name] = (tool, descriptor.requires_chat_context)
         return tools

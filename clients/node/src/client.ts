@@ -8,6 +8,11 @@ import {
   type ChannelToolCallResult,
   type ChatMessage,
   type ClientCapabilities,
+  type EditorTerminalCreateParams,
+  type EditorTerminalCreateResult,
+  type EditorTerminalOutputResult,
+  type EditorTerminalParams,
+  type EditorTerminalWaitParams,
   type Item,
   type Method,
   type NotificationMethod,
@@ -105,6 +110,26 @@ export type ReadTextFileHandler = (
 export type WriteTextFileHandler = (
   request: WriteTextFileParams,
 ) => void | WriteTextFileResult | Promise<void | WriteTextFileResult>;
+/**
+ * Runs the agent's `shell` commands in this client's terminals (an IDE:
+ * `ext/acp/terminal/*`). Each method may return a value or a promise; one that
+ * throws answers a JSON-RPC error, which fails the agent's `shell` call, not
+ * the turn.
+ */
+export interface TerminalHandler {
+  /** Start `command` in `cwd`; the new terminal's id (a string or `{terminalId}`). */
+  create(
+    request: EditorTerminalCreateParams,
+  ): string | EditorTerminalCreateResult | Promise<string | EditorTerminalCreateResult>;
+  /** Wait at most `timeout` seconds; `{output, exitCode}` (no `exitCode`: still running, the server kills it). */
+  waitForExit(request: EditorTerminalWaitParams): EditorTerminalOutputResult | Promise<EditorTerminalOutputResult>;
+  /** What the terminal printed so far: `{output, exitCode?}`. */
+  getOutput(request: EditorTerminalParams): EditorTerminalOutputResult | Promise<EditorTerminalOutputResult>;
+  /** Kill the command (the terminal stays until `release`). */
+  kill(request: EditorTerminalParams): unknown;
+  /** The server is done with the terminal. */
+  release(request: EditorTerminalParams): unknown;
+}
 /** Answers one kind of server->client request; its return value is the result. */
 export type RequestHandler = (params: unknown) => unknown;
 /** One part of a turn's input (`{type: "text", text}`, `fileRef`, `localImage`, ...). */
@@ -134,6 +159,8 @@ export interface ClientOptions {
   readTextFileHandler?: ReadTextFileHandler | null;
   /** Serves `ext/acp/fs/writeTextFile` through the editor; advertises `acpExtensions.fsWriteTextFile` (see `onWriteTextFile`). */
   writeTextFileHandler?: WriteTextFileHandler | null;
+  /** Runs the agent's shell commands in the IDE's terminals; advertises `acpExtensions.terminalCreate` (see `onTerminal`). */
+  terminalHandler?: TerminalHandler | null;
   /** Milliseconds each request waits for its answer (default 60000; `0` or `Infinity`: no limit). */
   requestTimeoutMs?: number;
   /** How often `-32001 Server overloaded` is retried with backoff (default 4). */
@@ -243,6 +270,7 @@ export class AppServerClient extends GeneratedMethods {
   private channelToolCallHandler: ChannelToolCallHandler | null;
   private readTextFileHandler: ReadTextFileHandler | null;
   private writeTextFileHandler: WriteTextFileHandler | null;
+  private terminalHandler: TerminalHandler | null;
   private readonly requestHandlers = new Map<string, RequestHandler>();
   private readonly reconnectCallbacks = new Set<(client: AppServerClient) => unknown>();
   private current: Transport | undefined;
@@ -280,6 +308,7 @@ export class AppServerClient extends GeneratedMethods {
     this.channelToolCallHandler = options.channelToolCallHandler ?? null;
     this.readTextFileHandler = options.readTextFileHandler ?? null;
     this.writeTextFileHandler = options.writeTextFileHandler ?? null;
+    this.terminalHandler = options.terminalHandler ?? null;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 60_000;
     this.overloadRetries = options.overloadRetries ?? 4;
     this.logger = options.logger ?? console;
@@ -376,6 +405,7 @@ export class AppServerClient extends GeneratedMethods {
       const acp: NonNullable<ClientCapabilities["acpExtensions"]> = {};
       if (this.readTextFileHandler) acp.fsReadTextFile = true;
       if (this.writeTextFileHandler) acp.fsWriteTextFile = true;
+      if (this.terminalHandler) acp.terminalCreate = true;
       if (Object.keys(acp).length > 0) capabilities.acpExtensions = acp;
     }
     return capabilities;
@@ -716,6 +746,17 @@ export class AppServerClient extends GeneratedMethods {
   }
 
   /**
+   * Run the agent's `shell` commands in this client's terminals (an IDE):
+   * `handler` answers `ext/acp/terminal/create|waitForExit|getOutput|kill|release`;
+   * `null` removes it. The server sends them after its sandbox and approvals,
+   * when `initialize` advertised `acpExtensions.terminalCreate` (added as for
+   * `onReadTextFile`). Errors and the fallback as in `onReadTextFile`.
+   */
+  onTerminal(handler: TerminalHandler | null): void {
+    this.terminalHandler = handler;
+  }
+
+  /**
    * Answer server->client requests `method` with `handler(params)` (sync or
    * async; its value is the result). `item/approval/request` goes to the
    * approval handler instead. Anything unhandled is answered with -32601.
@@ -752,6 +793,8 @@ export class AppServerClient extends GeneratedMethods {
       } else if (method === "ext/acp/fs/writeTextFile" && this.writeTextFileHandler) {
         const answer: unknown = await this.writeTextFileHandler(params as WriteTextFileParams);
         reply.result = isObject(answer) ? answer : {};
+      } else if (method.startsWith(TERMINAL_PREFIX) && this.terminalHandler) {
+        reply.result = await runTerminal(this.terminalHandler, method, params);
       } else {
         const handler = this.requestHandlers.get(method);
         if (handler) reply.result = (await handler(params)) ?? {};
@@ -1131,4 +1174,31 @@ function outcome(terminal: AnyNotification, collected: Item[], seen: AnyNotifica
   if (typeof params.error === "string") result.error = params.error;
   if (typeof params.reason === "string") result.reason = params.reason;
   return result;
+}
+
+const TERMINAL_PREFIX = "ext/acp/terminal/";
+
+/** Answer one `ext/acp/terminal/*` request with `handler`. */
+async function runTerminal(handler: TerminalHandler, method: string, params: unknown): Promise<unknown> {
+  const name = method.slice(TERMINAL_PREFIX.length);
+  let answer: unknown;
+  switch (name) {
+    case "create":
+      answer = await handler.create(params as EditorTerminalCreateParams);
+      return typeof answer === "string" ? { terminalId: answer } : answer;
+    case "waitForExit":
+      answer = await handler.waitForExit(params as EditorTerminalWaitParams);
+      break;
+    case "getOutput":
+      answer = await handler.getOutput(params as EditorTerminalParams);
+      break;
+    case "kill":
+    case "release":
+      answer = await handler[name](params as EditorTerminalParams);
+      return isObject(answer) ? answer : {};
+    default:
+      throw new Error(`unknown terminal request ${method}`);
+  }
+  if (!isObject(answer)) throw new Error(`the terminal handler's ${name} returned ${JSON.stringify(answer)}, not an object`);
+  return answer;
 }

@@ -32,7 +32,7 @@ export interface AcpExtensionsCapability {
    */
   fsWriteTextFile?: boolean;
   /**
-   * The client can run terminals (`ext/acp/terminal/*`; not used by this server).
+   * The client runs commands in its terminals (`ext/acp/terminal/*`: the `shell` tool uses them).
    *
    * Default: `false`.
    */
@@ -82,6 +82,48 @@ export interface ApprovalResolvedNotification {
   turnId: string;
   /** The `approvalResponse` item with the decision. */
   item: Item;
+}
+
+/** One background terminal: a command started by the agent, its state and output. */
+export interface BackgroundTerminal {
+  /** The terminal's id (`term_` and 12 hex digits). */
+  sessionId: string;
+  /** The thread whose agent started it. */
+  threadId: string;
+  /** The turn whose agent started it. */
+  turnId?: string | null;
+  /** The `shell` tool call that started it (the `commandExecution` item's `callId`). */
+  callId?: string | null;
+  /** The command line, run by `bash -c`. */
+  command: string;
+  /** The directory it runs in (absolute). */
+  workingDirectory: string;
+  /**
+   * Where it runs: `host` (a process of the server's machine).
+   *
+   * Default: `"host"`.
+   */
+  source?: string;
+  /** `running`, `completed` (exit code 0), `failed` (another exit code), `killed` (stopped), `timedOut`, or `lost` (it was running when the server that ran it went away). */
+  status: "running" | "completed" | "failed" | "killed" | "timedOut" | "lost";
+  /** The last `maxOutputChars` characters of its output (stdout and stderr merged), after a `... (truncated, N earlier chars)` line when cut; `(no output)` when there is none. Empty in `terminal/outputDelta`, whose `delta` carries the new text. */
+  output: string;
+  /** The file that holds its whole output (under the workspace's `.craft/terminals/`). */
+  outputPath: string;
+  /** Its exit code, once it ended by itself (negative: killed by that signal). */
+  exitCode?: number | null;
+  /** When it started (ISO 8601, UTC). */
+  startedAt: string;
+  /** When it ended (or was found lost). */
+  completedAt?: string | null;
+  /** Milliseconds from start to end (to now while it runs). */
+  wallTimeMs: number;
+  /** How many characters of output it has written in all (trailing newlines not counted). */
+  originalOutputChars: number;
+  /** `output` leaves out earlier characters (`originalOutputChars` is larger). */
+  truncated: boolean;
+  /** Why it runs in the background: `runInBackground` (the tool call asked for it). */
+  backgroundReason?: string | null;
 }
 
 /** A channel name threads can originate from (`originChannel` values). */
@@ -287,7 +329,7 @@ export interface ClientCapabilities {
    */
   toolExecutionLifecycle?: boolean;
   /**
-   * The client can show background terminals.
+   * Send the `terminal/*` notifications (background terminals started, output, ended).
    *
    * Default: `false`.
    */
@@ -641,9 +683,94 @@ export interface DynamicToolSpec {
   inputSchema: { [key: string]: unknown };
   /** Reserved; ignored. */
   deferLoading?: boolean | null;
-  /** Ask for approval before a call: `{kind, targetArgument, operation?, operationArgument?}`. */
+  /** Ask for approval before each call: `{kind, targetArgument, operation?, operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`, `remoteResource`; see `ChannelToolApproval`); a declined call is not sent. */
   approval?: { [key: string]: unknown } | null;
   [key: string]: unknown;
+}
+
+/** Run a command in a new editor terminal (`ext/acp/terminal/create`). */
+export interface EditorTerminalCreateParams {
+  /** The thread whose agent runs the command. */
+  threadId: string;
+  /** The command line, as the agent wrote it (run it with the user's shell). */
+  command: string;
+  /** Absolute working directory (inside the workspace, or approved). */
+  cwd?: string | null;
+  /** Extra environment variables (not sent by this server: the editor's own apply). */
+  env?: { [key: string]: string } | null;
+}
+
+/**
+ * The new terminal.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface EditorTerminalCreateResult {
+  /** The editor's id of the terminal, used by the other `ext/acp/terminal/*` requests. */
+  terminalId: string;
+  [key: string]: unknown;
+}
+
+/**
+ * The editor did it (`{}`; anything in it is ignored).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface EditorTerminalDone {
+  /** DotCraft's bridges may answer `{success}`; not required. */
+  success?: boolean | null;
+  [key: string]: unknown;
+}
+
+/**
+ * ACP's exit status (accepted in answers; DotCraft answers `exitCode` directly).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface EditorTerminalExitStatus {
+  /** The command's exit code (absent: killed by a signal). */
+  exitCode?: number | null;
+  /** The signal that ended the command. */
+  signal?: string | null;
+  [key: string]: unknown;
+}
+
+/**
+ * The terminal's output and, once the command exited, its exit code (the answer to
+ * `getOutput` and `waitForExit`).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface EditorTerminalOutputResult {
+  /** Everything the command printed so far (the editor may have cut its start). */
+  output?: string | null;
+  /** The exit code; absent while the command runs. */
+  exitCode?: number | null;
+  /** The editor cut the output (ACP). */
+  truncated?: boolean | null;
+  /** ACP's form of the exit: `{exitCode, signal}` (absent while the command runs). */
+  exitStatus?: EditorTerminalExitStatus | null;
+  /** The signal that ended the command (ACP's `waitForExit` answer). */
+  signal?: string | null;
+  [key: string]: unknown;
+}
+
+/** One editor terminal (`ext/acp/terminal/getOutput`, `kill`, `release`). */
+export interface EditorTerminalParams {
+  /** The thread whose agent runs the command. */
+  threadId: string;
+  /** The id `ext/acp/terminal/create` answered. */
+  terminalId: string;
+}
+
+/** Wait until the terminal's command exits (`ext/acp/terminal/waitForExit`). */
+export interface EditorTerminalWaitParams {
+  /** The thread whose agent runs the command. */
+  threadId: string;
+  /** The id `ext/acp/terminal/create` answered. */
+  terminalId: string;
+  /** Seconds to wait at most; answer without `exitCode` if the command is still running then (the server kills it). */
+  timeout?: number | null;
 }
 
 /** `{}` params or result. */
@@ -1248,8 +1375,10 @@ export interface ReadTextFileParams {
   threadId: string;
   /** Absolute path of the file (inside the workspace, or approved). */
   path: string;
-  /** 1-based line to start at (absent: the first line). */
+  /** 1-based line to start at (absent: the first line); ACP's name. */
   line?: number | null;
+  /** The same as `line` (the name DotCraft's bridges read); always equal to it. */
+  offset?: number | null;
   /** Maximum number of lines (absent: the whole file). */
   limit?: number | null;
 }
@@ -1465,6 +1594,78 @@ export interface SystemEventNotification {
   /** Tokens in the context after compaction. */
   tokenCount?: number | null;
   [key: string]: unknown;
+}
+
+/** `terminal/clean`. */
+export interface TerminalCleanParams {
+  /** Stop every running terminal of this thread. */
+  threadId: string;
+}
+
+/** `terminal/list`. */
+export interface TerminalListParams {
+  /** Only the terminals of this thread (default: every thread's). */
+  threadId?: string | null;
+}
+
+/** The terminals, newest first. */
+export interface TerminalListResult {
+  /** Running and ended terminals (ended ones stay listed; their output files remain). */
+  terminals: BackgroundTerminal[];
+}
+
+/** `terminal/started|outputDelta|completed|stalled|cleaned`. */
+export interface TerminalNotification {
+  /** The terminal, as it is now (`output` is empty in `terminal/outputDelta`). */
+  terminal: BackgroundTerminal;
+  /** New output, in order (`terminal/outputDelta` only). */
+  delta?: string | null;
+}
+
+/** `terminal/read`. */
+export interface TerminalReadParams {
+  /** The terminal's `sessionId`. */
+  sessionId: string;
+  /**
+   * Wait up to this many milliseconds for it to end before answering (at most 30000).
+   *
+   * Default: `0`.
+   */
+  waitMs?: number;
+  /** Return at most this many trailing characters of output (default 10000; 0: as many as are kept, 1 MiB of text). */
+  maxOutputChars?: number | null;
+}
+
+/** One terminal, as it is now. */
+export interface TerminalResult {
+  /** The terminal. */
+  terminal: BackgroundTerminal;
+}
+
+/** Names one terminal (`terminal/stop`). */
+export interface TerminalSessionParams {
+  /** The terminal's `sessionId`. */
+  sessionId: string;
+}
+
+/** `terminal/write`. */
+export interface TerminalWriteParams {
+  /** The terminal's `sessionId`; it must be running. */
+  sessionId: string;
+  /**
+   * Text for its standard input (include `\n` for Enter). Empty: only wait and read. Only a terminal started with `interactive` has its standard input open.
+   *
+   * Default: `""`.
+   */
+  input?: string;
+  /**
+   * Milliseconds to wait after writing before answering, less if it ends (0: 1000; at most 30000).
+   *
+   * Default: `1000`.
+   */
+  yieldTimeMs?: number;
+  /** Return at most this many trailing characters of output (default 10000). */
+  maxOutputChars?: number | null;
 }
 
 /** Input part: plain text. */
@@ -2290,6 +2491,41 @@ export interface Methods {
    */
   "skills/view": { params: SkillNameParams; result: SkillsViewResult };
   /**
+   * Stop every running terminal of `threadId` (each gets `terminal/completed`, then `terminal/cleaned`) and answer with all of the thread's terminals. Output files stay.
+   *
+   * Wire method `terminal/clean`; capability `backgroundTerminals`; errors -32602.
+   * Params: {@link TerminalCleanParams}.
+   */
+  "terminal/clean": { params: TerminalCleanParams; result: TerminalListResult };
+  /**
+   * Background terminals (of one thread with `threadId`), newest first; a terminal that was running when an earlier server went away is `lost`.
+   *
+   * Wire method `terminal/list`; capability `backgroundTerminals`; errors -32602.
+   * Params: {@link TerminalListParams}.
+   */
+  "terminal/list": { params: TerminalListParams; result: TerminalListResult };
+  /**
+   * A terminal and the tail of its output (`maxOutputChars`, default 10000); with `waitMs`, first wait up to that long for it to end. Unknown `sessionId`: -32090.
+   *
+   * Wire method `terminal/read`; capability `backgroundTerminals`; errors -32602, -32090.
+   * Params: {@link TerminalReadParams}.
+   */
+  "terminal/read": { params: TerminalReadParams; result: TerminalResult };
+  /**
+   * Kill a running terminal and everything it started (status `killed`); an ended one is returned as it is. Unknown `sessionId`: -32090.
+   *
+   * Wire method `terminal/stop`; capability `backgroundTerminals`; errors -32602, -32090.
+   * Params: {@link TerminalSessionParams}.
+   */
+  "terminal/stop": { params: TerminalSessionParams; result: TerminalResult };
+  /**
+   * Write `input` to a running terminal's standard input (it must have been started with `interactive`; empty input only polls), wait `yieldTimeMs` (default 1000) or until it ends, and answer with the terminal. Unknown: -32090; not running, not interactive or its stdin closed: -32091.
+   *
+   * Wire method `terminal/write`; capability `backgroundTerminals`; errors -32602, -32090, -32091.
+   * Params: {@link TerminalWriteParams}.
+   */
+  "terminal/write": { params: TerminalWriteParams; result: TerminalResult };
+  /**
    * Archive the thread; emits `thread/statusChanged` unless already archived.
    *
    * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602.
@@ -2526,6 +2762,36 @@ export interface Notifications {
    */
   "system/jobResult": WithSeq<JobResultNotification>;
   /**
+   * `terminal/clean` stopped this terminal (after its `terminal/completed`).
+   *
+   * Delivery: connections that declared `backgroundTerminals: true` (not stored).
+   */
+  "terminal/cleaned": WithSeq<TerminalNotification>;
+  /**
+   * A terminal ended: `completed`, `failed`, `killed` or `timedOut`, with its output's tail.
+   *
+   * Delivery: connections that declared `backgroundTerminals: true` (not stored).
+   */
+  "terminal/completed": WithSeq<TerminalNotification>;
+  /**
+   * New output of a terminal in `delta` (live output stops after 1 MiB per terminal; the output file has all of it).
+   *
+   * Delivery: connections that declared `backgroundTerminals: true` (not stored).
+   */
+  "terminal/outputDelta": WithSeq<TerminalNotification>;
+  /**
+   * Declared as in DotCraft, whose terminal service never raises it; never sent here.
+   *
+   * Delivery: connections that declared `backgroundTerminals: true` (not stored).
+   */
+  "terminal/stalled": WithSeq<TerminalNotification>;
+  /**
+   * The agent started a background terminal.
+   *
+   * Delivery: connections that declared `backgroundTerminals: true` (not stored).
+   */
+  "terminal/started": WithSeq<TerminalNotification>;
+  /**
    * A thread was deleted.
    *
    * Delivery: all connections except the one that deleted it.
@@ -2605,6 +2871,16 @@ export interface ServerRequests {
   "ext/acp/fs/readTextFile": { params: ReadTextFileParams; result: ReadTextFileResult };
   /** `write_file` (and `edit_file`) write through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsWriteTextFile`, after the workspace sandbox and approvals. Answer `{}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
   "ext/acp/fs/writeTextFile": { params: WriteTextFileParams; result: WriteTextFileResult };
+  /** `shell` runs its command in the editor's terminal, after the workspace sandbox and approvals. Answer `{terminalId}`. Sent to the connection bound to the thread when it advertised `acpExtensions.terminalCreate`; a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client or an error fail the `shell` call, not the turn. */
+  "ext/acp/terminal/create": { params: EditorTerminalCreateParams; result: EditorTerminalCreateResult };
+  /** The terminal's output (asked when `waitForExit` answered without `output`, or after a kill). Answer `{output, exitCode?}`. Sent to the connection bound to the thread when it advertised `acpExtensions.terminalCreate`; a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client or an error fail the `shell` call, not the turn. */
+  "ext/acp/terminal/getOutput": { params: EditorTerminalParams; result: EditorTerminalOutputResult };
+  /** Kill the command (its timeout passed, or the turn was interrupted); the terminal stays until `release`. Answer `{}`. */
+  "ext/acp/terminal/kill": { params: EditorTerminalParams; result: EditorTerminalDone };
+  /** The server is done with the terminal (always sent last, also after a failure or an interrupted turn); the editor may close it. Answer `{}`. */
+  "ext/acp/terminal/release": { params: EditorTerminalParams; result: EditorTerminalDone };
+  /** Wait for the command to exit, at most `timeout` seconds (the `shell` call's timeout). Answer `{output?, exitCode?}`; no `exitCode` means it still runs and the server kills it. Sent to the connection bound to the thread when it advertised `acpExtensions.terminalCreate`; a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client or an error fail the `shell` call, not the turn. */
+  "ext/acp/terminal/waitForExit": { params: EditorTerminalWaitParams; result: EditorTerminalOutputResult };
   /** Deliver the final reply of a turn an adapter started to its platform target. Answer `{delivered, remoteMessageId?, errorCode?, errorMessage?}`. */
   "ext/channel/send": { params: ChannelSendParams; result: ChannelSendResult };
   /** Run a tool the adapter registered in `channelAdapter.channelTools`; sent to the adapter that started the turn, else the channel's newest attached adapter. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished adapter or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
@@ -2656,6 +2932,11 @@ export const METHODS: readonly Method[] = [
   "skills/setEnabled",
   "skills/uninstall",
   "skills/view",
+  "terminal/clean",
+  "terminal/list",
+  "terminal/read",
+  "terminal/stop",
+  "terminal/write",
   "thread/archive",
   "thread/compact",
   "thread/config/update",
@@ -2695,6 +2976,11 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "plan/updated",
   "system/event",
   "system/jobResult",
+  "terminal/cleaned",
+  "terminal/completed",
+  "terminal/outputDelta",
+  "terminal/stalled",
+  "terminal/started",
   "thread/deleted",
   "thread/queue/updated",
   "thread/renamed",
@@ -2713,6 +2999,11 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
 export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
   "ext/acp/fs/readTextFile",
   "ext/acp/fs/writeTextFile",
+  "ext/acp/terminal/create",
+  "ext/acp/terminal/getOutput",
+  "ext/acp/terminal/kill",
+  "ext/acp/terminal/release",
+  "ext/acp/terminal/waitForExit",
   "ext/channel/send",
   "ext/channel/toolCall",
   "item/approval/request",
@@ -2754,6 +3045,11 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "skills/setEnabled": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/uninstall": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/view": { capability: "skillsManagement", errors: [-32040, -32602] },
+  "terminal/clean": { capability: "backgroundTerminals", errors: [-32602] },
+  "terminal/list": { capability: "backgroundTerminals", errors: [-32602] },
+  "terminal/read": { capability: "backgroundTerminals", errors: [-32602, -32090] },
+  "terminal/stop": { capability: "backgroundTerminals", errors: [-32602, -32090] },
+  "terminal/write": { capability: "backgroundTerminals", errors: [-32602, -32090, -32091] },
   "thread/archive": { capability: "threadManagement", errors: [-32010, -32602] },
   "thread/compact": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "thread/config/update": { capability: "configOverride", errors: [-32010, -32602] },
@@ -3125,6 +3421,56 @@ export abstract class GeneratedMethods {
    */
   skillsView(params: SkillNameParams, options?: RequestOptions): Promise<SkillsViewResult> {
     return this.request("skills/view", params, options);
+  }
+
+  /**
+   * Stop every running terminal of `threadId` (each gets `terminal/completed`, then `terminal/cleaned`) and answer with all of the thread's terminals. Output files stay.
+   *
+   * Wire method `terminal/clean`; capability `backgroundTerminals`; errors -32602.
+   * Params: {@link TerminalCleanParams}.
+   */
+  terminalClean(params: TerminalCleanParams, options?: RequestOptions): Promise<TerminalListResult> {
+    return this.request("terminal/clean", params, options);
+  }
+
+  /**
+   * Background terminals (of one thread with `threadId`), newest first; a terminal that was running when an earlier server went away is `lost`.
+   *
+   * Wire method `terminal/list`; capability `backgroundTerminals`; errors -32602.
+   * Params: {@link TerminalListParams}.
+   */
+  terminalList(params: TerminalListParams = {}, options?: RequestOptions): Promise<TerminalListResult> {
+    return this.request("terminal/list", params, options);
+  }
+
+  /**
+   * A terminal and the tail of its output (`maxOutputChars`, default 10000); with `waitMs`, first wait up to that long for it to end. Unknown `sessionId`: -32090.
+   *
+   * Wire method `terminal/read`; capability `backgroundTerminals`; errors -32602, -32090.
+   * Params: {@link TerminalReadParams}.
+   */
+  terminalRead(params: TerminalReadParams, options?: RequestOptions): Promise<TerminalResult> {
+    return this.request("terminal/read", params, options);
+  }
+
+  /**
+   * Kill a running terminal and everything it started (status `killed`); an ended one is returned as it is. Unknown `sessionId`: -32090.
+   *
+   * Wire method `terminal/stop`; capability `backgroundTerminals`; errors -32602, -32090.
+   * Params: {@link TerminalSessionParams}.
+   */
+  terminalStop(params: TerminalSessionParams, options?: RequestOptions): Promise<TerminalResult> {
+    return this.request("terminal/stop", params, options);
+  }
+
+  /**
+   * Write `input` to a running terminal's standard input (it must have been started with `interactive`; empty input only polls), wait `yieldTimeMs` (default 1000) or until it ends, and answer with the terminal. Unknown: -32090; not running, not interactive or its stdin closed: -32091.
+   *
+   * Wire method `terminal/write`; capability `backgroundTerminals`; errors -32602, -32090, -32091.
+   * Params: {@link TerminalWriteParams}.
+   */
+  terminalWrite(params: TerminalWriteParams, options?: RequestOptions): Promise<TerminalResult> {
+    return this.request("terminal/write", params, options);
   }
 
   /**

@@ -28,6 +28,7 @@ export {
   type RequestHandler,
   type RunTurnOptions,
   type SpawnOptions,
+  type TerminalHandler,
   type ToolCallHandler,
   type TurnOutcome,
   type WriteTextFileHandler,

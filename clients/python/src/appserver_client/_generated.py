@@ -19,6 +19,7 @@ __all__ = [
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
+    "BackgroundTerminal",
     "ChannelInfo",
     "ChannelListResult",
     "ChannelMediaSource",
@@ -56,6 +57,13 @@ __all__ = [
     "CronStateChangedNotification",
     "DeltaNotification",
     "DynamicToolSpec",
+    "EditorTerminalCreateParams",
+    "EditorTerminalCreateResult",
+    "EditorTerminalDone",
+    "EditorTerminalExitStatus",
+    "EditorTerminalOutputResult",
+    "EditorTerminalParams",
+    "EditorTerminalWaitParams",
     "Empty",
     "ExternalChannelConfig",
     "ExternalChannelListResult",
@@ -125,6 +133,14 @@ __all__ = [
     "SkillsUninstallResult",
     "SkillsViewResult",
     "SystemEventNotification",
+    "TerminalCleanParams",
+    "TerminalListParams",
+    "TerminalListResult",
+    "TerminalNotification",
+    "TerminalReadParams",
+    "TerminalResult",
+    "TerminalSessionParams",
+    "TerminalWriteParams",
     "TextPart",
     "Thread",
     "ThreadConfigUpdateParams",
@@ -213,6 +229,28 @@ class ApprovalResolvedNotification(TypedDict):
     threadId: str
     turnId: str
     item: Item
+
+
+class BackgroundTerminal(TypedDict):
+    """One background terminal: a command started by the agent, its state and output."""
+
+    sessionId: str
+    threadId: str
+    turnId: NotRequired[str | None]
+    callId: NotRequired[str | None]
+    command: str
+    workingDirectory: str
+    source: NotRequired[str]  # default: "host"
+    status: Literal["running", "completed", "failed", "killed", "timedOut", "lost"]
+    output: str
+    outputPath: str
+    exitCode: NotRequired[int | None]
+    startedAt: str
+    completedAt: NotRequired[str | None]
+    wallTimeMs: int
+    originalOutputChars: int
+    truncated: bool
+    backgroundReason: NotRequired[str | None]
 
 
 class ChannelInfo(TypedDict):
@@ -581,6 +619,72 @@ class DynamicToolSpec(TypedDict):
     inputSchema: dict[str, Any]
     deferLoading: NotRequired[bool | None]
     approval: NotRequired[dict[str, Any] | None]
+
+
+class EditorTerminalCreateParams(TypedDict):
+    """Run a command in a new editor terminal (`ext/acp/terminal/create`)."""
+
+    threadId: str
+    command: str
+    cwd: NotRequired[str | None]
+    env: NotRequired[dict[str, str] | None]
+
+
+class EditorTerminalCreateResult(TypedDict):
+    """The new terminal.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    terminalId: str
+
+
+class EditorTerminalDone(TypedDict):
+    """The editor did it (`{}`; anything in it is ignored).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    success: NotRequired[bool | None]
+
+
+class EditorTerminalExitStatus(TypedDict):
+    """ACP's exit status (accepted in answers; DotCraft answers `exitCode` directly).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    exitCode: NotRequired[int | None]
+    signal: NotRequired[str | None]
+
+
+class EditorTerminalOutputResult(TypedDict):
+    """The terminal's output and, once the command exited, its exit code (the answer to
+    `getOutput` and `waitForExit`).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    output: NotRequired[str | None]
+    exitCode: NotRequired[int | None]
+    truncated: NotRequired[bool | None]
+    exitStatus: NotRequired[EditorTerminalExitStatus | None]
+    signal: NotRequired[str | None]
+
+
+class EditorTerminalParams(TypedDict):
+    """One editor terminal (`ext/acp/terminal/getOutput`, `kill`, `release`)."""
+
+    threadId: str
+    terminalId: str
+
+
+class EditorTerminalWaitParams(TypedDict):
+    """Wait until the terminal's command exits (`ext/acp/terminal/waitForExit`)."""
+
+    threadId: str
+    terminalId: str
+    timeout: NotRequired[int | None]
 
 
 class Empty(TypedDict):
@@ -1006,6 +1110,7 @@ class ReadTextFileParams(TypedDict):
     threadId: str
     path: str
     line: NotRequired[int | None]
+    offset: NotRequired[int | None]
     limit: NotRequired[int | None]
 
 
@@ -1158,6 +1263,60 @@ class SystemEventNotification(TypedDict):
     message: NotRequired[str | None]
     percentLeft: NotRequired[float | None]
     tokenCount: NotRequired[int | None]
+
+
+class TerminalCleanParams(TypedDict):
+    """`terminal/clean`."""
+
+    threadId: str
+
+
+class TerminalListParams(TypedDict):
+    """`terminal/list`."""
+
+    threadId: NotRequired[str | None]
+
+
+class TerminalListResult(TypedDict):
+    """The terminals, newest first."""
+
+    terminals: list[BackgroundTerminal]
+
+
+class TerminalNotification(TypedDict):
+    """`terminal/started|outputDelta|completed|stalled|cleaned`."""
+
+    terminal: BackgroundTerminal
+    delta: NotRequired[str | None]
+
+
+class TerminalReadParams(TypedDict):
+    """`terminal/read`."""
+
+    sessionId: str
+    waitMs: NotRequired[int]  # default: 0
+    maxOutputChars: NotRequired[int | None]
+
+
+class TerminalResult(TypedDict):
+    """One terminal, as it is now."""
+
+    terminal: BackgroundTerminal
+
+
+class TerminalSessionParams(TypedDict):
+    """Names one terminal (`terminal/stop`)."""
+
+    sessionId: str
+
+
+class TerminalWriteParams(TypedDict):
+    """`terminal/write`."""
+
+    sessionId: str
+    input: NotRequired[str]  # default: ""
+    yieldTimeMs: NotRequired[int]  # default: 1000
+    maxOutputChars: NotRequired[int | None]
 
 
 class TextPart(TypedDict):
@@ -1604,6 +1763,11 @@ METHODS: Final[dict[str, str]] = {
     "skills/setEnabled": "skills_set_enabled",
     "skills/uninstall": "skills_uninstall",
     "skills/view": "skills_view",
+    "terminal/clean": "terminal_clean",
+    "terminal/list": "terminal_list",
+    "terminal/read": "terminal_read",
+    "terminal/stop": "terminal_stop",
+    "terminal/write": "terminal_write",
     "thread/archive": "thread_archive",
     "thread/compact": "thread_compact",
     "thread/config/update": "thread_config_update",
@@ -1643,6 +1807,11 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "plan/updated": "PlanUpdatedNotification",
     "system/event": "SystemEventNotification",
     "system/jobResult": "JobResultNotification",
+    "terminal/cleaned": "TerminalNotification",
+    "terminal/completed": "TerminalNotification",
+    "terminal/outputDelta": "TerminalNotification",
+    "terminal/stalled": "TerminalNotification",
+    "terminal/started": "TerminalNotification",
     "thread/deleted": "ThreadDeletedNotification",
     "thread/queue/updated": "QueueUpdatedNotification",
     "thread/renamed": "ThreadRenamedNotification",
@@ -1661,6 +1830,11 @@ NOTIFICATIONS: Final[dict[str, str]] = {
 SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
     "ext/acp/fs/readTextFile": ("ReadTextFileParams", "ReadTextFileResult"),
     "ext/acp/fs/writeTextFile": ("WriteTextFileParams", "WriteTextFileResult"),
+    "ext/acp/terminal/create": ("EditorTerminalCreateParams", "EditorTerminalCreateResult"),
+    "ext/acp/terminal/getOutput": ("EditorTerminalParams", "EditorTerminalOutputResult"),
+    "ext/acp/terminal/kill": ("EditorTerminalParams", "EditorTerminalDone"),
+    "ext/acp/terminal/release": ("EditorTerminalParams", "EditorTerminalDone"),
+    "ext/acp/terminal/waitForExit": ("EditorTerminalWaitParams", "EditorTerminalOutputResult"),
     "ext/channel/send": ("ChannelSendParams", "ChannelSendResult"),
     "ext/channel/toolCall": ("ChannelToolCallParams", "ChannelToolCallResult"),
     "item/approval/request": ("ApprovalRequestParams", "ApprovalRequestResult"),
@@ -1682,6 +1856,11 @@ NotificationMethod: TypeAlias = Literal[
     "plan/updated",
     "system/event",
     "system/jobResult",
+    "terminal/cleaned",
+    "terminal/completed",
+    "terminal/outputDelta",
+    "terminal/stalled",
+    "terminal/started",
     "thread/deleted",
     "thread/queue/updated",
     "thread/renamed",
@@ -1698,6 +1877,11 @@ NotificationMethod: TypeAlias = Literal[
 ServerRequestMethod: TypeAlias = Literal[
     "ext/acp/fs/readTextFile",
     "ext/acp/fs/writeTextFile",
+    "ext/acp/terminal/create",
+    "ext/acp/terminal/getOutput",
+    "ext/acp/terminal/kill",
+    "ext/acp/terminal/release",
+    "ext/acp/terminal/waitForExit",
     "ext/channel/send",
     "ext/channel/toolCall",
     "item/approval/request",
@@ -2192,6 +2376,97 @@ class GeneratedMethods:
         params = _params({"name": name}, {})
         reply = await self.request("skills/view", params, timeout=timeout)
         return cast(SkillsViewResult, reply)
+
+    async def terminal_clean(
+        self, *, thread_id: str, timeout: float | None = None
+    ) -> TerminalListResult:
+        """Stop every running terminal of `threadId` (each gets `terminal/completed`, then
+        `terminal/cleaned`) and answer with all of the thread's terminals. Output files stay.
+
+        Wire method ``terminal/clean``; capability ``backgroundTerminals``; errors -32602.
+        Params: :class:`TerminalCleanParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({"threadId": thread_id}, {})
+        reply = await self.request("terminal/clean", params, timeout=timeout)
+        return cast(TerminalListResult, reply)
+
+    async def terminal_list(
+        self, *, thread_id: str | None = None, timeout: float | None = None
+    ) -> TerminalListResult:
+        """Background terminals (of one thread with `threadId`), newest first; a terminal that was
+        running when an earlier server went away is `lost`.
+
+        Wire method ``terminal/list``; capability ``backgroundTerminals``; errors -32602.
+        Params: :class:`TerminalListParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"threadId": thread_id})
+        reply = await self.request("terminal/list", params, timeout=timeout)
+        return cast(TerminalListResult, reply)
+
+    async def terminal_read(
+        self,
+        *,
+        session_id: str,
+        wait_ms: int | None = None,
+        max_output_chars: int | None = None,
+        timeout: float | None = None,
+    ) -> TerminalResult:
+        """A terminal and the tail of its output (`maxOutputChars`, default 10000); with `waitMs`,
+        first wait up to that long for it to end. Unknown `sessionId`: -32090.
+
+        Wire method ``terminal/read``; capability ``backgroundTerminals``; errors -32602,
+        -32090.
+        Params: :class:`TerminalReadParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {"sessionId": session_id}, {"waitMs": wait_ms, "maxOutputChars": max_output_chars}
+        )
+        reply = await self.request("terminal/read", params, timeout=timeout)
+        return cast(TerminalResult, reply)
+
+    async def terminal_stop(
+        self, *, session_id: str, timeout: float | None = None
+    ) -> TerminalResult:
+        """Kill a running terminal and everything it started (status `killed`); an ended one is
+        returned as it is. Unknown `sessionId`: -32090.
+
+        Wire method ``terminal/stop``; capability ``backgroundTerminals``; errors -32602,
+        -32090.
+        Params: :class:`TerminalSessionParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({"sessionId": session_id}, {})
+        reply = await self.request("terminal/stop", params, timeout=timeout)
+        return cast(TerminalResult, reply)
+
+    async def terminal_write(
+        self,
+        *,
+        session_id: str,
+        input: str | None = None,
+        yield_time_ms: int | None = None,
+        max_output_chars: int | None = None,
+        timeout: float | None = None,
+    ) -> TerminalResult:
+        """Write `input` to a running terminal's standard input (it must have been started with
+        `interactive`; empty input only polls), wait `yieldTimeMs` (default 1000) or until it
+        ends, and answer with the terminal. Unknown: -32090; not running, not interactive or its
+        stdin closed: -32091.
+
+        Wire method ``terminal/write``; capability ``backgroundTerminals``; errors -32602,
+        -32090, -32091.
+        Params: :class:`TerminalWriteParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {"sessionId": session_id},
+            {"input": input, "yieldTimeMs": yield_time_ms, "maxOutputChars": max_output_chars},
+        )
+        reply = await self.request("terminal/write", params, timeout=timeout)
+        return cast(TerminalResult, reply)
 
     async def thread_archive(self, *, thread_id: str, timeout: float | None = None) -> Empty:
         """Archive the thread; emits `thread/statusChanged` unless already archived.

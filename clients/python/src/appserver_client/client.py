@@ -14,7 +14,7 @@ import random
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Generic, Self, TypedDict, TypeVar, Unpack, cast
+from typing import Any, Generic, Protocol, Self, TypedDict, TypeVar, Unpack, cast
 
 from appserver_client import __version__
 from appserver_client._generated import (
@@ -22,6 +22,10 @@ from appserver_client._generated import (
     ChannelToolCallParams,
     ChannelToolCallResult,
     ChatMessage,
+    EditorTerminalCreateParams,
+    EditorTerminalOutputResult,
+    EditorTerminalParams,
+    EditorTerminalWaitParams,
     GeneratedMethods,
     Item,
     ReadTextFileParams,
@@ -81,6 +85,39 @@ WriteTextFileHandler = Callable[[WriteTextFileParams], Any]
 """Called with each ``ext/acp/fs/writeTextFile``'s params (``threadId``, absolute
 ``path``, ``content``); writes the file in the editor. Its return value (sync or
 awaited) is ignored unless it is a mapping (then sent as the result)."""
+TerminalAnswer = EditorTerminalOutputResult | Mapping[str, Any]
+
+
+class TerminalHandler(Protocol):
+    """Runs the agent's ``shell`` commands in this client's terminals (an IDE:
+    ``ext/acp/terminal/*``). Each method may be sync or async; one that raises
+    answers a JSON-RPC error, which fails the agent's ``shell`` call, not the turn.
+    """
+
+    def create(
+        self, params: EditorTerminalCreateParams
+    ) -> str | Mapping[str, Any] | Awaitable[str | Mapping[str, Any]]:
+        """Start ``params["command"]`` in ``params["cwd"]``; the new terminal's id
+        (a ``str`` or ``{"terminalId": str}``)."""
+
+    def wait_for_exit(
+        self, params: EditorTerminalWaitParams
+    ) -> TerminalAnswer | Awaitable[TerminalAnswer]:
+        """Wait at most ``params["timeout"]`` seconds; ``{"output", "exitCode"}``
+        (no ``exitCode``: still running, the server will kill it)."""
+
+    def get_output(
+        self, params: EditorTerminalParams
+    ) -> TerminalAnswer | Awaitable[TerminalAnswer]:
+        """What the terminal printed so far: ``{"output", "exitCode"?}``."""
+
+    def kill(self, params: EditorTerminalParams) -> object:
+        """Kill the command (the terminal stays until ``release``)."""
+
+    def release(self, params: EditorTerminalParams) -> object:
+        """The server is done with the terminal."""
+
+
 RequestHandler = Callable[[Any], Any]
 ReconnectCallback = Callable[["AppServerClient"], Any]
 
@@ -98,6 +135,7 @@ class ClientOptions(TypedDict, total=False):
     channel_tool_call_handler: ChannelToolCallHandler | None  # None: channel tools fail
     read_text_file_handler: ReadTextFileHandler | None  # advertises acpExtensions.fsReadTextFile
     write_text_file_handler: WriteTextFileHandler | None  # advertises ...fsWriteTextFile
+    terminal_handler: TerminalHandler | None  # advertises acpExtensions.terminalCreate
     request_timeout: float  # seconds per request (default 60)
     overload_retries: int  # retries of -32001 "Server overloaded" (default 4)
 
@@ -180,6 +218,7 @@ class AppServerClient(GeneratedMethods):
         channel_tool_call_handler: ChannelToolCallHandler | None = None,
         read_text_file_handler: ReadTextFileHandler | None = None,
         write_text_file_handler: WriteTextFileHandler | None = None,
+        terminal_handler: TerminalHandler | None = None,
         request_timeout: float = 60.0,
         overload_retries: int = 4,
     ) -> None:
@@ -192,6 +231,7 @@ class AppServerClient(GeneratedMethods):
         self.channel_tool_call_handler: ChannelToolCallHandler | None = channel_tool_call_handler
         self.read_text_file_handler: ReadTextFileHandler | None = read_text_file_handler
         self.write_text_file_handler: WriteTextFileHandler | None = write_text_file_handler
+        self.terminal_handler: TerminalHandler | None = terminal_handler
         self.request_timeout = request_timeout
         self.overload_retries = overload_retries
         self.server_info: dict[str, Any] = {}
@@ -347,9 +387,9 @@ class AppServerClient(GeneratedMethods):
 
     def initialize_capabilities(self) -> dict[str, Any]:
         """The ``capabilities`` sent in ``initialize``: :attr:`capabilities`, plus
-        ``acpExtensions.fsReadTextFile`` / ``fsWriteTextFile`` for the editor file
-        handlers that are set, unless :attr:`capabilities` has ``acpExtensions``
-        (then it is sent as given)."""
+        ``acpExtensions.fsReadTextFile`` / ``fsWriteTextFile`` /
+        ``terminalCreate`` for the editor handlers that are set, unless
+        :attr:`capabilities` has ``acpExtensions`` (then it is sent as given)."""
         capabilities = dict(self.capabilities)
         if "acpExtensions" not in capabilities:
             acp: dict[str, Any] = {}
@@ -357,6 +397,8 @@ class AppServerClient(GeneratedMethods):
                 acp["fsReadTextFile"] = True
             if self.write_text_file_handler is not None:
                 acp["fsWriteTextFile"] = True
+            if self.terminal_handler is not None:
+                acp["terminalCreate"] = True
             if acp:
                 capabilities["acpExtensions"] = acp
         return capabilities
@@ -441,6 +483,16 @@ class AppServerClient(GeneratedMethods):
         ``acpExtensions.fsWriteTextFile`` advertisement as in
         :meth:`on_read_text_file`."""
         self.write_text_file_handler = handler
+
+    def on_terminal(self, handler: TerminalHandler | None) -> None:
+        """Run the agent's ``shell`` commands in this client's terminals (an IDE):
+        ``handler`` (a :class:`TerminalHandler`) answers
+        ``ext/acp/terminal/create|waitForExit|getOutput|kill|release``. The
+        server sends them after its sandbox and approvals, when ``initialize``
+        advertised ``acpExtensions.terminalCreate`` (added as for
+        :meth:`on_read_text_file`). Errors and the fallback as in
+        :meth:`on_read_text_file`."""
+        self.terminal_handler = handler
 
     def set_request_handler(self, method: str, handler: RequestHandler | None) -> None:
         """Answer server->client requests ``method`` with ``handler(params)`` (sync
@@ -772,6 +824,8 @@ class AppServerClient(GeneratedMethods):
                     self.write_text_file_handler(cast(WriteTextFileParams, params))
                 )
                 reply["result"] = dict(answer) if isinstance(answer, Mapping) else {}
+            elif method.startswith(TERMINAL_PREFIX) and self.terminal_handler is not None:
+                reply["result"] = await _run_terminal(self.terminal_handler, method, params)
             elif method in self._request_handlers:
                 reply["result"] = await _maybe_await(self._request_handlers[method](params))
             else:
@@ -972,6 +1026,31 @@ def _outcome(terminal: Notification, items: list[Item], seen: list[Notification]
         reason=reason if isinstance(reason, str) else None,
         notifications=seen,
     )
+
+
+TERMINAL_PREFIX = "ext/acp/terminal/"
+_TERMINAL_METHODS = {
+    "create": "create",
+    "waitForExit": "wait_for_exit",
+    "getOutput": "get_output",
+    "kill": "kill",
+    "release": "release",
+}
+
+
+async def _run_terminal(handler: TerminalHandler, method: str, params: Any) -> dict[str, Any]:
+    """Answer one ``ext/acp/terminal/*`` request with ``handler``."""
+    name = _TERMINAL_METHODS.get(method[len(TERMINAL_PREFIX) :])
+    if name is None:
+        raise LookupError(f"unknown terminal request {method}")
+    answer = await _maybe_await(getattr(handler, name)(params))
+    if name == "create" and isinstance(answer, str):
+        return {"terminalId": answer}
+    if isinstance(answer, Mapping):
+        return dict(answer)
+    if name in ("kill", "release"):
+        return {}
+    raise TypeError(f"the terminal handler's {name} returned {answer!r:.200}, not an object")
 
 
 async def _run_tool(call: Callable[[], Any] | None) -> dict[str, Any]:

@@ -1,0 +1,184 @@
+"""The model's side of background terminals: ``write_stdin`` and ``stop_terminal``.
+
+``shell`` with ``run_in_background`` starts a terminal (that call needs the
+shell approval, as any command does) and returns its session id. These two
+tools then work on the terminals of the model's own thread (DotCraft's
+``WriteStdin``; DotCraft has no stop tool, the user stops terminals there):
+
+* ``write_stdin {session_id, input?, yield_time_ms?, max_output_chars?}`` writes
+  to the terminal's standard input (``interactive`` terminals only), waits,
+  and returns its state and the tail of its output; empty input only polls.
+* ``stop_terminal {session_id}`` kills the terminal and everything it started.
+
+Neither asks for approval: the command was approved when it started, and
+they reach only terminals of the same thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from appserver.protocol.terminals import BackgroundTerminal
+from appserver.tools.args import check_keys, get_int, get_str, require_str
+from appserver.tools.base import Tool, ToolContext, ToolOutcome, ToolPlan
+from appserver.tools.terminals import (
+    DEFAULT_MAX_OUTPUT_CHARS,
+    DEFAULT_YIELD_MS,
+    MAX_YIELD_MS,
+    TerminalError,
+    TerminalManager,
+)
+
+
+def format_terminal(terminal: BackgroundTerminal) -> str:
+    """A terminal as the model reads it: its facts, then the tail of its output."""
+    lines = [
+        f"Session ID: {terminal.session_id}",
+        f"Status: {terminal.status}",
+        f"Command: {terminal.command}",
+        f"Working directory: {terminal.working_directory}",
+        f"Output path: {terminal.output_path}",
+    ]
+    if terminal.exit_code is not None:
+        lines.append(f"Exit code: {terminal.exit_code}")
+    if terminal.status == "running":
+        lines.append(
+            "The command is still running in the background: write_stdin with empty input "
+            "reads its new output, stop_terminal stops it."
+        )
+    if terminal.truncated:
+        lines.append(f"Output truncated from {terminal.original_output_chars} chars.")
+    return "\n".join(lines) + "\n\n" + terminal.output
+
+
+class _TerminalTool:
+    """What the terminal tools share: the manager (attached by the runtime)."""
+
+    name: str
+    uses_terminals = True
+
+    def __init__(self, terminals: TerminalManager | None = None) -> None:
+        self.terminals = terminals
+
+    def _manager(self) -> TerminalManager:
+        if self.terminals is None:
+            raise TerminalError("background terminals are not available here")
+        return self.terminals
+
+
+_SESSION = {
+    "type": "string",
+    "description": "The session id a background shell call returned (term_...).",
+}
+_MAX_CHARS = {
+    "type": "integer",
+    "minimum": 0,
+    "description": f"Return at most this many trailing characters of output (default "
+    f"{DEFAULT_MAX_OUTPUT_CHARS}).",
+}
+
+
+class WriteStdinTool(_TerminalTool):
+    """``write_stdin``: write to a background terminal, or poll it with empty input."""
+
+    name = "write_stdin"
+    description = (
+        "Write input to a background terminal started by shell with run_in_background, or pass "
+        "empty input to poll it for new output. Only terminals started with interactive have "
+        "their stdin open (a pipe, not a TTY); include \\n where the program expects Enter. "
+        "Returns the terminal's status and the tail of its output after yield_time_ms."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "session_id": _SESSION,
+            "input": {
+                "type": "string",
+                "description": "Characters to write to stdin (default: none; just poll).",
+            },
+            "yield_time_ms": {
+                "type": "integer",
+                "minimum": 0,
+                "description": f"Milliseconds to wait before returning (default "
+                f"{DEFAULT_YIELD_MS}, at most {MAX_YIELD_MS}); less if the command ends.",
+            },
+            "max_output_chars": _MAX_CHARS,
+        },
+        "required": ["session_id"],
+        "additionalProperties": False,
+    }
+
+    def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
+        """Check the arguments; no approval (the command was approved when it started)."""
+        check_keys(arguments, ("session_id", "input", "yield_time_ms", "max_output_chars"))
+        return ToolPlan(
+            tool=self.name,
+            arguments=arguments,
+            resolved={
+                "session_id": require_str(arguments, "session_id", allow_empty=False),
+                "input": get_str(arguments, "input", required=False) or "",
+                "yield_ms": get_int(arguments, "yield_time_ms", minimum=0),
+                "max_chars": get_int(arguments, "max_output_chars", minimum=0),
+            },
+        )
+
+    async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+        """Write, wait, and report the terminal."""
+        resolved = plan.resolved
+        try:
+            terminal = await self._manager().write(
+                resolved["session_id"],
+                resolved["input"],
+                resolved["yield_ms"],
+                resolved["max_chars"],
+                thread_id=ctx.thread_id,
+            )
+        except TerminalError as exc:
+            return ToolOutcome(False, f"Error writing to background terminal: {exc}")
+        return ToolOutcome(True, format_terminal(terminal), {"session_id": terminal.session_id})
+
+
+class StopTerminalTool(_TerminalTool):
+    """``stop_terminal``: kill a background terminal of this thread."""
+
+    name = "stop_terminal"
+    description = (
+        "Stop a background terminal started by shell with run_in_background: the command and "
+        "every process it started are killed. Returns its final status and output."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"session_id": _SESSION},
+        "required": ["session_id"],
+        "additionalProperties": False,
+    }
+
+    def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
+        """Check the arguments; no approval needed."""
+        check_keys(arguments, ("session_id",))
+        session_id = require_str(arguments, "session_id", allow_empty=False)
+        return ToolPlan(tool=self.name, arguments=arguments, resolved={"session_id": session_id})
+
+    async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+        """Kill it (if it still runs) and report it."""
+        try:
+            terminal = await self._manager().stop(
+                plan.resolved["session_id"], thread_id=ctx.thread_id
+            )
+        except TerminalError as exc:
+            return ToolOutcome(False, f"Error stopping background terminal: {exc}")
+        return ToolOutcome(True, format_terminal(terminal), {"session_id": terminal.session_id})
+
+
+def terminal_tools(terminals: TerminalManager | None = None) -> list[Tool]:
+    """Fresh ``write_stdin`` and ``stop_terminal`` tools."""
+    return [WriteStdinTool(terminals), StopTerminalTool(terminals)]
+
+
+def attach_terminals(tools: Iterable[Tool], terminals: TerminalManager) -> None:
+    """Let the tools among ``tools`` that use background terminals (``shell``,
+    ``write_stdin``, ``stop_terminal``) reach ``terminals``."""
+    for tool in tools:
+        if getattr(tool, "uses_terminals", False):
+            tool.terminals = terminals  # type: ignore[attr-defined]
