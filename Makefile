@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client pytest node-test qwen-sdk-test bench bench-peer clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps pytest node-test qwen-sdk-test bench bench-peer clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,13 +33,23 @@ schema-check: $(STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md --check
 
 # The Python client's types and methods are generated from schema/protocol.schema.json;
-# the Node client's src/generated.ts is `appserver schema --ts` (appserver/protocol/typescript.py).
+# the Node client's src/generated.ts is `appserver schema --ts` (appserver/protocol/typescript.py);
+# its browser build (appserver/web/assets/client.js) is checked by node-test.
 client-check: $(STAMP)
 	$(BIN)/python clients/python/generate.py --check
 	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts --check
 
-pytest: $(STAMP)
+pytest: $(STAMP) browser-deps
 	$(BIN)/pytest -q -n 2
+
+# The web client's tests (tests/test_web_browser.py) drive Debian's chromium with Playwright
+# (the Python package comes with the dev extra; its own browser download is not used).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium (apt) for the web client's browser tests"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 test: lint typecheck schema-check client-check pytest node-test qwen-sdk-test
 
@@ -54,7 +64,12 @@ $(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
 	touch $@
 
 node-test: $(STAMP) $(NODE_STAMP)
-	cd $(NODE_DIR) && npm run --silent check-generated && npm run --silent build && npm run --silent test:run
+	cd $(NODE_DIR) && npm run --silent check-generated && npm run --silent check-browser && npm run --silent build && npm run --silent test:run
+
+# The browser build of the Node client, served by the web client: appserver/web/assets/client.js
+# (esbuild, checked in; `make node-test` fails when it is stale).
+browser-client: $(NODE_STAMP)
+	cd $(NODE_DIR) && npm run --silent build:browser
 
 # Qwen Code's official SDK (@qwen-code/sdk, pinned in its lock file) driving
 # $(VENV)/bin/appserver through whole turns (tests/qwen_sdk).
@@ -68,14 +83,16 @@ $(QWEN_STAMP): $(QWEN_DIR)/package.json $(QWEN_DIR)/package-lock.json
 qwen-sdk-test: $(STAMP) $(QWEN_STAMP)
 	cd $(QWEN_DIR) && node --test
 
-schema: $(STAMP)
+schema: $(STAMP) $(NODE_STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md
 	$(BIN)/python clients/python/generate.py
 	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts
+	cd $(NODE_DIR) && npm run --silent build:browser
 
-client: $(STAMP)
+client: $(STAMP) $(NODE_STAMP)
 	$(BIN)/python clients/python/generate.py
 	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts
+	cd $(NODE_DIR) && npm run --silent build:browser
 
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py
@@ -87,4 +104,4 @@ bench-peer: $(STAMP)
 	$(BIN)/python bench/peer.py $(BENCH_PEER_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache test-artifacts

@@ -500,6 +500,9 @@ def serve_command(args: argparse.Namespace) -> int:
         if endpoint:
             # A fixed line scripts can wait for (the port may have been 0).
             print(f"appserver: listening on {endpoint}", file=sys.stderr, flush=True)
+            if websocket is not None and websocket.web_client:
+                page = endpoint.replace("ws://", "http://", 1).removesuffix("ws")
+                print(f"appserver: web client at {page}", file=sys.stderr, flush=True)
 
     try:
         anyio.run(lambda: run(config, stdio=stdio, websocket=websocket, on_ready=on_ready))

@@ -310,11 +310,14 @@ async def test_a_plain_get_names_the_websocket_url(workspace: Path) -> None:
     async with ws_server(workspace) as (_, url):
         base = url.replace("ws://", "http://", 1).removesuffix("/ws")
         authority = base.removeprefix("http://")
-        for path, status in (("/", 426), ("/nope", 404), ("/ws/other", 404)):
+        for path, status in (("/nope", 404), ("/ws/other", 404)):
             got, content_type, body = await http_get(base + path)
             assert got == status, path
             assert content_type.startswith("text/plain")
             assert f"ws://{authority}/ws" in body
+        # The root is the web client (docs/web.md); without it, the same hint with 426.
+        got, content_type, body = await http_get(base + "/")
+        assert (got, content_type) == (200, "text/html; charset=utf-8")
         # A WebSocket client knocking at a wrong path learns the right one as well.
         with pytest.raises(InvalidStatus) as refused:
             async with connect(url + "/other"):

@@ -1,11 +1,13 @@
 """WebSocket transport and listener (the ``websockets`` library).
 
 One JSON-RPC message per text frame on path ``/ws`` (or ``/``). The same
-listener answers ``GET /healthz`` and ``GET /readyz``; other plain GETs get a
-short text naming the WebSocket URL. Before the upgrade it checks
-the ``Origin`` header (browsers only; refused unless allowed) and the
-``?token=`` query parameter (constant-time compare), locking out an address
-that keeps offering wrong tokens (:class:`TokenLockout`).
+listener answers ``GET /healthz`` and ``GET /readyz``, serves the browser client
+(``GET /`` and ``/assets/...``, :mod:`appserver.transport.webclient`); other
+plain GETs get a short text naming the WebSocket URL. Before the upgrade it
+checks the ``Origin`` header (browsers only; refused unless allowed or the
+page's own, see :meth:`Admission.origin_allowed`) and the ``?token=`` query
+parameter (constant-time compare), locking out an address that keeps offering
+wrong tokens (:class:`TokenLockout`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from appserver.transport.base import (
     ListenerError,
     TransportClosed,
 )
+from appserver.transport.webclient import WebClient
 
 log = logging.getLogger("appserver.websocket")
 
@@ -193,6 +196,8 @@ class ListenerOptions:
     ping_interval: float = 30.0
     ping_timeout: float = 10.0
     close_timeout: float = DEFAULT_CLOSE_TIMEOUT
+    # Serve the browser client (appserver/web/) on plain GETs of / and /assets/.
+    web_client: bool = True
 
 
 def _json_response(
@@ -316,7 +321,8 @@ class TokenLockout:
 
 
 class Admission:
-    """The pre-upgrade HTTP checks (health, path, Origin, token, lockout)."""
+    """The pre-upgrade HTTP checks (health, path, Origin, token, lockout), and the
+    web client's files for plain GETs (:mod:`appserver.transport.webclient`)."""
 
     def __init__(
         self,
@@ -329,11 +335,16 @@ class Admission:
         self._token = options.token.encode() if options.token else None
         self._origins = {origin.rstrip("/").lower() for origin in options.allowed_origins}
         self.lockout = TokenLockout(clock=clock)
+        self.web = (
+            WebClient.load(token_required=self._token is not None)
+            if options.web_client
+            else WebClient({})
+        )
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
         origin = request.headers.get("Origin")
-        if origin is not None and origin.rstrip("/").lower() not in self._origins:
+        if origin is not None and not self.origin_allowed(origin, request):
             return _json_response(HTTPStatus.FORBIDDEN, {"error": "origin not allowed"})
         if url.path == "/healthz":
             return _json_response(HTTPStatus.OK, {"status": "ok"})
@@ -344,6 +355,8 @@ class Admission:
         upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
         if url.path == "/" and not upgrade:
             return self.root_page(request)
+        if not upgrade and (page := self.web.response(url.path, request, self._host(request))):
+            return page
         if url.path not in WS_PATHS:
             return self._not_found(request)
         if not upgrade:
@@ -354,12 +367,43 @@ class Admission:
             return self._check_token(self._token, peer_key(connection.remote_address), url.query)
         return None
 
+    def origin_allowed(self, origin: str, request: Request) -> bool:
+        """Whether a browser page at ``origin`` may use this listener.
+
+        Allowed: the origins given with ``--allow-origin``, and the page this
+        listener served itself, ``http://`` + the request's ``Host`` when that
+        host is an IP literal, ``localhost`` or the address we listen on. A
+        name that merely resolves here is not enough (DNS rebinding: a page of
+        ``evil.example`` re-pointed at 127.0.0.1 has a matching ``Host`` and
+        ``Origin``); allow such a name explicitly with ``--allow-origin``.
+        """
+        wanted = origin.rstrip("/").lower()
+        if wanted in self._origins:
+            return True
+        host = self._host(request)
+        if host is None or wanted != f"http://{host}".lower():
+            return False
+        name = urlsplit(f"http://{host}").hostname or ""
+        if not name:
+            return False
+        if name in ("localhost", self.options.host.lower().strip("[]")):
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
     def root_page(self, request: Request) -> Response:
-        """A plain GET of ``/`` (a browser, ``curl``): where the WebSocket endpoint is.
+        """A plain GET of ``/`` (a browser, ``curl``): the web client, or where
+        the WebSocket endpoint is when it is not served.
 
         The one place that answers it (WebSocket upgrades of ``/`` are accepted
         like ``/ws``): a page served at ``/`` goes here.
         """
+        page = self.web.response("/", request, self._host(request))
+        if page is not None:
+            return page
         return _text_response(HTTPStatus.UPGRADE_REQUIRED, self._hint(request))
 
     def _not_found(self, request: Request) -> Response:
@@ -373,10 +417,15 @@ class Admission:
 
     def _authority(self, request: Request) -> str:
         """``HOST:PORT`` as the client addressed us (its ``Host`` header, when sane)."""
+        return self._host(request) or f"{self.options.host}:{self.options.port or 'PORT'}"
+
+    @staticmethod
+    def _host(request: Request) -> str | None:
+        """The request's ``Host`` header, when it is a sane ``HOST[:PORT]``."""
         host = request.headers.get("Host", "")
         if host and len(host) <= 255 and _AUTHORITY.fullmatch(host):
             return host
-        return f"{self.options.host}:{self.options.port or 'PORT'}"
+        return None
 
     def _check_token(self, token: bytes, address: str, query: str) -> Response | None:
         # Loopback peers are counted too: the guesser may be a local process.

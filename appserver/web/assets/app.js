@@ -1,0 +1,824 @@
+// The appserver web client (docs/web.md): one page, plain ES modules, no build step.
+//
+// It talks JSON-RPC through client.js, the browser build of the Node client
+// (clients/node, generated types and all). Each open thread is subscribed once with
+// `afterSeq: 0`: the server replays its stored events, then streams live ones, and the
+// client re-subscribes with the last `seq` it saw after a reconnect, so the view is built
+// from events alone and no text is ever shown twice.
+
+import { AppServerClient, DECISIONS } from "./client.js";
+import { codeBlock, renderMarkdown } from "./markdown.js";
+
+const PAGE_SIZE = 30;
+const TOKEN_KEY = "appserver.token";
+const $ = (id) => document.getElementById(id);
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function details(summaryText, className, open = false) {
+  const box = el("details", className);
+  box.open = open;
+  box.append(el("summary", null, summaryText));
+  return box;
+}
+
+function pretty(value) {
+  if (typeof value === "string") {
+    try {
+      return JSON.stringify(JSON.parse(value), null, 2);
+    } catch {
+      return value;
+    }
+  }
+  return JSON.stringify(value ?? {}, null, 2);
+}
+
+function when(iso) {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : date.toLocaleString();
+}
+
+// ------------------------------------------------------------------ the page's fragment
+
+/** `#token=...&thread=...`: the fragment never reaches a server. */
+function readFragment() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const token = params.get("token");
+  if (token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    params.delete("token"); // out of the address bar and history
+  }
+  return params;
+}
+
+function writeFragment(threadId) {
+  const params = new URLSearchParams(location.hash.slice(1));
+  params.delete("token");
+  if (threadId) params.set("thread", threadId);
+  else params.delete("thread");
+  const hash = params.toString();
+  history.replaceState(null, "", hash ? `#${hash}` : location.pathname);
+}
+
+// ------------------------------------------------------------------ state
+
+const state = {
+  client: null,
+  identity: { channelName: "web", userId: "local" },
+  threads: new Map(), // id -> summary
+  cursor: undefined,
+  views: new Map(), // id -> ThreadView
+  current: null, // ThreadView shown
+  approvals: [], // pending {params, resolve}
+  approvalShown: null,
+  follow: true, // the chat is scrolled to its end
+  searching: false,
+};
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+function setStatus(kind, text) {
+  const status = $("status");
+  status.dataset.state = kind;
+  status.textContent = text;
+}
+
+async function attempt(what, fn) {
+  try {
+    showError("");
+    return await fn();
+  } catch (error) {
+    showError(`${what} failed: ${error?.message ?? error}`);
+    return undefined;
+  }
+}
+
+// ------------------------------------------------------------------ one thread's view
+
+class ThreadView {
+  constructor(id) {
+    this.id = id;
+    this.root = el("div", "thread-view");
+    this.root.dataset.threadId = id;
+    this.plan = el("section", "plan");
+    this.plan.hidden = true;
+    this.plan.setAttribute("aria-label", "Plan");
+    this.turnsBox = el("div", "turns");
+    this.root.append(this.plan, this.turnsBox);
+    this.turns = new Map(); // turnId -> {section, items, footer, usage}
+    this.items = new Map(); // itemId -> {box, type, text, output, args, toolName, payload, frame}
+    this.runningTurn = null;
+    this.queue = [];
+    this.queueKnown = false;
+  }
+
+  turn(turnId) {
+    let turn = this.turns.get(turnId);
+    if (!turn) {
+      const section = el("section", "turn");
+      section.dataset.turnId = turnId;
+      const items = el("div", "items");
+      const footer = el("footer", "turn-footer");
+      const status = el("span", "turn-status");
+      const usage = el("span", "usage");
+      footer.append(status, usage);
+      section.append(items, footer);
+      this.turnsBox.append(section);
+      turn = { section, items, footer, status, usage };
+      this.turns.set(turnId, turn);
+    }
+    return turn;
+  }
+
+  setTurnState(turnObject, status, extra = "") {
+    const turn = this.turn(turnObject.id);
+    turn.section.dataset.status = status;
+    turn.status.textContent = status === "running" ? "running…" : `${status}${extra ? `: ${extra}` : ""}`;
+    if (turnObject.tokenUsage) this.setUsage(turn, turnObject.tokenUsage.inputTokens, turnObject.tokenUsage.outputTokens);
+    if (status === "running") this.runningTurn = turnObject.id;
+    else if (this.runningTurn === turnObject.id) this.runningTurn = null;
+    if (state.current === this) updateComposer();
+  }
+
+  setUsage(turn, input, output) {
+    turn.usage.textContent = `${input ?? 0} in · ${output ?? 0} out tokens`;
+  }
+
+  // -------------------------------------------------------------- items
+
+  item(turnId, item) {
+    let entry = this.items.get(item.id);
+    if (!entry) {
+      const box = el("div", `item item-${item.type}`);
+      box.dataset.itemId = item.id;
+      box.dataset.type = item.type;
+      entry = { box, type: item.type, text: "", output: "", args: "", toolName: "", payload: {}, frame: 0 };
+      this.items.set(item.id, entry);
+      this.turn(turnId).items.append(box);
+    }
+    return entry;
+  }
+
+  started(turnId, item) {
+    const entry = this.item(turnId, item);
+    this.fill(entry, item);
+  }
+
+  completed(turnId, item) {
+    const entry = this.item(turnId, item);
+    entry.box.dataset.status = "completed";
+    this.fill(entry, item, true);
+  }
+
+  delta(params, kind) {
+    const entry = this.items.get(params.itemId);
+    if (!entry) return;
+    if (kind === "output") entry.output += params.delta;
+    else if (kind === "args") {
+      entry.args += params.delta;
+      if (params.toolName) entry.toolName = params.toolName;
+    } else entry.text += params.delta;
+    entry.box.dataset.status = "streaming";
+    this.schedule(entry);
+  }
+
+  schedule(entry) {
+    if (entry.frame) return;
+    entry.frame = requestAnimationFrame(() => {
+      entry.frame = 0;
+      this.draw(entry);
+    });
+  }
+
+  fill(entry, item, final = false) {
+    const payload = item.payload ?? {};
+    entry.payload = payload;
+    if (final || payload.text !== undefined) {
+      if (typeof payload.text === "string" && (final || payload.text.length >= entry.text.length)) entry.text = payload.text;
+    }
+    if (typeof payload.aggregatedOutput === "string" && (final || payload.aggregatedOutput.length >= entry.output.length)) {
+      entry.output = payload.aggregatedOutput;
+    }
+    if (payload.arguments !== undefined && final) entry.args = typeof payload.arguments === "string" ? payload.arguments : JSON.stringify(payload.arguments);
+    if (payload.toolName) entry.toolName = payload.toolName;
+    if (entry.frame) {
+      cancelAnimationFrame(entry.frame);
+      entry.frame = 0;
+    }
+    this.draw(entry);
+  }
+
+  draw(entry) {
+    const { box, payload } = entry;
+    // A fold the reader opened or closed stays so while the item streams.
+    const fold = box.querySelector(":scope > details");
+    const wasOpen = fold ? fold.open : undefined;
+    box.textContent = "";
+    switch (entry.type) {
+      case "userMessage": {
+        const mode = payload.deliveryMode && payload.deliveryMode !== "normal" ? payload.deliveryMode : "";
+        if (mode) box.append(el("span", "badge", mode === "guidance" ? "steered" : mode));
+        box.append(el("div", "user-text", entry.text));
+        break;
+      }
+      case "agentMessage":
+        box.append(renderMarkdown(entry.text));
+        break;
+      case "reasoningContent": {
+        const fold = details("Reasoning", "reasoning");
+        fold.append(el("div", "reasoning-text", entry.text));
+        box.append(fold);
+        break;
+      }
+      case "toolCall":
+        box.append(toolCallView(entry));
+        break;
+      case "commandExecution": {
+        const fold = details(`$ ${payload.command ?? ""}`, "command", true);
+        const pre = el("pre", "command-output", entry.output);
+        fold.append(pre);
+        const facts = [];
+        if (payload.exitCode !== undefined && payload.exitCode !== null) facts.push(`exit code ${payload.exitCode}`);
+        if (payload.durationMs !== undefined) facts.push(`${payload.durationMs} ms`);
+        if (payload.workingDirectory) facts.push(`in ${payload.workingDirectory}`);
+        if (facts.length) fold.append(el("div", "muted", facts.join(" · ")));
+        box.append(fold);
+        break;
+      }
+      case "toolResult": {
+        const ok = payload.success !== false;
+        const fold = details(ok ? "Result" : "Failed", ok ? "tool-result" : "tool-result failed");
+        fold.append(el("pre", "result-text", typeof payload.result === "string" ? payload.result : pretty(payload.result)));
+        box.append(fold);
+        break;
+      }
+      case "approvalRequest":
+        box.append(el("div", "muted", `Approval asked: ${payload.operation ?? ""} (${payload.target ?? ""})`));
+        break;
+      case "approvalResponse":
+        box.append(el("div", "muted", `Approval: ${payload.decision ?? (payload.approved ? "accept" : "decline")}`));
+        break;
+      case "error":
+        box.append(el("div", "error", payload.message ?? "error"));
+        break;
+      default: {
+        const text = entry.text || payload.message || payload.text || "";
+        box.append(el("div", "muted", text ? `${entry.type}: ${text}` : entry.type));
+      }
+    }
+    const again = box.querySelector(":scope > details");
+    if (again && wasOpen !== undefined) again.open = wasOpen;
+    if (state.current === this) stickToBottom();
+  }
+
+  setPlan(plan) {
+    this.plan.textContent = "";
+    this.plan.hidden = false;
+    const fold = details(`Plan: ${plan.title}`, "plan-box", true);
+    if (plan.overview) fold.append(el("p", "muted", plan.overview));
+    const list = el("ol", "todos");
+    for (const todo of plan.todos ?? []) {
+      const li = el("li", `todo todo-${todo.status}`);
+      li.dataset.status = todo.status;
+      li.append(el("span", "todo-status", todo.status.replace("_", " ")), " ", todo.content);
+      if (todo.priority) li.append(el("span", `priority priority-${todo.priority}`, todo.priority));
+      list.append(li);
+    }
+    fold.append(list);
+    if (plan.content) fold.append(renderMarkdown(plan.content));
+    this.plan.append(fold);
+  }
+}
+
+/** A tool call: its name and arguments; edits are shown as a diff. */
+function toolCallView(entry) {
+  const name = entry.toolName || "tool";
+  let args = null;
+  try {
+    args = entry.args ? JSON.parse(entry.args) : null;
+  } catch {
+    args = null; // still streaming
+  }
+  const target = args && typeof args.path === "string" ? ` ${args.path}` : args && typeof args.command === "string" ? ` ${args.command}` : "";
+  const fold = details(`${name}${target}`, "tool-call", name === "write_file" || name === "edit_file");
+  if (args && name === "edit_file" && typeof args.old_string === "string") {
+    fold.append(codeBlock(diffText(args.old_string, args.new_string ?? ""), "diff"));
+  } else if (args && name === "write_file" && typeof args.content === "string") {
+    fold.append(codeBlock(diffText("", args.content), "diff"));
+  } else {
+    fold.append(codeBlock(args ? JSON.stringify(args, null, 2) : entry.args, args ? "json" : ""));
+  }
+  return fold;
+}
+
+function diffText(before, after) {
+  const old = before ? before.replace(/\n$/, "").split("\n") : [];
+  const now = after ? after.replace(/\n$/, "").split("\n") : [];
+  return [`@@ -${old.length ? 1 : 0},${old.length} +${now.length ? 1 : 0},${now.length} @@`, ...old.map((l) => `-${l}`), ...now.map((l) => `+${l}`)].join("\n");
+}
+
+/** Follow new output, unless the reader scrolled up to read. */
+function stickToBottom(force = false) {
+  const chat = $("chat");
+  if (force) state.follow = true;
+  if (state.follow) chat.scrollTop = chat.scrollHeight;
+}
+
+// ------------------------------------------------------------------ notifications
+
+function onNotification(event) {
+  const { method, params, threadId } = event;
+  if (method === "thread/started") return addThread(params.thread, true);
+  if (method === "thread/renamed") return renameThread(threadId, params.displayName);
+  if (method === "thread/runtimeChanged") return setThreadRuntime(threadId, params.runtime);
+  if (method === "thread/deleted") return dropThread(threadId);
+  const view = threadId ? state.views.get(threadId) : undefined;
+  if (!view) return;
+  switch (method) {
+    case "turn/started":
+      view.setTurnState(params.turn, "running");
+      break;
+    case "turn/completed":
+      view.setTurnState(params.turn, "completed");
+      break;
+    case "turn/failed":
+      view.setTurnState(params.turn, "failed", params.error);
+      break;
+    case "turn/cancelled":
+      view.setTurnState(params.turn, "cancelled", params.reason);
+      break;
+    case "item/started":
+      view.started(params.turnId, params.item);
+      break;
+    case "item/completed":
+      view.completed(params.turnId, params.item);
+      break;
+    case "item/agentMessage/delta":
+    case "item/reasoning/delta":
+      view.delta(params, "text");
+      break;
+    case "item/toolCall/argumentsDelta":
+      view.delta(params, "args");
+      break;
+    case "item/commandExecution/outputDelta":
+      view.delta(params, "output");
+      break;
+    case "item/usage/delta":
+      view.setUsage(view.turn(params.turnId), params.totalInputTokens ?? params.inputTokens, params.totalOutputTokens ?? params.outputTokens);
+      break;
+    case "item/approval/resolved":
+      resolvedElsewhere(params.item?.payload?.requestId);
+      break;
+    case "plan/updated":
+      view.setPlan(params);
+      break;
+    case "thread/queue/updated":
+      view.queue = params.queuedInputs ?? [];
+      view.queueKnown = true;
+      if (state.current === view) renderQueue();
+      break;
+  }
+}
+
+// ------------------------------------------------------------------ thread list
+
+function threadName(summary) {
+  return summary.displayName || "New thread";
+}
+
+function threadButton(summary) {
+  const li = el("li");
+  li.dataset.threadId = summary.id;
+  const button = el("button", "thread-item");
+  button.type = "button";
+  button.dataset.threadId = summary.id;
+  button.append(el("span", "thread-name", threadName(summary)), el("span", "thread-meta", when(summary.lastActiveAt)));
+  if (summary.runtime?.running) button.classList.add("running");
+  if (state.current?.id === summary.id) button.setAttribute("aria-current", "true");
+  button.addEventListener("click", () => openThread(summary.id));
+  li.append(button);
+  return li;
+}
+
+function renderThreadList() {
+  const list = $("thread-list");
+  const query = $("thread-search").value.trim().toLowerCase();
+  list.textContent = "";
+  for (const summary of state.threads.values()) {
+    const haystack = `${threadName(summary)} ${summary.id}`.toLowerCase();
+    if (!query || haystack.includes(query)) list.append(threadButton(summary));
+  }
+  $("more-threads").hidden = !state.cursor;
+}
+
+async function loadThreads(more = false) {
+  const result = await attempt("Listing threads", () =>
+    state.client.threadList({ identity: state.identity, limit: PAGE_SIZE, ...(more && state.cursor ? { cursor: state.cursor } : {}) }),
+  );
+  if (!result) return;
+  if (!more) state.threads.clear();
+  for (const summary of result.data) state.threads.set(summary.id, summary);
+  state.cursor = result.nextCursor;
+  renderThreadList();
+}
+
+/** Filter the list; while a query is typed, fetch the remaining pages (up to 1000 threads). */
+async function search() {
+  renderThreadList();
+  if (state.searching) return;
+  state.searching = true;
+  try {
+    while ($("thread-search").value.trim() && state.cursor && state.threads.size < 1000) {
+      const before = state.cursor;
+      await loadThreads(true);
+      if (state.cursor === before) break; // failed: the error is shown
+    }
+  } finally {
+    state.searching = false;
+  }
+}
+
+function addThread(thread, first) {
+  if (!thread || state.threads.has(thread.id) || thread.userId !== state.identity.userId) return;
+  const summary = { ...thread };
+  if (first) state.threads = new Map([[thread.id, summary], ...state.threads]);
+  else state.threads.set(thread.id, summary);
+  renderThreadList();
+}
+
+function renameThread(threadId, name) {
+  const summary = state.threads.get(threadId);
+  if (summary) {
+    summary.displayName = name;
+    renderThreadList();
+  }
+  if (state.current?.id === threadId) $("thread-title").textContent = name;
+}
+
+function setThreadRuntime(threadId, runtime) {
+  const summary = state.threads.get(threadId);
+  if (!summary) return;
+  summary.runtime = runtime;
+  const button = document.querySelector(`.thread-item[data-thread-id="${CSS.escape(threadId)}"]`);
+  button?.classList.toggle("running", Boolean(runtime?.running));
+}
+
+function dropThread(threadId) {
+  state.threads.delete(threadId);
+  state.views.delete(threadId);
+  if (state.current?.id === threadId) showView(null);
+  renderThreadList();
+}
+
+// ------------------------------------------------------------------ opening threads
+
+async function openThread(threadId) {
+  let view = state.views.get(threadId);
+  if (!view) {
+    view = new ThreadView(threadId);
+    state.views.set(threadId, view);
+    // Every stored event of the thread, then live ones; after a reconnect the client
+    // re-subscribes from the last seq it saw.
+    const ok = await attempt("Opening the thread", () => state.client.threadSubscribe({ threadId, afterSeq: 0 }));
+    if (ok === undefined) {
+      state.views.delete(threadId);
+      return;
+    }
+    // The queue as it is now, unless a thread/queue/updated already said.
+    const read = await attempt("Reading the thread", () => state.client.threadRead({ threadId }));
+    if (read && !view.queueKnown) view.queue = read.thread.queuedInputs ?? [];
+  }
+  showView(view);
+  closeSidebar();
+}
+
+function showView(view) {
+  state.current = view;
+  const chat = $("chat");
+  chat.textContent = "";
+  if (view) chat.append(view.root);
+  else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
+  const summary = view ? state.threads.get(view.id) : null;
+  $("thread-title").textContent = view ? (summary ? threadName(summary) : view.id) : "";
+  writeFragment(view?.id);
+  renderThreadList();
+  renderQueue();
+  updateComposer();
+  stickToBottom(true);
+  if (view) $("composer").focus();
+}
+
+async function newThread() {
+  const result = await attempt("Starting a thread", () => state.client.threadStart({ identity: state.identity }));
+  if (!result) return;
+  addThread(result.thread, true);
+  await openThread(result.thread.id);
+}
+
+// ------------------------------------------------------------------ composer
+
+function updateComposer() {
+  const view = state.current;
+  const running = Boolean(view?.runningTurn);
+  const usable = Boolean(view) && Boolean(state.client);
+  $("composer").disabled = !usable;
+  $("send").disabled = !usable;
+  $("send").textContent = running ? "Queue" : "Send";
+  $("steer").disabled = !usable || !running;
+  $("interrupt").disabled = !usable || !running;
+  document.body.dataset.turn = running ? "running" : "idle";
+}
+
+function takeMessage() {
+  const box = $("composer");
+  const text = box.value;
+  if (!text.trim()) return null;
+  box.value = "";
+  return [{ type: "text", text }];
+}
+
+async function send() {
+  const view = state.current;
+  if (!view) return;
+  const input = takeMessage();
+  if (!input) return;
+  stickToBottom(true);
+  if (view.runningTurn) {
+    await attempt("Queueing", () => state.client.turnEnqueue({ threadId: view.id, input }));
+    return;
+  }
+  const result = await attempt("Sending", () => state.client.turnStart({ threadId: view.id, input }));
+  if (result?.turn && result.turn.status === "running" && !view.turns.has(result.turn.id)) view.setTurnState(result.turn, "running");
+}
+
+async function steer() {
+  const view = state.current;
+  if (!view?.runningTurn) return;
+  const input = takeMessage();
+  if (!input) return;
+  const turnId = view.runningTurn;
+  const queued = await attempt("Queueing", () => state.client.turnEnqueue({ threadId: view.id, input }));
+  if (!queued) return;
+  await attempt("Steering", () =>
+    state.client.turnSteer({ threadId: view.id, expectedTurnId: turnId, queuedInputId: queued.queuedInput.id }),
+  );
+}
+
+async function interrupt() {
+  const view = state.current;
+  if (!view?.runningTurn) return;
+  await attempt("Interrupting", () => state.client.turnInterrupt({ threadId: view.id, turnId: view.runningTurn }));
+}
+
+function renderQueue() {
+  const list = $("queue");
+  list.textContent = "";
+  const queue = state.current?.queue ?? [];
+  list.hidden = queue.length === 0;
+  for (const queued of queue) {
+    const li = el("li", "queued");
+    li.dataset.status = queued.status ?? "queued";
+    li.append(el("span", "queued-text", queued.displayText));
+    li.append(el("span", "badge", queued.status === "guidancePending" ? "steering" : "queued"));
+    const remove = el("button", "small", "Remove");
+    remove.type = "button";
+    remove.setAttribute("aria-label", `Remove queued message: ${queued.displayText}`);
+    remove.addEventListener("click", () =>
+      attempt("Removing", () => state.client.turnQueueRemove({ threadId: queued.threadId, queuedInputId: queued.id })),
+    );
+    li.append(remove);
+    list.append(li);
+  }
+}
+
+// ------------------------------------------------------------------ approvals
+
+function approvalHandler(params) {
+  return new Promise((resolve) => {
+    // Asked again after a reconnect: the new question replaces the old one (whose
+    // connection is gone), and a dialog already showing it stays as it is.
+    const earlier = state.approvals.find((entry) => entry.params.requestId === params.requestId);
+    if (earlier) {
+      const stale = earlier.resolve;
+      earlier.resolve = resolve;
+      earlier.params = params;
+      stale({ decision: "decline" });
+      return;
+    }
+    state.approvals.push({ params, resolve });
+    nextApproval();
+  });
+}
+
+function nextApproval() {
+  const dialog = $("approval");
+  if (state.approvalShown || state.approvals.length === 0) return;
+  const pending = state.approvals[0];
+  state.approvalShown = pending;
+  const { params } = pending;
+  const summary = state.threads.get(params.threadId);
+  $("approval-title").textContent = `Approve ${params.approvalType}?`;
+  $("approval-thread").textContent = `Thread: ${summary ? threadName(summary) : params.threadId}`;
+  $("approval-operation").textContent = params.operation;
+  $("approval-target").textContent = params.target;
+  $("approval-reason").textContent = params.reason || "—";
+  const scopes = $("approval-scopes");
+  scopes.querySelectorAll("label").forEach((label) => label.remove());
+  const offered = params.sessionScopes?.length ? params.sessionScopes : [{ scope: "exact", scopeKey: params.scopeKey, description: params.scopeKey }];
+  offered.forEach((scope, index) => {
+    const label = el("label", "scope");
+    const radio = el("input");
+    radio.type = "radio";
+    radio.name = "scope";
+    radio.value = scope.scope;
+    radio.checked = index === 0;
+    label.append(radio, ` ${scope.scope}: ${scope.description}`);
+    scopes.append(label);
+  });
+  if (!dialog.open) dialog.showModal();
+  dialog.querySelector('[data-decision="accept"]').focus();
+}
+
+function decide(decision) {
+  const pending = state.approvalShown;
+  if (!pending) return;
+  const answer = { decision };
+  if (decision === "acceptForSession") {
+    const scope = document.querySelector('#approval-scopes input[name="scope"]:checked');
+    if (scope) answer.scope = scope.value;
+  }
+  finishApproval(pending, answer);
+}
+
+function finishApproval(pending, answer) {
+  state.approvals = state.approvals.filter((entry) => entry !== pending);
+  if (state.approvalShown === pending) {
+    state.approvalShown = null;
+    $("approval").close();
+  }
+  pending.resolve(answer);
+  nextApproval();
+  if (!state.approvalShown) refocusComposer();
+}
+
+/** Back to the message box once a dialog has closed (after the browser restored focus). */
+function refocusComposer() {
+  requestAnimationFrame(() => {
+    const box = $("composer");
+    if (document.querySelector("dialog[open]")) return;
+    box.blur();
+    box.focus();
+  });
+}
+
+/** Another tab (or client) answered first: drop our question. */
+function resolvedElsewhere(requestId) {
+  for (const pending of [...state.approvals]) {
+    if (pending.params.requestId === requestId) finishApproval(pending, { decision: "decline" });
+  }
+}
+
+// ------------------------------------------------------------------ sidebar on small screens
+
+function closeSidebar() {
+  document.body.classList.remove("sidebar-open");
+  $("threads-toggle").setAttribute("aria-expanded", "false");
+}
+
+function toggleSidebar() {
+  const open = !document.body.classList.contains("sidebar-open");
+  document.body.classList.toggle("sidebar-open", open);
+  $("threads-toggle").setAttribute("aria-expanded", String(open));
+  if (open) $("new-thread").focus();
+}
+
+// ------------------------------------------------------------------ connecting
+
+function websocketUrl() {
+  return `${location.protocol === "https:" ? "wss:" : "ws:"}//${location.host}/ws`;
+}
+
+function askToken(message) {
+  const dialog = $("token-dialog");
+  const error = $("token-error");
+  error.textContent = message ?? "";
+  error.hidden = !message;
+  if (!dialog.open) dialog.showModal();
+  $("token-input").focus();
+}
+
+async function connect() {
+  const needsToken = document.querySelector('meta[name="appserver-auth"]')?.content === "token";
+  const token = sessionStorage.getItem(TOKEN_KEY) ?? undefined;
+  if (needsToken && !token) {
+    setStatus("disconnected", "token needed");
+    askToken();
+    return;
+  }
+  setStatus("connecting", "connecting…");
+  let client;
+  try {
+    client = await AppServerClient.connect(websocketUrl(), {
+      token,
+      clientName: "appserver-web",
+      clientTitle: "appserver web client",
+      capabilities: { approvalSupport: true, streamingSupport: true, commandExecutionStreaming: true },
+      approvalHandler,
+      requestTimeoutMs: 30_000,
+      backoffInitialMs: 250,
+      backoffMaxMs: 5_000,
+      logger: {
+        warn(message) {
+          if (String(message).includes("connection lost")) setStatus("reconnecting", "reconnecting…");
+        },
+      },
+    });
+  } catch (error) {
+    setStatus("disconnected", "not connected");
+    if (needsToken) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      askToken("The server refused the connection: wrong token? (Too many wrong tokens lock you out for a while.)");
+    } else {
+      showError(`Could not connect to ${websocketUrl()}: ${error?.message ?? error}`);
+    }
+    return;
+  }
+  state.client = client;
+  client.onAny(onNotification);
+  client.onReconnect(() => {
+    setStatus("connected", "connected");
+    void loadThreads();
+  });
+  void client.closed.then(() => setStatus("disconnected", "disconnected"));
+  setStatus("connected", "connected");
+  updateComposer();
+  await loadThreads();
+  const wanted = new URLSearchParams(location.hash.slice(1)).get("thread");
+  if (wanted) await openThread(wanted);
+}
+
+// ------------------------------------------------------------------ wiring
+
+function wire() {
+  $("composer-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    void send();
+  });
+  $("composer").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      void send();
+    }
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && !$("approval").open && !$("token-dialog").open) {
+      if (document.body.classList.contains("sidebar-open")) closeSidebar();
+      else void interrupt();
+    }
+  });
+  $("steer").addEventListener("click", () => void steer());
+  $("interrupt").addEventListener("click", () => void interrupt());
+  $("new-thread").addEventListener("click", () => void newThread());
+  $("more-threads").addEventListener("click", () => void loadThreads(true));
+  $("thread-search").addEventListener("input", () => void search());
+  $("threads-toggle").addEventListener("click", toggleSidebar);
+  $("chat").addEventListener("scroll", () => {
+    const chat = $("chat");
+    state.follow = chat.scrollHeight - chat.scrollTop - chat.clientHeight < 60;
+  });
+  for (const button of document.querySelectorAll("#approval .decision")) {
+    if (!DECISIONS.includes(button.dataset.decision)) continue;
+    button.addEventListener("click", () => decide(button.dataset.decision));
+  }
+  // Esc in the approval dialog decides nothing: the question stays until answered.
+  $("approval").addEventListener("cancel", (event) => event.preventDefault());
+  $("approval-form").addEventListener("submit", (event) => event.preventDefault());
+  $("token-dialog").addEventListener("cancel", (event) => event.preventDefault());
+  $("token-form").addEventListener("submit", () => {
+    const token = $("token-input").value.trim();
+    if (!token) return;
+    $("token-input").value = "";
+    sessionStorage.setItem(TOKEN_KEY, token);
+    void connect();
+  });
+  window.addEventListener("unhandledrejection", (event) => {
+    event.preventDefault();
+    showError(String(event.reason?.message ?? event.reason));
+  });
+}
+
+const fragment = readFragment();
+// `#user=NAME`: whose threads to list and start (the terminal chat's are your login name's).
+if (fragment.get("user")) state.identity.userId = fragment.get("user");
+writeFragment(fragment.get("thread"));
+wire();
+void connect();
