@@ -257,3 +257,10 @@ def test_a_channel_tools_approval_hint_becomes_its_approval(workspace: Path) -> 
     assert inside is not None and outside is not None
     assert (inside.operation, inside.outside_workspace) == ("write", False)
     assert (outside.target, outside.outside_workspace) == ("/etc/passwd", True)
+    # What cannot be judged counts as outside (fail closed), and so does .craft/.
+    for target in ["/x\0y", ["/etc/passwd"], {"p": "/etc"}, "~/.bashrc", ".craft/config.json"]:
+        need = client_tool_need(save, {"path": target, "mode": "write"}, workspace)
+        assert need is not None and need.outside_workspace is True, target
+    (workspace / "loop").symlink_to("loop")
+    looped = client_tool_need(save, {"path": "loop/x", "mode": "write"}, workspace)
+    assert looped is not None  # resolving a symlink loop does not fail the turn

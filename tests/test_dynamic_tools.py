@@ -16,7 +16,7 @@ from appserver.providers.base import ModelRequest
 from appserver.runtime.turns import EngineConfig
 from appserver.runtime.turns.asking import model_text, parse_tool_result
 from tests.support.client import RpcClient
-from tests.support.helpers import start_thread
+from tests.support.helpers import IDENTITY, start_thread
 from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server
 from tests.support.turns import one_item, run_turn, start_turn, turn_events, wait_terminal
 
@@ -437,3 +437,41 @@ async def test_a_tools_approval_hint_asks_first(kind: str, workspace: Path) -> N
             _, terminal = await run_turn(client, thread_id, call)
             assert len(host.calls) == 2 and len(host.approvals) == 2
             assert terminal["method"] == "turn/completed"
+
+
+async def test_lone_surrogates_from_the_model_or_the_client_do_not_stop_a_turn(
+    server: ServerUnderTest,
+) -> None:
+    with anyio.fail_after(15):
+        async with server.connect() as client:
+            answer = {"success": True, "contentItems": [{"type": "text", "text": "a \ud800 b"}]}
+            host = ToolHost(client, lambda p: answer)
+            thread = await start_thread(
+                client, dynamicTools=TOOLS, config={"approvalPolicy": "autoApprove"}
+            )
+            thread_id = str(thread["id"])
+            # The model's JSON carries "\ud800" (a lone surrogate): it becomes U+FFFD.
+            turn_id, terminal = await run_turn(
+                client, thread_id, '?tool ide__lookup {"word": "\\ud800"}'
+            )
+            assert terminal["method"] == "turn/completed"
+            assert host.calls[0]["arguments"] == {"word": "\ufffd"}
+            (item,) = _dynamic_items(client, turn_id, "item/completed")
+            assert item["payload"]["contentItems"] == [{"type": "text", "text": "a \ufffd b"}]
+            _, terminal = await run_turn(
+                client, thread_id, '?tool shell {"command": "echo \\udfff"}'
+            )
+            assert terminal["method"] == "turn/completed"
+
+
+async def test_an_approval_hint_without_kind_or_target_is_refused(server: ServerUnderTest) -> None:
+    async with server.connect() as client:
+        for approval in (
+            {"type": "file", "targetArgument": "path"},
+            {"kind": "", "targetArgument": "p"},
+        ):
+            tool = {**FETCH, "approval": approval}
+            failure = await client.fail(
+                "thread/start", {"identity": IDENTITY, "dynamicTools": [tool]}
+            )
+            assert failure.code == -32602

@@ -181,6 +181,7 @@ async def test_shell_runs_in_the_editors_terminal(
                     "threadId": thread_id,
                     "command": "echo from the ide; pwd; exit 3",
                     "cwd": cwd,
+                    "outputByteLimit": 1048576,
                 }
                 assert ide.requests[1][1] == {
                     "threadId": thread_id,

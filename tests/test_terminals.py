@@ -402,3 +402,22 @@ async def test_shell_arguments_and_tools_without_the_service(workspace: Path) ->
         assert tool_plan.approval is None
         outcome = await tool.run(tool_plan, ctx)
         assert not outcome.success and "not available here" in outcome.output
+
+
+async def test_the_default_tail_and_what_an_ended_command_left_running(
+    server: ServerUnderTest,
+) -> None:
+    async with server.connect(capabilities=TERMINALS) as client:
+        thread_id = await new_thread(client, approvalPolicy="autoApprove")
+        command = "seq 1 30000; echo pid $$; sleep 60 >/dev/null 2>&1 &"
+        result = await _tool_result(client, thread_id, _background(command, yield_time_ms=5000))
+        # No max_output_chars: the model gets the default tail, not the 1 MiB kept.
+        assert len(result["result"]) < 11_000
+        assert "truncated" in result["result"]
+        pgid = int(result["result"].rsplit("pid ", 1)[1].split()[0])
+        (listed,) = (await client.request("terminal/list", {"threadId": thread_id}))["terminals"]
+        assert listed["status"] == "completed"
+        # The command ended, its `sleep 60 &` did not: stopping the terminal ends it.
+        assert group_alive(pgid)
+        await client.request("terminal/stop", {"sessionId": listed["sessionId"]})
+        await _group_gone(pgid)

@@ -158,9 +158,9 @@ class ChannelToolApproval(OpenWireModel):
     `approvalRequest` has `approvalType: kind`, the target from `targetArgument`,
     the operation from `operationArgument`, else `operation`, else the tool's name."""
 
-    kind: str
+    kind: str = Field(min_length=1)
     """`file`, `shell` or `remoteResource`."""
-    target_argument: str
+    target_argument: str = Field(min_length=1)
     """The argument holding the approval target."""
     operation: str | None = None
     """The operation to approve."""

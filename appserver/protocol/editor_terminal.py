@@ -32,6 +32,9 @@ class EditorTerminalCreateParams(WireModel):
     """Absolute working directory (inside the workspace, or approved)."""
     env: dict[str, str] | None = None
     """Extra environment variables (not sent by this server: the editor's own apply)."""
+    output_byte_limit: int | None = None
+    """ACP's limit: keep at most this many bytes of output (the end), so answers stay
+    well under the server's frame limit."""
 
 
 class EditorTerminalCreateResult(OpenWireModel):

@@ -32,6 +32,28 @@ def finish(text: str) -> str:
     return text
 
 
+def scrub_surrogates(value: Any) -> Any:
+    """``value`` with every lone UTF-16 surrogate in its strings (walking dicts
+    and lists) replaced by U+FFFD.
+
+    For text the server did not choose and must keep: a model's output, a
+    client's answer to a server request. JSON allows ``"\ud800"``; such a
+    string can be neither stored nor sent as UTF-8, and one would otherwise
+    stop the turn that meets it. Unchanged values are returned as they are.
+    """
+    if isinstance(value, str):
+        if value.isascii() or not _SURROGATE.search(value):
+            return value
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        fixed = {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
+        return fixed if fixed != value else value
+    if isinstance(value, list):
+        items = [scrub_surrogates(item) for item in value]
+        return items if items != value else value
+    return value
+
+
 def dumps(value: Any) -> str:
     """Compact single-line JSON for an already JSON-ready value."""
     return finish(_encoder.encode(value))

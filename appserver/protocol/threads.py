@@ -240,6 +240,16 @@ class DynamicToolSpec(OpenWireModel):
             _non_empty(value, "namespace")
         return value
 
+    @field_validator("approval")
+    @classmethod
+    def _approval_names_kind_and_target(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # A typo must not silently leave the tool ungated.
+        if value is not None:
+            for key in ("kind", "targetArgument"):
+                if not isinstance(value.get(key), str) or not value[key].strip():
+                    raise ValueError(f"approval.{key} must be a non-empty string")
+        return value
+
 
 # --- params and results ----------------------------------------------------
 

@@ -31,6 +31,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from appserver.protocol import errors as E
+from appserver.protocol.encoding import scrub_surrogates
 from appserver.protocol.errors import RpcError
 from appserver.rpc import framing
 from appserver.rpc.outbox import Merge, Outbox, OutboxClosed
@@ -449,10 +450,11 @@ class Connection:
         waiter = self._pending.get(raw_id) if isinstance(raw_id, int) else None
         if waiter is None:
             return  # stray response: ignore
+        # What the client answers becomes items, tool results and stored rows.
         if "error" in message:
-            waiter.error = PeerErrorResponse(message["error"])
+            waiter.error = PeerErrorResponse(scrub_surrogates(message["error"]))
         else:
-            waiter.result = message.get("result")
+            waiter.result = scrub_surrogates(message.get("result"))
         waiter.done.set()
 
     async def _on_request(self, request_id: RequestId, method: str, params: Any) -> None:

@@ -27,6 +27,9 @@ import anyio
 
 from appserver.tools.base import EditorTerminals, TerminalOutput, ToolContext, ToolOutcome
 
+# What of the output goes out live as the command's outputDelta (as on the host).
+LIVE_LIMIT_CHARS = 1024 * 1024
+
 
 def cap_output(text: str, limit: int) -> tuple[str, bool]:
     """``text`` with its middle cut to keep ``limit`` characters; whether it was cut."""
@@ -48,15 +51,18 @@ async def run_in_editor_terminal(
     """Run ``command`` in a terminal of the client's editor; see the module docstring."""
     started = time.monotonic()
     terminal_id = await editor.create_terminal(command, str(cwd))
-    done = False
+    killed = done = False
     try:
         result = await editor.wait_for_terminal_exit(terminal_id, timeout_s)
         timed_out = not result.exited
         if timed_out:
+            killed = True
             await editor.kill_terminal(terminal_id)
         if timed_out or not result.output:
             # The kill's outcome, or DotCraft bridges that answer the wait with the exit only.
             later = await editor.terminal_output(terminal_id)
+            if timed_out and later.exit_code == 0:
+                timed_out = False  # it had ended by itself after all (the wait answered early)
             result = TerminalOutput(
                 output=later.output or result.output,
                 exited=result.exited,
@@ -67,12 +73,13 @@ async def run_in_editor_terminal(
         done = True
     finally:
         with anyio.CancelScope(shield=True):
-            if not done:
+            if not (done or killed):
                 # Interrupted or failed mid-way: the command must not outlive the call.
                 await editor.kill_terminal(terminal_id)
             await editor.release_terminal(terminal_id)
     if ctx.on_output is not None and result.output:
-        ctx.on_output(result.output)
+        live, _ = cap_output(result.output, LIVE_LIMIT_CHARS)
+        ctx.on_output(live)
     text, truncated = cap_output(result.output, output_limit)
     lines = [_status_line(result)]
     if timed_out:

@@ -251,7 +251,8 @@ class ShellTool:
         background = get_bool(arguments, "run_in_background")
         interactive = get_bool(arguments, "interactive")
         yield_ms = get_int(arguments, "yield_time_ms", minimum=0)
-        max_chars = get_int(arguments, "max_output_chars", minimum=0)
+        # 0 is the default too: the model never gets the whole 1 MiB kept.
+        max_chars = get_int(arguments, "max_output_chars", minimum=0) or None
         if interactive and not background:
             raise ToolError("interactive needs run_in_background (stdin is empty otherwise)")
         sandbox = Sandbox(ctx.workspace)

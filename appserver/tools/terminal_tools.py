@@ -119,7 +119,8 @@ class WriteStdinTool(_TerminalTool):
                 "session_id": require_str(arguments, "session_id", allow_empty=False),
                 "input": get_str(arguments, "input", required=False) or "",
                 "yield_ms": get_int(arguments, "yield_time_ms", minimum=0),
-                "max_chars": get_int(arguments, "max_output_chars", minimum=0),
+                # 0 is the default too: the model never gets the whole 1 MiB kept.
+                "max_chars": get_int(arguments, "max_output_chars", minimum=0) or None,
             },
         )
 

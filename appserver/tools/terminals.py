@@ -53,7 +53,7 @@ from anyio.abc import Process, TaskGroup
 from appserver.protocol.ids import now_iso
 from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group
-from appserver.tools.reaper import REAPER
+from appserver.tools.reaper import REAPER, group_alive
 
 log = logging.getLogger("appserver.tools")
 
@@ -276,6 +276,8 @@ class TerminalManager:
         self.kill_grace_s = kill_grace_s
         self.drain_grace_s = drain_grace_s
         self._active: dict[str, _Running] = {}
+        # Ended terminals whose process group still runs (session id -> pgid).
+        self._leftovers: dict[str, int] = {}
         self._tg: TaskGroup | None = None
         self._closing = False
 
@@ -299,6 +301,8 @@ class TerminalManager:
         async with anyio.create_task_group() as tg:
             for terminal in list(self._active.values()):
                 tg.start_soon(self._kill, terminal)
+            for session_id in list(self._leftovers):
+                tg.start_soon(self._kill_leftovers, session_id)
 
     # -- operations -------------------------------------------------------------------------
 
@@ -375,11 +379,11 @@ class TerminalManager:
             log_file.close()
             raise TerminalError(f"cannot record the terminal: {exc}") from exc
         # Announced before its output can be (the pump starts with _watch).
-        self._emit("started", terminal.snapshot(max_output_chars))
+        self._emit("started", terminal.snapshot(_max(max_output_chars)))
         tg.start_soon(self._watch, terminal)
         with anyio.move_on_after(normalize_yield_ms(yield_ms) / 1000):
             await terminal.done.wait()
-        return terminal.snapshot(max_output_chars)
+        return terminal.snapshot(_max(max_output_chars))
 
     async def read(
         self,
@@ -442,7 +446,9 @@ class TerminalManager:
         """Kill a running terminal and its process group (``killed``); an ended one as it is."""
         terminal = self._active.get(session_id)
         if terminal is None or thread_id not in (None, terminal.thread_id):
-            return await self._stored(session_id, None, thread_id)
+            stored = await self._stored(session_id, None, thread_id)
+            await self._kill_leftovers(session_id)
+            return stored
         await self._kill(terminal)
         return terminal.snapshot(DEFAULT_MAX_OUTPUT_CHARS)
 
@@ -453,7 +459,10 @@ class TerminalManager:
         for terminal in targets:
             await self._kill(terminal)
             self._emit("cleaned", terminal.snapshot(DEFAULT_MAX_OUTPUT_CHARS))
-        return await self.list(thread_id)
+        terminals = await self.list(thread_id)
+        for ended in terminals:
+            await self._kill_leftovers(ended.session_id)
+        return terminals
 
     async def thread_closing(self, thread_id: str, deleted: bool) -> None:
         """The thread is archived (its terminals stop) or deleted (and its output
@@ -513,6 +522,15 @@ class TerminalManager:
             }
         )
 
+    async def _kill_leftovers(self, session_id: str) -> None:
+        """Kill what an ended terminal's command left running in its process
+        group (``cmd &``); a process that left the group (``setsid``) escapes,
+        as it would a terminal."""
+        pgid = self._leftovers.pop(session_id, None)
+        if pgid is not None and group_alive(pgid):
+            await kill_process_group(pgid, self.kill_grace_s)
+            REAPER.untrack(pgid)
+
     async def _kill(self, terminal: _Running) -> None:
         if terminal.status == "running" and terminal.kill_status is None:
             terminal.kill_status = "killed"
@@ -552,6 +570,9 @@ class TerminalManager:
                     REAPER.untrack(process.pid)
                 else:
                     REAPER.finished(process.pid)  # still watched while leftovers run
+                    if group_alive(process.pid):
+                        # `dev-server &`: stop, clean and archive still end it.
+                        self._leftovers[terminal.session_id] = process.pid
                 with contextlib.suppress(Exception):
                     await process.aclose()
                 with contextlib.suppress(OSError):
@@ -599,4 +620,5 @@ class TerminalManager:
 
 
 def _max(max_output_chars: int | None) -> int:
+    """A caller's ``maxOutputChars``: absent -> the default (0: all that is kept)."""
     return DEFAULT_MAX_OUTPUT_CHARS if max_output_chars is None else max_output_chars

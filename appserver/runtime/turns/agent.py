@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 
+from appserver.protocol.encoding import scrub_surrogates
 from appserver.providers.base import (
     Message,
+    ModelEvent,
     ModelRequest,
     Provider,
     ProviderError,
@@ -133,7 +136,8 @@ class AgentLoop:
         items = self.items
         # aclosing: leaving early (interrupt, error) closes the HTTP stream at once.
         async with contextlib.aclosing(provider.stream(request)) as events:
-            async for event in events:
+            async for raw_event in events:
+                event = text_safe(raw_event)
                 if isinstance(event, TextDelta):
                     if text_item is None:
                         text_item = await items.open(active, "agentMessage", {"text": ""})
@@ -205,3 +209,32 @@ class AgentLoop:
         specs = self.tools.tools.specs()
         taken = {spec.name for spec in specs}
         return specs + self.tools.client_tools.specs(active, taken)
+
+
+def text_safe(event: ModelEvent) -> ModelEvent:
+    """``event`` with lone UTF-16 surrogates in the model's text replaced by
+    U+FFFD (a provider's JSON may carry ``"\ud800"``; it could be neither
+    stored nor sent, and would stop the turn). Plain text passes untouched."""
+    if isinstance(event, TextDelta | ReasoningDelta):
+        if event.text.isascii():  # the hot path: most deltas
+            return event
+        text = scrub_surrogates(event.text)
+        return event if text is event.text else replace(event, text=text)
+    if isinstance(event, ToolCallDelta):
+        fixed = replace(
+            event,
+            arguments_delta=scrub_surrogates(event.arguments_delta),
+            call_id=scrub_surrogates(event.call_id),
+            name=scrub_surrogates(event.name),
+        )
+        return event if fixed == event else fixed
+    if isinstance(event, ToolCallDone):
+        call = event.call
+        fixed_call = replace(
+            call,
+            call_id=scrub_surrogates(call.call_id),
+            name=scrub_surrogates(call.name),
+            arguments=scrub_surrogates(call.arguments),
+        )
+        return event if fixed_call == call else replace(event, call=fixed_call)
+    return event

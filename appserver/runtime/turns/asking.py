@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,7 @@ from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.wire import item_to_wire
 from appserver.storage.threads import ItemRecord, ThreadRepository
 from appserver.tools.base import ApprovalNeed, TerminalOutput, ToolError
+from appserver.tools.sandbox import Sandbox
 
 log = logging.getLogger("appserver.turns")
 
@@ -230,8 +230,9 @@ def client_tool_need(tool: ClientTool, arguments: Any, workspace: Path) -> Appro
     ``remoteResource``, ...); the target is the argument ``targetArgument``
     names; the operation the argument ``operationArgument`` names, else
     ``operation``, else the tool's name. A ``file`` or ``shell`` target that
-    resolves outside the workspace counts as outside (the boundary rules and
-    ``requireApprovalOutsideWorkspace`` apply as to the built-in tools).
+    resolves outside the workspace (or cannot be judged) counts as outside
+    (the boundary rules and ``requireApprovalOutsideWorkspace`` apply as to
+    the built-in tools).
     """
     hint = tool.approval
     if not hint or not hint.get("kind"):
@@ -242,11 +243,8 @@ def client_tool_need(tool: ClientTool, arguments: Any, workspace: Path) -> Appro
     operation = _argument_text(args.get(str(hint.get("operationArgument") or "")))
     operation = operation or str(hint.get("operation") or "") or tool.name
     outside = False
-    if kind in ("file", "shell") and target:
-        root = workspace.resolve()
-        place = Path(os.path.expanduser(target))
-        place = (place if place.is_absolute() else root / place).resolve()
-        outside = not place.is_relative_to(root)
+    if kind in ("file", "shell"):
+        outside = _outside_workspace(args.get(str(hint.get("targetArgument") or "")), workspace)
     return ApprovalNeed(
         kind=kind,
         operation=operation,
@@ -254,6 +252,20 @@ def client_tool_need(tool: ClientTool, arguments: Any, workspace: Path) -> Appro
         reason=f"The client's tool {tool.model_name} wants to {operation} {target}".rstrip(),
         outside_workspace=outside,
     )
+
+
+def _outside_workspace(target: object, workspace: Path) -> bool:
+    """Whether a client tool's path target is outside the workspace, as the
+    built-in tools judge it (symlinks followed, ``.craft/`` outside); what
+    cannot be judged (not a string, ``~``, a NUL) counts as outside."""
+    if target is None or target == "":
+        return False
+    if not isinstance(target, str) or target.startswith("~"):
+        return True  # the client may expand `~`, or read a path out of a list
+    try:
+        return not Sandbox(workspace).resolve(target).inside
+    except (ToolError, ValueError, OSError):
+        return True
 
 
 def _argument_text(value: object) -> str:
@@ -400,12 +412,12 @@ class ClientToolCalls:
 
     async def ask_editor(
         self, active: ActiveTurn, method: str, params: WireModel, timeout: float
-    ) -> Mapping[str, object]:
+    ) -> tuple[Mapping[str, object], Participant | None]:
         """Send one ``ext/acp/*`` request to the thread's editor with the
         approval machinery: an owner that leaves and comes back (or another
         editor that takes the seat) within the reconnect grace is asked again.
-        Its answer; a :class:`ToolError` if it refused, did not answer within
-        ``timeout`` or did not come back."""
+        Its answer and who gave it; a :class:`ToolError` if it refused, did not
+        answer within ``timeout`` or did not come back."""
         assert active.tg is not None
         pending = PendingEditorRequest(
             params, active.tg, timeout, self.approvals.reconnect_grace, method=method
@@ -428,7 +440,7 @@ class ClientToolCalls:
             )
         if decided == "refused":
             raise ToolError(f"the editor refused {method}: {pending.error}")
-        return pending.answer or {}
+        return pending.answer or {}, pending.answered_by
 
     def forget_thread(self, thread_id: str) -> None:
         self.tools.pop(thread_id, None)
@@ -592,6 +604,8 @@ def serves(participant: Participant | None, method: str) -> bool:
 WAIT_MARGIN_S = 10.0
 # kill and release after an interrupted turn or a failure: short, best effort.
 CLEANUP_TIMEOUT_S = 5.0
+# ACP's outputByteLimit asked of the editor: its answers stay well under a frame.
+EDITOR_OUTPUT_BYTE_LIMIT = 1024 * 1024
 
 
 class ClientEditor:
@@ -615,10 +629,18 @@ class ClientEditor:
         self.can_read = can_read
         self.can_write = can_write
         self.can_run = can_run
+        # The editor that created each terminal: kill and release go to it.
+        self._hosts: dict[str, Participant] = {}
 
     async def _request(
         self, method: str, params: WireModel, timeout: float | None = None
     ) -> Mapping[str, object]:
+        answer, _ = await self._answered(method, params, timeout)
+        return answer
+
+    async def _answered(
+        self, method: str, params: WireModel, timeout: float | None = None
+    ) -> tuple[Mapping[str, object], Participant | None]:
         return await self.calls.ask_editor(
             self.active, method, params, self.timeout if timeout is None else timeout
         )
@@ -645,11 +667,18 @@ class ClientEditor:
         return EditorTerminalParams(thread_id=self.thread_id, terminal_id=terminal_id)
 
     async def create_terminal(self, command: str, cwd: str) -> str:
-        params = EditorTerminalCreateParams(thread_id=self.thread_id, command=command, cwd=cwd)
-        answer = await self._request("ext/acp/terminal/create", params)
+        params = EditorTerminalCreateParams(
+            thread_id=self.thread_id,
+            command=command,
+            cwd=cwd,
+            output_byte_limit=EDITOR_OUTPUT_BYTE_LIMIT,
+        )
+        answer, host = await self._answered("ext/acp/terminal/create", params)
         terminal_id = answer.get("terminalId")
         if not isinstance(terminal_id, str) or not terminal_id:
             raise ToolError("invalid answer to ext/acp/terminal/create: `terminalId` is required")
+        if host is not None:
+            self._hosts[terminal_id] = host
         return terminal_id
 
     async def wait_for_terminal_exit(self, terminal_id: str, timeout_s: float) -> TerminalOutput:
@@ -675,9 +704,12 @@ class ClientEditor:
         await self._cleanup("ext/acp/terminal/release", terminal_id)
 
     async def _cleanup(self, method: str, terminal_id: str) -> None:
-        """Best effort, straight to the editor (also from an interrupted turn,
-        whose task group can no longer start the asking machinery)."""
-        owner = self.calls.editor_owner(self.active)
+        """Best effort, straight to the editor that created the terminal (else
+        the thread's editor now), also from an interrupted turn, whose task
+        group can no longer start the asking machinery."""
+        owner = self._hosts.get(terminal_id)
+        if owner is None or owner.closed:
+            owner = self.calls.editor_owner(self.active)
         if not isinstance(owner, EditorClient) or not owner.editor_terminal():
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):

@@ -698,6 +698,8 @@ export interface EditorTerminalCreateParams {
   cwd?: string | null;
   /** Extra environment variables (not sent by this server: the editor's own apply). */
   env?: { [key: string]: string } | null;
+  /** ACP's limit: keep at most this many bytes of output (the end), so answers stay well under the server's frame limit. */
+  outputByteLimit?: number | null;
 }
 
 /**

@@ -628,6 +628,7 @@ class EditorTerminalCreateParams(TypedDict):
     command: str
     cwd: NotRequired[str | None]
     env: NotRequired[dict[str, str] | None]
+    outputByteLimit: NotRequired[int | None]
 
 
 class EditorTerminalCreateResult(TypedDict):
