@@ -208,6 +208,26 @@ async def test_list_channel_name_filter_is_case_insensitive(server: ServerUnderT
         assert await list_ids(client, channelName="telegram") == []
 
 
+async def test_list_search_term_matches_name_or_id(server: ServerUnderTest) -> None:
+    async with server.connect() as client:
+        fix = await start_thread(client, displayName="Fix the Login bug")
+        notes = await start_thread(client, displayName="Release notes 100%")
+        other = await start_thread(client, displayName="other_thing")
+        assert await list_ids(client, searchTerm="login") == [fix["id"]]
+        assert await list_ids(client, searchTerm="LOGIN BUG") == [fix["id"]]
+        assert await list_ids(client, searchTerm=notes["id"][-6:]) == [notes["id"]]
+        # % and _ are literal, not wildcards.
+        assert await list_ids(client, searchTerm="100%") == [notes["id"]]
+        assert await list_ids(client, searchTerm="r_t") == [other["id"]]
+        assert await list_ids(client, searchTerm="%") == [notes["id"]]
+        assert await list_ids(client, searchTerm="nothing like it") == []
+        assert len(await list_ids(client, searchTerm="")) == 3
+        page = await client.request(
+            "thread/list", {"identity": IDENTITY, "searchTerm": "e", "limit": 1}
+        )
+        assert len(page["data"]) == 1 and page["nextCursor"]
+
+
 async def test_list_owner_predicate(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         mine = await start_thread(client)

@@ -506,7 +506,7 @@ def test_thread_list_pages_and_searches(
     page.fill("#thread-search", "topic 3")
     names = page.locator(".thread-name").all_inner_texts()
     assert sorted(names) == sorted(["topic 3", *(f"topic {i}" for i in range(30, 35))])
-    # Searching fetches the pages not loaded yet: "topic 2" is on the second page.
+    # The server searches too (thread/list searchTerm): "topic 2" is on the second page.
     page.reload()
     connected(page)
     page.wait_for_selector(".thread-item >> nth=29")

@@ -344,6 +344,10 @@ class ThreadListParams(WireModel):
     """Page size; absent: every matching thread (pages still end at the size limit)."""
     cursor: str | None = None
     """`nextCursor` of the previous page."""
+    # Beyond DotCraft, as Codex's thread/list.
+    search_term: Label | None = None
+    """Only threads whose `displayName` or `id` contains this text (ASCII letters match
+    either case); empty or absent: no filter."""
 
 
 class ThreadListResult(WireModel):

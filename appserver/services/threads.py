@@ -123,6 +123,7 @@ class ThreadService:
                 channel_name=params.channel_name,
                 limit=params.limit,
                 cursor=params.cursor,
+                search_term=params.search_term,
             )
         )
         # Encoded once here (the router sends RawJSON as is); a page that would

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,6 +85,7 @@ class ThreadQuery:
     channel_name: str | None = None
     limit: int | None = None
     cursor: str | None = None
+    search_term: str | None = None  # a substring of the name or id
 
 
 def workspace_key(path: str) -> str:
@@ -299,6 +301,11 @@ class ThreadRepository:
         if query.channel_name:
             where.append("origin_channel = ? COLLATE NOCASE")
             args.append(query.channel_name)
+        if query.search_term:
+            # LIKE ignores the case of ASCII letters; the term's own % and _ are literal.
+            pattern = "%" + re.sub(r"([\\%_])", r"\\\1", query.search_term) + "%"
+            where.append("(display_name LIKE ? ESCAPE '\\' OR id LIKE ? ESCAPE '\\')")
+            args.extend([pattern, pattern])
         if query.cursor:
             last_active_at, last_id = _decode_cursor(query.cursor, 2)
             where.append("(last_active_at < ? OR (last_active_at = ? AND id < ?))")

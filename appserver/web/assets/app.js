@@ -77,7 +77,7 @@ const state = {
   approvals: [], // pending {params, resolve}
   approvalShown: null,
   follow: true, // the chat is scrolled to its end
-  searching: false,
+  found: { term: "", threads: new Map(), cursor: undefined }, // the server's search results
 };
 
 function showError(message) {
@@ -411,13 +411,28 @@ function threadButton(summary) {
 
 function renderThreadList() {
   const list = $("thread-list");
-  const query = $("thread-search").value.trim().toLowerCase();
+  const query = $("thread-search").value.trim();
   list.textContent = "";
-  for (const summary of state.threads.values()) {
-    const haystack = `${threadName(summary)} ${summary.id}`.toLowerCase();
-    if (!query || haystack.includes(query)) list.append(threadButton(summary));
+  if (!query) {
+    for (const summary of state.threads.values()) list.append(threadButton(summary));
+    $("more-threads").hidden = !state.cursor;
+    return;
   }
-  $("more-threads").hidden = !state.cursor;
+  // The threads loaded here that match at once, then the server's matches (thread/list searchTerm).
+  const needle = query.toLowerCase();
+  const shown = new Set();
+  for (const summary of state.threads.values()) {
+    if (`${threadName(summary)} ${summary.id}`.toLowerCase().includes(needle)) {
+      shown.add(summary.id);
+      list.append(threadButton(summary));
+    }
+  }
+  if (state.found.term === query) {
+    for (const summary of state.found.threads.values()) {
+      if (!shown.has(summary.id)) list.append(threadButton(state.threads.get(summary.id) ?? summary));
+    }
+  }
+  $("more-threads").hidden = !(state.found.term === query && state.found.cursor);
 }
 
 async function loadThreads(more = false) {
@@ -431,20 +446,22 @@ async function loadThreads(more = false) {
   renderThreadList();
 }
 
-/** Filter the list; while a query is typed, fetch the remaining pages (up to 1000 threads). */
-async function search() {
+/** Filter the list at once, then ask the server for every match (`thread/list` with `searchTerm`). */
+async function search(more = false) {
   renderThreadList();
-  if (state.searching) return;
-  state.searching = true;
-  try {
-    while ($("thread-search").value.trim() && state.cursor && state.threads.size < 1000) {
-      const before = state.cursor;
-      await loadThreads(true);
-      if (state.cursor === before) break; // failed: the error is shown
-    }
-  } finally {
-    state.searching = false;
-  }
+  const term = $("thread-search").value.trim();
+  if (!term) return;
+  if (!more) await new Promise((resolve) => setTimeout(resolve, 150)); // typing: ask once it pauses
+  if ($("thread-search").value.trim() !== term) return; // a newer query asks for itself
+  const cursor = more && state.found.term === term ? state.found.cursor : undefined;
+  const result = await attempt("Searching threads", () =>
+    state.client.threadList({ identity: state.identity, limit: PAGE_SIZE, searchTerm: term, ...(cursor ? { cursor } : {}) }),
+  );
+  if (!result || $("thread-search").value.trim() !== term) return;
+  if (!cursor) state.found = { term, threads: new Map(), cursor: undefined };
+  for (const summary of result.data) state.found.threads.set(summary.id, summary);
+  state.found.cursor = result.nextCursor;
+  renderThreadList();
 }
 
 function addThread(thread, first) {
@@ -788,7 +805,9 @@ function wire() {
   $("steer").addEventListener("click", () => void steer());
   $("interrupt").addEventListener("click", () => void interrupt());
   $("new-thread").addEventListener("click", () => void newThread());
-  $("more-threads").addEventListener("click", () => void loadThreads(true));
+  $("more-threads").addEventListener("click", () =>
+    void ($("thread-search").value.trim() ? search(true) : loadThreads(true)),
+  );
   $("thread-search").addEventListener("input", () => void search());
   $("threads-toggle").addEventListener("click", toggleSidebar);
   $("chat").addEventListener("scroll", () => {

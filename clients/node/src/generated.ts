@@ -1791,6 +1791,8 @@ export interface ThreadListParams {
   limit?: number | null;
   /** `nextCursor` of the previous page. */
   cursor?: string | null;
+  /** Only threads whose `displayName` or `id` contains this text (ASCII letters match either case); empty or absent: no filter. */
+  searchTerm?: string | null;
 }
 
 /** `ThreadListResult` on the wire. */

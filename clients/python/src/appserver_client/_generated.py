@@ -1397,6 +1397,7 @@ class ThreadListParams(TypedDict):
     channelName: NotRequired[str | None]
     limit: NotRequired[int | None]
     cursor: NotRequired[str | None]
+    searchTerm: NotRequired[str | None]
 
 
 class ThreadListResult(TypedDict):
@@ -2531,6 +2532,7 @@ class GeneratedMethods:
         channel_name: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        search_term: str | None = None,
         timeout: float | None = None,
     ) -> ThreadListResult:
         """Thread summaries for an identity, newest activity first; optional keyset paging.
@@ -2548,6 +2550,7 @@ class GeneratedMethods:
                 "channelName": channel_name,
                 "limit": limit,
                 "cursor": cursor,
+                "searchTerm": search_term,
             },
         )
         reply = await self.request("thread/list", params, timeout=timeout)
