@@ -753,11 +753,7 @@ async function connect() {
       requestTimeoutMs: 30_000,
       backoffInitialMs: 250,
       backoffMaxMs: 5_000,
-      logger: {
-        warn(message) {
-          if (String(message).includes("connection lost")) setStatus("reconnecting", "reconnecting…");
-        },
-      },
+      logger: { warn() {} }, // what goes wrong is shown in the page
     });
   } catch (error) {
     setStatus("disconnected", "not connected");
@@ -771,6 +767,7 @@ async function connect() {
   }
   state.client = client;
   client.onAny(onNotification);
+  client.onDisconnect(() => setStatus("reconnecting", "reconnecting…"));
   client.onReconnect(() => {
     setStatus("connected", "connected");
     void loadThreads();

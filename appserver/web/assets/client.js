@@ -1034,6 +1034,7 @@ var AppServerClient = class _AppServerClient extends GeneratedMethods {
   terminalHandler;
   requestHandlers = /* @__PURE__ */ new Map();
   reconnectCallbacks = /* @__PURE__ */ new Set();
+  disconnectCallbacks = /* @__PURE__ */ new Set();
   current;
   opener;
   reconnectEnabled = false;
@@ -1477,6 +1478,15 @@ var AppServerClient = class _AppServerClient extends GeneratedMethods {
     this.reconnectCallbacks.add(callback);
     return () => this.reconnectCallbacks.delete(callback);
   }
+  /**
+   * Call `callback(error, client)` when the connection is lost and the client starts
+   * reconnecting (with `reconnect` on; otherwise the client closes: see `closed`).
+   * Returns a function that removes the callback.
+   */
+  onDisconnect(callback) {
+    this.disconnectCallbacks.add(callback);
+    return () => this.disconnectCallbacks.delete(callback);
+  }
   async answer(transport, id, method, params) {
     const reply = { jsonrpc: "2.0", id };
     try {
@@ -1726,6 +1736,7 @@ var AppServerClient = class _AppServerClient extends GeneratedMethods {
       return;
     }
     this.logger.warn(`appserver-client: connection lost (${error.message}); reconnecting`);
+    for (const callback of [...this.disconnectCallbacks]) this.invoke("onDisconnect callback", () => callback(error, this));
     void this.reconnectLoop().then(
       (failure) => {
         if (failure) this.shutdown(failure);

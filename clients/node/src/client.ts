@@ -273,6 +273,7 @@ export class AppServerClient extends GeneratedMethods {
   private terminalHandler: TerminalHandler | null;
   private readonly requestHandlers = new Map<string, RequestHandler>();
   private readonly reconnectCallbacks = new Set<(client: AppServerClient) => unknown>();
+  private readonly disconnectCallbacks = new Set<(error: Error, client: AppServerClient) => unknown>();
   private current: Transport | undefined;
   private opener: Opener | undefined;
   private reconnectEnabled = false;
@@ -772,6 +773,16 @@ export class AppServerClient extends GeneratedMethods {
     return () => this.reconnectCallbacks.delete(callback);
   }
 
+  /**
+   * Call `callback(error, client)` when the connection is lost and the client starts
+   * reconnecting (with `reconnect` on; otherwise the client closes: see `closed`).
+   * Returns a function that removes the callback.
+   */
+  onDisconnect(callback: (error: Error, client: AppServerClient) => unknown): () => void {
+    this.disconnectCallbacks.add(callback);
+    return () => this.disconnectCallbacks.delete(callback);
+  }
+
   private async answer(transport: Transport, id: unknown, method: string, params: unknown): Promise<void> {
     const reply: Record<string, unknown> = { jsonrpc: "2.0", id };
     try {
@@ -1040,6 +1051,7 @@ export class AppServerClient extends GeneratedMethods {
       return;
     }
     this.logger.warn(`appserver-client: connection lost (${error.message}); reconnecting`);
+    for (const callback of [...this.disconnectCallbacks]) this.invoke("onDisconnect callback", () => callback(error, this));
     void this.reconnectLoop().then(
       (failure) => {
         if (failure) this.shutdown(failure);

@@ -49,7 +49,9 @@ describe("websocket", () => {
       let deltas = "";
       let dropped = false;
       let reconnected = 0;
+      const lost: string[] = [];
       client.onReconnect(() => void reconnected++);
+      client.onDisconnect((error) => void lost.push(error.message));
       const outcome = await client.runTurn(thread.id, "?stream 6\n?delay 150", {
         onNotification: (event) => {
           if (event.method !== "item/agentMessage/delta") return;
@@ -66,6 +68,7 @@ describe("websocket", () => {
       assert.equal(deltas, outcome.text);
       assert.equal(client.reconnects, 1);
       assert.equal(reconnected, 1);
+      assert.equal(lost.length, 1);
       const again = await client.runTurn(thread.id, "hello");
       assert.equal(again.text, "You said: hello");
     } finally {
