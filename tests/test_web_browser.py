@@ -10,6 +10,7 @@ page must finish without a console error. A screenshot of the chat is written to
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -304,8 +305,15 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     diff = page.locator(f"{turn(page, 3)} .tool-call pre").inner_text()
     assert diff.splitlines()[1:] == ["+first line", "+second line"]
     assert (server.workspace / "notes.md").read_text() == "first line\nsecond line\n"
-    say(page, "?plan Ship the web client")
+    edit = {"path": "notes.md", "old_string": "second line", "new_string": "2nd line"}
+    say(page, f"?tool edit_file {json.dumps(edit)}")
+    dialog.wait_for(state="visible")
+    dialog.locator('[data-decision="accept"]').click()
     wait_turn(page, 4, "completed")
+    diff = page.locator(f"{turn(page, 4)} .tool-call pre").inner_text()
+    assert "-second line" in diff.splitlines() and "+2nd line" in diff.splitlines()
+    say(page, "?plan Ship the web client")
+    wait_turn(page, 5, "completed")
     plan = page.locator(".plan")
     assert "Plan: Ship the web client" in plan.inner_text()
     assert plan.locator(".todo").count() == 3
