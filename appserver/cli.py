@@ -439,7 +439,7 @@ def serve_command(args: argparse.Namespace) -> int:
     """``appserver app-server``."""
     # Imported here: other commands (a face, `schema`) do not pay for them.
     from appserver.rpc.connection import Limits
-    from appserver.runtime.turns import EngineConfig
+    from appserver.runtime.engine_config import EngineConfig
     from appserver.server import AppServer, ServerConfig, run
     from appserver.storage.lock import WorkspaceLocked
     from appserver.transport.base import AddressInUse, ListenerError
