@@ -94,7 +94,8 @@ class RequestContext:
 
     def after_response(self, callback: Callable[[], Any]) -> None:
         """Run ``callback`` once the response is queued, so anything it sends
-        to this connection is written after the response."""
+        to this connection is written after the response. (Called from such a
+        callback, it adds one that runs after it.)"""
         self._after_response.append(callback)
 
 
@@ -554,7 +555,11 @@ class Connection:
                 # response is never told the server is overloaded.
                 gate = False
                 self._release_slot()
-            for callback in ctx._after_response:
+            # By index: a callback may add more (they run after it).
+            index = 0
+            while index < len(ctx._after_response):
+                callback = ctx._after_response[index]
+                index += 1
                 try:
                     outcome = callback()
                     if outcome is not None:
