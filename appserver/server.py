@@ -15,8 +15,12 @@ import anyio
 
 from appserver import __version__, startup
 from appserver.protocol.initialize import InitializeParams
-from appserver.providers import make_provider, missing_key_warning, resolve_settings
-from appserver.providers.base import Provider
+from appserver.providers import (
+    ProviderSettings,
+    make_provider,
+    missing_key_warning,
+    resolve_settings,
+)
 from appserver.rpc.connection import Connection, Limits, RequestContext
 from appserver.runtime.bus import EventBus
 from appserver.runtime.engine_config import EngineConfig
@@ -29,7 +33,6 @@ from appserver.storage.workspace_config import (
     load_workspace_config,
 )
 from appserver.transport.base import Transport
-from appserver.transport.memory import MemoryTransport, memory_pair
 from appserver.transport.stdio import StdioTransport
 
 # The runtime, the thread and turn services and the method families are
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
 
     from appserver.cron.heartbeat import HeartbeatService
     from appserver.cron.service import CronService
+    from appserver.providers.base import Provider
     from appserver.runtime.approvals import ApprovalBroker
     from appserver.runtime.host import Runtime
     from appserver.runtime.threads import Threads
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
     from appserver.services.plugins.service import PluginService
     from appserver.services.skills.service import SkillsService
     from appserver.tools.registry import ToolRegistry
+    from appserver.transport.memory import MemoryTransport
     from appserver.transport.websocket import ListenerOptions, WebSocketTransport
 
 log = logging.getLogger("appserver.server")
@@ -109,8 +114,10 @@ class AppServer:
         self.db = db
         self.lock = lock
         self.workspace_config = load_workspace_config(config.craft_dir)
-        provider = config.provider
-        if provider is None:
+        # Settings are checked now (a bad one fails the start); the provider is
+        # built with the runtime (building one never fails).
+        self._settings: ProviderSettings | None = None
+        if config.provider is None:
             settings = resolve_settings(config.provider_options, os.environ, self.workspace_config)
             log.debug("workspace %s; %s", config.workspace, settings.describe())
             # Said at start, not at the first turn; the server still starts, so
@@ -118,8 +125,7 @@ class AppServer:
             warning = missing_key_warning(settings)
             if warning is not None:
                 log.warning("%s", warning)
-            provider = make_provider(settings)
-        self._provider = provider
+            self._settings = settings
         self._tools = tools
         self._bus = EventBus()
         self.router = Router(self._bus)
@@ -151,10 +157,14 @@ class AppServer:
         from appserver.tools.registry import ToolRegistry
 
         config = self.config
+        provider = config.provider
+        if provider is None:
+            assert self._settings is not None
+            provider = make_provider(self._settings)
         self.runtime = Runtime(
             self.db,
             config.workspace,
-            self._provider,
+            provider,
             config=config.engine,
             attachments=config.craft_dir / "attachments" / "images",
             allow_private_image_urls=config.allow_private_image_urls,
@@ -394,6 +404,8 @@ class AppServer:
     @asynccontextmanager
     async def connect_memory(self) -> AsyncIterator[MemoryTransport]:
         """An in-process client end, served until the context exits (tests)."""
+        from appserver.transport.memory import memory_pair
+
         client, server_end = memory_pair()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.serve_transport, server_end)
