@@ -69,9 +69,11 @@ class Database:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = aiosqlite.Row
+        # synchronous first: a new database then switches to WAL without the
+        # default (FULL) fsyncs of the rollback journal, a few ms of its first start.
+        await conn.execute("PRAGMA synchronous = NORMAL")
         await conn.execute("PRAGMA journal_mode = WAL")
         await conn.execute("PRAGMA foreign_keys = ON")
-        await conn.execute("PRAGMA synchronous = NORMAL")
         await conn.execute("PRAGMA busy_timeout = 5000")
         db = cls(conn)
         await db.migrate()
