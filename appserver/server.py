@@ -301,15 +301,14 @@ class AppServer:
                 # Let what is already queued (the `initialize` response) be
                 # written before the build holds the event loop.
                 await anyio.sleep(0)
-                advertised = self.router.capabilities()
                 self._build()
-                self.router.completed()
-                if self.router.capabilities() != advertised:
+                advertised, served = self.router.capabilities(), self.router.served_capabilities()
+                if served != advertised:
                     log.error(
                         "initialize advertised %s but the server serves %s: "
                         "see appserver/services/advertised.py",
                         advertised,
-                        self.router.capabilities(),
+                        served,
                     )
             tg = self._tg
             await tg.start(self.runtime.run)
@@ -323,6 +322,8 @@ class AppServer:
             if warm is not None:
                 tg.start_soon(_background, warm)
             tg.start_soon(_background, build_wire_models)
+            # Only now: an `initialize` answered meanwhile still waits for all of the above.
+            self.router.completed()
         finally:
             self._started.set()
 

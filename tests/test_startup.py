@@ -168,3 +168,28 @@ async def test_a_deferred_server_that_never_completed_shuts_down(tmp_path: Path)
     async with AppServer.open(ServerConfig(workspace=tmp_path), defer=True) as server:
         assert not server.ready
     assert not server.ready
+
+
+def test_a_deferred_server_runs_the_initialize_hooks_after_completing(tmp_path: Path) -> None:
+    """A family's initialize hook (channel adapters) and the work it schedules
+    after the response still run, in order, when initialize came first."""
+    request = {
+        **INITIALIZE,
+        "params": {
+            "clientInfo": {"name": "intruder", "version": "1"},
+            "capabilities": {"channelAdapter": {"channelName": "nobody"}},
+        },
+    }
+    done = subprocess.run(
+        server_command(tmp_path),
+        input=json.dumps(request) + "\n",
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+    )
+    response, event = map(json.loads, done.stdout.splitlines())
+    assert response["id"] == 1 and "serverInfo" in response["result"]
+    assert event["method"] == "system/event"
+    assert event["params"]["kind"] == "channelRejected"
+    assert event["params"]["channelName"] == "nobody"

@@ -208,9 +208,14 @@ class Router:
         self.features.add(flag)
 
     def capabilities(self) -> dict[str, Any]:
-        """Flags whose every method is served, plus enabled features."""
+        """What ``initialize`` advertises: the declared capabilities while the
+        server is not complete (:meth:`defer`), else :meth:`served_capabilities`."""
         if self._advertised is not None:
             return dict(self._advertised)
+        return self.served_capabilities()
+
+    def served_capabilities(self) -> dict[str, Any]:
+        """Flags whose every method is served, plus enabled features."""
         by_flag: dict[str, bool] = {}
         for spec in _methods().values():
             if spec.capability:
