@@ -26,7 +26,7 @@ from appserver.runtime.bus import EventBus
 from appserver.runtime.engine_config import EngineConfig
 from appserver.services.advertised import advertised_capabilities
 from appserver.services.router import Router
-from appserver.storage.db import Database, locked_database
+from appserver.storage.db import Database, Preparation, locked_database
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.workspace_config import (
     default_approval_policy,
@@ -248,6 +248,7 @@ class AppServer:
         lock_wait: float = 0.0,
         *,
         defer: bool = False,
+        prepared: Preparation | None = None,
     ) -> AsyncIterator[AppServer]:
         """Lock the workspace, open the database, recover interrupted turns,
         and on exit drain: cancel turns (clients get ``turn/cancelled``),
@@ -262,11 +263,18 @@ class AppServer:
         before any later frame of that client is read; or after
         ``COMPLETE_WHEN_IDLE_AFTER`` seconds without one. Start-up errors
         (a locked workspace, a bad database or provider setting) still come
-        before anything is answered."""
+        before anything is answered.
+
+        ``prepared``: the workspace's lock and database, already being taken
+        and created in a thread (the CLI starts it before importing this module)."""
         config.workspace = config.workspace.resolve()
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
+        if prepared is not None:
+            if (prepared.lock.path, prepared.path) != (lock.path, config.database_path):
+                raise ValueError("prepared for another workspace or database")
+            lock = prepared.lock
         info = {"workspacePath": str(config.workspace), "version": __version__}
-        async with locked_database(lock, config.database_path, info, lock_wait) as db:
+        async with locked_database(lock, config.database_path, info, lock_wait, prepared) as db:
             server = cls(config, db, lock, tools, defer=defer)
             async with anyio.create_task_group() as tg:
                 server._tg = tg
@@ -476,6 +484,7 @@ async def run(
     stdio: tuple[IO[bytes], IO[bytes]] | None,
     websocket: ListenerOptions | None,
     on_ready: Callable[[AppServer], None] | None = None,
+    prepared: Preparation | None = None,
 ) -> None:
     """Serve until stdio EOF (when stdio is on) or a signal."""
     async with AsyncExitStack() as stack:
@@ -485,7 +494,9 @@ async def run(
         signals = stack.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
         # A stdio-only server answers `initialize` before it builds the rest.
         defer = websocket is None and stdio is not None
-        server = await stack.enter_async_context(AppServer.open(config, defer=defer))
+        server = await stack.enter_async_context(
+            AppServer.open(config, defer=defer, prepared=prepared)
+        )
         if websocket is not None:
             await stack.enter_async_context(server.listen_websocket(websocket))
         if on_ready is not None:

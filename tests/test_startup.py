@@ -193,3 +193,35 @@ def test_a_deferred_server_runs_the_initialize_hooks_after_completing(tmp_path: 
     assert event["method"] == "system/event"
     assert event["params"]["kind"] == "channelRejected"
     assert event["params"]["channelName"] == "nobody"
+
+
+def test_a_locked_workspace_still_fails_before_anything_is_answered(tmp_path: Path) -> None:
+    """The lock is taken ahead, in a thread, while the modules import: a
+    second server on the workspace still answers nothing and exits 1."""
+    first = subprocess.Popen(
+        server_command(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=child_env(),
+    )
+    try:
+        assert first.stdin is not None and first.stdout is not None
+        first.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+        first.stdin.flush()
+        assert b'"result"' in first.stdout.readline()  # it holds the workspace now
+        second = subprocess.run(
+            server_command(tmp_path),
+            input=json.dumps(INITIALIZE) + "\n",
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert second.stdout == ""
+        assert "workspace is in use by another appserver" in second.stderr
+        assert (tmp_path / ".craft" / "appserver.lock").exists()  # still the first's
+    finally:
+        first.communicate(timeout=30)  # closes its input: it exits
+    assert first.returncode == 0
