@@ -437,11 +437,6 @@ def _main(arguments: list[str]) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     """``appserver app-server``."""
-    # Imported here: other commands (a face, `schema`) do not pay for them.
-    from appserver.rpc.connection import Limits
-    from appserver.runtime.turns import EngineConfig
-    from appserver.server import AppServer, ServerConfig, run
-    from appserver.storage.lock import WorkspaceLocked
     from appserver.transport.base import AddressInUse, ListenerError
 
     if not configure_logs(args):
@@ -468,13 +463,6 @@ def serve_command(args: argparse.Namespace) -> int:
         )
         if value
     }
-    config = ServerConfig(
-        workspace=workspace,
-        limits=Limits(max_in_flight=args.max_in_flight),
-        engine=EngineConfig(approval_timeout=args.approval_timeout),
-        provider_options=provider_options,
-        tool_env=tuple(args.tool_env),
-    )
     websocket = None
     if listen.host is not None:
         # Imported only when listening: a stdio session never loads websockets.
@@ -491,6 +479,30 @@ def serve_command(args: argparse.Namespace) -> int:
         except ListenerError as exc:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
+    prepared = None
+    if websocket is None and listen.stdio:
+        # Lock the workspace and create its database in a thread while the
+        # server's modules import (the paths and lock info AppServer.open uses).
+        from appserver.storage.db import Preparation
+        from appserver.storage.lock import WorkspaceLock
+
+        craft_dir = workspace.resolve() / ".craft"
+        info = {"workspacePath": str(workspace.resolve()), "version": __version__}
+        lock = WorkspaceLock(craft_dir / "appserver.lock")
+        prepared = Preparation(lock, craft_dir / "appserver.db", info)
+    # Imported here: other commands (a face, `schema`) do not pay for them.
+    from appserver.rpc.connection import Limits
+    from appserver.runtime.engine_config import EngineConfig
+    from appserver.server import AppServer, ServerConfig, run
+    from appserver.storage.lock import WorkspaceLocked
+
+    config = ServerConfig(
+        workspace=workspace,
+        limits=Limits(max_in_flight=args.max_in_flight),
+        engine=EngineConfig(approval_timeout=args.approval_timeout),
+        provider_options=provider_options,
+        tool_env=tuple(args.tool_env),
+    )
     from appserver.transport.stdio import claim_stdio
 
     stdio = claim_stdio() if listen.stdio else None
@@ -505,7 +517,11 @@ def serve_command(args: argparse.Namespace) -> int:
                 print(f"appserver: web client at {page}", file=sys.stderr, flush=True)
 
     try:
-        anyio.run(lambda: run(config, stdio=stdio, websocket=websocket, on_ready=on_ready))
+        anyio.run(
+            lambda: run(
+                config, stdio=stdio, websocket=websocket, on_ready=on_ready, prepared=prepared
+            )
+        )
     except KeyboardInterrupt:
         return 130
     except Exception as error:

@@ -15,42 +15,54 @@ import anyio
 
 from appserver import __version__, startup
 from appserver.protocol.initialize import InitializeParams
-from appserver.providers import make_provider, missing_key_warning, resolve_settings
-from appserver.providers.base import Provider
+from appserver.providers import (
+    ProviderSettings,
+    make_provider,
+    missing_key_warning,
+    resolve_settings,
+)
 from appserver.rpc.connection import Connection, Limits, RequestContext
-from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
-from appserver.runtime.host import Runtime
-from appserver.runtime.threads import Threads
-from appserver.runtime.turns import EngineConfig, TurnEngine
-from appserver.services.context import FamilyContext
-from appserver.services.families import FAMILIES
+from appserver.runtime.engine_config import EngineConfig
+from appserver.services.advertised import advertised_capabilities
 from appserver.services.router import Router
-from appserver.services.threads import ThreadService
-from appserver.services.turns import TurnService
-from appserver.storage.db import Database, locked_database
+from appserver.storage.db import Database, Preparation, locked_database
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.workspace_config import (
     default_approval_policy,
     load_workspace_config,
 )
-from appserver.tools.registry import ToolRegistry
 from appserver.transport.base import Transport
-from appserver.transport.memory import MemoryTransport, memory_pair
 from appserver.transport.stdio import StdioTransport
 
+# The runtime, the thread and turn services and the method families are
+# imported when the server is built (AppServer._build), not with this module:
+# a stdio server answers `initialize` first (see AppServer.open).
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
     from websockets.asyncio.server import Server
 
     from appserver.cron.heartbeat import HeartbeatService
     from appserver.cron.service import CronService
+    from appserver.providers.base import Provider
+    from appserver.runtime.approvals import ApprovalBroker
+    from appserver.runtime.host import Runtime
+    from appserver.runtime.threads import Threads
+    from appserver.runtime.turns import TurnEngine
     from appserver.services.commands.service import CommandsService
+    from appserver.services.context import FamilyContext
     from appserver.services.mcp.service import McpService
     from appserver.services.plugins.service import PluginService
     from appserver.services.skills.service import SkillsService
+    from appserver.tools.registry import ToolRegistry
+    from appserver.transport.memory import MemoryTransport
     from appserver.transport.websocket import ListenerOptions, WebSocketTransport
 
 log = logging.getLogger("appserver.server")
+
+# A deferred server (AppServer.open) that no `initialize` has completed yet
+# completes itself after this many seconds.
+COMPLETE_WHEN_IDLE_AFTER = 0.5
 
 
 @dataclass
@@ -85,19 +97,27 @@ class AppServer:
     (router, thread and turn handlers, the method families) and transports.
     """
 
+    # Set by _build (at once, or for a deferred server once it completes).
+    runtime: Runtime
+    families: FamilyContext
+
     def __init__(
         self,
         config: ServerConfig,
         db: Database,
         lock: WorkspaceLock,
         tools: ToolRegistry | None = None,
+        *,
+        defer: bool = False,
     ) -> None:
         self.config = config
         self.db = db
         self.lock = lock
         self.workspace_config = load_workspace_config(config.craft_dir)
-        provider = config.provider
-        if provider is None:
+        # Settings are checked now (a bad one fails the start); the provider is
+        # built with the runtime (building one never fails).
+        self._settings: ProviderSettings | None = None
+        if config.provider is None:
             settings = resolve_settings(config.provider_options, os.environ, self.workspace_config)
             log.debug("workspace %s; %s", config.workspace, settings.describe())
             # Said at start, not at the first turn; the server still starts, so
@@ -105,27 +125,56 @@ class AppServer:
             warning = missing_key_warning(settings)
             if warning is not None:
                 log.warning("%s", warning)
-            provider = make_provider(settings)
+            self._settings = settings
+        self._tools = tools
+        self._bus = EventBus()
+        self.router = Router(self._bus)
+        self._clients: dict[int, str] = {}  # connection id -> "name version", for the logs
+        self.router.initialize_hooks.append(self._log_client)
+        self.connections: set[Connection] = set()
+        self._connections_changed = anyio.Event()  # set when a connection ends
+        self.ready = False
+        self.endpoints: dict[str, str] = {}
+        self._built = False
+        self._starting = False  # _start is running or has run
+        self._started: anyio.Event | None = None  # set once _start has run
+        self._tg: TaskGroup | None = None
+        if defer:
+            # initialize is answered from the declared capabilities until the
+            # server is complete; answering it completes the server (Router.defer).
+            self.router.defer(advertised_capabilities(self.workspace_config), self.complete)
+        else:
+            self._build()
+
+    def _build(self) -> None:
+        """Import and compose the runtime, the thread and turn handlers and
+        every method family (synchronous: nothing is served meanwhile)."""
+        from appserver.runtime.host import Runtime
+        from appserver.services.context import FamilyContext
+        from appserver.services.families import FAMILIES
+        from appserver.services.threads import ThreadService
+        from appserver.services.turns import TurnService
+        from appserver.tools.registry import ToolRegistry
+
+        config = self.config
+        provider = config.provider
+        if provider is None:
+            assert self._settings is not None
+            provider = make_provider(self._settings)
         self.runtime = Runtime(
-            db,
+            self.db,
             config.workspace,
             provider,
             config=config.engine,
             attachments=config.craft_dir / "attachments" / "images",
             allow_private_image_urls=config.allow_private_image_urls,
             default_approval_policy=self._default_approval_policy,
-            tools=tools or ToolRegistry.with_defaults(config.tool_env),
+            tools=self._tools or ToolRegistry.with_defaults(config.tool_env),
+            bus=self._bus,
         )
-        self.router = Router(self.runtime.bus)
-        self._clients: dict[int, str] = {}  # connection id -> "name version", for the logs
-        self.router.initialize_hooks.append(self._log_client)
         ThreadService(self.runtime.threads).register(self.router)
         turn_service = TurnService(self.runtime.turns)
         turn_service.register(self.router)
-        self.connections: set[Connection] = set()
-        self._connections_changed = anyio.Event()  # set when a connection ends
-        self.ready = False
-        self.endpoints: dict[str, str] = {}
         self.families = FamilyContext(
             router=self.router,
             runtime=self.runtime,
@@ -139,6 +188,7 @@ class AppServer:
         )
         for install in FAMILIES:
             install(self.families)
+        self._built = True
 
     # Short names for the parts tests and the CLI look at.
     @property
@@ -151,7 +201,7 @@ class AppServer:
 
     @property
     def bus(self) -> EventBus:
-        return self.runtime.bus
+        return self._bus
 
     @property
     def threads(self) -> Threads:
@@ -192,30 +242,46 @@ class AppServer:
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, config: ServerConfig, tools: ToolRegistry | None = None, lock_wait: float = 0.0
+        cls,
+        config: ServerConfig,
+        tools: ToolRegistry | None = None,
+        lock_wait: float = 0.0,
+        *,
+        defer: bool = False,
+        prepared: Preparation | None = None,
     ) -> AsyncIterator[AppServer]:
         """Lock the workspace, open the database, recover interrupted turns,
         and on exit drain: cancel turns (clients get ``turn/cancelled``),
         close connections after their outboxes flush, close the database.
         ``tools``: the agent's tools (default: every built-in tool);
-        ``lock_wait``: seconds to wait for another process to leave the workspace."""
+        ``lock_wait``: seconds to wait for another process to leave the workspace.
+
+        ``defer`` (the stdio server): the runtime, the thread and turn handlers
+        and the method families are imported and built after the workspace is
+        locked and its database open, when the first ``initialize`` has been
+        answered (from the capabilities declared in services/advertised.py),
+        before any later frame of that client is read; or after
+        ``COMPLETE_WHEN_IDLE_AFTER`` seconds without one. Start-up errors
+        (a locked workspace, a bad database or provider setting) still come
+        before anything is answered.
+
+        ``prepared``: the workspace's lock and database, already being taken
+        and created in a thread (the CLI starts it before importing this module)."""
         config.workspace = config.workspace.resolve()
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
+        if prepared is not None:
+            if (prepared.lock.path, prepared.path) != (lock.path, config.database_path):
+                raise ValueError("prepared for another workspace or database")
+            lock = prepared.lock
         info = {"workspacePath": str(config.workspace), "version": __version__}
-        async with locked_database(lock, config.database_path, info, lock_wait) as db:
-            server = cls(config, db, lock, tools)
+        async with locked_database(lock, config.database_path, info, lock_wait, prepared) as db:
+            server = cls(config, db, lock, tools, defer=defer)
             async with anyio.create_task_group() as tg:
-                await tg.start(server.runtime.run)
-                for run in server.families.background:
-                    tg.start_soon(_background, run)
-                server.ready = True
-                startup.ready()
-                # A provider whose SDK is heavy to load (openai) loads it
-                # now, off the event loop, rather than in the first turn.
-                warm = getattr(server.runtime.engine.provider, "warm", None)
-                if warm is not None:
-                    tg.start_soon(_background, warm)
-                tg.start_soon(_background, build_wire_models)
+                server._tg = tg
+                if defer:
+                    tg.start_soon(server._complete_when_idle)
+                else:
+                    await server.complete()
                 try:
                     yield server
                 finally:
@@ -223,16 +289,74 @@ class AppServer:
                         await server.drain()
                     tg.cancel_scope.cancel()
 
-    async def drain(self) -> None:
-        """Cancel running turns, then close every connection once its queued
-        frames (the ``turn/cancelled`` among them) are written. Idempotent."""
-        self.ready = False
+    async def complete(self) -> None:
+        """Build the server if it is not yet (``defer``) and start the runtime
+        and the families' background work; once only, later calls wait for it.
+
+        It runs in the server's task group, so a failure ends the server as a
+        failure in :meth:`open` would."""
+        if self._started is None:
+            self._started = anyio.Event()
+            assert self._tg is not None
+            self._tg.start_soon(self._start)
+        await self._started.wait()
+
+    async def _start(self) -> None:
+        assert self._started is not None and self._tg is not None
+        self._starting = True
+        try:
+            if not self._built:
+                # Let what is already queued (the `initialize` response) be
+                # written before the build holds the event loop.
+                await anyio.sleep(0)
+                self._build()
+                advertised, served = self.router.capabilities(), self.router.served_capabilities()
+                if served != advertised:
+                    log.error(
+                        "initialize advertised %s but the server serves %s: "
+                        "see appserver/services/advertised.py",
+                        advertised,
+                        served,
+                    )
+            tg = self._tg
+            await tg.start(self.runtime.run)
+            for run in self.families.background:
+                tg.start_soon(_background, run)
+            self.ready = True
+            startup.ready()
+            # A provider whose SDK is heavy to load (openai) loads it
+            # now, off the event loop, rather than in the first turn.
+            warm = getattr(self.runtime.engine.provider, "warm", None)
+            if warm is not None:
+                tg.start_soon(_background, warm)
+            tg.start_soon(_background, build_wire_models)
+            # Only now: an `initialize` answered meanwhile still waits for all of the above.
+            self.router.completed()
+        finally:
+            self._started.set()
+
+    async def _complete_when_idle(self) -> None:
+        """A deferred server completes itself when no ``initialize`` came
+        first (its runtime recovers, its families' background work runs)."""
+        await anyio.sleep(COMPLETE_WHEN_IDLE_AFTER)
+        await self.complete()
+
+    async def _shutdown(self) -> None:
         await self.runtime.shutdown()
         for hook in self.families.shutdown_hooks:
             try:
                 await hook()
             except Exception:
                 log.exception("shutdown hook failed")
+
+    async def drain(self) -> None:
+        """Cancel running turns, then close every connection once its queued
+        frames (the ``turn/cancelled`` among them) are written. Idempotent."""
+        self.ready = False
+        if self._starting and self._started is not None:
+            await self._started.wait()  # a start under way finishes first
+        if self._built:
+            await self._shutdown()
         for connection in list(self.connections):
             connection.close("server shutting down", code=1001)
         with anyio.move_on_after(3):
@@ -289,6 +413,8 @@ class AppServer:
     @asynccontextmanager
     async def connect_memory(self) -> AsyncIterator[MemoryTransport]:
         """An in-process client end, served until the context exits (tests)."""
+        from appserver.transport.memory import memory_pair
+
         client, server_end = memory_pair()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.serve_transport, server_end)
@@ -358,6 +484,7 @@ async def run(
     stdio: tuple[IO[bytes], IO[bytes]] | None,
     websocket: ListenerOptions | None,
     on_ready: Callable[[AppServer], None] | None = None,
+    prepared: Preparation | None = None,
 ) -> None:
     """Serve until stdio EOF (when stdio is on) or a signal."""
     async with AsyncExitStack() as stack:
@@ -365,7 +492,11 @@ async def run(
         # signal as soon as it sees the "listening" line and must still get a
         # clean shutdown (exit 0, lock file removed), not the default death.
         signals = stack.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
-        server = await stack.enter_async_context(AppServer.open(config))
+        # A stdio-only server answers `initialize` before it builds the rest.
+        defer = websocket is None and stdio is not None
+        server = await stack.enter_async_context(
+            AppServer.open(config, defer=defer, prepared=prepared)
+        )
         if websocket is not None:
             await stack.enter_async_context(server.listen_websocket(websocket))
         if on_ready is not None:

@@ -40,11 +40,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from appserver.providers.base import Provider
-from appserver.providers.offline import OfflineProvider
+# Resolving settings loads no provider: the interface and each provider are
+# imported when a provider is built (a stdio server resolves its settings
+# before it answers `initialize`, and builds the provider after).
+if TYPE_CHECKING:
+    from appserver.providers.base import Provider
+    from appserver.providers.offline import OfflineProvider
 
 ProviderName = Literal["offline", "openai", "anthropic"]
 
@@ -275,7 +279,17 @@ def make_provider(settings: ProviderSettings) -> Provider:
             timeout=settings.timeout,
             max_retries=settings.max_retries,
         )
+    from appserver.providers.offline import OfflineProvider
+
     return OfflineProvider()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OfflineProvider":  # re-exported, imported at first use
+        from appserver.providers.offline import OfflineProvider
+
+        return OfflineProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

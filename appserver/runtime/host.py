@@ -43,10 +43,11 @@ class Runtime:
         attachments: Path | None = None,
         allow_private_image_urls: bool = False,
         default_approval_policy: Callable[[], str] = lambda: "default",
+        bus: EventBus | None = None,
     ) -> None:
         config = config or EngineConfig()
         self.db = db
-        self.bus = EventBus()
+        self.bus = bus if bus is not None else EventBus()
         self.events = EventRepository(db)
         self.journal = ThreadJournal(self.bus, self.events)
         self.states = RuntimeStates(self.journal)

@@ -8,13 +8,17 @@ up in the method table, validates params with the method's pydantic model
 handler a service registered, and turns the runtime's refusals into
 DotCraft's error codes. Answers a handler marks cacheable are kept encoded
 until their key changes.
+
+The method table (every protocol model) is imported at first use, not with
+this module: a stdio server answers ``initialize`` before it loads it (see
+:meth:`Router.defer`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,13 +26,15 @@ from appserver import __version__
 from appserver.protocol import errors as E
 from appserver.protocol.errors import RpcError
 from appserver.protocol.initialize import InitializeParams, InitializeResult, ServerInfo
-from appserver.protocol.methods import FEATURE_FLAGS, METHODS
 from appserver.rpc import framing
 from appserver.rpc.connection import Connection, RequestContext
 from appserver.rpc.framing import RawJSON
 from appserver.runtime import errors as R
 from appserver.runtime.bus import EventBus
 from appserver.services.peer import Handshake, Peer, peer_of
+
+if TYPE_CHECKING:
+    from appserver.protocol.spec import MethodSpec
 
 log = logging.getLogger("appserver.router")
 
@@ -85,6 +91,24 @@ _STREAMING_METHODS = (
 )
 
 
+def _methods() -> dict[str, MethodSpec]:
+    """The method table, imported on first use (all the wire models load with it)."""
+    from appserver.protocol.methods import METHODS
+
+    return METHODS
+
+
+def format_capabilities(
+    flags: Iterable[str], features: Iterable[str], extensions: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``initialize`` capability block: served flags, then enabled features
+    (each sorted, ``true``), then ``extensions``."""
+    block: dict[str, Any] = dict.fromkeys(sorted(flags), True)
+    block.update(dict.fromkeys(sorted(features), True))
+    block["extensions"] = dict(extensions)
+    return block
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One short line naming the first bad field (never a pydantic dump)."""
     errors = exc.errors(include_url=False, include_context=False, include_input=False)
@@ -131,6 +155,27 @@ class Router:
         self.initialize_hooks: list[Callable[[RequestContext, InitializeParams], None]] = []
         # Called when a client's `initialized` arrives (it may be sent requests now).
         self.ready_hooks: list[Callable[[Peer], None]] = []
+        # Set by defer() until the server is complete (see there).
+        self._advertised: dict[str, Any] | None = None
+        self._complete: Callable[[], Awaitable[None]] | None = None
+
+    def defer(self, advertised: dict[str, Any], complete: Callable[[], Awaitable[None]]) -> None:
+        """Answer ``initialize`` before the server is complete.
+
+        Until ``complete()`` has returned, ``initialize`` advertises
+        ``advertised`` (what the complete server will serve, declared
+        statically), and once its response is queued it awaits ``complete()``
+        (which registers the handlers and hooks), then runs the initialize
+        hooks. That happens in the connection's read loop, so none of the
+        client's later frames is read before: every method works right after
+        ``initialize``, exactly as on a server built before it."""
+        self._advertised = advertised
+        self._complete = complete
+
+    def completed(self) -> None:
+        """The server is complete: ``initialize`` answers from the handlers again."""
+        self._advertised = None
+        self._complete = None
 
     def register(self, method: str, handler: Handler, answer_key: AnswerKey | None = None) -> None:
         """Serve ``method`` with ``handler(ctx, params_model) -> result_model``.
@@ -139,7 +184,7 @@ class Router:
         is the same (and not ``None``), a repeated request gets the same bytes.
         The answer must not depend on who asks.
         """
-        if method not in METHODS:
+        if method not in _methods():
             raise KeyError(f"{method} is not in the method table")
         if method in self.handlers:
             raise KeyError(f"{method} already has a handler")
@@ -156,21 +201,28 @@ class Router:
         return peer
 
     def enable_feature(self, flag: str) -> None:
+        from appserver.protocol.methods import FEATURE_FLAGS
+
         if flag not in FEATURE_FLAGS:
             raise KeyError(flag)
         self.features.add(flag)
 
     def capabilities(self) -> dict[str, Any]:
+        """What ``initialize`` advertises: the declared capabilities while the
+        server is not complete (:meth:`defer`), else :meth:`served_capabilities`."""
+        if self._advertised is not None:
+            return dict(self._advertised)
+        return self.served_capabilities()
+
+    def served_capabilities(self) -> dict[str, Any]:
         """Flags whose every method is served, plus enabled features."""
         by_flag: dict[str, bool] = {}
-        for spec in METHODS.values():
+        for spec in _methods().values():
             if spec.capability:
                 served = spec.name in self.handlers
                 by_flag[spec.capability] = by_flag.get(spec.capability, True) and served
-        flags: dict[str, Any] = {flag: True for flag, ok in sorted(by_flag.items()) if ok}
-        flags.update(dict.fromkeys(sorted(self.features), True))
-        flags["extensions"] = dict(self.extensions)
-        return flags
+        served_flags = {flag for flag, ok in by_flag.items() if ok}
+        return format_capabilities(served_flags, self.features, self.extensions)
 
     # --- Application protocol --------------------------------------------
 
@@ -191,7 +243,7 @@ class Router:
     def access(self, method: str) -> str:
         if method == "initialize":
             return "inline"
-        spec = METHODS.get(method)
+        spec = _methods().get(method)
         return spec.access if spec is not None else "read"
 
     def overloaded(self) -> RpcError:
@@ -203,7 +255,7 @@ class Router:
     async def handle_request(self, ctx: RequestContext, params: Any) -> BaseModel | RawJSON:
         if ctx.method == "initialize":
             return await self.initialize(ctx, params)
-        spec = METHODS.get(ctx.method)
+        spec = _methods().get(ctx.method)
         handler = self.handlers.get(ctx.method)
         if spec is None or handler is None:
             raise RpcError(E.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
@@ -252,8 +304,18 @@ class Router:
         if not caps.config_change:
             opt_out.add("workspace/configChanged")
         peer.opt_out = frozenset(opt_out)
-        for hook in self.initialize_hooks:
-            hook(ctx, request)
+        complete = self._complete
+        if complete is None:
+            for hook in self.initialize_hooks:
+                hook(ctx, request)
+        else:
+
+            async def then_complete() -> None:
+                await complete()
+                for hook in self.initialize_hooks:
+                    hook(ctx, request)  # their after_response callbacks run next
+
+            ctx.after_response(then_complete)
         if peer.handshake is Handshake.NEW and not peer.closed:
             peer.handshake = Handshake.INITIALIZING
         return InitializeResult(

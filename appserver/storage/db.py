@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +21,27 @@ log = logging.getLogger("appserver.storage")
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
+# Every connection's settings. synchronous first: a new database then switches
+# to WAL without the default (FULL) fsyncs of the rollback journal.
+_PRAGMAS = (
+    "PRAGMA synchronous = NORMAL",
+    "PRAGMA journal_mode = WAL",
+    "PRAGMA foreign_keys = ON",
+    "PRAGMA busy_timeout = 5000",
+)
+_MIGRATIONS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+)
+
 
 def migrations_dir() -> Path:
     """Top-level ``migrations/`` in a checkout; bundled copy in an installed wheel."""
     checkout = Path(__file__).resolve().parents[2] / "migrations"
     if checkout.is_dir():
         return checkout
+    from importlib import resources  # only an installed wheel needs it (~4 ms to import)
+
     return Path(str(resources.files("appserver") / "migrations"))
 
 
@@ -68,10 +83,8 @@ class Database:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = aiosqlite.Row
-        await conn.execute("PRAGMA journal_mode = WAL")
-        await conn.execute("PRAGMA foreign_keys = ON")
-        await conn.execute("PRAGMA synchronous = NORMAL")
-        await conn.execute("PRAGMA busy_timeout = 5000")
+        for pragma in _PRAGMAS:
+            await conn.execute(pragma)
         db = cls(conn)
         await db.migrate()
         if str(path) != ":memory:":
@@ -89,10 +102,7 @@ class Database:
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations in order; returns the names applied."""
-        await self.conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-        )
+        await self.conn.execute(_MIGRATIONS_TABLE)
         async with self.conn.execute("SELECT version FROM schema_migrations") as cursor:
             applied = {row[0] async for row in cursor}
         done = []
@@ -237,15 +247,80 @@ def _split_sql(script: str) -> list[str]:
     return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
 
 
+class Preparation:
+    """The workspace locked and its database created ahead, in a thread, while
+    the process does something else (a stdio server imports its modules).
+
+    Creating a database is mostly waiting for the disk (the switch to WAL, the
+    first write); done here, :meth:`Database.open` then finds a WAL database
+    and only applies the migrations. The thread's connection stays open until
+    that connection is made, so the WAL is not checkpointed and removed in
+    between. A failure to take the lock is raised by :func:`locked_database`,
+    where it would have happened; a database error is left for
+    :meth:`Database.open` to meet and report as it would have.
+    """
+
+    def __init__(self, lock: WorkspaceLock, path: Path, info: dict[str, Any]) -> None:
+        self.lock = lock
+        self.path = path
+        self._error: BaseException | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(info,), name="workspace-preparation", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, info: dict[str, Any]) -> None:
+        try:
+            self.lock.acquire(info)
+        except BaseException as exc:  # raised again by wait()
+            self._error = exc
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._conn = conn
+            for pragma in _PRAGMAS:
+                conn.execute(pragma)
+            conn.execute(_MIGRATIONS_TABLE)
+        except Exception:
+            log.debug("could not prepare %s", self.path, exc_info=True)
+
+    def wait(self) -> None:
+        """Block until the thread is done; raise what taking the lock raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
 @asynccontextmanager
 async def locked_database(
-    lock: WorkspaceLock, path: Path, info: dict[str, Any], lock_wait: float = 0.0
+    lock: WorkspaceLock,
+    path: Path,
+    info: dict[str, Any],
+    lock_wait: float = 0.0,
+    prepared: Preparation | None = None,
 ) -> AsyncIterator[Database]:
     """Take the workspace ``lock`` (waiting up to ``lock_wait`` seconds, off the
-    event loop), open the database at ``path``; close and release on exit."""
-    await anyio.to_thread.run_sync(lock.acquire, info, lock_wait)
+    event loop), open the database at ``path``; close and release on exit.
+    With ``prepared`` (for this ``lock`` and ``path``), its thread took the
+    lock and created the database."""
+    if prepared is None:
+        await anyio.to_thread.run_sync(lock.acquire, info, lock_wait)
+    else:
+        assert prepared.lock is lock and prepared.path == path
+        prepared.wait()
     try:
-        db = await Database.open(path)
+        try:
+            db = await Database.open(path)
+        finally:
+            if prepared is not None:
+                prepared.close()
         try:
             yield db
         finally:

@@ -10,13 +10,9 @@ from anyio.abc import TaskGroup
 
 from appserver.protocol import turns as W
 from appserver.providers.base import Message
+from appserver.runtime.engine_config import EngineConfig as EngineConfig  # (its home)
 from appserver.runtime.events import Participant
 from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
-
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a coding agent working in the user's workspace. Use the tools to inspect and "
-    "change files and to run commands. Be concise."
-)
 
 
 class TurnFailure(Exception):
@@ -25,23 +21,6 @@ class TurnFailure(Exception):
     def __init__(self, message: str, code: str = "turn_failed") -> None:
         super().__init__(message)
         self.code = code
-
-
-@dataclass
-class EngineConfig:
-    """Tunables of the turn engine."""
-
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    max_model_calls: int = 32
-    approval_timeout: float = 120.0
-    reconnect_grace: float = 15.0
-    checkpoint_interval: float = 0.5  # how often streaming text is saved for crash recovery
-    shutdown_grace: float = 5.0
-    # Context compaction (turns/compaction.py): a turn whose history is estimated
-    # past context_window * auto_compact_ratio tokens compacts earlier turns first.
-    context_window: int = 128_000
-    auto_compact_ratio: float = 0.8
-    auto_compact: bool = True
 
 
 @dataclass

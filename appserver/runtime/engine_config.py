@@ -1,0 +1,28 @@
+"""The turn engine's tunables, in a module of their own: the CLI and the
+server's configuration name them without loading the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a coding agent working in the user's workspace. Use the tools to inspect and "
+    "change files and to run commands. Be concise."
+)
+
+
+@dataclass
+class EngineConfig:
+    """Tunables of the turn engine."""
+
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    max_model_calls: int = 32
+    approval_timeout: float = 120.0
+    reconnect_grace: float = 15.0
+    checkpoint_interval: float = 0.5  # how often streaming text is saved for crash recovery
+    shutdown_grace: float = 5.0
+    # Context compaction (turns/compaction.py): a turn whose history is estimated
+    # past context_window * auto_compact_ratio tokens compacts earlier turns first.
+    context_window: int = 128_000
+    auto_compact_ratio: float = 0.8
+    auto_compact: bool = True

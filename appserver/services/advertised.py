@@ -1,0 +1,83 @@
+"""What ``initialize`` advertises, declared without loading what serves it.
+
+A stdio server answers its client's ``initialize`` before it imports the
+runtime and the method families (see ``AppServer.open``), so the capability
+block it sends then comes from here: the flags of the core methods (threads
+and turns, served by ``ThreadService`` and ``TurnService``) and, for every
+family in ``FAMILIES`` (appserver/services/families.py), the flags and
+features its ``install`` turns on. Once the server is complete, ``initialize``
+answers from the registered handlers again (``Router.capabilities``), and the
+server logs an error if the two ever differ; tests/test_startup.py installs
+each family and checks its declaration, so a family that is added to
+``FAMILIES`` without one here fails the tests.
+
+A new family adds one entry to ``FAMILY_CAPABILITIES``: the module that holds
+its ``install`` -> :class:`Declared` (the capability flags of its methods in
+the method table, and any feature flags it enables), or a function of the
+workspace configuration when ``install`` serves some methods only under a
+setting (as cron does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from appserver.services.router import format_capabilities
+from appserver.storage.workspace_config import lookup
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What one family's ``install`` adds to the capability block."""
+
+    flags: tuple[str, ...] = ()  # every method with this capability is registered
+    features: tuple[str, ...] = ()  # Router.enable_feature
+
+
+# The core methods (protocol/methods.py _CORE_METHODS), always served.
+CORE = Declared(
+    flags=("configOverride", "modeSwitch", "threadManagement", "threadSubscriptions"),
+    features=("approvalFlow",),  # TurnService.register
+)
+
+
+def _cron(workspace_config: dict[str, Any]) -> Declared:
+    # As appserver/services/cron.py install: the heartbeat always, cron unless switched off.
+    if lookup(workspace_config, "Cron", "Enabled") is False:
+        return Declared(flags=("heartbeatManagement",))
+    return Declared(flags=("cronManagement", "heartbeatManagement"))
+
+
+# The module that holds a family's install (its FAMILIES entry) -> what it advertises.
+FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] = {
+    "appserver.services.workspace": Declared(
+        flags=("modelCatalogManagement", "workspaceConfigManagement")
+    ),
+    "appserver.services.skills": Declared(flags=("skillsManagement",)),
+    "appserver.services.plugins": Declared(flags=("pluginManagement",)),
+    "appserver.services.mcp": Declared(
+        flags=("mcpManagement", "mcpStatus"), features=("mcpServerOrigins",)
+    ),
+    "appserver.services.commands": Declared(flags=("commandManagement",)),
+    "appserver.services.cron": _cron,
+    "appserver.services.channels": Declared(flags=("channelStatus", "externalChannelManagement")),
+}
+
+
+def declared(family: str, workspace_config: dict[str, Any]) -> Declared:
+    """What the family whose install is in module ``family`` advertises
+    (``KeyError`` when it declares nothing)."""
+    entry = FAMILY_CAPABILITIES[family]
+    return entry(workspace_config) if callable(entry) else entry
+
+
+def advertised_capabilities(workspace_config: dict[str, Any]) -> dict[str, Any]:
+    """The capability block a complete server with every family advertises."""
+    flags, features = set(CORE.flags), set(CORE.features)
+    for family in FAMILY_CAPABILITIES:
+        entry = declared(family, workspace_config)
+        flags.update(entry.flags)
+        features.update(entry.features)
+    return format_capabilities(flags, features, {})
