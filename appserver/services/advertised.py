@@ -63,6 +63,7 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.commands": Declared(flags=("commandManagement",)),
     "appserver.services.cron": _cron,
     "appserver.services.channels": Declared(flags=("channelStatus", "externalChannelManagement")),
+    "appserver.services.terminals": Declared(flags=("backgroundTerminals",)),
 }
 
 
