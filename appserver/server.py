@@ -329,7 +329,8 @@ class AppServer:
             warm = getattr(self.runtime.engine.provider, "warm", None)
             if warm is not None:
                 tg.start_soon(_background, warm)
-            tg.start_soon(_background, build_wire_models)
+            router = self.router
+            tg.start_soon(_background, lambda: build_wire_models(router.wait_idle))
             # Only now: an `initialize` answered meanwhile still waits for all of the above.
             self.router.completed()
         finally:
@@ -459,14 +460,20 @@ class AppServer:
                 await server.wait_closed()
 
 
-async def build_wire_models() -> None:
+async def build_wire_models(idle: Callable[[], Awaitable[None]] | None = None) -> None:
     """Build the wire models' validators (deferred at import to keep start-up
-    short) a few at a time between requests, in the order a session first
-    needs them; a request that comes first builds what it needs itself."""
+    short) one at a time between requests, in the order a session first
+    needs them; a request that comes first builds what it needs itself.
+
+    ``idle``: waits until no request is being handled, so the first requests
+    of a session (``thread/start`` sent right after ``initialize``) are not
+    slowed down by models they do not need."""
     from appserver.protocol.methods import models_in_first_use_order
 
     for model in models_in_first_use_order():
         if not model.__pydantic_complete__:
+            if idle is not None:
+                await idle()
             model.model_rebuild()
         await anyio.sleep(0)
 

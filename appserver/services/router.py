@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
 from pydantic import BaseModel, ValidationError
 
 from appserver import __version__
@@ -158,6 +159,10 @@ class Router:
         # Set by defer() until the server is complete (see there).
         self._advertised: dict[str, Any] | None = None
         self._complete: Callable[[], Awaitable[None]] | None = None
+        # Requests being handled now, and an event set whenever that drops to 0
+        # (background warm-up yields to clients: see wait_idle).
+        self._busy = 0
+        self._idle: anyio.Event | None = None  # made in the event loop, when first busy
 
     def defer(self, advertised: dict[str, Any], complete: Callable[[], Awaitable[None]]) -> None:
         """Answer ``initialize`` before the server is complete.
@@ -259,14 +264,26 @@ class Router:
         handler = self.handlers.get(ctx.method)
         if spec is None or handler is None:
             raise RpcError(E.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
-        request = parse_params(spec.params, params)
-        answer_key = self.answer_keys.get(ctx.method)
+        if self._busy == 0:
+            self._idle = anyio.Event()
+        self._busy += 1
         try:
+            request = parse_params(spec.params, params)
+            answer_key = self.answer_keys.get(ctx.method)
             if answer_key is None:
                 return await handler(ctx, request)
             return await self._cached(ctx.method, answer_key, handler, ctx, request)
         except R.Refusal as refusal:
             raise refusal_error(refusal) from None
+        finally:
+            self._busy -= 1
+            if self._busy == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no request is being handled (at once when none is)."""
+        while self._busy and self._idle is not None:
+            await self._idle.wait()
 
     async def _cached(
         self,
