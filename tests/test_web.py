@@ -11,6 +11,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
@@ -147,6 +148,26 @@ def test_a_rebound_name_is_not_the_pages_origin() -> None:
     assert named.origin_allowed("http://devbox.lan:9100", request("devbox.lan:9100", "x"))
     allowed = admission(allowed_origins=["https://agent.example"])
     assert allowed.origin_allowed("https://agent.example", request("127.0.0.1:9100", "x"))
+
+
+def test_repeated_host_or_origin_headers_are_refused_not_crashed() -> None:
+    gate = admission(host="127.0.0.1", port=9100)
+    connection = SimpleNamespace(remote_address=("127.0.0.1", 5555))
+    two_origins = Request(
+        "/ws",
+        Headers(
+            [
+                ("Host", "127.0.0.1:9100"),
+                ("Origin", "http://127.0.0.1:9100"),
+                ("Origin", "http://evil.example"),
+            ]
+        ),
+    )
+    answer = gate(connection, two_origins)  # type: ignore[arg-type]
+    assert answer is not None and answer.status_code == 403
+    two_hosts = Request("/", Headers([("Host", "127.0.0.1:9100"), ("Host", "evil.example:9100")]))
+    page = gate(connection, two_hosts)  # type: ignore[arg-type]
+    assert page is not None and page.status_code in (200, 400, 404, 426)
 
 
 async def test_with_a_token_the_page_asks_for_it_and_holds_no_secret(workspace: Path) -> None:

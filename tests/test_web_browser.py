@@ -251,6 +251,29 @@ def test_a_thread_streams_a_reply_rendered_as_markdown(
     assert rendered["links"] == ["https://example.com/"]
     assert (rendered["items"], rendered["heading"], rendered["raw"]) == (2, "Title", 0)
     assert "<b>raw</b>" in rendered["text"] and "[bad]" not in rendered["text"]
+    # Inline Markdown nests, and delimiters that never close cost a linear scan (they
+    # used to take seconds to minutes); quotes nest 32 deep, deeper `>` is text.
+    inline = page.evaluate(
+        """async () => {
+            const { renderMarkdown } = await import('/assets/markdown.js');
+            const nested = renderMarkdown(
+                '**a *b* `c` ~~d~~ __e__ [f](https://example.com/)** g_h_i *j*');
+            const cases = ['**a '.repeat(20000), '*a `b` '.repeat(10000), '_a '.repeat(20000),
+                           '[x'.repeat(20000), '`a '.repeat(20000), '> '.repeat(3000) + 'deep'];
+            const started = performance.now();
+            const sizes = cases.map((md) => renderMarkdown(md).textContent.length);
+            const quotes = renderMarkdown('> '.repeat(40) + 'deep').querySelectorAll('blockquote');
+            return { html: nested.innerHTML, ms: performance.now() - started, sizes,
+                     quotes: quotes.length };
+        }"""
+    )
+    assert inline["html"] == (
+        "<p><strong>a <em>b</em> <code>c</code> <del>d</del> <strong>e</strong> "
+        '<a href="https://example.com/" target="_blank" rel="noopener noreferrer">f</a>'
+        "</strong> g_h_i <em>j</em></p>"
+    )
+    assert inline["ms"] < 10_000, inline["ms"]  # a guard against quadratic scans, not a target
+    assert inline["quotes"] == 32 and all(size > 0 for size in inline["sizes"])
     # The thread list shows the thread, named from its first message.
     page.wait_for_selector(".thread-item .thread-name:has-text('?think weighing it up')")
 
@@ -317,6 +340,13 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     plan = page.locator(".plan")
     assert "Plan: Ship the web client" in plan.inner_text()
     assert plan.locator(".todo").count() == 3
+    # A bidi override cannot make the command shown differ from the one that runs.
+    say(page, "! echo harmless \u202e; 1# txt.eliF_dlO mr-")
+    dialog.wait_for(state="visible")
+    shown = page.inner_text("#approval-operation")
+    assert shown == "echo harmless ⟨U+202E⟩; 1# txt.eliF_dlO mr-", shown
+    dialog.locator('[data-decision="decline"]').click()
+    wait_turn(page, 6, "completed")
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator(turn(page, 1)).scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "web-chat.png"))

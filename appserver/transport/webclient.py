@@ -122,7 +122,7 @@ class WebClient:
                 ("Cross-Origin-Resource-Policy", "same-origin"),
             ]
         )
-        if asset.etag in request.headers.get("If-None-Match", ""):
+        if any(asset.etag in value for value in request.headers.get_all("If-None-Match")):
             headers["Content-Length"] = "0"
             status = HTTPStatus.NOT_MODIFIED
             return Response(status.value, status.phrase, headers, b"")

@@ -343,7 +343,10 @@ class Admission:
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
         url = urlsplit(request.path)
-        origin = request.headers.get("Origin")
+        origins = request.headers.get_all("Origin")
+        if len(origins) > 1:  # a browser sends one; two is not a page we can trust
+            return _json_response(HTTPStatus.FORBIDDEN, {"error": "origin not allowed"})
+        origin = origins[0] if origins else None
         if origin is not None and not self.origin_allowed(origin, request):
             return _json_response(HTTPStatus.FORBIDDEN, {"error": "origin not allowed"})
         if url.path == "/healthz":
@@ -352,7 +355,7 @@ class Admission:
             if self.is_ready():
                 return _json_response(HTTPStatus.OK, {"status": "ok"})
             return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "starting"})
-        upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
+        upgrade = any("websocket" in value.lower() for value in request.headers.get_all("Upgrade"))
         if url.path == "/" and not upgrade:
             return self.root_page(request)
         if not upgrade and (page := self.web.response(url.path, request, self._host(request))):
@@ -422,7 +425,8 @@ class Admission:
     @staticmethod
     def _host(request: Request) -> str | None:
         """The request's ``Host`` header, when it is a sane ``HOST[:PORT]``."""
-        host = request.headers.get("Host", "")
+        hosts = request.headers.get_all("Host")
+        host = hosts[0] if len(hosts) == 1 else ""  # none, or an ambiguous pair
         if host and len(host) <= 255 and _AUTHORITY.fullmatch(host):
             return host
         return None

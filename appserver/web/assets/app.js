@@ -80,6 +80,15 @@ const state = {
   found: { term: "", threads: new Map(), cursor: undefined }, // the server's search results
 };
 
+// Bidi overrides and isolates, zero-width and other invisible format characters: in an
+// approval they could make the text shown differ from what runs, so they are shown as
+// ⟨U+XXXX⟩ there.
+const INVISIBLE = /[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+
+function visibleControls(text) {
+  return String(text).replace(INVISIBLE, (c) => `⟨U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}⟩`);
+}
+
 function showError(message) {
   const box = $("error");
   box.textContent = message;
@@ -644,10 +653,10 @@ function nextApproval() {
   const { params } = pending;
   const summary = state.threads.get(params.threadId);
   $("approval-title").textContent = `Approve ${params.approvalType}?`;
-  $("approval-thread").textContent = `Thread: ${summary ? threadName(summary) : params.threadId}`;
-  $("approval-operation").textContent = params.operation;
-  $("approval-target").textContent = params.target;
-  $("approval-reason").textContent = params.reason || "—";
+  $("approval-thread").textContent = `Thread: ${visibleControls(summary ? threadName(summary) : params.threadId)}`;
+  $("approval-operation").textContent = visibleControls(params.operation);
+  $("approval-target").textContent = visibleControls(params.target);
+  $("approval-reason").textContent = visibleControls(params.reason || "—");
   const scopes = $("approval-scopes");
   scopes.querySelectorAll("label").forEach((label) => label.remove());
   const offered = params.sessionScopes?.length ? params.sessionScopes : [{ scope: "exact", scopeKey: params.scopeKey, description: params.scopeKey }];
@@ -753,7 +762,8 @@ async function connect() {
       requestTimeoutMs: 30_000,
       backoffInitialMs: 250,
       backoffMaxMs: 5_000,
-      logger: { warn() {} }, // what goes wrong is shown in the page
+      // The client's warnings (a handler that threw, a dropped connection) go to the console.
+      logger: { warn: (...args) => console.warn(...args) },
     });
   } catch (error) {
     setStatus("disconnected", "not connected");
@@ -783,6 +793,11 @@ async function connect() {
 // ------------------------------------------------------------------ wiring
 
 function wire() {
+  // A pasted #thread= link, or Back/Forward between threads, opens that thread.
+  window.addEventListener("hashchange", () => {
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("thread");
+    if (wanted && state.client && state.current?.id !== wanted) void openThread(wanted);
+  });
   $("composer-form").addEventListener("submit", (event) => {
     event.preventDefault();
     void send();

@@ -43,59 +43,133 @@ function link(text, url) {
   return a;
 }
 
-const INLINE = [
-  { re: /`+/, kind: "code" },
-  { re: /\*\*(?=\S)([\s\S]*?\S)\*\*|__(?=\S)([\s\S]*?\S)__/, kind: "strong" },
-  { re: /\*(?=\S)([\s\S]*?\S)\*|\b_(?=\S)([\s\S]*?\S)_\b/, kind: "em" },
-  { re: /~~(?=\S)([\s\S]*?\S)~~/, kind: "del" },
-  { re: /\[([^\]\n]*)\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/, kind: "link" },
-  { re: /<((?:https?:\/\/|mailto:)[^>\s]+)>/, kind: "autolink" },
+// Past this many characters a text is shown as it is: the inline scan is linear, but a
+// reply that large is read as plain text anyway.
+const INLINE_LIMIT = 200_000;
+const WORD = /[\p{L}\p{N}_]/u;
+const LINK_TEXT_MAX = 1_000;
+const LINK_TARGET = /\(\s*<?([^)\s>]{1,2048})>?(?:\s+"[^"\n]{0,500}")?\s*\)/y;
+const AUTOLINK = /<((?:https?:\/\/|mailto:)[^>\s]{1,2048})>/y;
+// Emphasis delimiters, longest first: [delimiter, element].
+const EMPHASIS = [
+  ["**", "strong"],
+  ["__", "strong"],
+  ["~~", "del"],
+  ["*", "em"],
+  ["_", "em"],
 ];
 
-/** Append the inline Markdown of `text` to `parent`. */
-export function renderInline(parent, text) {
-  while (text) {
-    let best = null;
-    for (const rule of INLINE) {
-      const match = rule.re.exec(text);
-      if (match && (best === null || match.index < best.match.index)) best = { rule, match };
+/** Where each delimiter may close a span in `text` (after a non-space; `_` not inside a
+ * word), ascending: found once per text, so the scan stays linear however many
+ * delimiters never close. */
+function closers(text) {
+  const found = new Map(EMPHASIS.map(([mark]) => [mark, []]));
+  for (let i = 1; i < text.length; i++) {
+    const c = text[i];
+    if (c !== "*" && c !== "_" && c !== "~") continue;
+    if (/\s/.test(text[i - 1])) continue;
+    for (const [mark] of EMPHASIS) {
+      if (!text.startsWith(mark, i)) continue;
+      if (mark[0] === "_" && WORD.test(text[i + mark.length] ?? "")) continue;
+      found.get(mark).push(i);
     }
-    if (!best) {
-      parent.append(text);
-      return;
-    }
-    const { rule, match } = best;
-    if (match.index > 0) parent.append(text.slice(0, match.index));
-    let rest = text.slice(match.index + match[0].length);
-    switch (rule.kind) {
-      case "code": {
-        const ticks = match[0];
-        const end = rest.indexOf(ticks);
-        if (end === -1) {
-          parent.append(ticks);
-        } else {
-          parent.append(el("code", null, rest.slice(0, end).replace(/^ (.*) $/s, "$1")));
-          rest = rest.slice(end + ticks.length);
-        }
-        break;
-      }
-      case "strong":
-      case "em":
-      case "del": {
-        const node = el(rule.kind === "del" ? "del" : rule.kind);
-        renderInline(node, match[1] ?? match[2] ?? "");
-        parent.append(node);
-        break;
-      }
-      case "link":
-        parent.append(link(match[1] || match[2], match[2]));
-        break;
-      case "autolink":
-        parent.append(link(match[1], match[1]));
-        break;
-    }
-    text = rest;
   }
+  return found;
+}
+
+/** The first closer of `mark` at or after `from` (each list is read forward only). */
+function nextCloser(state, mark, from) {
+  const list = state.closers.get(mark);
+  let at = state.cursor.get(mark) ?? 0;
+  while (at < list.length && list[at] < from) at++;
+  state.cursor.set(mark, at);
+  return at < list.length ? list[at] : -1;
+}
+
+/** Append the inline Markdown of `text` to `parent` (code, strong, em, del, links). */
+export function renderInline(parent, text) {
+  if (text.length > INLINE_LIMIT) {
+    parent.append(text);
+    return;
+  }
+  const state = { closers: closers(text), cursor: new Map(), ticks: new Map() };
+  let plain = 0; // start of the text not yet appended
+  let i = 0;
+  const flushTo = (end) => {
+    if (end > plain) parent.append(text.slice(plain, end));
+  };
+  while (i < text.length) {
+    const c = text[i];
+    if (c === "`") {
+      let run = 1;
+      while (text[i + run] === "`") run++;
+      const ticks = "`".repeat(run);
+      // A run with no closer from here on has none from any later place either.
+      const known = state.ticks.get(run);
+      const end = known !== undefined && known < i + run ? -1 : text.indexOf(ticks, i + run);
+      if (end === -1) {
+        state.ticks.set(run, Infinity);
+        i += run;
+        continue;
+      }
+      state.ticks.set(run, end);
+      flushTo(i);
+      parent.append(el("code", null, text.slice(i + run, end).replace(/^ (.*) $/s, "$1")));
+      i = plain = end + run;
+      continue;
+    }
+    if (c === "*" || c === "_" || c === "~") {
+      const opener = EMPHASIS.find(
+        ([mark]) =>
+          text.startsWith(mark, i) &&
+          text[i + mark.length] !== undefined &&
+          !/\s/.test(text[i + mark.length]) &&
+          !(mark[0] === "_" && i > 0 && WORD.test(text[i - 1])),
+      );
+      if (opener) {
+        const [mark, tag] = opener;
+        const end = nextCloser(state, mark, i + mark.length + 1);
+        if (end !== -1) {
+          flushTo(i);
+          const node = el(tag);
+          renderInline(node, text.slice(i + mark.length, end));
+          parent.append(node);
+          i = plain = end + mark.length;
+          continue;
+        }
+      }
+      i++;
+      continue;
+    }
+    if (c === "[") {
+      const close = text.indexOf("]", i + 1);
+      const label = close === -1 ? "" : text.slice(i + 1, close);
+      if (close !== -1 && close - i <= LINK_TEXT_MAX && !label.includes("\n")) {
+        LINK_TARGET.lastIndex = close + 1;
+        const target = LINK_TARGET.exec(text);
+        if (target) {
+          flushTo(i);
+          parent.append(link(label || target[1], target[1]));
+          i = plain = LINK_TARGET.lastIndex;
+          continue;
+        }
+      }
+      i++;
+      continue;
+    }
+    if (c === "<") {
+      AUTOLINK.lastIndex = i;
+      const auto = AUTOLINK.exec(text);
+      if (auto) {
+        flushTo(i);
+        parent.append(link(auto[1], auto[1]));
+        i = plain = AUTOLINK.lastIndex;
+        continue;
+      }
+    }
+    i++;
+  }
+  flushTo(text.length);
 }
 
 // ------------------------------------------------------------------ code highlighting
@@ -176,7 +250,10 @@ function splitRow(line) {
 }
 
 /** Render Markdown `source` into a new <div class="markdown">. */
-export function renderMarkdown(source) {
+// Quotes nest at most this deep; deeper `>` markers are shown as text.
+const QUOTE_DEPTH = 32;
+
+export function renderMarkdown(source, depth = 0) {
   const root = el("div", "markdown");
   const lines = String(source).replace(/\r\n?/g, "\n").split("\n");
   let i = 0;
@@ -224,7 +301,7 @@ export function renderMarkdown(source) {
       i++;
       continue;
     }
-    if (QUOTE.test(line)) {
+    if (depth < QUOTE_DEPTH && QUOTE.test(line)) {
       flush();
       const body = [];
       while (i < lines.length && (match = QUOTE.exec(lines[i]))) {
@@ -232,7 +309,7 @@ export function renderMarkdown(source) {
         i++;
       }
       const quote = el("blockquote");
-      quote.append(...renderMarkdown(body.join("\n")).childNodes);
+      quote.append(...renderMarkdown(body.join("\n"), depth + 1).childNodes);
       root.append(quote);
       continue;
     }
