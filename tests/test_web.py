@@ -150,6 +150,17 @@ def test_a_rebound_name_is_not_the_pages_origin() -> None:
     assert allowed.origin_allowed("https://agent.example", request("127.0.0.1:9100", "x"))
 
 
+def test_only_get_is_served() -> None:
+    gate = admission(host="127.0.0.1", port=9100)
+    connection = SimpleNamespace(remote_address=("127.0.0.1", 5555))
+    for method in ("HEAD", "POST", "OPTIONS"):
+        asked = Request("/", Headers([("Host", "127.0.0.1:9100")]))
+        asked.method = method
+        answer = gate(connection, asked)  # type: ignore[arg-type]
+        assert answer is not None and answer.status_code == 405
+        assert answer.headers["Allow"] == "GET"
+
+
 def test_repeated_host_or_origin_headers_are_refused_not_crashed() -> None:
     gate = admission(host="127.0.0.1", port=9100)
     connection = SimpleNamespace(remote_address=("127.0.0.1", 5555))

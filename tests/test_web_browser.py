@@ -473,6 +473,12 @@ def test_the_token_comes_from_the_fragment_or_a_prompt(
     other = session.open(f"{server.base}/#token={TOKEN}")
     connected(other)
     assert TOKEN not in other.url and "?" not in other.url
+    # A token with `+`, `&` and `=` as typed, beside a thread: taken whole, all removed.
+    odd = "a+b&c=d"
+    odd_server = servers("--token", odd)
+    typed = session.open(f"{odd_server.base}/#token={odd}&thread=none")
+    connected(typed)
+    assert urlsplit(typed.url).fragment == "thread=none"
     # A wrong token: asked again, with the reason.
     wrong = tabs(expected=[r"WebSocket connection to .* failed"]).open(
         f"{server.base}/#token=wrong"
@@ -513,6 +519,12 @@ def test_keyboard_and_a_400_px_screen(
     page.keyboard.press("Tab")
     outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
     assert outline not in ("none", "")
+    # Esc closes the thread list and gives focus back to the button that opened it.
+    page.click("#threads-toggle")
+    page.wait_for_selector("#sidebar", state="visible")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#sidebar", state="hidden")
+    assert page.evaluate("document.activeElement.id") == "threads-toggle"
 
 
 def test_thread_list_pages_and_searches(

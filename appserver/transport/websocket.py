@@ -342,6 +342,13 @@ class Admission:
         )
 
     def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
+        if getattr(request, "method", "GET") != "GET":
+            # Only GETs are served (pages, health, upgrades); a HEAD would get a body.
+            return _json_response(
+                HTTPStatus.METHOD_NOT_ALLOWED,
+                {"error": "only GET is served"},
+                (("Allow", "GET"),),
+            )
         url = urlsplit(request.path)
         origins = request.headers.get_all("Origin")
         if len(origins) > 1:  # a browser sends one; two is not a page we can trust

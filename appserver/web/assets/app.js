@@ -45,15 +45,24 @@ function when(iso) {
 
 // ------------------------------------------------------------------ the page's fragment
 
-/** `#token=...&thread=...`: the fragment never reaches a server. */
+/** `#token=...&thread=...`: the fragment never reaches a server. The token is taken as
+ * typed up to the next `&thread=` / `&user=` (a `+` or `&` in it stays), percent-decoded,
+ * and removed from the address bar at once. */
 function readFragment() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const token = params.get("token");
-  if (token) {
-    sessionStorage.setItem(TOKEN_KEY, token);
-    params.delete("token"); // out of the address bar and history
+  const raw = location.hash.slice(1);
+  const found = /(?:^|&)token=(.*?)(?=&(?:thread|user)=|$)/.exec(raw);
+  if (found) {
+    let token = found[1];
+    try {
+      token = decodeURIComponent(token);
+    } catch {
+      // not percent-encoded after all: keep it as typed
+    }
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    const rest = (raw.slice(0, found.index) + raw.slice(found.index + found[0].length)).replace(/^&/, "");
+    history.replaceState(null, "", rest ? `#${rest}` : location.pathname);
   }
-  return params;
+  return new URLSearchParams(location.hash.slice(1));
 }
 
 function writeFragment(threadId) {
@@ -810,8 +819,10 @@ function wire() {
   });
   document.addEventListener("keydown", (event) => {
     if (event.key === "Escape" && !$("approval").open && !$("token-dialog").open) {
-      if (document.body.classList.contains("sidebar-open")) closeSidebar();
-      else void interrupt();
+      if (document.body.classList.contains("sidebar-open")) {
+        closeSidebar();
+        $("threads-toggle").focus(); // back where the list was opened from, not the page itself
+      } else void interrupt();
     }
   });
   $("steer").addEventListener("click", () => void steer());
