@@ -421,3 +421,25 @@ async def test_the_default_tail_and_what_an_ended_command_left_running(
         assert group_alive(pgid)
         await client.request("terminal/stop", {"sessionId": listed["sessionId"]})
         await _group_gone(pgid)
+
+
+async def test_an_interrupted_start_does_not_leave_its_terminal_running(
+    server: ServerUnderTest,
+) -> None:
+    async with server.connect(capabilities=TERMINALS) as client:
+        thread_id = await new_thread(client, approvalPolicy="autoApprove")
+        mark = client.mark()
+        turn = await client.request(
+            "turn/start",
+            {
+                "threadId": thread_id,
+                "input": [{"type": "text", "text": _background("sleep 60", yield_time_ms=30000)}],
+            },
+        )
+        started = await client.notification("terminal/started", start=mark)
+        await client.request(
+            "turn/interrupt", {"threadId": thread_id, "turnId": turn["turn"]["id"]}
+        )
+        ended = await client.notification("terminal/completed", start=mark)
+        assert ended["terminal"]["sessionId"] == started["terminal"]["sessionId"]
+        assert ended["terminal"]["status"] == "killed"

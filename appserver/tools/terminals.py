@@ -381,8 +381,15 @@ class TerminalManager:
         # Announced before its output can be (the pump starts with _watch).
         self._emit("started", terminal.snapshot(_max(max_output_chars)))
         tg.start_soon(self._watch, terminal)
-        with anyio.move_on_after(normalize_yield_ms(yield_ms) / 1000):
-            await terminal.done.wait()
+        try:
+            with anyio.move_on_after(normalize_yield_ms(yield_ms) / 1000):
+                await terminal.done.wait()
+        except anyio.get_cancelled_exc_class():
+            # The call that started it was interrupted before it could say so: nobody
+            # was told its session id, so it does not outlive the call.
+            with anyio.CancelScope(shield=True):
+                await self._kill(terminal)
+            raise
         return terminal.snapshot(_max(max_output_chars))
 
     async def read(
