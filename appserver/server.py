@@ -136,8 +136,8 @@ class AppServer:
         self.ready = False
         self.endpoints: dict[str, str] = {}
         self._built = False
-        self._starting = False  # _start is running or has run
         self._started: anyio.Event | None = None  # set once _start has run
+        self._draining = False  # drain() began: a start not yet under way does nothing
         self._tg: TaskGroup | None = None
         if defer:
             # initialize is answered from the declared capabilities until the
@@ -303,12 +303,13 @@ class AppServer:
 
     async def _start(self) -> None:
         assert self._started is not None and self._tg is not None
-        self._starting = True
         try:
             if not self._built:
                 # Let what is already queued (the `initialize` response) be
                 # written before the build holds the event loop.
                 await anyio.sleep(0)
+                if self._draining:
+                    return  # shutting down before the build began: nothing to start
                 self._build()
                 advertised, served = self.router.capabilities(), self.router.served_capabilities()
                 if served != advertised:
@@ -353,9 +354,11 @@ class AppServer:
     async def drain(self) -> None:
         """Cancel running turns, then close every connection once its queued
         frames (the ``turn/cancelled`` among them) are written. Idempotent."""
+        self._draining = True
         self.ready = False
-        if self._starting and self._started is not None:
-            await self._started.wait()  # a start under way finishes first
+        if self._started is not None:
+            await self._started.wait()  # a start scheduled or under way finishes first
+        self.ready = False
         if self._built:
             await self._shutdown()
         for connection in list(self.connections):

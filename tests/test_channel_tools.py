@@ -264,3 +264,10 @@ def test_a_channel_tools_approval_hint_becomes_its_approval(workspace: Path) -> 
     (workspace / "loop").symlink_to("loop")
     looped = client_tool_need(save, {"path": "loop/x", "mode": "write"}, workspace)
     assert looped is not None  # resolving a symlink loop does not fail the turn
+    # A shell tool's target is judged as a directory only when it is one word.
+    run = ClientTool(None, "run", "", {}, approval={"kind": "shell", "targetArgument": "cmd"})
+    for command, outside in [("cat /etc/passwd", True), ("cd .. && ls", True), ("scripts", False)]:
+        judged = client_tool_need(run, {"cmd": command}, workspace)
+        assert judged is not None and judged.outside_workspace is outside, command
+    missing = client_tool_need(run, {}, workspace)
+    assert missing is not None and missing.outside_workspace is True

@@ -362,3 +362,42 @@ async def test_no_answer_to_create_in_time_fails_the_call(workspace: Path) -> No
             assert "did not answer ext/acp/terminal/create within 0.3s" in result["result"]
             # Nothing was created, so nothing is released.
             assert ide.methods() == ["create"]
+
+
+async def test_a_second_editor_resuming_does_not_answer_for_a_live_one(workspace: Path) -> None:
+    with anyio.fail_after(20):
+        async with (
+            anyio.create_task_group() as tg,
+            running_server("websocket", workspace) as sut,
+            sut.connect("ide", capabilities=TERMINALS) as first,
+            sut.connect("other-ide", capabilities=TERMINALS) as second,
+        ):
+            ide = Ide(tg)
+            ide.attach(first)
+            other = Ide(tg)
+            other.attach(second)
+            thread_id = (await start_thread(first, config=AUTO))["id"]
+            ide.silent.add("ext/acp/terminal/waitForExit")
+            turn_id = await start_turn(first, thread_id, _shell("echo mine"))
+            await first.wait(lambda m: m.get("method") == "ext/acp/terminal/waitForExit")
+            await second.request("thread/resume", {"threadId": thread_id})
+            await second.request("thread/subscribe", {"threadId": thread_id})
+            # The first editor still holds the question: the second is not asked.
+            ide.silent.clear()
+            waiting = [
+                m for m in first.messages if m.get("method") == "ext/acp/terminal/waitForExit"
+            ]
+            await first.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": waiting[-1]["id"],
+                    "result": {"output": "mine\n", "exitCode": 0},
+                }
+            )
+            terminal = await wait_terminal(second, turn_id)
+            assert _result(terminal)["result"] == "exit code: 0\nmine\n"
+            assert other.requests == []
+            for process in [t.process for t in ide.terminals.values()]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            tg.cancel_scope.cancel()

@@ -263,6 +263,9 @@ class ShellTool:
         if timeout_ms is not None:
             timeout_s = min(timeout_ms / 1000, self.max_timeout_s)
         outside = "" if cwd.inside else " (outside the workspace)"
+        if interactive:
+            # write_stdin asks nothing: approving this approves what the agent types into it.
+            outside += "; interactive: the agent can type into it later without asking again"
         display = sandbox.display(cwd)
         return ToolPlan(
             tool=self.name,

@@ -244,7 +244,8 @@ def client_tool_need(tool: ClientTool, arguments: Any, workspace: Path) -> Appro
     operation = operation or str(hint.get("operation") or "") or tool.name
     outside = False
     if kind in ("file", "shell"):
-        outside = _outside_workspace(args.get(str(hint.get("targetArgument") or "")), workspace)
+        value = args.get(str(hint.get("targetArgument") or ""))
+        outside = _outside_workspace(value, workspace, command=kind == "shell")
     return ApprovalNeed(
         kind=kind,
         operation=operation,
@@ -254,14 +255,16 @@ def client_tool_need(tool: ClientTool, arguments: Any, workspace: Path) -> Appro
     )
 
 
-def _outside_workspace(target: object, workspace: Path) -> bool:
+def _outside_workspace(target: object, workspace: Path, *, command: bool = False) -> bool:
     """Whether a client tool's path target is outside the workspace, as the
     built-in tools judge it (symlinks followed, ``.craft/`` outside); what
-    cannot be judged (not a string, ``~``, a NUL) counts as outside."""
-    if target is None or target == "":
-        return False
-    if not isinstance(target, str) or target.startswith("~"):
+    cannot be judged (missing, not a string, ``~``, a NUL) counts as outside.
+    A ``shell`` target is judged as a working directory only when it is one
+    word; a command line (spaces, shell syntax) cannot be judged."""
+    if not isinstance(target, str) or not target or target.startswith("~"):
         return True  # the client may expand `~`, or read a path out of a list
+    if command and any(c.isspace() or c in "|&;<>()$`'\"*?![]{}" for c in target):
+        return True
     try:
         return not Sandbox(workspace).resolve(target).inside
     except (ToolError, ValueError, OSError):
@@ -358,11 +361,19 @@ class ClientToolCalls:
         """``owner`` resumed the thread: it runs the thread's tools from now on,
         and is asked a call that is pending."""
         self.owners[thread_id] = owner
+        # Asked again only when nobody is being asked any more (the owner left): a
+        # second client resuming the thread must not answer for a live one (or run a
+        # tool, or a terminal command, a second time).
         pending = self.pending.get(thread_id)
-        if pending is not None and pending.channel is None and can_call_tools(owner):
+        if (
+            pending is not None
+            and pending.channel is None
+            and not pending.live
+            and can_call_tools(owner)
+        ):
             pending.ask(owner)
         asked = self.editor_pending.get(thread_id)
-        if asked is not None and serves(owner, asked.method):
+        if asked is not None and not asked.live and serves(owner, asked.method):
             asked.ask(owner)
 
     def adapter_attached(self, channel: str, adapter: Participant) -> None:
