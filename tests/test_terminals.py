@@ -443,3 +443,60 @@ async def test_an_interrupted_start_does_not_leave_its_terminal_running(
         ended = await client.notification("terminal/completed", start=mark)
         assert ended["terminal"]["sessionId"] == started["terminal"]["sessionId"]
         assert ended["terminal"]["status"] == "killed"
+
+
+class _MemoryStore:
+    """A TerminalStore in a dict (the manager's own rules, without SQLite)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Any] = {}
+
+    async def put(self, terminal: Any) -> None:
+        self.rows[terminal.session_id] = terminal
+
+    async def get(self, session_id: str) -> Any:
+        return self.rows.get(session_id)
+
+    async def list_terminals(self, thread_id: str | None = None) -> list[Any]:
+        return [t for t in self.rows.values() if thread_id in (None, t.thread_id)]
+
+    async def running(self) -> list[Any]:
+        return [t for t in self.rows.values() if t.status == "running"]
+
+
+async def test_concurrent_starts_keep_the_per_thread_limit(tmp_path: Path) -> None:
+    from appserver.tools.terminals import (
+        MAX_RUNNING_PER_THREAD,
+        TerminalError,
+        TerminalManager,
+    )
+
+    manager = TerminalManager(tmp_path / "terminals", _MemoryStore())
+    started: list[str] = []
+    refused: list[str] = []
+
+    async def start() -> None:
+        try:
+            terminal = await manager.start(
+                thread_id="t1",
+                turn_id=None,
+                call_id=None,
+                command="sleep 30",
+                cwd=tmp_path,
+                argv=["bash", "-c", "sleep 30"],
+                env={"PATH": "/usr/bin:/bin"},
+                yield_ms=1,
+            )
+            started.append(terminal.session_id)
+        except TerminalError as exc:
+            refused.append(str(exc))
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            manager._tg = tg  # what run() sets; nothing stored to recover here
+            async with anyio.create_task_group() as starts:
+                for _ in range(MAX_RUNNING_PER_THREAD + 4):
+                    starts.start_soon(start)
+            assert len(started) == MAX_RUNNING_PER_THREAD and len(refused) == 4
+            await manager.shutdown()
+            tg.cancel_scope.cancel()

@@ -278,6 +278,7 @@ class TerminalManager:
         self._active: dict[str, _Running] = {}
         # Ended terminals whose process group still runs (session id -> pgid).
         self._leftovers: dict[str, int] = {}
+        self._starting: list[str] = []  # thread ids of terminals being started
         self._tg: TaskGroup | None = None
         self._closing = False
 
@@ -327,14 +328,48 @@ class TerminalManager:
             raise TerminalError(
                 "background terminals are not running (the server is starting or stopping)"
             )
-        running = list(self._active.values())
-        if sum(1 for t in running if t.thread_id == thread_id) >= MAX_RUNNING_PER_THREAD:
+        # Terminals being started count too: concurrent turns must not pass the limits.
+        running = [t.thread_id for t in self._active.values()] + self._starting
+        if running.count(thread_id) >= MAX_RUNNING_PER_THREAD:
             raise TerminalError(
                 f"this thread already runs {MAX_RUNNING_PER_THREAD} background terminals; "
                 "stop one first"
             )
         if len(running) >= MAX_RUNNING:
             raise TerminalError(f"the workspace already runs {MAX_RUNNING} background terminals")
+        self._starting.append(thread_id)
+        try:
+            return await self._start(
+                thread_id=thread_id,
+                turn_id=turn_id,
+                call_id=call_id,
+                command=command,
+                cwd=cwd,
+                argv=argv,
+                env=env,
+                interactive=interactive,
+                yield_ms=yield_ms,
+                max_output_chars=max_output_chars,
+                tg=tg,
+            )
+        finally:
+            self._starting.remove(thread_id)
+
+    async def _start(
+        self,
+        *,
+        thread_id: str,
+        turn_id: str | None,
+        call_id: str | None,
+        command: str,
+        cwd: Path,
+        argv: list[str],
+        env: Mapping[str, str],
+        interactive: bool,
+        yield_ms: int | None,
+        max_output_chars: int | None,
+        tg: TaskGroup,
+    ) -> BackgroundTerminal:
         session_id = "term_" + uuid.uuid4().hex[:12]
         directory = self.root / _segment(thread_id)
         directory.mkdir(parents=True, exist_ok=True)
@@ -539,7 +574,12 @@ class TerminalManager:
             REAPER.untrack(pgid)
 
     async def _kill(self, terminal: _Running) -> None:
-        if terminal.status == "running" and terminal.kill_status is None:
+        # One that already exited (its output still draining) ended by itself.
+        if (
+            terminal.status == "running"
+            and terminal.kill_status is None
+            and terminal.process.returncode is None
+        ):
             terminal.kill_status = "killed"
             await kill_process_group(terminal.process.pid, self.kill_grace_s)
         await terminal.done.wait()
