@@ -500,3 +500,20 @@ async def test_concurrent_starts_keep_the_per_thread_limit(tmp_path: Path) -> No
             assert len(started) == MAX_RUNNING_PER_THREAD and len(refused) == 4
             await manager.shutdown()
             tg.cancel_scope.cancel()
+
+
+async def test_what_an_ended_command_left_running_keeps_its_output(
+    server: ServerUnderTest, workspace: Path
+) -> None:
+    async with server.connect(capabilities=TERMINALS) as client:
+        thread_id = await new_thread(client, approvalPolicy="autoApprove")
+        command = "(sleep 0.8; echo later; touch alive) & echo started"  # past the drain
+        item = await _start(client, thread_id, command, yield_time_ms=5000)
+        assert item["status"] == "completed"
+        # Its child writes after the command ended: not killed by SIGPIPE, and logged.
+        with anyio.fail_after(10):
+            while not (workspace / "alive").exists():  # nothing announces a file
+                await anyio.sleep(0.02)
+        await _wait_output(client, item["sessionId"], "later")
+        read = await client.request("terminal/read", {"sessionId": item["sessionId"]})
+        assert read["terminal"]["output"].split() == ["started", "later"]

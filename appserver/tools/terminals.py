@@ -585,29 +585,38 @@ class TerminalManager:
         await terminal.done.wait()
 
     async def _watch(self, terminal: _Running) -> None:
-        """Pump its output until it exits (and the pipe drains), then store its end."""
+        """Wait until the command exits (and its output drained a moment), then store
+        its end. The output is read by its own task in the manager's task group, as
+        long as anything holds the pipe: processes the command left running
+        (`dev-server &`) keep writing to the log instead of dying of SIGPIPE."""
         process = terminal.process
-        exit_code: int | None = None
-        try:
-            stdout = process.stdout
-            assert stdout is not None
-            drained = anyio.Event()
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        stdout = process.stdout
+        assert stdout is not None and self._tg is not None
+        drained = anyio.Event()
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-            async def pump() -> None:
+        async def pump() -> None:
+            try:
                 with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                     async for chunk in stdout:
                         self._append(terminal, decoder.decode(chunk))
+                self._append(terminal, decoder.decode(b"", final=True))
+            finally:
                 drained.set()
+                # Nothing holds the pipe any more (or the server is stopping).
+                with anyio.CancelScope(shield=True):
+                    with contextlib.suppress(Exception):
+                        await process.aclose()
+                    with contextlib.suppress(OSError):
+                        terminal.log_file.close()
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pump)
-                exit_code = await process.wait()
-                # A process it left running may hold the pipe open: bounded drain.
-                with anyio.move_on_after(self.drain_grace_s):
-                    await drained.wait()
-                tg.cancel_scope.cancel()
-            self._append(terminal, decoder.decode(b"", final=True))
+        self._tg.start_soon(pump)
+        exit_code: int | None = None
+        try:
+            exit_code = await process.wait()
+            # Output written just before the exit may still be in the pipe.
+            with anyio.move_on_after(self.drain_grace_s):
+                await drained.wait()
         finally:
             with anyio.CancelScope(shield=True):
                 if exit_code is None:  # the server is going away mid-run
@@ -620,10 +629,6 @@ class TerminalManager:
                     if group_alive(process.pid):
                         # `dev-server &`: stop, clean and archive still end it.
                         self._leftovers[terminal.session_id] = process.pid
-                with contextlib.suppress(Exception):
-                    await process.aclose()
-                with contextlib.suppress(OSError):
-                    terminal.log_file.close()
                 await self._finish(terminal, exit_code)
 
     def _append(self, terminal: _Running, text: str) -> None:
