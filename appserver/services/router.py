@@ -264,9 +264,13 @@ class Router:
         handler = self.handlers.get(ctx.method)
         if spec is None or handler is None:
             raise RpcError(E.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
-        if self._busy == 0:
-            self._idle = anyio.Event()
-        self._busy += 1
+        # Long-running ("detached") requests, e.g. a terminal/read that waits, do not
+        # count: background warm-up waits only for requests a client is waiting on now.
+        counted = spec.access != "detached"
+        if counted:
+            if self._busy == 0:
+                self._idle = anyio.Event()
+            self._busy += 1
         try:
             request = parse_params(spec.params, params)
             answer_key = self.answer_keys.get(ctx.method)
@@ -276,12 +280,14 @@ class Router:
         except R.Refusal as refusal:
             raise refusal_error(refusal) from None
         finally:
-            self._busy -= 1
-            if self._busy == 0 and self._idle is not None:
-                self._idle.set()
+            if counted:
+                self._busy -= 1
+                if self._busy == 0 and self._idle is not None:
+                    self._idle.set()
 
     async def wait_idle(self) -> None:
-        """Return once no request is being handled (at once when none is)."""
+        """Return once no request is being handled (at once when none is); long-running
+        ("detached") ones do not count."""
         while self._busy and self._idle is not None:
             await self._idle.wait()
 
