@@ -337,71 +337,42 @@ class TerminalManager:
             )
         if len(running) >= MAX_RUNNING:
             raise TerminalError(f"the workspace already runs {MAX_RUNNING} background terminals")
-        self._starting.append(thread_id)
+        self._starting.append(thread_id)  # counted until it is in _active (or failed)
         try:
-            return await self._start(
+            session_id = "term_" + uuid.uuid4().hex[:12]
+            directory = self.root / _segment(thread_id)
+            directory.mkdir(parents=True, exist_ok=True)
+            output_path = directory / f"{session_id}.log"
+            log_file = open(output_path, "w", encoding="utf-8", newline="")  # noqa: SIM115 (closed by _watch)
+            try:
+                # Own session and process group: stopping it kills everything it started.
+                process = await anyio.open_process(
+                    argv,
+                    stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    cwd=cwd,
+                    env=dict(env),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                log_file.close()
+                raise TerminalError(f"failed to start the command: {exc}") from exc
+            REAPER.track(process.pid)  # from now on it dies with the server
+            terminal = _Running(
+                session_id=session_id,
                 thread_id=thread_id,
                 turn_id=turn_id,
                 call_id=call_id,
                 command=command,
-                cwd=cwd,
-                argv=argv,
-                env=env,
-                interactive=interactive,
-                yield_ms=yield_ms,
-                max_output_chars=max_output_chars,
-                tg=tg,
+                working_directory=str(cwd),
+                output_path=output_path,
+                process=process,
+                log_file=log_file,
             )
+            self._active[session_id] = terminal
         finally:
             self._starting.remove(thread_id)
-
-    async def _start(
-        self,
-        *,
-        thread_id: str,
-        turn_id: str | None,
-        call_id: str | None,
-        command: str,
-        cwd: Path,
-        argv: list[str],
-        env: Mapping[str, str],
-        interactive: bool,
-        yield_ms: int | None,
-        max_output_chars: int | None,
-        tg: TaskGroup,
-    ) -> BackgroundTerminal:
-        session_id = "term_" + uuid.uuid4().hex[:12]
-        directory = self.root / _segment(thread_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        output_path = directory / f"{session_id}.log"
-        log_file = open(output_path, "w", encoding="utf-8", newline="")  # noqa: SIM115 (closed by _watch)
-        try:
-            # Own session and process group: stopping it kills everything it started.
-            process = await anyio.open_process(
-                argv,
-                stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=cwd,
-                env=dict(env),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            log_file.close()
-            raise TerminalError(f"failed to start the command: {exc}") from exc
-        REAPER.track(process.pid)  # from now on it dies with the server
-        terminal = _Running(
-            session_id=session_id,
-            thread_id=thread_id,
-            turn_id=turn_id,
-            call_id=call_id,
-            command=command,
-            working_directory=str(cwd),
-            output_path=output_path,
-            process=process,
-            log_file=log_file,
-        )
-        self._active[session_id] = terminal
         try:
             with anyio.CancelScope(shield=True):
                 await self.store.put(terminal.snapshot(output=False))
