@@ -475,3 +475,12 @@ async def test_an_approval_hint_without_kind_or_target_is_refused(server: Server
                 "thread/start", {"identity": IDENTITY, "dynamicTools": [tool]}
             )
             assert failure.code == -32602
+
+
+def test_scrubbing_replaces_lone_surrogates_and_keeps_clean_values() -> None:
+    from appserver.protocol.encoding import scrub_surrogates
+
+    clean = {"a": ["x", {"k": 1}], "b": "ü"}
+    assert scrub_surrogates(clean) is clean  # nothing copied on the usual path
+    dirty = {"a": ["x", "\ud800"], "\udc00": {"k": "y\udfff"}}
+    assert scrub_surrogates(dirty) == {"a": ["x", "\ufffd"], "\ufffd": {"k": "y\ufffd"}}

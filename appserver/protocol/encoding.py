@@ -45,12 +45,18 @@ def scrub_surrogates(value: Any) -> Any:
         if value.isascii() or not _SURROGATE.search(value):
             return value
         return _SURROGATE.sub("\ufffd", value)
+    # Unchanged parts come back as the same objects: identity says whether to copy.
     if isinstance(value, dict):
-        fixed = {scrub_surrogates(k): scrub_surrogates(v) for k, v in value.items()}
-        return fixed if fixed != value else value
+        fixed: dict[Any, Any] = {}
+        changed = False
+        for key, item in value.items():
+            new_key, new_item = scrub_surrogates(key), scrub_surrogates(item)
+            changed = changed or new_key is not key or new_item is not item
+            fixed[new_key] = new_item
+        return fixed if changed else value
     if isinstance(value, list):
         items = [scrub_surrogates(item) for item in value]
-        return items if items != value else value
+        return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
     return value
 
 

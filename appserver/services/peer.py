@@ -130,31 +130,38 @@ class Peer:
     ) -> Mapping[str, object]:
         """Run a tool the client declared with ``item/tool/call`` (an adapter's
         channel tool: ``ext/channel/toolCall``); a
-        :class:`~appserver.runtime.events.ToolCaller`."""
-        try:
-            result = await self.connection.request(method, request, timeout=timeout)
-        except PeerErrorResponse as exc:
-            raise QuestionRefused(str(exc)) from exc
-        except (PeerClosed, PeerTimeout) as exc:
-            raise QuestionUnanswered(str(exc)) from exc
-        # Not an object: no `success`, so the runtime fails it as an invalid answer.
-        return result if isinstance(result, dict) else {}
+        :class:`~appserver.runtime.events.ToolCaller`. A non-object answer has no
+        `success`, so the runtime fails it as an invalid answer."""
+        return await self._object_answer(method, request, timeout)
 
     def editor_fs(self) -> tuple[bool, bool]:
         """What of ``ext/acp/fs/*`` the client serves (an
         :class:`~appserver.runtime.events.EditorClient`)."""
-        return _editor_fs_of(self)
+        caps = self._acp_extensions()
+        return (False, False) if caps is None else (caps.fs_read_text_file, caps.fs_write_text_file)
 
     def editor_terminal(self) -> bool:
         """Whether the client runs ``ext/acp/terminal/*`` (an
         :class:`~appserver.runtime.events.EditorClient`)."""
-        caps = getattr(self.capabilities, "acp_extensions", None)
-        return caps is not None and self.ready and bool(caps.terminal_create)
+        caps = self._acp_extensions()
+        return caps is not None and caps.terminal_create
 
     async def editor_request(
         self, method: str, request: WireModel, timeout: float
     ) -> Mapping[str, object]:
         """Send an ``ext/acp/*`` request; its answer (a non-object answer: ``{}``)."""
+        return await self._object_answer(method, request, timeout)
+
+    def _acp_extensions(self) -> Any:
+        """``capabilities.acpExtensions`` of a ready client (``None``: none)."""
+        return getattr(self.capabilities, "acp_extensions", None) if self.ready else None
+
+    async def _object_answer(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Ask the client ``method``; its answer as an object (otherwise ``{}``).
+        :class:`QuestionRefused` for an error answer, :class:`QuestionUnanswered`
+        when it left or did not answer within ``timeout``."""
         try:
             result = await self.connection.request(method, request, timeout=timeout)
         except PeerErrorResponse as exc:
@@ -162,13 +169,6 @@ class Peer:
         except (PeerClosed, PeerTimeout) as exc:
             raise QuestionUnanswered(str(exc)) from exc
         return result if isinstance(result, dict) else {}
-
-
-def _editor_fs_of(peer: Peer) -> tuple[bool, bool]:
-    caps = getattr(peer.capabilities, "acp_extensions", None)
-    if caps is None or not peer.ready:
-        return False, False
-    return bool(caps.fs_read_text_file), bool(caps.fs_write_text_file)
 
 
 def peer_of(ctx: RequestContext | Connection) -> Peer:

@@ -221,13 +221,15 @@ def text_safe(event: ModelEvent) -> ModelEvent:
         text = scrub_surrogates(event.text)
         return event if text is event.text else replace(event, text=text)
     if isinstance(event, ToolCallDelta):
-        fixed = replace(
+        texts = (event.arguments_delta, event.call_id or "", event.name or "")
+        if all(text.isascii() for text in texts):  # the hot path: a call's JSON streaming
+            return event
+        return replace(
             event,
             arguments_delta=scrub_surrogates(event.arguments_delta),
             call_id=scrub_surrogates(event.call_id),
             name=scrub_surrogates(event.name),
         )
-        return event if fixed == event else fixed
     if isinstance(event, ToolCallDone):
         call = event.call
         fixed_call = replace(
