@@ -885,8 +885,10 @@ var NotificationIterator = class {
   }
 };
 
-// src/browser_transport.ts
+// src/transport_contract.ts
 var MAX_FRAME_BYTES = 64 * 1024 * 1024;
+
+// src/browser_transport.ts
 var OPEN = 1;
 var CLOSED = 3;
 function domWebSocket() {

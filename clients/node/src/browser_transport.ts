@@ -9,21 +9,9 @@
 
 import { ConnectFailedError, ConnectionLostError } from "./errors.js";
 
-export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
+import { MAX_FRAME_BYTES, type Transport, type TransportEvents } from "./transport_contract.js";
 
-/** What the client is told about the connection. */
-export interface TransportEvents {
-  frame(text: string): void;
-  closed(error: ConnectionLostError): void;
-}
-
-/** What the client needs from a connection. */
-export interface Transport {
-  readonly kind: "stdio" | "websocket";
-  attach(events: TransportEvents): void;
-  send(frame: string): Promise<void>;
-  close(): Promise<void>;
-}
+export { MAX_FRAME_BYTES, type Transport, type TransportEvents };
 
 export type StderrMode = "inherit" | "pipe" | "ignore";
 

@@ -8,26 +8,9 @@ import WebSocket from "ws";
 
 import { ConnectFailedError, ConnectionLostError } from "./errors.js";
 
-export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
+import { MAX_FRAME_BYTES, type Transport, type TransportEvents } from "./transport_contract.js";
 
-/** What the client is told about the connection. */
-export interface TransportEvents {
-  /** One complete frame (a JSON text). */
-  frame(text: string): void;
-  /** The connection ended (called once). */
-  closed(error: ConnectionLostError): void;
-}
-
-/** What the client needs from a connection. */
-export interface Transport {
-  readonly kind: "stdio" | "websocket";
-  /** Start delivering frames to `events` (called once, right after opening). */
-  attach(events: TransportEvents): void;
-  /** Write one frame; rejects with `ConnectionLostError` if the peer is gone. */
-  send(frame: string): Promise<void>;
-  /** Close the connection (idempotent); resolves once it is closed. */
-  close(): Promise<void>;
-}
+export { MAX_FRAME_BYTES, type Transport, type TransportEvents };
 
 /**
  * Where a spawned server's stderr goes: `"inherit"` passes it through,
