@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps pytest node-test qwen-sdk-test bench bench-peer clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps pytest node-test qwen-sdk-test bench bench-peer clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ client-check: $(STAMP)
 	$(BIN)/python clients/python/generate.py --check
 	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts --check
 
-pytest: $(STAMP) browser-deps
+pytest: $(STAMP) browser-deps postgres-deps
 	$(BIN)/pytest -q -n 2
 
 # The web client's tests (tests/test_web_browser.py) drive Debian's chromium with Playwright
@@ -50,6 +50,14 @@ browser-deps:
 		echo "installing chromium (apt) for the web client's browser tests"; \
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+
+# Tests against PostgreSQL (tests/support/postgres.py) initdb and start their own throwaway
+# cluster from Debian's server binaries in /usr/lib/postgresql/<version>/bin (or $PG_BIN).
+postgres-deps:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || [ -x "$$PG_BIN/pg_ctl" ] || { \
+		echo "installing postgresql (apt) for the tests against a real PostgreSQL"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
 
 test: lint typecheck schema-check client-check pytest node-test qwen-sdk-test
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -291,6 +292,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         ),
     )
     serve.add_argument(
+        "--store",
+        default=os.environ.get("APPSERVER_STORE") or None,
+        metavar="URL",
+        help=(
+            "where threads are stored: sqlite:///PATH (default: DIR/.craft/appserver.db) "
+            "or postgresql://USER@HOST/DB, shared by several server nodes "
+            "(default: $APPSERVER_STORE; a password is best left to $PGPASSWORD or ~/.pgpass)"
+        ),
+    )
+    serve.add_argument(
+        "--node-lease",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help=(
+            "with a postgresql:// store: a node silent (no heartbeat) for this long is dead "
+            "and another node fails its running turns (default 10)"
+        ),
+    )
+    serve.add_argument(
         "--tool-env",
         action="append",
         default=[],
@@ -479,8 +500,18 @@ def serve_command(args: argparse.Namespace) -> int:
         except ListenerError as exc:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
+    from appserver.storage.db import parse_store
+
+    try:
+        parse_store(args.store, workspace)
+    except ValueError as exc:
+        print(f"appserver: {exc}", file=sys.stderr)
+        return 2
+    if not (math.isfinite(args.node_lease) and 0.2 <= args.node_lease <= 3600):
+        print("appserver: --node-lease must be between 0.2 and 3600 seconds", file=sys.stderr)
+        return 2
     prepared = None
-    if websocket is None and listen.stdio:
+    if websocket is None and listen.stdio and args.store is None:
         # Lock the workspace and create its database in a thread while the
         # server's modules import (the paths and lock info AppServer.open uses).
         from appserver.storage.db import Preparation
@@ -499,9 +530,10 @@ def serve_command(args: argparse.Namespace) -> int:
     config = ServerConfig(
         workspace=workspace,
         limits=Limits(max_in_flight=args.max_in_flight),
-        engine=EngineConfig(approval_timeout=args.approval_timeout),
+        engine=EngineConfig(approval_timeout=args.approval_timeout, node_lease=args.node_lease),
         provider_options=provider_options,
         tool_env=tuple(args.tool_env),
+        store=args.store,
     )
     from appserver.transport.stdio import claim_stdio
 
@@ -536,7 +568,8 @@ def serve_command(args: argparse.Namespace) -> int:
             # Refused options (a non-loopback bind without token, a bad provider setting).
             print(f"appserver: {cause}", file=sys.stderr)
             return 2
-        if isinstance(cause, OSError):
+        if isinstance(cause, OSError) or type(cause).__module__.startswith("asyncpg"):
+            # Also a PostgreSQL store that refused us (authentication, no such database).
             print(f"appserver: {cause}", file=sys.stderr)
             return 1
         raise

@@ -26,8 +26,10 @@ from appserver.runtime.bus import EventBus
 from appserver.runtime.engine_config import EngineConfig
 from appserver.services.advertised import advertised_capabilities
 from appserver.services.router import Router
-from appserver.storage.db import Database, Preparation, locked_database
+from appserver.storage.db import Database, Preparation, locked_database, parse_store
 from appserver.storage.lock import WorkspaceLock
+from appserver.storage.nodes import new_node_id
+from appserver.storage.stores import shared_database
 from appserver.storage.workspace_config import (
     default_approval_policy,
     load_workspace_config,
@@ -72,6 +74,9 @@ class ServerConfig:
     workspace: Path
     limits: Limits = field(default_factory=Limits)
     db_path: Path | None = None  # default: <workspace>/.craft/appserver.db
+    # --store: sqlite:///path (db_path) or postgresql://... shared by several nodes.
+    store: str | None = None
+    node_id: str = field(default_factory=new_node_id)  # this server among those nodes
     engine: EngineConfig = field(default_factory=EngineConfig)
     # CLI-level provider choices (provider, model, base_url, api_key); merged
     # with the environment and the workspace config by resolve_settings.
@@ -87,7 +92,19 @@ class ServerConfig:
 
     @property
     def database_path(self) -> Path:
+        if self.db_path is None and self.store:
+            kind, location = parse_store(self.store, self.workspace)
+            if kind == "sqlite":
+                return Path(location)
         return self.db_path or self.craft_dir / "appserver.db"
+
+    @property
+    def shared_store(self) -> str | None:
+        """The PostgreSQL URL when nodes share a database, else ``None``."""
+        if not self.store:
+            return None
+        kind, location = parse_store(self.store, self.workspace)
+        return location if kind == "postgresql" else None
 
 
 class AppServer:
@@ -171,6 +188,7 @@ class AppServer:
             default_approval_policy=self._default_approval_policy,
             tools=self._tools or ToolRegistry.with_defaults(config.tool_env),
             bus=self._bus,
+            node_id=config.node_id,
         )
         ThreadService(self.runtime.threads).register(self.router)
         turn_service = TurnService(self.runtime.turns)
@@ -268,26 +286,52 @@ class AppServer:
         ``prepared``: the workspace's lock and database, already being taken
         and created in a thread (the CLI starts it before importing this module)."""
         config.workspace = config.workspace.resolve()
+        info = {"workspacePath": str(config.workspace), "version": __version__}
+        shared = config.shared_store
+        if shared is not None:
+            if prepared is not None:
+                raise ValueError("a shared store is not prepared ahead")
+            node_lock = WorkspaceLock(config.craft_dir / "nodes" / f"{config.node_id}.lock")
+            async with (
+                shared_database(shared, node_lock, info) as db,
+                cls._serving(config, db, node_lock, tools, defer) as server,
+            ):
+                yield server
+            return
         lock = WorkspaceLock(config.craft_dir / "appserver.lock")
         if prepared is not None:
             if (prepared.lock.path, prepared.path) != (lock.path, config.database_path):
                 raise ValueError("prepared for another workspace or database")
             lock = prepared.lock
-        info = {"workspacePath": str(config.workspace), "version": __version__}
-        async with locked_database(lock, config.database_path, info, lock_wait, prepared) as db:
-            server = cls(config, db, lock, tools, defer=defer)
-            async with anyio.create_task_group() as tg:
-                server._tg = tg
-                if defer:
-                    tg.start_soon(server._complete_when_idle)
-                else:
-                    await server.complete()
-                try:
-                    yield server
-                finally:
-                    with anyio.CancelScope(shield=True):
-                        await server.drain()
-                    tg.cancel_scope.cancel()
+        async with (
+            locked_database(lock, config.database_path, info, lock_wait, prepared) as db,
+            cls._serving(config, db, lock, tools, defer) as server,
+        ):
+            yield server
+
+    @classmethod
+    @asynccontextmanager
+    async def _serving(
+        cls,
+        config: ServerConfig,
+        db: Database,
+        lock: WorkspaceLock,
+        tools: ToolRegistry | None,
+        defer: bool,
+    ) -> AsyncIterator[AppServer]:
+        server = cls(config, db, lock, tools, defer=defer)
+        async with anyio.create_task_group() as tg:
+            server._tg = tg
+            if defer:
+                tg.start_soon(server._complete_when_idle)
+            else:
+                await server.complete()
+            try:
+                yield server
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await server.drain()
+                tg.cancel_scope.cancel()
 
     async def complete(self) -> None:
         """Build the server if it is not yet (``defer``) and start the runtime

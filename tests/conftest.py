@@ -10,6 +10,9 @@ import pytest
 
 from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server
 
+# Real PostgreSQL: postgres_cluster (one per xdist worker) and postgres_url (a fresh database).
+pytest_plugins = ("tests.support.postgres",)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> None:
@@ -30,19 +33,42 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A module that sets STORES = BOTH_STORES runs each test that uses a
+    # server fixture once per store.
+    stores = getattr(metafunc.module, "STORES", None)
+    if stores and "store" in metafunc.fixturenames:
+        metafunc.parametrize("store", stores, indirect=True)
+
+
+#: ``STORES = BOTH_STORES`` in a test module: its server tests run on SQLite and PostgreSQL.
+BOTH_STORES = ("sqlite", "postgresql")
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest) -> str | None:
+    """The ``--store`` URL the ``server`` fixtures use: ``None`` is the
+    workspace's SQLite file; ``"postgresql"`` gets a fresh PostgreSQL database."""
+    if getattr(request, "param", "sqlite") == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    return None
+
+
 @pytest.fixture(params=TRANSPORTS)
-async def server(request: pytest.FixtureRequest, workspace: Path) -> AsyncIterator[ServerUnderTest]:
+async def server(
+    request: pytest.FixtureRequest, workspace: Path, store: str | None
+) -> AsyncIterator[ServerUnderTest]:
     """The same server over each transport (stdio: one client per process)."""
-    async with running_server(request.param, workspace) as sut:
+    async with running_server(request.param, workspace, store=store) as sut:
         yield sut
 
 
 @pytest.fixture(params=["memory", "websocket"])
 async def multi_server(
-    request: pytest.FixtureRequest, workspace: Path
+    request: pytest.FixtureRequest, workspace: Path, store: str | None
 ) -> AsyncIterator[ServerUnderTest]:
     """A server that accepts several clients at once."""
-    async with running_server(request.param, workspace) as sut:
+    async with running_server(request.param, workspace, store=store) as sut:
         yield sut
 
 

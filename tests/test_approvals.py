@@ -14,6 +14,7 @@ import pytest
 from appserver.runtime.approvals import shell_command_key
 from appserver.runtime.turns import EngineConfig
 from appserver.tools.base import ApprovalNeed
+from tests.conftest import BOTH_STORES
 from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server
 from tests.support.turns import (
     Approver,
@@ -28,6 +29,8 @@ from tests.support.turns import (
     turn_events,
     wait_terminal,
 )
+
+STORES = BOTH_STORES  # thread, turn and approval tests run on SQLite and on PostgreSQL
 
 SHORT = EngineConfig(approval_timeout=0.3, reconnect_grace=0.3)
 

@@ -11,6 +11,7 @@ from typing import Any
 from appserver.protocol import errors as E
 from appserver.protocol.ids import now_iso
 from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
+from tests.conftest import BOTH_STORES
 from tests.support.client import RpcClient
 from tests.support.helpers import (
     IDENTITY,
@@ -23,6 +24,8 @@ from tests.support.helpers import (
     without_seq,
 )
 from tests.support.servers import ServerUnderTest
+
+STORES = BOTH_STORES  # thread, turn and approval tests run on SQLite and on PostgreSQL
 
 UNKNOWN = "thread_19700101_zzzzzz"
 

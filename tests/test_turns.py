@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from appserver.runtime.turns import EngineConfig
+from tests.conftest import BOTH_STORES
 from tests.support.helpers import start_thread
 from tests.support.servers import ServerUnderTest, running_server
 from tests.support.turns import (
@@ -32,6 +33,8 @@ from tests.support.turns import (
     wait_count,
     wait_terminal,
 )
+
+STORES = BOTH_STORES  # thread, turn and approval tests run on SQLite and on PostgreSQL
 
 STREAM_SLOW = "?stream 200\n?delay 20"
 

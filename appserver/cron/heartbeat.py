@@ -143,7 +143,9 @@ class HeartbeatService:
             if await sleep_until_or_woken(self.clock, deadline, changed):
                 continue  # new clock: wait a full interval on it
             try:
-                await self.trigger()
+                # Several nodes: the one that claims this interval beats.
+                if await self.repo.claim_heartbeat(self.interval_s):
+                    await self.trigger()
             except Exception:
                 log.exception("periodic heartbeat failed")
 

@@ -250,9 +250,15 @@ class CronService:
             try:
                 job = await self._next_job()
                 if job is not None:
-                    await self._execute(job)
-                    continue
+                    if await self.repo.claim(job):
+                        await self._execute(job)
+                    continue  # else another node took it first
                 earliest = await self.repo.earliest_run()
+                if self.repo.cluster is not None:
+                    # Look again within a lease: a node running a job may die
+                    # (its run is then due here), and others' changes wake no one here.
+                    soon = self.clock.now_ms() + int(self.repo.cluster[1] * 1000)
+                    earliest = soon if earliest is None else min(earliest, soon)
             except Exception:
                 log.exception("cron scheduler step failed; retrying")
                 await anyio.sleep(_FAULT_BACKOFF_S)

@@ -276,6 +276,11 @@ class ApprovalBroker:
         self.pending: dict[str, PendingApproval[ApprovalRequestParams]] = {}  # by thread id
         # Called by :meth:`offer` too: other pending questions (client tool calls).
         self.offer_listeners: list[Callable[[str, Participant], None]] = []
+        # Asked besides the turn's own watchers: the clients of other nodes
+        # sharing the database (runtime/cluster.py).
+        self.remote_askers: list[Participant] = []
+        # Told each request id once its question is over (answered or not).
+        self.settle_listeners: list[Callable[[str], None]] = []
 
     async def precheck(
         self, thread_id: str, need: ApprovalNeed, policy: str, require_outside: bool
@@ -311,7 +316,7 @@ class ApprovalBroker:
         policy: str,
     ) -> Verdict:
         """Ask ``askers`` and wait for the first answer."""
-        capable = [asker for asker in askers if _can_answer(asker)]
+        capable = [asker for asker in [*askers, *self.remote_askers] if _can_answer(asker)]
         fields = _log_fields(params)
         if not capable:
             verdict = self._fallback(policy, params.request_id, "approval_unavailable")
@@ -336,6 +341,8 @@ class ApprovalBroker:
             decision, reason = await pending.wait()
         finally:
             self.pending.pop(params.thread_id, None)
+            for listener in self.settle_listeners:
+                listener(params.request_id)
         if decision is None:
             assert reason is not None
             verdict = self._fallback(policy, params.request_id, reason)

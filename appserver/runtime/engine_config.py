@@ -26,3 +26,6 @@ class EngineConfig:
     context_window: int = 128_000
     auto_compact_ratio: float = 0.8
     auto_compact: bool = True
+    # Nodes sharing a PostgreSQL database (runtime/cluster.py): a node that has
+    # not heartbeated for this long is dead, and its running turns are failed.
+    node_lease: float = 10.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -28,6 +29,9 @@ from appserver.storage.db import Database
 from appserver.storage.threads import EventRepository, ThreadRepository
 from appserver.tools.registry import ToolRegistry
 
+if TYPE_CHECKING:
+    from appserver.runtime.cluster import ClusterNode
+
 
 class Runtime:
     """Threads, turns, items, events and approvals of one workspace."""
@@ -44,6 +48,7 @@ class Runtime:
         allow_private_image_urls: bool = False,
         default_approval_policy: Callable[[], str] = lambda: "default",
         bus: EventBus | None = None,
+        node_id: str | None = None,
     ) -> None:
         config = config or EngineConfig()
         self.db = db
@@ -75,14 +80,42 @@ class Runtime:
             self.repo, self.bus, self.journal, self.states, self.engine, self.approvals, workspace
         )
         self.turns = Turns(self.threads, self.engine, self.materializer)
+        # Nodes sharing a PostgreSQL database: numbering, delivery and
+        # failover go through the cluster (runtime/cluster.py).
+        self.cluster: ClusterNode | None = None
+        if db.dialect == "postgresql":
+            from appserver.runtime.cluster import ClusterNode
+            from appserver.storage.cluster import ClusterStore
+            from appserver.storage.nodes import new_node_id
+            from appserver.storage.postgres import PostgresDatabase
+
+            assert isinstance(db, PostgresDatabase)
+            self.cluster = ClusterNode(
+                ClusterStore(db, node_id or new_node_id()),
+                self.journal,
+                self.repo,
+                workspace,
+                config.node_lease,
+            )
+            self.turns.cluster = self.cluster
+            self.engine.inputs.reload = True
+            self.cluster.commands["interrupt"] = self.turns.on_interrupt
+            self.cluster.commands["steer"] = self.turns.on_steer
+            self.cluster.wire_approvals(self.approvals)
 
     async def run(
         self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Run turns until cancelled (start with ``task_group.start``), after
-        failing the turns a previous process left running."""
-        await self.engine.recover()
-        await self.engine.run(task_status)
+        failing the turns a previous process left running (with several
+        nodes: the turns of nodes that stopped heartbeating)."""
+        if self.cluster is None:
+            await self.engine.recover()
+            await self.engine.run(task_status)
+            return
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.cluster.run)
+            await self.engine.run(task_status)
 
     async def shutdown(self) -> None:
         """Cancel running turns; each ends with ``turn/cancelled`` (``serverShutdown``)."""

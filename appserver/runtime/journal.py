@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import weakref
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -28,7 +29,15 @@ from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.bus import EventBus
 from appserver.runtime.events import Event, Participant
-from appserver.storage.threads import EventRepository, ItemRecord, TurnRecord
+from appserver.storage.threads import (
+    EventRepository,
+    ItemRecord,
+    TurnRecord,
+    companion_statements,
+)
+
+if TYPE_CHECKING:
+    from appserver.runtime.shared_log import SharedLog
 
 SEEN_RANGES = 256  # separate runs of seqs remembered per (connection, thread)
 _SMALL_SEEN = 8  # up to this many seen seqs per (connection, thread) are a plain tuple
@@ -88,6 +97,9 @@ class ThreadJournal:
         # lookup, once per broadcast per connection); an entry goes when its
         # participant does.
         self._seen: dict[int, dict[str, tuple[int, ...] | SeqRanges]] = {}
+        # Set when nodes share a PostgreSQL database: the log numbers, stores
+        # and delivers instead (runtime/shared_log.py).
+        self.shared: SharedLog | None = None
 
     def lock(self, thread_id: str) -> anyio.Lock:
         lock = self._locks.get(thread_id)
@@ -104,6 +116,8 @@ class ThreadJournal:
 
     async def current_seq(self, thread_id: str) -> int:
         """The last seq handed out for the thread (0 if none)."""
+        if self.shared is not None:
+            return await self.shared.last_seq(thread_id)
         seq = self._seq.get(thread_id)
         return seq if seq is not None else await self.events.last_seq(thread_id)
 
@@ -127,6 +141,18 @@ class ThreadJournal:
         event only if it wants both (see ``Participant.wants``).
         """
         event = Event(kind, params, thread_id=thread_id, topic=topic)
+        if self.shared is not None:
+            statements = companion_statements(
+                thread_id, turn=turn, new_turn=new_turn, item=item, node_id=self.shared.node_id
+            )
+            return await self.shared.append(
+                event,
+                now_iso(),
+                broadcast=broadcast,
+                include=include,
+                exclude=exclude,
+                statements=statements,
+            )
         body = event.params_json()
         async with self.lock(thread_id):
             seq = event.seq = await self._next_seq(thread_id)
@@ -163,6 +189,9 @@ class ThreadJournal:
         event = Event(
             kind, params, thread_id=thread_id, topic=topic, stream=item_id, params_json=params_json
         )
+        if self.shared is not None:
+            await self.shared.append_delta(event, now_iso(), include)
+            return 0  # numbered when the flusher writes it
         lock = self.lock(thread_id)
         seq = self._seq.get(thread_id)
         if seq is None or lock.locked():
@@ -186,13 +215,15 @@ class ThreadJournal:
     async def flush_seq(self, thread_id: str) -> None:
         """Persist the seq counter (deltas advance it without a write)."""
         seq = self._seq.get(thread_id)
-        if seq is not None:
+        if seq is not None and self.shared is None:
             await self.events.set_last_seq(thread_id, seq)
 
     def forget_thread(self, thread_id: str) -> None:
         self._seq.pop(thread_id, None)
         self._locks.pop(thread_id, None)
         self._streaming.pop(thread_id, None)
+        if self.shared is not None:
+            self.shared.forget_thread(thread_id)
 
     def _deliver(
         self,
@@ -208,7 +239,10 @@ class ThreadJournal:
         )
         if not targets:
             return
+        floors = self.shared.floors if self.shared is not None else None
         for participant in targets:
+            if floors and floors.get((id(participant), thread_id), 0) >= event.seq:
+                continue  # a subscribe replay already sent it (nodes sharing a database)
             if participant.wants(event.kind, event.topic):
                 participant.deliver(event)
                 if not self.bus.is_subscribed(thread_id, participant):
@@ -251,7 +285,15 @@ class ThreadJournal:
         """
         async with self.lock(thread_id):
             seen = self._seen.get(id(participant), {}).pop(thread_id, None) if skip_seen else None
-            if after_seq is not None:
+            if self.shared is not None:
+                replayed = await self.shared.replay_for(thread_id, participant, after_seq)
+                for event in merge_runs(replayed):
+                    assert event.seq is not None
+                    if (seen is None or event.seq not in seen) and participant.wants(
+                        event.kind, event.topic
+                    ):
+                        participant.deliver(event)
+            elif after_seq is not None:
                 for event in await self.replay(thread_id, after_seq):
                     assert event.seq is not None
                     if (seen is None or event.seq not in seen) and participant.wants(
@@ -281,19 +323,24 @@ class ThreadJournal:
                 delta for delta in deltas if delta.seq is not None and delta.seq > after_seq
             )
         entries.sort(key=lambda event: event.seq or 0)
-        merged: list[Event] = []
-        for event in entries:
-            last = merged[-1] if merged else None
-            if (
-                event.stream is not None
-                and last is not None
-                and last.stream == event.stream
-                and last.kind == event.kind
-            ):
-                merged[-1] = merge_deltas(last, event)
-            else:
-                merged.append(event)
-        return merged
+        return merge_runs(entries)
+
+
+def merge_runs(entries: list[Event]) -> list[Event]:
+    """``entries`` (in seq order) with each run of one item's deltas merged."""
+    merged: list[Event] = []
+    for event in entries:
+        last = merged[-1] if merged else None
+        if (
+            event.stream is not None
+            and last is not None
+            and last.stream == event.stream
+            and last.kind == event.kind
+        ):
+            merged[-1] = merge_deltas(last, event)
+        else:
+            merged.append(event)
+    return merged
 
 
 def merge_deltas(first: Event, second: Event) -> Event:

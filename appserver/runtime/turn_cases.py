@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appserver.protocol import turns as W
 from appserver.protocol.ids import now_iso
@@ -24,6 +24,9 @@ from appserver.runtime.inputs import InputMaterializer, Materialized
 from appserver.runtime.threads import Threads
 from appserver.runtime.turns.engine import TurnEngine
 from appserver.runtime.turns.model import ActiveTurn, QueuedInput, UserInput
+
+if TYPE_CHECKING:
+    from appserver.runtime.cluster import ClusterNode
 
 # Adjusts a just-reserved turn before it runs (attribution, userMessage extras).
 Prepare = Callable[[ActiveTurn, UserInput], None]
@@ -49,6 +52,8 @@ class Turns:
         self.threads = threads
         self.engine = engine
         self.materializer = materializer
+        # Set when nodes share a database: turns may run on another node.
+        self.cluster: ClusterNode | None = None
 
     async def start(
         self,
@@ -82,6 +87,8 @@ class Turns:
             )
         if thread.id in self.engine.active:
             raise TurnInProgress(thread.id)
+        if self.cluster is not None and await self.cluster.store.running_turn(thread.id):
+            raise TurnInProgress(thread.id)  # running on another node
         materialized = await self.materializer.materialize(parts)
         if thread.id in self.engine.active:  # another start won while we read files
             raise TurnInProgress(thread.id)
@@ -104,13 +111,16 @@ class Turns:
             raise TurnInProgress(thread.id)
         return await self.engine.start_compaction(thread, origin)
 
-    async def interrupt(self, thread_id: str, turn_id: str) -> ActiveTurn:
-        """Cancel the running turn ``turn_id`` (idempotent while it winds down)."""
+    async def interrupt(self, thread_id: str, turn_id: str) -> ActiveTurn | None:
+        """Cancel the running turn ``turn_id`` (idempotent while it winds down);
+        ``None`` when another node runs it (that node is told to)."""
         thread = await self.threads.get(thread_id)
         active = self.engine.active.get(thread.id)
         if active is not None and active.record.id == turn_id:
             self.engine.interrupt(thread.id)
             return active
+        if await self._forward(thread.id, turn_id, "interrupt", {}):
+            return None
         if not await self.threads.repo.turn_exists(thread.id, turn_id):
             raise TurnNotFound(turn_id)
         raise TurnNotRunning(turn_id)
@@ -180,17 +190,57 @@ class Turns:
         returns the turn id and the queue."""
         thread = await self.threads.get(thread_id)
         active = self.engine.active.get(thread.id)
+        elsewhere = False
         if active is None or active.record.id != expected_turn_id:
-            raise TurnNotRunning(expected_turn_id)
+            elsewhere = await self._running_elsewhere(thread.id, expected_turn_id) is not None
+            if not elsewhere:
+                raise TurnNotRunning(expected_turn_id)
         queue = await self.engine.inputs.load(thread.id)
         entry = self.engine.inputs.find(thread.id, entry_id)
         if entry is None:
             raise InvalidInput(f"queued input not found: {entry_id}")
         if entry.wire.status != "guidancePending":
             entry.wire.status = "guidancePending"
-            active.guidance.append(entry.wire.id)
+            if active is not None and not elsewhere:
+                active.guidance.append(entry.wire.id)
             await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
-        return active.record.id, [e.wire for e in queue]
+            if elsewhere:
+                await self._forward(thread.id, expected_turn_id, "steer", {"entryId": entry_id})
+        return expected_turn_id, [e.wire for e in queue]
+
+    async def _running_elsewhere(self, thread_id: str, turn_id: str) -> str | None:
+        """The node that runs ``turn_id`` when it is another one."""
+        if self.cluster is None:
+            return None
+        found = await self.cluster.store.turn_node(thread_id, turn_id)
+        if found is None or found[0] not in ("running", "waitingApproval"):
+            return None
+        node = found[1]
+        return node if node and node != self.cluster.node_id else None
+
+    async def _forward(self, thread_id: str, turn_id: str, kind: str, body: dict[str, Any]) -> bool:
+        """Send ``kind`` to the node that runs the turn; ``False`` if none does."""
+        node = await self._running_elsewhere(thread_id, turn_id)
+        if node is None or self.cluster is None:
+            return False
+        await self.cluster.send(node, kind, {"threadId": thread_id, "turnId": turn_id, **body})
+        return True
+
+    async def on_steer(self, body: dict[str, Any]) -> None:
+        """Another node steered a turn this node runs (cluster command)."""
+        thread_id, turn_id, entry_id = body["threadId"], body["turnId"], body["entryId"]
+        active = self.engine.active.get(thread_id)
+        if active is None or active.record.id != turn_id:
+            return
+        await self.engine.inputs.load(thread_id)  # read again: the entry is new here
+        if entry_id not in active.guidance:
+            active.guidance.append(entry_id)
+
+    async def on_interrupt(self, body: dict[str, Any]) -> None:
+        """Another node interrupted a turn this node runs (cluster command)."""
+        active = self.engine.active.get(body["threadId"])
+        if active is not None and active.record.id == body["turnId"]:
+            self.engine.interrupt(body["threadId"])
 
     def answer_approval(
         self, thread_id: str, request_id: str, decision: str, by: Participant | None = None

@@ -129,6 +129,9 @@ def _not_draining(server: FamilyContext) -> Callable[[], bool]:
 def install(server: FamilyContext) -> None:
     """Install the heartbeat and (unless switched off) cron on ``server``."""
     repo = CronRepository(server.db)
+    cluster = server.runtime.cluster
+    if cluster is not None:
+        repo.cluster = (cluster.node_id, cluster.lease)
     runner = JobRunner(server.runtime.engine, server.threads, accepting=_not_draining(server))
 
     heartbeat = HeartbeatService(

@@ -70,10 +70,9 @@ class ExternalChannelRepository:
             json.dumps(record.env, sort_keys=True) if record.env is not None else None,
         )
         async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+            created = not await conn.fetch(
                 "SELECT 1 FROM external_channels WHERE name = ?", (record.name,)
             )
-            created = await cursor.fetchone() is None
             await conn.execute(
                 f"INSERT INTO external_channels ({_COLUMNS}, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -89,5 +88,4 @@ class ExternalChannelRepository:
     async def remove(self, name: str) -> bool:
         """Delete; ``False`` when there was no such channel."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute("DELETE FROM external_channels WHERE name = ?", (name,))
-            return cursor.rowcount > 0
+            return await conn.execute("DELETE FROM external_channels WHERE name = ?", (name,)) > 0

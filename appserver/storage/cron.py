@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from appserver.storage.db import Database
+from appserver.storage.db import Database, Row
 
 
 @dataclass
@@ -53,7 +52,7 @@ class HeartbeatState:
     last_error: str | None = None
 
 
-def _job(row: sqlite3.Row) -> CronJobRecord:
+def _job(row: Row) -> CronJobRecord:
     return CronJobRecord(
         id=row["id"],
         name=row["name"],
@@ -79,6 +78,54 @@ class CronRepository:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # Nodes sharing a PostgreSQL database: (this node, lease seconds).
+        # Due runs are then claimed, so one node runs each.
+        self.cluster: tuple[str, float] | None = None
+
+    def _unclaimed(self) -> tuple[str, list[Any]]:
+        """SQL (and its arguments) keeping out jobs another live node is running."""
+        if self.cluster is None:
+            return "", []
+        node, lease = self.cluster
+        return (
+            " AND (claimed_by IS NULL OR claimed_by = ? OR claimed_by NOT IN"
+            " (SELECT node_id FROM cluster_nodes"
+            " WHERE heartbeat_at > now() - make_interval(secs => ?)))",
+            [node, lease],
+        )
+
+    async def claim(self, job: CronJobRecord) -> bool:
+        """Take the job's due run for this node (always ``True`` on one node):
+        the run is this node's while it is alive, another's if it dies first."""
+        if self.cluster is None:
+            return True
+        unclaimed, args = self._unclaimed()
+        async with self.db.transaction() as conn:
+            changed = await conn.execute(
+                "UPDATE cron_jobs SET claimed_by = ? WHERE id = ? AND enabled = 1"
+                f" AND next_run_at_ms IS NOT DISTINCT FROM ?{unclaimed}",
+                (self.cluster[0], job.id, job.next_run_at_ms, *args),
+            )
+        return changed > 0
+
+    async def claim_heartbeat(self, interval_s: float) -> bool:
+        """Whether this node runs the periodic heartbeat now: none ran within
+        most of an interval, by the database's clock (always ``True`` on one node)."""
+        if self.cluster is None:
+            return True
+        window_ms = int(interval_s * 900)  # 90 %: timers on several nodes drift
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO heartbeat_state (id) VALUES (1) ON CONFLICT (id) DO NOTHING"
+            )
+            changed = await conn.execute(
+                "UPDATE heartbeat_state SET last_run_at_ms ="
+                " (extract(epoch FROM now()) * 1000)::bigint WHERE id = 1"
+                " AND (last_run_at_ms IS NULL"
+                " OR last_run_at_ms < (extract(epoch FROM now()) * 1000)::bigint - ?)",
+                (window_ms,),
+            )
+        return changed > 0
 
     async def insert(self, job: CronJobRecord) -> None:
         """Add a job. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
@@ -115,8 +162,7 @@ class CronRepository:
     async def delete(self, job_id: str) -> bool:
         """Remove a job; ``False`` if it was not there."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute("DELETE FROM cron_jobs WHERE id = ?", (job_id,))
-            return cursor.rowcount > 0
+            return await conn.execute("DELETE FROM cron_jobs WHERE id = ?", (job_id,)) > 0
 
     async def set_enabled(self, job_id: str, enabled: bool, next_run_at_ms: int | None) -> None:
         async with self.db.transaction() as conn:
@@ -130,8 +176,8 @@ class CronRepository:
         async with self.db.transaction() as conn:
             await conn.execute(
                 "UPDATE cron_jobs SET thread_id = ?, last_run_at_ms = ?, last_status = ?,"
-                " last_error = ?, last_thread_id = ?, last_result = ?, next_run_at_ms = ?"
-                " WHERE id = ?",
+                " last_error = ?, last_thread_id = ?, last_result = ?, next_run_at_ms = ?,"
+                " claimed_by = NULL WHERE id = ?",
                 (
                     run.thread_id,
                     run.last_run_at_ms,
@@ -146,16 +192,20 @@ class CronRepository:
 
     async def first_due(self, now_ms: int) -> CronJobRecord | None:
         """The enabled job that has waited longest for a run due by ``now_ms``."""
+        unclaimed, args = self._unclaimed()
         rows = await self.db.fetch(
-            "SELECT * FROM cron_jobs WHERE enabled = 1 AND next_run_at_ms <= ?"
+            f"SELECT * FROM cron_jobs WHERE enabled = 1 AND next_run_at_ms <= ?{unclaimed}"
             " ORDER BY next_run_at_ms, id LIMIT 1",
-            (now_ms,),
+            (now_ms, *args),
         )
         return _job(rows[0]) if rows else None
 
     async def earliest_run(self) -> int | None:
         """The earliest ``next_run_at_ms`` of an enabled job."""
-        rows = await self.db.fetch("SELECT MIN(next_run_at_ms) FROM cron_jobs WHERE enabled = 1")
+        unclaimed, args = self._unclaimed()
+        rows = await self.db.fetch(
+            f"SELECT MIN(next_run_at_ms) FROM cron_jobs WHERE enabled = 1{unclaimed}", args
+        )
         value = rows[0][0] if rows else None
         return int(value) if value is not None else None
 

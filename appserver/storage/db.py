@@ -6,11 +6,12 @@ import logging
 import re
 import sqlite3
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 import aiosqlite
 import anyio
@@ -18,6 +19,9 @@ import anyio
 from appserver.storage.lock import WorkspaceLock
 
 log = logging.getLogger("appserver.storage")
+
+#: A write that broke a uniqueness or foreign-key rule, whichever the engine.
+IntegrityError = sqlite3.IntegrityError
 
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -35,14 +39,15 @@ _MIGRATIONS_TABLE = (
 )
 
 
-def migrations_dir() -> Path:
-    """Top-level ``migrations/`` in a checkout; bundled copy in an installed wheel."""
+def migrations_dir(dialect: str = "sqlite") -> Path:
+    """Top-level ``migrations/`` in a checkout (``migrations/postgresql/`` for
+    PostgreSQL); the bundled copy in an installed wheel."""
     checkout = Path(__file__).resolve().parents[2] / "migrations"
-    if checkout.is_dir():
-        return checkout
-    from importlib import resources  # only an installed wheel needs it (~4 ms to import)
+    if not checkout.is_dir():
+        from importlib import resources  # only an installed wheel needs it (~4 ms to import)
 
-    return Path(str(resources.files("appserver") / "migrations"))
+        checkout = Path(str(resources.files("appserver") / "migrations"))
+    return checkout / "postgresql" if dialect == "postgresql" else checkout
 
 
 def load_migrations(directory: Path | None = None) -> list[tuple[int, str, str]]:
@@ -50,7 +55,7 @@ def load_migrations(directory: Path | None = None) -> list[tuple[int, str, str]]
     found = []
     for path in sorted((directory or migrations_dir()).iterdir()):
         match = _MIGRATION_NAME.match(path.name)
-        if match:
+        if match and path.is_file():
             found.append((int(match.group(1)), path.name, path.read_text("utf-8")))
     versions = [version for version, _, _ in found]
     if versions != list(range(1, len(versions) + 1)):
@@ -58,7 +63,99 @@ def load_migrations(directory: Path | None = None) -> list[tuple[int, str, str]]
     return found
 
 
-class Database:
+#: A result row, by column name or position: ``sqlite3.Row`` or ``asyncpg.Record``.
+Row: TypeAlias = Any
+
+
+class Transaction(Protocol):
+    """Statements inside one open transaction (see :meth:`Database.transaction`)."""
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        """Run one statement; returns how many rows it changed."""
+        ...
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row of arguments."""
+        ...
+
+    async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """Rows of a read inside the transaction."""
+        ...
+
+
+class Database(ABC):
+    """The storage engine under every repository: SQLite or PostgreSQL.
+
+    Repositories write SQL with ``?`` placeholders in the subset both engines
+    share; the PostgreSQL engine rewrites what differs (see
+    ``appserver.storage.postgres``). Open one with :func:`open_store`.
+    """
+
+    #: ``"sqlite"`` or ``"postgresql"``.
+    dialect: str = "sqlite"
+    #: Whether rows read here stay current until :attr:`generation` changes:
+    #: true for one process owning its SQLite file, false when other nodes
+    #: write the same database.
+    caches_reads: bool = True
+    #: Bumped by every write transaction: a value read while the generation
+    #: was G is current exactly as long as the generation is still G.
+    generation: int = 0
+
+    @staticmethod
+    async def open(path: Path | str) -> SqliteDatabase:
+        """An SQLite database at ``path`` (created and migrated)."""
+        return await SqliteDatabase.open(path)
+
+    @abstractmethod
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations in order; returns the names applied."""
+
+    @abstractmethod
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        """One transaction: committed on exit, rolled back on error."""
+
+    @abstractmethod
+    async def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run ``statements`` as one transaction; returns once it is committed."""
+
+    @abstractmethod
+    async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """All rows of a read."""
+
+    async def lookup_or_fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """Rows of a small indexed read (primary-key lookups), by the fastest path."""
+        return await self.fetch(sql, args)
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release the connections."""
+
+
+def parse_store(url: str | None, workspace: Path) -> tuple[str, str]:
+    """``("sqlite", path)`` or ``("postgresql", url)`` for a ``--store`` value.
+
+    ``None`` or ``""``: the embedded default, ``<workspace>/.craft/appserver.db``.
+    ``sqlite:///rel/path`` (relative to the workspace) and ``sqlite:////abs/path``;
+    ``postgresql://...`` and ``postgres://...`` as libpq accepts them.
+    """
+    if not url:
+        return "sqlite", str(workspace / ".craft" / "appserver.db")
+    scheme, sep, rest = url.partition(":")
+    scheme = scheme.lower()
+    if sep and scheme in ("postgresql", "postgres"):
+        return "postgresql", url
+    if sep and scheme == "sqlite":
+        # As SQLAlchemy spells them: sqlite:///rel.db, sqlite:////abs/path.db.
+        path = rest.removeprefix("//").removeprefix("/") if rest.startswith("//") else rest
+        if not path:
+            raise ValueError(f"store URL names no file: {url!r}")
+        return "sqlite", str(workspace / path)  # an absolute path stays as it is
+    raise ValueError(
+        f"unknown store {url!r}: use sqlite:///path/to/file.db or postgresql://user@host/db"
+    )
+
+
+class SqliteDatabase(Database):
     """One aiosqlite connection (WAL, foreign keys on) shared by repositories.
 
     Statements run in autocommit mode; multi-statement writes go through
@@ -71,14 +168,12 @@ class Database:
         self.conn = conn
         self._reader = reader
         self._write_lock = anyio.Lock()
-        # Bumped by every write transaction: a value read while the generation
-        # was G is current exactly as long as the generation is still G.
         self.generation = 0
         self._writes: list[_Write] = []  # queued for the next grouped commit
         self._committing = False
 
     @classmethod
-    async def open(cls, path: Path | str) -> Database:
+    async def open(cls, path: Path | str) -> SqliteDatabase:
         if str(path) != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
@@ -109,11 +204,11 @@ class Database:
         for version, name, sql in load_migrations():
             if version in applied:
                 continue
-            async with self.transaction():
+            async with self.transaction() as tx:
                 # executescript would COMMIT our transaction; run statements one by one.
-                for statement in _split_sql(sql):
-                    await self.conn.execute(statement)
-                await self.conn.execute(
+                for statement in split_sql(sql):
+                    await tx.execute(statement)
+                await tx.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, datetime.now(UTC).isoformat()),
                 )
@@ -121,16 +216,19 @@ class Database:
             done.append(name)
         return done
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[aiosqlite.Connection]:
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on error)."""
+        return self._transaction()
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Transaction]:
         async with self._write_lock:
             # Shielded: a cancellation landing while BEGIN runs would otherwise
             # leave the transaction open, and every later write would fail.
             with anyio.CancelScope(shield=True):
                 await self.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.conn
+                yield _SqliteTransaction(self.conn)
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self.conn.execute("ROLLBACK")
@@ -181,7 +279,7 @@ class Database:
             write.error = error
             write.done.set()
 
-    async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         """All rows of a read, in one trip to the database thread."""
         return list(await self.conn.execute_fetchall(sql, args))
 
@@ -195,7 +293,7 @@ class Database:
             raise RuntimeError("no read connection (in-memory database)")
         return self._reader.execute(sql, args).fetchall()
 
-    async def lookup_or_fetch(self, sql: str, args: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    async def lookup_or_fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         if self._reader is not None:
             return self.lookup(sql, args)
         return await self.fetch(sql, args)
@@ -204,6 +302,25 @@ class Database:
         if self._reader is not None:
             self._reader.close()
         await self.conn.close()
+
+
+class _SqliteTransaction:
+    """:class:`Transaction` on the shared aiosqlite connection."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        cursor = await self._conn.execute(sql, args)
+        return cursor.rowcount
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await self._conn.executemany(sql, rows)
+
+    async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return list(await self._conn.execute_fetchall(sql, args))
 
 
 class _Write:
@@ -241,7 +358,7 @@ def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseExcep
     return errors
 
 
-def _split_sql(script: str) -> list[str]:
+def split_sql(script: str) -> list[str]:
     """Split a migration into statements (no semicolons inside literals there)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
     return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]

@@ -22,8 +22,9 @@ class FaceRepository:
         """Map ``key`` to ``thread_id`` (replacing an earlier mapping)."""
         async with self.db.transaction() as conn:
             await conn.execute(
-                "INSERT OR REPLACE INTO face_sessions (face, key, thread_id, created_at)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO face_sessions (face, key, thread_id, created_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (face, key) DO UPDATE SET"
+                " thread_id = excluded.thread_id, created_at = excluded.created_at",
                 (face, key, thread_id, created_at),
             )
 
@@ -39,8 +40,9 @@ class FaceRepository:
         """Keep a reply for repeats of ``key``."""
         async with self.db.transaction() as conn:
             await conn.execute(
-                "INSERT OR REPLACE INTO face_replies (face, key, reply_json, created_at)"
-                " VALUES (?, ?, ?, ?)",
+                "INSERT INTO face_replies (face, key, reply_json, created_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (face, key) DO UPDATE SET"
+                " reply_json = excluded.reply_json, created_at = excluded.created_at",
                 (face, key, reply_json, created_at),
             )
 

@@ -26,10 +26,8 @@ class McpServerRepository:
 
     async def list(self) -> list[dict[str, Any]]:
         """Every stored configuration, ordered by name (case-insensitively)."""
-        async with self.db.conn.execute(
-            "SELECT config_json FROM mcp_servers ORDER BY name_key"
-        ) as cursor:
-            return [json.loads(row[0]) async for row in cursor]
+        rows = await self.db.fetch("SELECT config_json FROM mcp_servers ORDER BY name_key")
+        return [json.loads(row[0]) for row in rows]
 
     async def upsert(self, name: str, config: dict[str, Any]) -> None:
         """Store ``config`` under ``name``, replacing any case-insensitive match."""
@@ -47,7 +45,9 @@ class McpServerRepository:
     async def delete(self, name: str) -> bool:
         """Remove the server called ``name``; ``False`` if there was none."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute(
-                "DELETE FROM mcp_servers WHERE name_key = ?", (server_key(name),)
+            return (
+                await conn.execute(
+                    "DELETE FROM mcp_servers WHERE name_key = ?", (server_key(name),)
+                )
+                > 0
             )
-            return cursor.rowcount > 0

@@ -19,8 +19,8 @@ class PluginStateRepository:
 
     async def switches(self) -> dict[str, bool]:
         """Lower-cased plugin id -> enabled, for every plugin with an explicit switch."""
-        async with self.db.conn.execute("SELECT id_key, enabled FROM plugin_settings") as cursor:
-            return {row[0]: bool(row[1]) async for row in cursor}
+        rows = await self.db.fetch("SELECT id_key, enabled FROM plugin_settings")
+        return {row[0]: bool(row[1]) for row in rows}
 
     async def set_enabled(self, plugin_id: str, enabled: bool) -> None:
         """Record that ``plugin_id`` is switched on or off."""

@@ -19,23 +19,22 @@ class SkillStateRepository:
 
     async def disabled_keys(self) -> set[str]:
         """Lower-cased names of every disabled skill."""
-        async with self.db.conn.execute("SELECT name_key FROM disabled_skills") as cursor:
-            return {row[0] async for row in cursor}
+        return {row[0] for row in await self.db.fetch("SELECT name_key FROM disabled_skills")}
 
     async def set_enabled(self, name: str, enabled: bool) -> bool:
         """Switch ``name`` on or off; ``True`` if that changed anything."""
         async with self.db.transaction() as conn:
             if enabled:
-                cursor = await conn.execute(
+                changed = await conn.execute(
                     "DELETE FROM disabled_skills WHERE name_key = ?", (skill_key(name),)
                 )
             else:
-                cursor = await conn.execute(
+                changed = await conn.execute(
                     "INSERT OR IGNORE INTO disabled_skills (name_key, name, disabled_at)"
                     " VALUES (?, ?, ?)",
                     (skill_key(name), name, now_iso()),
                 )
-            return cursor.rowcount > 0
+            return changed > 0
 
     async def forget(self, name: str) -> None:
         """Drop any switch for ``name`` (its skill was uninstalled)."""

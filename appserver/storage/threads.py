@@ -10,9 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiosqlite
-
-from appserver.storage.db import Database
+from appserver.storage.db import Database, Row
 
 THREAD_CACHE_SIZE = 1024
 
@@ -130,7 +128,7 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"))
 
 
-def _thread(row: aiosqlite.Row) -> ThreadRecord:
+def _thread(row: Row) -> ThreadRecord:
     return ThreadRecord(
         id=row["id"],
         workspace_path=row["workspace_path"],
@@ -151,7 +149,7 @@ def _thread(row: aiosqlite.Row) -> ThreadRecord:
     )
 
 
-def _turn(row: aiosqlite.Row) -> TurnRecord:
+def _turn(row: Row) -> TurnRecord:
     return TurnRecord(
         thread_id=row["thread_id"],
         id=row["id"],
@@ -166,7 +164,7 @@ def _turn(row: aiosqlite.Row) -> TurnRecord:
     )
 
 
-def _item(row: aiosqlite.Row) -> ItemRecord:
+def _item(row: Row) -> ItemRecord:
     return ItemRecord(
         thread_id=row["thread_id"],
         turn_id=row["turn_id"],
@@ -232,7 +230,7 @@ class ThreadRepository:
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread, or ``None``. Callers get their own copy to change."""
-        cached = self._cache.get(thread_id)
+        cached = self._cache.get(thread_id) if self.db.caches_reads else None
         if cached is not None and cached[0] == self.db.generation:
             return copy.copy(cached[1])
         generation = self.db.generation  # taken before reading: see Database.generation
@@ -261,23 +259,22 @@ class ThreadRepository:
     async def delete(self, thread_id: str) -> bool:
         """Delete a thread with its turns and items; ``False`` if it did not exist."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,))
-            return cursor.rowcount > 0
+            return await conn.execute("DELETE FROM threads WHERE id = ?", (thread_id,)) > 0
 
     async def save_dynamic_tools(self, thread_id: str, tools: list[dict[str, Any]]) -> None:
         """Keep the tools the thread's client declared (``DynamicToolSpec`` wire objects)."""
         async with self.db.transaction() as conn:
             await conn.execute(
-                "INSERT OR REPLACE INTO thread_dynamic_tools (thread_id, tools_json) VALUES (?, ?)",
+                "INSERT INTO thread_dynamic_tools (thread_id, tools_json) VALUES (?, ?)"
+                " ON CONFLICT (thread_id) DO UPDATE SET tools_json = excluded.tools_json",
                 (thread_id, json.dumps(tools, ensure_ascii=False, separators=(",", ":"))),
             )
 
     async def dynamic_tools(self, thread_id: str) -> list[dict[str, Any]]:
         """The tools the thread's client declared (``[]`` if none)."""
         sql = "SELECT tools_json FROM thread_dynamic_tools WHERE thread_id = ?"
-        async with self.db.conn.execute(sql, (thread_id,)) as cur:
-            row = await cur.fetchone()
-        tools = json.loads(row[0]) if row is not None else []
+        rows = await self.db.fetch(sql, (thread_id,))
+        tools = json.loads(rows[0][0]) if rows else []
         return tools if isinstance(tools, list) else []
 
     async def list_threads(self, query: ThreadQuery) -> tuple[list[ThreadRecord], str | None]:
@@ -396,12 +393,11 @@ class ThreadRepository:
     async def drop_last_turns(self, thread_id: str, count: int) -> int:
         """Delete the newest ``count`` turns (and their items); returns how many."""
         async with self.db.transaction() as conn:
-            cursor = await conn.execute(
+            dropped = await conn.execute(
                 "DELETE FROM turns WHERE thread_id = ? AND seq IN"
                 " (SELECT seq FROM turns WHERE thread_id = ? ORDER BY seq DESC LIMIT ?)",
                 (thread_id, thread_id, count),
             )
-            dropped = cursor.rowcount
             await conn.execute(
                 "UPDATE threads SET turn_count = (SELECT COUNT(*) FROM turns WHERE thread_id = ?)"
                 " WHERE id = ?",
@@ -457,24 +453,7 @@ class EventRepository:
         statements.append(
             ("UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id))
         )
-        if turn is not None:
-            statements.append(_turn_upsert(turn))
-            if new_turn:
-                statements.append(
-                    (
-                        "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ?,"
-                        " turn_serial = MAX(turn_serial, ?) WHERE id = ?",
-                        (turn.started_at, turn.seq, thread_id),
-                    )
-                )
-        if item is not None:
-            statements.append(_item_upsert(item))
-            statements.append(
-                (
-                    "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
-                    (item.seq, thread_id),
-                )
-            )
+        statements.extend(companion_statements(thread_id, turn=turn, new_turn=new_turn, item=item))
         await self.db.write(statements)
 
     async def set_last_seq(self, thread_id: str, seq: int) -> None:
@@ -487,15 +466,13 @@ class EventRepository:
             "SELECT seq, method, topic, params_json FROM thread_events"
             " WHERE thread_id = ? AND seq > ? ORDER BY seq"
         )
-        async with self.db.conn.execute(sql, (thread_id, after_seq)) as cur:
-            return [StoredEvent(*row) for row in await cur.fetchall()]
+        return [StoredEvent(*row) for row in await self.db.fetch(sql, (thread_id, after_seq))]
 
     # --- queue ---------------------------------------------------------------
 
     async def queue(self, thread_id: str) -> list[dict[str, Any]]:
         sql = "SELECT payload_json FROM queued_inputs WHERE thread_id = ? ORDER BY position"
-        async with self.db.conn.execute(sql, (thread_id,)) as cur:
-            return [json.loads(row[0]) for row in await cur.fetchall()]
+        return [json.loads(row[0]) for row in await self.db.fetch(sql, (thread_id,))]
 
     async def save_queue(self, thread_id: str, entries: list[tuple[str, dict[str, Any]]]) -> None:
         """Replace the thread's queue with ``(id, payload)`` entries, in order."""
@@ -529,16 +506,59 @@ class EventRepository:
     async def unfinished_turns(self) -> list[TurnRecord]:
         """Turns a previous process left running (it crashed or was killed)."""
         sql = "SELECT * FROM turns WHERE status IN ('running', 'waitingApproval') ORDER BY seq"
-        async with self.db.conn.execute(sql) as cur:
-            return [_turn(row) for row in await cur.fetchall()]
+        return [_turn(row) for row in await self.db.fetch(sql)]
+
+    async def turn(self, thread_id: str, turn_id: str) -> TurnRecord | None:
+        rows = await self.db.fetch(
+            "SELECT * FROM turns WHERE thread_id = ? AND id = ?", (thread_id, turn_id)
+        )
+        return _turn(rows[0]) if rows else None
 
     async def unfinished_items(self, thread_id: str, turn_id: str) -> list[ItemRecord]:
         sql = (
             "SELECT * FROM items WHERE thread_id = ? AND turn_id = ? AND status != 'completed'"
             " ORDER BY seq"
         )
-        async with self.db.conn.execute(sql, (thread_id, turn_id)) as cur:
-            return [_item(row) for row in await cur.fetchall()]
+        return [_item(row) for row in await self.db.fetch(sql, (thread_id, turn_id))]
+
+
+def companion_statements(
+    thread_id: str,
+    *,
+    turn: TurnRecord | None = None,
+    new_turn: bool = False,
+    item: ItemRecord | None = None,
+    node_id: str | None = None,
+) -> list[tuple[str, Sequence[Any]]]:
+    """The turn and item rows an event announces, written with it.
+    ``node_id``: the node that runs a new turn (nodes sharing a database)."""
+    statements: list[tuple[str, Sequence[Any]]] = []
+    if turn is not None:
+        statements.append(_turn_upsert(turn))
+        if new_turn:
+            statements.append(
+                (
+                    "UPDATE threads SET turn_count = turn_count + 1, last_active_at = ?,"
+                    " turn_serial = MAX(turn_serial, ?) WHERE id = ?",
+                    (turn.started_at, turn.seq, thread_id),
+                )
+            )
+            if node_id is not None:
+                statements.append(
+                    (
+                        "UPDATE turns SET node_id = ? WHERE thread_id = ? AND id = ?",
+                        (node_id, thread_id, turn.id),
+                    )
+                )
+    if item is not None:
+        statements.append(_item_upsert(item))
+        statements.append(
+            (
+                "UPDATE threads SET item_serial = MAX(item_serial, ?) WHERE id = ?",
+                (item.seq, thread_id),
+            )
+        )
+    return statements
 
 
 def _turn_upsert(turn: TurnRecord) -> tuple[str, Sequence[Any]]:
@@ -566,8 +586,12 @@ def _turn_upsert(turn: TurnRecord) -> tuple[str, Sequence[Any]]:
 
 def _item_upsert(item: ItemRecord) -> tuple[str, Sequence[Any]]:
     return (
-        "INSERT OR REPLACE INTO items (thread_id, turn_id, id, seq, type, status, created_at,"
-        " completed_at, payload_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO items (thread_id, turn_id, id, seq, type, status, created_at,"
+        " completed_at, payload_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (thread_id, id) DO UPDATE SET turn_id = excluded.turn_id,"
+        " seq = excluded.seq, type = excluded.type, status = excluded.status,"
+        " created_at = excluded.created_at, completed_at = excluded.completed_at,"
+        " payload_json = excluded.payload_json",
         (
             item.thread_id,
             item.turn_id,

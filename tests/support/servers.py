@@ -172,17 +172,22 @@ async def running_server(
     workspace: Path,
     limits: Limits | None = None,
     engine: EngineConfig | None = None,
+    store: str | None = None,
     **options: Any,
 ) -> AsyncIterator[ServerUnderTest]:
     """Start a server of ``kind`` for ``workspace``; stop it on exit.
 
     ``engine`` tunes the turn engine (stdio: only ``approval_timeout``, as
     ``--approval-timeout``); ``options`` are more :class:`ServerConfig` fields
-    (in-process kinds only), e.g. ``provider`` or ``allow_private_image_urls``.
+    (in-process kinds only), e.g. ``provider`` or ``allow_private_image_urls``;
+    ``store``: a ``--store`` URL (default: the workspace's SQLite file).
     """
     args: list[str] = []
     if engine is not None:
         args += ["--approval-timeout", str(engine.approval_timeout)]
+    if store is not None:
+        args += ["--store", store]
+        options["store"] = store
     sut = ServerUnderTest(kind, workspace, args)
     async with AsyncExitStack() as stack:
         if kind in ("memory", "websocket"):

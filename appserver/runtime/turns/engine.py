@@ -40,6 +40,7 @@ from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import Provider
 from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.errors import TurnInProgress
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
@@ -58,6 +59,7 @@ from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.recovery import recover
 from appserver.runtime.turns.tooling import ToolRunner
 from appserver.runtime.wire import turn_to_wire
+from appserver.storage.db import IntegrityError
 from appserver.storage.threads import ThreadRecord, ThreadRepository, TurnRecord
 from appserver.tools.registry import ToolRegistry
 
@@ -197,11 +199,15 @@ class TurnEngine:
                     # name) comes before the turn, never among its events.
                     await self._announce_start(active, user)
                 await self._start(active)
-            except BaseException:
+            except BaseException as exc:
                 # Nothing was acknowledged: free the thread (its numbers stay used).
                 self.active.pop(thread.id, None)
                 with contextlib.suppress(Exception):
                     await self.runtimes.set_running(thread.id, False)
+                if isinstance(exc, IntegrityError):
+                    # Nodes sharing a database: another node started a turn on
+                    # the thread first (one running turn per thread, enforced there).
+                    raise TurnInProgress(thread.id) from exc
                 raise
             started = time.monotonic()
             log.info(
@@ -409,7 +415,9 @@ class TurnEngine:
         queue.append(entry)
         await self.inputs.changed(thread.id, include=[entry.origin] if entry.origin else [])
         if thread.id not in self.active:
-            await self.start_next(thread)
+            # TurnInProgress: another node runs a turn there; it takes the input when done.
+            with contextlib.suppress(TurnInProgress):
+                await self.start_next(thread)
         return queue
 
     async def start_next(self, thread: ThreadRecord) -> ActiveTurn | None:

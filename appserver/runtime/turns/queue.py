@@ -18,13 +18,16 @@ class InputQueues:
     def __init__(self, journal: ThreadJournal) -> None:
         self.journal = journal
         self.queues: dict[str, list[QueuedInput]] = {}
+        # Nodes sharing a database: another node may have changed the queue,
+        # so every load reads it again.
+        self.reload = False
 
     def loaded(self, thread_id: str) -> list[QueuedInput] | None:
         """The queue if it is in memory (``None``: not loaded yet)."""
         return self.queues.get(thread_id)
 
     async def load(self, thread_id: str) -> list[QueuedInput]:
-        queue = self.queues.get(thread_id)
+        queue = None if self.reload else self.queues.get(thread_id)
         if queue is None:
             queue = []
             for row in await self.journal.events.queue(thread_id):

@@ -8,7 +8,7 @@ from appserver.protocol import turns as W
 from appserver.protocol.ids import now_iso
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.wire import item_to_wire, turn_to_wire
-from appserver.storage.threads import ThreadRepository
+from appserver.storage.threads import ThreadRepository, TurnRecord
 
 log = logging.getLogger("appserver.turns")
 
@@ -24,34 +24,39 @@ async def recover(journal: ThreadJournal, repo: ThreadRepository) -> int:
     Items still streaming are completed with the text saved so far;
     completed items were stored as they completed, so nothing is lost.
     """
-    events = journal.events
     recovered = 0
-    for turn in await events.unfinished_turns():
-        now = now_iso()
-        for item in await events.unfinished_items(turn.thread_id, turn.id):
-            item.status = "completed"
-            item.completed_at = now
-            await journal.emit(
-                turn.thread_id,
-                "item/completed",
-                W.ItemNotification(
-                    thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)
-                ),
-                item=item,
-            )
-        turn.status = "failed"
-        turn.completed_at = now
-        turn.error = RECOVERED_ERROR
-        items = (await repo.items(turn.thread_id, [turn.id]))[turn.id]
-        await journal.emit(
-            turn.thread_id,
-            "turn/failed",
-            W.TurnFailedNotification(
-                thread_id=turn.thread_id, turn=turn_to_wire(turn, items), error=turn.error
-            ),
-            turn=turn,
-        )
+    for turn in await journal.events.unfinished_turns():
+        await fail_interrupted(journal, repo, turn, RECOVERED_ERROR)
         recovered += 1
     if recovered:
         log.warning("recovered %d turn(s) interrupted by a previous stop", recovered)
     return recovered
+
+
+async def fail_interrupted(
+    journal: ThreadJournal, repo: ThreadRepository, turn: TurnRecord, error: str
+) -> None:
+    """End a turn whose runner is gone: its streaming items complete with the
+    text saved so far, then one ``turn/failed`` carrying ``error``."""
+    now = now_iso()
+    for item in await journal.events.unfinished_items(turn.thread_id, turn.id):
+        item.status = "completed"
+        item.completed_at = now
+        await journal.emit(
+            turn.thread_id,
+            "item/completed",
+            W.ItemNotification(thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)),
+            item=item,
+        )
+    turn.status = "failed"
+    turn.completed_at = now
+    turn.error = error
+    items = (await repo.items(turn.thread_id, [turn.id]))[turn.id]
+    await journal.emit(
+        turn.thread_id,
+        "turn/failed",
+        W.TurnFailedNotification(
+            thread_id=turn.thread_id, turn=turn_to_wire(turn, items), error=turn.error
+        ),
+        turn=turn,
+    )

@@ -1,0 +1,421 @@
+"""This node among several that share one PostgreSQL database.
+
+A node heartbeats (every lease/3), follows the other nodes' events on a
+``LISTEN`` connection (runtime/shared_log.py delivers them), carries out the
+commands other nodes send it (an interrupt, a steer, an approval's answer for
+a turn it runs), and sweeps: a running turn whose node has not heartbeated
+for the lease is failed, by exactly one node, with one ``turn/failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import asyncpg
+
+from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.shared_log import SharedLog
+from appserver.runtime.turns.recovery import fail_interrupted
+from appserver.storage.cluster import (
+    COMMANDS_CHANNEL,
+    EVENTS_CHANNEL,
+    ClusterStore,
+    WorkspaceMismatch,
+)
+from appserver.storage.threads import ThreadRepository
+
+log = logging.getLogger("appserver.cluster")
+
+WORKSPACE_MARK = "cluster-workspace"  # under .craft/: the token every node must see
+DELTA_RETENTION = 300.0  # seconds a completed item's stored deltas are kept
+RECONNECT_DELAY = 0.5
+
+Command = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def lost_error(lease: float) -> str:
+    return (
+        f"The server node running this turn stopped (no heartbeat for {lease:g} s); "
+        "another node marked the turn failed."
+    )
+
+
+class ClusterNode:
+    """Heartbeat, event feed, commands and failover of one node."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        journal: ThreadJournal,
+        repo: ThreadRepository,
+        workspace: Path,
+        lease: float,
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.repo = repo
+        self.workspace = workspace
+        self.lease = lease
+        self.shared = SharedLog(store, journal._deliver, journal.lock, journal.bus.subscribers)
+        journal.shared = self.shared
+        self.commands: dict[str, Command] = {}  # kind -> handler (set by the runtime)
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._scheduled: set[str] = set()
+        self._commands_pending = False
+        self.peers = 0  # other live nodes, as of the last sweep
+
+    @property
+    def node_id(self) -> str:
+        return self.store.node_id
+
+    def wire_approvals(self, broker: ApprovalBroker) -> None:
+        """Let the clients of other nodes answer this node's approvals, and
+        this node's clients answer theirs."""
+        remote = RemoteAskers(self)
+        broker.remote_askers.append(remote)
+        broker.settle_listeners.append(remote.settle)
+        questions = RemoteQuestions(self, broker, self.journal.bus.subscribers)
+        self.commands["approval/answer"] = remote.on_answer
+        self.commands["approval/ask"] = questions.on_ask
+        self.commands["approval/settled"] = questions.on_settled
+
+    async def check_workspace(self) -> None:
+        """Refuse to start on a workspace the other nodes do not share.
+
+        The first node writes the database's token into the workspace; a node
+        that finds another token, or none while other nodes are alive, is on
+        another directory (not the shared storage) and would fail later, when
+        a turn reads files another node wrote.
+        """
+        token = await self.store.workspace_token()
+        mark = self.workspace / ".craft" / WORKSPACE_MARK
+        try:
+            found: str | None = mark.read_text("utf-8").strip()
+        except FileNotFoundError:
+            found = None
+        if found == token:
+            return
+        if found is not None:
+            raise WorkspaceMismatch(
+                f"workspace {self.workspace} belongs to another database's nodes "
+                f"({mark} holds another token): nodes sharing a database must share "
+                "one workspace directory"
+            )
+        others = await self.store.pool.fetchval(
+            "SELECT count(*) FROM cluster_nodes WHERE node_id <> $1"
+            " AND heartbeat_at > now() - make_interval(secs => $2)",
+            self.node_id,
+            self.lease,
+        )
+        if others:
+            raise WorkspaceMismatch(
+                f"workspace {self.workspace} is not the one the other {others} node(s) use "
+                f"(no {mark}): nodes sharing a database must share one workspace "
+                "directory (shared storage, the same path on every node)"
+            )
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(token + "\n", "utf-8")
+
+    async def run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Join, fail what dead nodes left running, then follow the cluster
+        until cancelled (start with ``task_group.start``)."""
+        await self.check_workspace()
+        await self.store.join(str(self.workspace))
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                await tg.start(self.shared.run)
+                await tg.start(self._listen)
+                await self.sweep()
+                tg.start_soon(self._heartbeat)
+                tg.start_soon(self._sweeper)
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self.store.leave()
+
+    # --- heartbeat and failover --------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.lease / 3)
+            try:
+                await self.store.heartbeat()
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("heartbeat failed: %s", exc)
+
+    async def _sweeper(self) -> None:
+        last_prune = 0.0
+        while True:
+            await anyio.sleep(max(self.lease / 4, 0.05))
+            try:
+                await self.sweep()
+                now = anyio.current_time()
+                if now - last_prune > DELTA_RETENTION / 2:
+                    last_prune = now
+                    await self.store.prune_deltas(DELTA_RETENTION)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("sweep failed: %s", exc)
+
+    async def sweep(self) -> int:
+        """Fail the running turns of dead nodes that this node claims."""
+        self.peers = len(await self.store.live_peers(self.lease))
+        failed = 0
+        for thread_id, turn_id in await self.store.claim_orphaned_turns(self.lease):
+            turn = await self.journal.events.turn(thread_id, turn_id)
+            if turn is None or turn.status not in ("running", "waitingApproval"):
+                continue
+            log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
+            await fail_interrupted(self.journal, self.repo, turn, lost_error(self.lease))
+            failed += 1
+        return failed
+
+    # --- the LISTEN connection ---------------------------------------------------------
+
+    async def _listen(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        started = False
+        while True:
+            lost = anyio.Event()
+            try:
+                conn = await asyncpg.connect(self.store.db.url)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if not started:
+                    raise
+                log.warning("event feed: cannot reconnect: %s", exc)
+                await anyio.sleep(RECONNECT_DELAY)
+                continue
+            try:
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(EVENTS_CHANNEL, self._on_events)
+                await conn.add_listener(COMMANDS_CHANNEL, self._on_command)
+                if started:
+                    # Whatever was announced while the feed was down.
+                    self._catch_up()
+                else:
+                    started = True
+                    task_status.started()
+                self._wake_commands()
+                await lost.wait()
+                log.warning("event feed: connection lost; reconnecting")
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close(timeout=1)
+
+    def _on_events(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            thread_id, first, last, node, broadcast = json.loads(payload)
+        except (ValueError, TypeError):
+            log.warning("event feed: bad notification %r", payload[:200])
+            return
+        if node == self.node_id:
+            return  # this node delivers its own events as it commits them
+        if self.shared.announced(thread_id, int(first), int(last), bool(broadcast)):
+            self._schedule_pump(thread_id)
+
+    def _schedule_pump(self, thread_id: str, force: bool = False) -> None:
+        if thread_id in self._scheduled or self._tg is None:
+            return
+        self._scheduled.add(thread_id)
+
+        async def pump() -> None:
+            self._scheduled.discard(thread_id)
+            try:
+                await self.shared.pump(thread_id, force=force)
+            except (OSError, asyncpg.PostgresError) as exc:
+                log.warning("event feed: cannot read %s: %s", thread_id, exc)
+
+        self._tg.start_soon(pump)
+
+    def _catch_up(self) -> None:
+        for thread_id in self.shared.followed():
+            self._schedule_pump(thread_id, force=True)
+
+    # --- commands ----------------------------------------------------------------------
+
+    def _on_command(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload == self.node_id:
+            self._wake_commands()
+
+    def _wake_commands(self) -> None:
+        if self._commands_pending or self._tg is None:
+            return
+        self._commands_pending = True
+        self._tg.start_soon(self._take_commands)
+
+    async def _take_commands(self) -> None:
+        self._commands_pending = False
+        try:
+            commands = await self.store.take_commands()
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("cannot read commands: %s", exc)
+            return
+        for kind, body in commands:
+            handler = self.commands.get(kind)
+            if handler is None:
+                log.warning("unknown cluster command %r", kind)
+            elif self._tg is not None:
+                # Each on its own: an approval question waits for a person.
+                self._tg.start_soon(self._carry_out, kind, handler, body)
+
+    async def _carry_out(self, kind: str, handler: Command, body: dict[str, Any]) -> None:
+        try:
+            await handler(body)
+        except Exception:
+            log.exception("cluster command %s failed", kind)
+
+    async def send(self, node_id: str, kind: str, body: dict[str, Any]) -> None:
+        """Ask ``node_id`` to carry out ``kind`` (it runs the turn ``body`` names)."""
+        await self.store.send(node_id, kind, body)
+
+
+class _RemoteQuestion:
+    """A question this node put to the other nodes' clients."""
+
+    def __init__(self, nodes: set[str]) -> None:
+        self.nodes = nodes  # nodes that have not replied
+        self.answer: dict[str, Any] | None = None
+        self.settled = False
+        self.changed = anyio.Event()
+
+    def wake(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+class RemoteAskers:
+    """The clients of every other node, as one participant of a turn's approval.
+
+    Asking sends ``approval/ask`` to each live node; a node asks its clients
+    subscribed to the thread and sends back the first answer
+    (``approval/answer``), or ``null`` when none of them answered. The
+    broker's first-answer-wins rule then holds across nodes; once the
+    question is over, nodes still asking are told to stop (``approval/settled``).
+    """
+
+    name = "another node's client"
+    closed = False
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        self._questions: dict[str, _RemoteQuestion] = {}
+
+    def wants(self, kind: str, topic: str | None) -> bool:
+        return False
+
+    def deliver(self, event: object) -> None:
+        return None
+
+    def can_answer_approvals(self) -> bool:
+        return self.node.peers > 0
+
+    async def ask_approval(self, request: Any, timeout: float) -> dict[str, Any]:
+        from appserver.protocol.encoding import model_json
+        from appserver.runtime.events import QuestionUnanswered
+
+        nodes = await self.node.store.live_peers(self.node.lease)
+        if not nodes:
+            raise QuestionUnanswered("no other node")
+        question = self._questions[request.request_id] = _RemoteQuestion(set(nodes))
+        body = {
+            "threadId": request.thread_id,
+            "requestId": request.request_id,
+            "params": model_json(request),
+            "timeout": timeout,
+            "from": self.node.node_id,
+        }
+        try:
+            for node_id in nodes:
+                await self.node.send(node_id, "approval/ask", body)
+            with anyio.move_on_after(timeout):
+                while question.answer is None and question.nodes and not question.settled:
+                    await question.changed.wait()
+        finally:
+            self._questions.pop(request.request_id, None)
+            with anyio.CancelScope(shield=True):
+                for node_id in question.nodes:
+                    await self.node.send(
+                        node_id, "approval/settled", {"requestId": request.request_id}
+                    )
+        if question.answer is None:
+            raise QuestionUnanswered("no client of another node answered")
+        return question.answer
+
+    def settle(self, request_id: str) -> None:
+        """The broker's question is over (answered here, or timed out)."""
+        question = self._questions.get(request_id)
+        if question is not None:
+            question.settled = True
+            question.wake()
+
+    async def on_answer(self, body: dict[str, Any]) -> None:
+        question = self._questions.get(str(body.get("requestId")))
+        if question is None:
+            return
+        question.nodes.discard(str(body.get("node")))
+        answer = body.get("answer")
+        if isinstance(answer, dict) and question.answer is None:
+            question.answer = answer
+        question.wake()
+
+
+class RemoteQuestions:
+    """This node's side of another node's approval: ask the local clients
+    subscribed to the thread, answer the asking node."""
+
+    def __init__(self, node: ClusterNode, broker: Any, subscribers: Any) -> None:
+        self.node = node
+        self.broker = broker
+        self.subscribers = subscribers
+        self._pending: dict[str, Any] = {}
+
+    async def on_ask(self, body: dict[str, Any]) -> None:
+        from appserver.protocol.turns import ApprovalRequestParams
+        from appserver.runtime.approvals import PendingApproval
+
+        params = ApprovalRequestParams.model_validate_json(body["params"])
+        asker, request_id = str(body["from"]), params.request_id
+        capable = [
+            participant
+            for participant in self.subscribers(params.thread_id)
+            if not participant.closed and participant.can_answer_approvals()
+        ]
+        answer: dict[str, Any] | None = None
+        if capable and self.node._tg is not None:
+            timeout = float(body.get("timeout") or self.broker.timeout)
+            pending = PendingApproval(params, self.node._tg, timeout, self.broker.reconnect_grace)
+            self._pending[request_id] = pending
+            # Here too a client that subscribes meanwhile is asked (broker.offer).
+            self.broker.pending.setdefault(params.thread_id, pending)
+            try:
+                for participant in capable:
+                    pending.ask(participant)
+                decision, _reason = await pending.wait()
+            finally:
+                self._pending.pop(request_id, None)
+                if self.broker.pending.get(params.thread_id) is pending:
+                    del self.broker.pending[params.thread_id]
+            if decision == _SETTLED:
+                return  # the asking node has its answer: no reply wanted
+            if decision is not None:
+                answer = {"decision": decision, "scope": pending.scope}
+        await self.node.send(
+            asker,
+            "approval/answer",
+            {"requestId": request_id, "node": self.node.node_id, "answer": answer},
+        )
+
+    async def on_settled(self, body: dict[str, Any]) -> None:
+        pending = self._pending.get(str(body.get("requestId")))
+        if pending is not None:
+            pending.resolve(_SETTLED, None)
+
+
+_SETTLED = "settled"  # not a decision: the question ended on the asking node

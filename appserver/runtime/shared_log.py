@@ -1,0 +1,321 @@
+"""Thread events when several nodes share one PostgreSQL database.
+
+On one node the journal numbers events in memory. Nodes sharing a database
+number them in it instead: each batch of a thread's events takes its seqs,
+is stored (deltas too) and is announced with ``NOTIFY`` in one transaction
+(:meth:`ClusterStore.append`), so every node sees a thread's events commit in
+seq order. Every node then delivers a thread's events to its own clients
+through one cursor per thread: the next seq is delivered from memory when
+this node wrote it, else read back from the log. A notification carries
+only ``(thread, first, last, node, broadcast)``; the log holds the payloads,
+so nothing depends on NOTIFY's size limit or on a listener being up.
+
+Deltas are queued and written by one flusher task per thread, many to a
+transaction; a lifecycle event waits for its own commit (it is durable
+before anyone sees it, as on one node).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from appserver.runtime.events import Event, Participant
+from appserver.storage.cluster import ClusterStore, LogEntry, SharedEvent
+
+log = logging.getLogger("appserver.cluster")
+
+MAX_QUEUED_DELTAS = 4096  # a producer that runs this far ahead waits for the flusher
+FETCH_PAGE = 1000
+
+Deliver = Callable[[Event, bool, Iterable[Participant], Iterable[Participant]], None]
+
+
+@dataclass(eq=False)
+class _Pending:
+    """An event waiting for its seq (and, for a lifecycle event, its caller)."""
+
+    event: Event
+    broadcast: bool
+    include: tuple[Participant, ...]
+    exclude: tuple[Participant, ...]
+    statements: Sequence[tuple[str, Sequence[Any]]] = ()
+    done: anyio.Event | None = None  # set once committed (lifecycle events)
+    error: BaseException | None = None
+    created_at: str = ""
+
+
+@dataclass
+class _ThreadFeed:
+    """One thread's delivery state on this node."""
+
+    queue: list[_Pending] = field(default_factory=list)
+    flushing: bool = False
+    drained: anyio.Event = field(default_factory=anyio.Event)
+    delivered: int | None = None  # last seq delivered here (None: not following)
+    announced: int = 0  # highest seq other nodes announced
+    local: dict[int, _Pending] = field(default_factory=dict)  # committed here, not yet delivered
+
+
+class SharedLog:
+    """The journal's numbering, storage and delivery on a shared database."""
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        deliver: Deliver,
+        lock: Callable[[str], anyio.Lock],
+        subscribers: Callable[[str], frozenset[Participant]],
+    ) -> None:
+        self.store = store
+        self.node_id = store.node_id
+        self._deliver = deliver
+        self._lock = lock  # the journal's per-thread lock: held while delivering
+        self._subscribers = subscribers
+        self._feeds: dict[str, _ThreadFeed] = {}
+        # Per (participant, thread): the last seq a subscribe replay covered;
+        # live delivery skips what it already sent.
+        self.floors: dict[tuple[int, str], int] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+
+    def _feed(self, thread_id: str) -> _ThreadFeed:
+        feed = self._feeds.get(thread_id)
+        if feed is None:
+            feed = self._feeds[thread_id] = _ThreadFeed()
+            feed.drained.set()
+        return feed
+
+    async def run(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Own the flusher tasks; returns when cancelled."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                await anyio.sleep_forever()
+        finally:
+            self._closed = True
+
+    # --- writing -------------------------------------------------------------------
+
+    async def append(
+        self,
+        event: Event,
+        created_at: str,
+        *,
+        broadcast: bool,
+        include: Iterable[Participant],
+        exclude: Iterable[Participant],
+        statements: Sequence[tuple[str, Sequence[Any]]],
+    ) -> int:
+        """Store, announce and deliver a lifecycle event; returns its seq."""
+        assert event.thread_id is not None
+        pending = _Pending(
+            event,
+            broadcast,
+            tuple(include),
+            tuple(exclude),
+            statements,
+            anyio.Event(),
+            created_at=created_at,
+        )
+        self._enqueue(event.thread_id, pending)
+        with anyio.CancelScope(shield=True):  # once queued it is written; wait for it
+            assert pending.done is not None
+            await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        assert event.seq is not None
+        return event.seq
+
+    async def append_delta(
+        self, event: Event, created_at: str, include: Iterable[Participant]
+    ) -> None:
+        """Queue a delta; it is numbered, stored and delivered by the flusher."""
+        assert event.thread_id is not None
+        feed = self._feed(event.thread_id)
+        if len(feed.queue) >= MAX_QUEUED_DELTAS:
+            await feed.drained.wait()
+        self._enqueue(
+            event.thread_id, _Pending(event, False, tuple(include), (), created_at=created_at)
+        )
+
+    def _enqueue(self, thread_id: str, pending: _Pending) -> None:
+        if self._closed:
+            self._fail([pending], RuntimeError("the shared log stopped"))
+            return
+        feed = self._feed(thread_id)
+        feed.queue.append(pending)
+        if not feed.flushing:
+            feed.flushing = True
+            feed.drained = anyio.Event()
+            assert self._tg is not None, "the shared log is not running"
+            self._tg.start_soon(self._flush, thread_id, feed)
+
+    async def _flush(self, thread_id: str, feed: _ThreadFeed) -> None:
+        try:
+            while feed.queue:
+                # A lifecycle event goes alone (its rows may be refused);
+                # the deltas before it go together.
+                first = feed.queue[0]
+                if first.done is not None:
+                    batch = [feed.queue.pop(0)]
+                else:
+                    count = next(
+                        (i for i, p in enumerate(feed.queue) if p.done is not None),
+                        len(feed.queue),
+                    )
+                    batch, feed.queue[:count] = feed.queue[:count], []
+                # Shielded: a caller waits for each lifecycle event, so a batch
+                # once taken is written even while the server shuts down.
+                with anyio.CancelScope(shield=True):
+                    await self._commit(thread_id, feed, batch)
+        finally:
+            feed.flushing = False
+            if feed.queue:  # cancelled between batches: nothing will write these
+                self._fail(feed.queue, RuntimeError("the shared log stopped"))
+                feed.queue.clear()
+            feed.drained.set()
+
+    def _fail(self, batch: list[_Pending], error: BaseException) -> None:
+        for pending in batch:
+            pending.error = error
+            if pending.done is not None:
+                pending.done.set()
+
+    async def _commit(self, thread_id: str, feed: _ThreadFeed, batch: list[_Pending]) -> None:
+        entries = [
+            LogEntry(
+                method=p.event.kind,
+                topic=p.event.topic,
+                params_json=p.event.params_json(),
+                created_at=p.created_at,
+                stream=p.event.stream,
+                broadcast=p.broadcast,
+            )
+            for p in batch
+        ]
+        statements = [s for p in batch for s in p.statements]
+        try:
+            # Held from commit until the batch is registered: a remote
+            # notification must not read our rows back before we know them.
+            async with self._lock(thread_id):
+                last = await self.store.append(thread_id, entries, statements)
+                if last is None:
+                    raise LookupError(f"thread {thread_id} is gone")
+                for index, pending in enumerate(batch):
+                    pending.event.seq = last - len(batch) + 1 + index
+                    feed.local[pending.event.seq] = pending
+                if feed.delivered is None:
+                    feed.delivered = last - len(batch)
+        except Exception as exc:
+            self._fail(batch, exc)
+            if not any(p.done is not None for p in batch):
+                log.warning("lost %d delta(s) of %s: %s", len(batch), thread_id, exc)
+            return
+        await self.pump(thread_id)
+        for pending in batch:
+            if pending.done is not None:
+                pending.done.set()
+
+    # --- delivering ---------------------------------------------------------------------
+
+    def announced(self, thread_id: str, first: int, last: int, broadcast: bool) -> bool:
+        """Note another node's events; ``True`` if this node should fetch them."""
+        feed = self._feeds.get(thread_id)
+        if not broadcast and not self._subscribers(thread_id):
+            if feed is not None and not feed.local and not feed.queue:
+                feed.delivered = None  # nobody here follows it: stop the cursor
+            return False
+        feed = self._feed(thread_id)
+        feed.announced = max(feed.announced, last)
+        if feed.delivered is None:
+            feed.delivered = first - 1
+        return True
+
+    def followed(self) -> list[str]:
+        """Threads this node delivers events of."""
+        return [thread_id for thread_id, feed in self._feeds.items() if feed.delivered is not None]
+
+    async def pump(self, thread_id: str, *, force: bool = False) -> None:
+        """Deliver the thread's events up to the newest known, in seq order;
+        ``force``: read the log once even if nothing newer was announced."""
+        async with self._lock(thread_id):
+            feed = self._feed(thread_id)
+            while feed.delivered is not None:
+                following = feed.delivered + 1
+                pending = feed.local.pop(following, None)
+                if pending is not None:
+                    self._deliver(
+                        pending.event, pending.broadcast, pending.include, pending.exclude
+                    )
+                    feed.delivered = following
+                    continue
+                target = max(max(feed.local, default=0), feed.announced)
+                if feed.delivered >= target and not force:
+                    break
+                force = False
+                rows = await self.store.events_after(thread_id, feed.delivered, FETCH_PAGE)
+                if not rows:
+                    break
+                for row in rows:
+                    if row.seq > target and row.seq not in feed.local:
+                        target = row.seq  # newer than announced: deliver it all the same
+                    local = feed.local.pop(row.seq, None)
+                    if local is not None:
+                        self._deliver(local.event, local.broadcast, local.include, local.exclude)
+                    else:
+                        self._deliver(_event(thread_id, row), row.broadcast, (), ())
+                    feed.delivered = row.seq
+
+    # --- subscribing --------------------------------------------------------------------
+
+    async def replay_for(
+        self, thread_id: str, participant: Participant, after_seq: int | None
+    ) -> list[Event]:
+        """Events a subscriber missed (``after_seq``; none when ``None``), and
+        from now on skip in live delivery what this replay covered. Call
+        under the journal's thread lock."""
+        if after_seq is None:
+            stored: list[SharedEvent] = []
+            rows = await self.store.pool.fetch(
+                "SELECT last_seq FROM threads WHERE id = $1", thread_id
+            )
+            last = int(rows[0][0]) if rows else 0
+        else:
+            stored, last = await self.store.replay(thread_id, after_seq)
+        key = (id(participant), thread_id)
+        if key not in self.floors:
+            weakref.finalize(participant, self.floors.pop, key, None)
+        self.floors[key] = last
+        feed = self._feed(thread_id)
+        if feed.delivered is None and not feed.local and not feed.queue:
+            feed.delivered = last
+        return [_event(thread_id, row) for row in stored]
+
+    async def last_seq(self, thread_id: str) -> int:
+        rows = await self.store.pool.fetch("SELECT last_seq FROM threads WHERE id = $1", thread_id)
+        return int(rows[0][0]) if rows else 0
+
+    def forget_thread(self, thread_id: str) -> None:
+        feed = self._feeds.get(thread_id)
+        if feed is not None and not feed.queue and not feed.local:
+            del self._feeds[thread_id]
+
+
+def _event(thread_id: str, row: SharedEvent) -> Event:
+    return Event(
+        row.method,
+        None,
+        thread_id=thread_id,
+        seq=row.seq,
+        topic=row.topic,
+        stream=row.stream,
+        params_json=row.params_json,
+    )

@@ -1,0 +1,283 @@
+"""What nodes sharing one PostgreSQL database say to each other, in SQL.
+
+PostgreSQL only (the cluster's tables are in migrations/postgresql/0011).
+Everything here uses the database's own clock and locks: no node trusts
+another's clock, and no coordination service sits beside the database.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from appserver.storage.postgres import PostgresDatabase, translate
+
+#: ``LISTEN`` channels: a thread's new events, and requests for one node.
+EVENTS_CHANNEL = "appserver_events"
+COMMANDS_CHANNEL = "appserver_commands"
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One event to append to a thread's log (a delta or a lifecycle event)."""
+
+    method: str
+    topic: str | None
+    params_json: str
+    created_at: str
+    stream: str | None  # the item a delta belongs to; None for lifecycle events
+    broadcast: bool
+    stored: bool = True  # False: numbered and announced, never stored (no params)
+
+
+@dataclass(frozen=True)
+class SharedEvent:
+    """An event read back from the shared log."""
+
+    seq: int
+    method: str
+    topic: str | None
+    params_json: str
+    stream: str | None
+    node_id: str | None
+    broadcast: bool
+
+
+class WorkspaceMismatch(ValueError):
+    """This node's workspace is not the directory the other nodes share."""
+
+
+class ClusterStore:
+    """The shared event log, node heartbeats, turn leases and commands."""
+
+    def __init__(self, db: PostgresDatabase, node_id: str) -> None:
+        self.db = db
+        self.pool: asyncpg.Pool = db.pool
+        self.node_id = node_id
+
+    # --- the shared event log -------------------------------------------------------
+
+    async def append(
+        self,
+        thread_id: str,
+        entries: Sequence[LogEntry],
+        statements: Sequence[tuple[str, Sequence[Any]]] = (),
+    ) -> int | None:
+        """Number ``entries`` after the thread's last seq, store them with
+        ``statements`` (turn and item rows, SQLite-spelled), and announce them,
+        all in one transaction; returns the last seq (``None``: no such thread).
+
+        The ``UPDATE`` of the thread's row takes its lock until commit, so the
+        seqs of a thread commit in order on every node: a reader that has seen
+        seq N has seen everything before it.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            last = await conn.fetchval(
+                "UPDATE threads SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq",
+                thread_id,
+                len(entries),
+            )
+            if last is None:
+                return None
+            first = last - len(entries) + 1
+            rows = [
+                (
+                    thread_id,
+                    first + index,
+                    entry.method,
+                    entry.topic,
+                    entry.params_json,
+                    entry.created_at,
+                    entry.stream,
+                    self.node_id,
+                    entry.broadcast,
+                )
+                for index, entry in enumerate(entries)
+                if entry.stored
+            ]
+            if rows:
+                await conn.copy_records_to_table(
+                    "thread_events",
+                    records=rows,
+                    columns=(
+                        "thread_id",
+                        "seq",
+                        "method",
+                        "topic",
+                        "params_json",
+                        "created_at",
+                        "stream",
+                        "node_id",
+                        "broadcast",
+                    ),
+                )
+            for sql, args in statements:
+                await conn.execute(translate(sql), *args)
+            broadcast = any(entry.broadcast for entry in entries)
+            await conn.execute(
+                "SELECT pg_notify($1, $2)",
+                EVENTS_CHANNEL,
+                json.dumps([thread_id, first, last, self.node_id, broadcast]),
+            )
+        return int(last)
+
+    async def events_after(
+        self, thread_id: str, after_seq: int, limit: int = 1000
+    ) -> list[SharedEvent]:
+        """Events after ``after_seq`` in order, up to ``limit`` of them."""
+        rows = await self.pool.fetch(
+            "SELECT seq, method, topic, params_json, stream, node_id, broadcast"
+            " FROM thread_events WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            thread_id,
+            after_seq,
+            limit,
+        )
+        return [SharedEvent(*row) for row in rows]
+
+    async def replay(self, thread_id: str, after_seq: int) -> tuple[list[SharedEvent], int]:
+        """What ``thread/subscribe {afterSeq}`` replays, and the thread's last
+        seq in the same snapshot: every lifecycle event after ``after_seq``,
+        and the deltas of items still streaming (a completed item's event
+        carries its whole text, as on one node)."""
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+            last = await conn.fetchval("SELECT last_seq FROM threads WHERE id = $1", thread_id)
+            rows = await conn.fetch(
+                "SELECT e.seq, e.method, e.topic, e.params_json, e.stream, e.node_id, e.broadcast"
+                " FROM thread_events e WHERE e.thread_id = $1 AND e.seq > $2"
+                " AND (e.stream IS NULL OR NOT EXISTS (SELECT 1 FROM items i"
+                " WHERE i.thread_id = e.thread_id AND i.id = e.stream"
+                " AND i.status = 'completed')) ORDER BY e.seq",
+                thread_id,
+                after_seq,
+            )
+        return [SharedEvent(*row) for row in rows], int(last or 0)
+
+    async def prune_deltas(self, older_than_seconds: float) -> int:
+        """Drop stored deltas of items completed long ago (their completion
+        event carries the whole text); returns how many."""
+        status = await self.pool.execute(
+            "DELETE FROM thread_events e WHERE e.stream IS NOT NULL"
+            " AND e.created_at < to_char((now() - make_interval(secs => $1)) AT TIME ZONE 'UTC',"
+            ' \'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"\')'
+            " AND EXISTS (SELECT 1 FROM items i WHERE i.thread_id = e.thread_id"
+            " AND i.id = e.stream AND i.status = 'completed')",
+            older_than_seconds,
+        )
+        return int(status.rsplit(" ", 1)[-1])
+
+    # --- nodes and leases --------------------------------------------------------------
+
+    async def join(self, workspace_path: str) -> None:
+        """Say this node is alive (its first heartbeat)."""
+        await self.pool.execute(
+            "INSERT INTO cluster_nodes (node_id, workspace_path) VALUES ($1, $2)"
+            " ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now()",
+            self.node_id,
+            workspace_path,
+        )
+
+    async def heartbeat(self) -> None:
+        await self.pool.execute(
+            "UPDATE cluster_nodes SET heartbeat_at = now() WHERE node_id = $1", self.node_id
+        )
+
+    async def leave(self) -> None:
+        """This node stops: its row goes (its turns ended before)."""
+        await self.pool.execute("DELETE FROM cluster_nodes WHERE node_id = $1", self.node_id)
+
+    async def claim_orphaned_turns(self, lease_seconds: float) -> list[tuple[str, str]]:
+        """Take the running turns of nodes that stopped heartbeating (or are
+        gone) for this node to fail; returns ``(thread_id, turn_id)`` pairs.
+
+        The claim moves each turn's lease to this node in one statement, so of
+        several nodes sweeping at once exactly one gets each turn.
+        """
+        rows = await self.pool.fetch(
+            "UPDATE turns t SET node_id = $1 WHERE t.status IN ('running', 'waitingApproval')"
+            " AND t.node_id IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM cluster_nodes n"
+            " WHERE n.node_id = t.node_id"
+            " AND n.heartbeat_at > now() - make_interval(secs => $2))"
+            " RETURNING t.thread_id, t.id",
+            self.node_id,
+            lease_seconds,
+        )
+        if rows:
+            # Dead nodes' rows go too, so the next sweep does not look at them.
+            await self.pool.execute(
+                "DELETE FROM cluster_nodes WHERE heartbeat_at < now() - make_interval(secs => $1)",
+                lease_seconds,
+            )
+        return [(row[0], row[1]) for row in rows]
+
+    async def live_peers(self, lease_seconds: float) -> list[str]:
+        """The other nodes whose heartbeat is within the lease."""
+        rows = await self.pool.fetch(
+            "SELECT node_id FROM cluster_nodes WHERE node_id <> $1"
+            " AND heartbeat_at > now() - make_interval(secs => $2)",
+            self.node_id,
+            lease_seconds,
+        )
+        return [row[0] for row in rows]
+
+    async def lease_turn(self, thread_id: str, turn_id: str) -> None:
+        """Record that this node runs the turn."""
+        await self.pool.execute(
+            "UPDATE turns SET node_id = $3 WHERE thread_id = $1 AND id = $2",
+            thread_id,
+            turn_id,
+            self.node_id,
+        )
+
+    async def turn_node(self, thread_id: str, turn_id: str) -> tuple[str, str | None] | None:
+        """``(status, node_id)`` of a turn, or ``None``."""
+        row = await self.pool.fetchrow(
+            "SELECT status, node_id FROM turns WHERE thread_id = $1 AND id = $2",
+            thread_id,
+            turn_id,
+        )
+        return None if row is None else (row[0], row[1])
+
+    async def running_turn(self, thread_id: str) -> tuple[str, str | None] | None:
+        """``(turn_id, node_id)`` of the thread's running turn on any node."""
+        row = await self.pool.fetchrow(
+            "SELECT id, node_id FROM turns WHERE thread_id = $1"
+            " AND status IN ('running', 'waitingApproval')",
+            thread_id,
+        )
+        return None if row is None else (row[0], row[1])
+
+    # --- commands between nodes --------------------------------------------------------
+
+    async def send(self, node_id: str, kind: str, body: dict[str, Any]) -> None:
+        """Queue a command for ``node_id`` and wake it."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(
+                "INSERT INTO cluster_commands (node_id, kind, body_json) VALUES ($1, $2, $3)",
+                node_id,
+                kind,
+                json.dumps(body),
+            )
+            await conn.execute("SELECT pg_notify($1, $2)", COMMANDS_CHANNEL, node_id)
+
+    async def take_commands(self) -> list[tuple[str, dict[str, Any]]]:
+        """This node's queued commands, oldest first; each is taken once."""
+        rows = await self.pool.fetch(
+            "DELETE FROM cluster_commands WHERE node_id = $1 RETURNING id, kind, body_json",
+            self.node_id,
+        )
+        return [(row[1], json.loads(row[2])) for row in sorted(rows, key=lambda row: row[0])]
+
+    # --- the shared workspace ----------------------------------------------------------
+
+    async def workspace_token(self) -> str:
+        """The token every node's workspace must hold (made by the first node)."""
+        await self.pool.execute(
+            "INSERT INTO cluster_workspace (id, token) VALUES (1, $1) ON CONFLICT DO NOTHING",
+            secrets.token_hex(16),
+        )
+        return str(await self.pool.fetchval("SELECT token FROM cluster_workspace WHERE id = 1"))
