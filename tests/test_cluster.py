@@ -150,6 +150,42 @@ async def test_one_running_turn_per_thread_and_interrupt_from_any_node(
             assert (await wait_terminal(on_a, next_turn))["method"] == "turn/completed"
 
 
+async def test_enqueue_and_steer_from_another_node(workspace: Path, postgres_url: str) -> None:
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        approver = Approver(on_a, None)
+        thread_id = await new_thread(on_a)
+        await subscribe(on_a, thread_id)
+        await subscribe(on_b, thread_id)
+        with anyio.fail_after(20):
+            turn_id = await start_turn(on_a, thread_id, "!echo steered")
+            request = await approver.wait_request()  # parked at a boundary, on A
+            queued = (
+                await on_b.request(
+                    "turn/enqueue",
+                    {"threadId": thread_id, "input": [{"type": "text", "text": "be brief"}]},
+                )
+            )["queuedInput"]
+            result = await on_b.request(
+                "turn/steer",
+                {"threadId": thread_id, "expectedTurnId": turn_id, "queuedInputId": queued["id"]},
+            )
+            assert result["turnId"] == turn_id
+            assert [q["status"] for q in result["queuedInputs"]] == ["guidancePending"]
+            await approver.answer(request, "accept")
+            terminal = await wait_terminal(on_b, turn_id)
+        assert terminal["method"] == "turn/completed"
+        users = [
+            (i["payload"]["text"], i["payload"]["deliveryMode"])
+            for i in terminal["params"]["turn"]["items"]
+            if i["type"] == "userMessage"
+        ]
+        assert users == [("!echo steered", "normal"), ("be brief", "guidance")]
+
+
 async def test_a_killed_node_s_turn_is_failed_by_another_within_the_lease(
     workspace: Path, postgres_url: str
 ) -> None:

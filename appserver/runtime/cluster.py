@@ -70,6 +70,8 @@ class ClusterNode:
         self._scheduled: set[str] = set()
         self._commands_pending = False
         self.peers = 0  # other live nodes, as of the last sweep
+        # Called when a heartbeat finds that the other nodes took this one for dead.
+        self.on_presumed_dead: Callable[[], Awaitable[None]] | None = None
 
     @property
     def node_id(self) -> str:
@@ -148,9 +150,16 @@ class ClusterNode:
         while True:
             await anyio.sleep(self.lease / 3)
             try:
-                await self.store.heartbeat()
+                alive = await self.store.heartbeat()
             except (OSError, asyncpg.PostgresError) as exc:
                 log.warning("heartbeat failed: %s", exc)
+                continue
+            if not alive:
+                # Silent past the lease (a stall, a lost network): the other
+                # nodes have failed this node's turns; stop running them here.
+                log.error("this node was taken for dead; cancelling its turns")
+                if self.on_presumed_dead is not None:
+                    await self.on_presumed_dead()
 
     async def _sweeper(self) -> None:
         last_prune = 0.0

@@ -102,6 +102,7 @@ class Runtime:
             self.cluster.commands["interrupt"] = self.turns.on_interrupt
             self.cluster.commands["steer"] = self.turns.on_steer
             self.cluster.wire_approvals(self.approvals)
+            self.cluster.on_presumed_dead = self.engine.shutdown
 
     async def run(
         self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

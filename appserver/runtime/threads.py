@@ -201,6 +201,8 @@ class Threads:
     def version(self, thread_id: str) -> tuple[Any, ...] | None:
         """A cheap value that changes whenever the thread's turn-less view does
         (``None``: unknown yet). Front doors may cache an encoded view by it."""
+        if not self.repo.db.caches_reads:
+            return None  # other nodes write the same database: never cache
         queue = self.engine.inputs.loaded(thread_id)
         if queue is None:
             return None  # not loaded yet: the first view loads it

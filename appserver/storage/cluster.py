@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from appserver.storage.postgres import PostgresDatabase, translate
+from appserver.storage.postgres import IntegrityErrors, PostgresDatabase, translate
 
 #: ``LISTEN`` channels: a thread's new events, and requests for one node.
 EVENTS_CHANNEL = "appserver_events"
@@ -59,6 +59,7 @@ class ClusterStore:
         self.db = db
         self.pool: asyncpg.Pool = db.pool
         self.node_id = node_id
+        self.workspace_path = ""
 
     # --- the shared event log -------------------------------------------------------
 
@@ -76,6 +77,15 @@ class ClusterStore:
         seqs of a thread commit in order on every node: a reader that has seen
         seq N has seen everything before it.
         """
+        with IntegrityErrors():
+            return await self._append(thread_id, entries, statements)
+
+    async def _append(
+        self,
+        thread_id: str,
+        entries: Sequence[LogEntry],
+        statements: Sequence[tuple[str, Sequence[Any]]],
+    ) -> int | None:
         async with self.pool.acquire() as conn, conn.transaction():
             last = await conn.fetchval(
                 "UPDATE threads SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq",
@@ -174,6 +184,7 @@ class ClusterStore:
 
     async def join(self, workspace_path: str) -> None:
         """Say this node is alive (its first heartbeat)."""
+        self.workspace_path = workspace_path
         await self.pool.execute(
             "INSERT INTO cluster_nodes (node_id, workspace_path) VALUES ($1, $2)"
             " ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now()",
@@ -181,10 +192,16 @@ class ClusterStore:
             workspace_path,
         )
 
-    async def heartbeat(self) -> None:
-        await self.pool.execute(
+    async def heartbeat(self) -> bool:
+        """Say this node is still alive; ``False`` if the others had already
+        taken it for dead (its row was gone), in which case it is back now."""
+        status = await self.pool.execute(
             "UPDATE cluster_nodes SET heartbeat_at = now() WHERE node_id = $1", self.node_id
         )
+        if status.endswith(" 0"):
+            await self.join(self.workspace_path)
+            return False
+        return True
 
     async def leave(self) -> None:
         """This node stops: its row goes (its turns ended before)."""

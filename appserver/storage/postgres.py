@@ -80,7 +80,7 @@ def _rowcount(status: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-class _Integrity:
+class IntegrityErrors:
     """Turns asyncpg's constraint errors into :data:`~appserver.storage.db.IntegrityError`,
     which callers catch whatever the engine."""
 
@@ -101,16 +101,16 @@ class _PostgresTransaction:
         self._conn = conn
 
     async def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        with _Integrity():
+        with IntegrityErrors():
             return _rowcount(await self._conn.execute(translate(sql), *args))
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
-            with _Integrity():
+            with IntegrityErrors():
                 await self._conn.executemany(translate(sql), rows)
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        with _Integrity():
+        with IntegrityErrors():
             return list(await self._conn.fetch(translate(sql), *args))
 
 
@@ -184,14 +184,14 @@ class PostgresDatabase(Database):
         # carried out even if its caller is cancelled.
         with anyio.CancelScope(shield=True):
             async with self.pool.acquire() as conn:
-                with _Integrity():
+                with IntegrityErrors():
                     async with conn.transaction():
                         for sql, args in statements:
                             await conn.execute(translate(sql), *args)
             self.generation += 1
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        with _Integrity():
+        with IntegrityErrors():
             return list(await self.pool.fetch(translate(sql), *args))
 
     async def close(self) -> None:
