@@ -136,6 +136,13 @@ async def test_one_running_turn_per_thread_and_interrupt_from_any_node(
         with anyio.fail_after(20):
             turn_id = await start_turn(on_a, thread_id, "!echo wait")
             await asked.wait_request()
+            # B answers thread/read with the flags A announced.
+            await on_b.notification(
+                "thread/runtimeChanged", where=lambda p: p["runtime"]["waitingOnApproval"]
+            )
+            read = await on_b.request("thread/read", {"threadId": thread_id})
+            assert read["thread"]["runtime"]["running"] is True
+            assert read["thread"]["runtime"]["waitingOnApproval"] is True
             failure = await on_b.fail(
                 "turn/start",
                 {"threadId": thread_id, "input": [{"type": "text", "text": "two"}]},
@@ -211,11 +218,19 @@ async def test_a_killed_node_s_turn_is_failed_by_another_within_the_lease(
         assert took < LEASE * 4, took
         failed = [e for e in thread_events(on_b, thread_id) if e["method"] in ("turn/failed",)]
         assert len(failed) == 1  # one terminal notification
+        # The thread is announced idle again (A never will be back to say so).
+        await on_b.notification(
+            "thread/runtimeChanged",
+            where=lambda p, after=terminal["params"]["seq"]: (
+                p["seq"] > after and not p["runtime"]["running"]
+            ),
+        )
         # What completed before the kill is kept; a new turn runs on B.
         stored = await on_b.request("thread/read", {"threadId": thread_id, "includeTurns": True})
         turn = stored["thread"]["turns"][-1]
         assert turn["status"] == "failed"
         assert turn["items"][0]["type"] == "userMessage"
+        assert stored["thread"]["runtime"]["running"] is False
         with anyio.fail_after(20):
             again = await start_turn(on_b, thread_id, "again")
             assert (await wait_terminal(on_b, again))["method"] == "turn/completed"

@@ -19,9 +19,12 @@ import anyio
 import anyio.abc
 import asyncpg
 
+from appserver.protocol.threads import ThreadRuntimeChangedNotification
 from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
+from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.recovery import fail_interrupted
 from appserver.storage.cluster import (
     COMMANDS_CHANNEL,
@@ -55,6 +58,7 @@ class ClusterNode:
         store: ClusterStore,
         journal: ThreadJournal,
         repo: ThreadRepository,
+        states: RuntimeStates,
         workspace: Path,
         lease: float,
     ) -> None:
@@ -65,6 +69,8 @@ class ClusterNode:
         self.lease = lease
         self.shared = SharedLog(store, journal._deliver, journal.lock, journal.bus.subscribers)
         journal.shared = self.shared
+        self.states = states
+        self.shared.on_remote = self._remote_event
         self.commands: dict[str, Command] = {}  # kind -> handler (set by the runtime)
         self._tg: anyio.abc.TaskGroup | None = None
         self._scheduled: set[str] = set()
@@ -184,8 +190,16 @@ class ClusterNode:
                 continue
             log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
             await fail_interrupted(self.journal, self.repo, turn, lost_error(self.lease))
+            await self.states.announce_idle(thread_id)
             failed += 1
         return failed
+
+    def _remote_event(self, event: Event) -> None:
+        # Another node runs the thread's turn: its runtime flags hold here too.
+        if event.kind == "thread/runtimeChanged":
+            params = event.params
+            assert isinstance(params, ThreadRuntimeChangedNotification)
+            self.states.adopt(params.thread_id, params.runtime)
 
     # --- the LISTEN connection ---------------------------------------------------------
 

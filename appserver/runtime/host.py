@@ -94,6 +94,7 @@ class Runtime:
                 ClusterStore(db, node_id or new_node_id()),
                 self.journal,
                 self.repo,
+                self.states,
                 workspace,
                 config.node_lease,
             )

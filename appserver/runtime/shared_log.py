@@ -84,6 +84,8 @@ class SharedLog:
         self.floors: dict[tuple[int, str], int] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
+        # Sees each event another node wrote before it is delivered here.
+        self.on_remote: Callable[[Event], None] | None = None
 
     def _feed(self, thread_id: str) -> _ThreadFeed:
         feed = self._feeds.get(thread_id)
@@ -271,7 +273,10 @@ class SharedLog:
                     if local is not None:
                         self._deliver(local.event, local.broadcast, local.include, local.exclude)
                     else:
-                        self._deliver(_event(thread_id, row), row.broadcast, (), ())
+                        event = _event(thread_id, row)
+                        if self.on_remote is not None and row.node_id != self.node_id:
+                            self.on_remote(event)
+                        self._deliver(event, row.broadcast, (), ())
                     feed.delivered = row.seq
 
     # --- subscribing --------------------------------------------------------------------

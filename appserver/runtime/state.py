@@ -64,6 +64,25 @@ class RuntimeStates:
 
         await self._change(thread_id, change)
 
+    def adopt(self, thread_id: str, runtime: ThreadRuntimeState) -> None:
+        """Take another node's announced flags as this thread's (nodes sharing
+        a database: the turn runs there, ``thread/read`` is answered here)."""
+        flags = self._flags.setdefault(thread_id, _Flags())
+        flags.running = runtime.running
+        flags.pending_approvals = 1 if runtime.waiting_on_approval else 0
+        flags.waiting_on_plan_confirmation = runtime.waiting_on_plan_confirmation
+
+    async def announce_idle(self, thread_id: str) -> None:
+        """Say the thread is idle even if this node thought so already (a dead
+        node's turn was failed here: the others still think it runs)."""
+        self._flags.pop(thread_id, None)
+        await self._journal.emit(
+            thread_id,
+            "thread/runtimeChanged",
+            ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=_IDLE),
+            broadcast=True,
+        )
+
     def forget(self, thread_id: str) -> None:
         self._flags.pop(thread_id, None)
 
