@@ -564,7 +564,7 @@ def serve_command(args: argparse.Namespace) -> int:
         if isinstance(cause, WorkspaceLocked):
             print(f"appserver: {cause}", file=sys.stderr)
             return 1
-        if isinstance(cause, (ListenerError, ValueError)):
+        if isinstance(cause, (ListenerError, ValueError, OverflowError)):
             # Refused options (a non-loopback bind without token, a bad provider setting).
             print(f"appserver: {cause}", file=sys.stderr)
             return 2

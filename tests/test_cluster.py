@@ -7,6 +7,7 @@ balancer. The nodes share one workspace directory and one database.
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.client import RpcClient
+from tests.support.client import RpcClient, RpcFailure
 from tests.support.cluster import running_nodes
 from tests.support.cron_servers import add_job
 from tests.support.turns import Approver, new_thread, start_turn, wait_terminal
@@ -296,3 +297,159 @@ async def test_store_urls(workspace: Path, store: str) -> None:
     else:
         assert result.returncode == 0, result.stderr
         assert (workspace / "elsewhere.db").exists()
+
+
+def terminals(client: RpcClient, thread_id: str) -> list[str]:
+    return [
+        e["method"]
+        for e in thread_events(client, thread_id)
+        if e["method"] in ("turn/completed", "turn/failed", "turn/cancelled")
+    ]
+
+
+async def test_simultaneous_starts_on_two_nodes_one_wins(
+    workspace: Path, postgres_url: str
+) -> None:
+    async def start(client: RpcClient, thread_id: str, outcomes: list[object]) -> None:
+        try:
+            outcomes.append(await start_turn(client, thread_id, f"?delay 5\n{client.name}"))
+        except RpcFailure as failure:
+            outcomes.append(failure.code)
+
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        for _ in range(5):
+            thread_id = await new_thread(on_a)
+            await subscribe(on_a, thread_id)
+            outcomes: list[object] = []
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(start, on_a, thread_id, outcomes)
+                    tg.start_soon(start, on_b, thread_id, outcomes)
+                assert sorted(outcomes, key=str) == sorted(["turn_001", -32012], key=str), outcomes
+                await on_a.notification(
+                    "turn/completed", where=lambda p, t=thread_id: p["threadId"] == t
+                )
+            assert terminals(on_a, thread_id) == ["turn/completed"]
+            stored = await on_a.request(
+                "thread/read", {"threadId": thread_id, "includeTurns": True}
+            )
+            turns = stored["thread"]["turns"]
+            users = [i for t in turns for i in t["items"] if i["type"] == "userMessage"]
+            assert len(turns) == 1 and len(users) == 1
+
+
+async def test_inputs_queued_on_several_nodes_each_run_once(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with (
+        running_nodes(3, workspace, postgres_url, lease=LEASE) as nodes,
+        nodes[0].connect("a") as on_a,
+        nodes[1].connect("b") as on_b,
+        nodes[2].connect("c") as on_c,
+    ):
+        approver = Approver(on_a, None)
+        thread_id = await new_thread(on_a)
+        await subscribe(on_a, thread_id)
+        with anyio.fail_after(30):
+            first = await start_turn(on_a, thread_id, "!echo hold")
+            request = await approver.wait_request()
+
+            async def enqueue(client: RpcClient, text: str) -> None:
+                await client.request(
+                    "turn/enqueue",
+                    {"threadId": thread_id, "input": [{"type": "text", "text": text}]},
+                )
+
+            async with anyio.create_task_group() as tg:
+                for client, text in ((on_a, "from-a"), (on_b, "from-b"), (on_c, "from-c")):
+                    tg.start_soon(enqueue, client, text)
+            await approver.answer(request, "accept")
+            await wait_terminal(on_a, first)
+            for number in (2, 3, 4):
+                assert (await wait_terminal(on_a, f"turn_{number:03d}"))["method"] == (
+                    "turn/completed"
+                )
+        stored = await on_a.request("thread/read", {"threadId": thread_id, "includeTurns": True})
+        texts = sorted(t["items"][0]["payload"]["text"] for t in stored["thread"]["turns"][1:])
+        assert texts == ["from-a", "from-b", "from-c"]
+
+
+async def test_rollback_archive_and_delete_from_another_node_respect_the_running_turn(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        approver = Approver(on_a, None)
+        thread_id = await new_thread(on_a)
+        await subscribe(on_a, thread_id)
+        with anyio.fail_after(20):
+            turn_id = await start_turn(on_a, thread_id, "!echo hold")
+            await approver.wait_request()
+            for method, params in (
+                ("thread/rollback", {"threadId": thread_id, "numTurns": 1}),
+                ("thread/archive", {"threadId": thread_id}),
+            ):
+                assert (await on_b.fail(method, params)).code == -32012, method
+            # Deleting from B cancels A's turn first, and A's clients hear of both.
+            await on_b.request("thread/delete", {"threadId": thread_id})
+            terminal = await wait_terminal(on_a, turn_id)
+            assert terminal["method"] == "turn/cancelled"
+            assert terminal["params"]["reason"] == "threadDeleted"
+            deleted = await on_a.notification("thread/deleted")
+            assert deleted["threadId"] == thread_id
+
+
+async def test_a_node_taken_for_dead_writes_no_second_end(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        approver = Approver(on_a, None)
+        thread_id = await new_thread(on_a)
+        await subscribe(on_b, thread_id)
+        with anyio.fail_after(30):
+            turn_id = await start_turn(on_a, thread_id, "!echo park")
+            await approver.wait_request()
+            a.process.send_signal(signal.SIGSTOP)  # a stall past the lease
+            try:
+                terminal = await wait_terminal(on_b, turn_id, timeout=20)
+            finally:
+                a.process.send_signal(signal.SIGCONT)
+            assert terminal["method"] == "turn/failed"
+            # A wakes, finds it was taken for dead, stops its turn: nothing more is written.
+            await a.wait_log("taken for dead")
+            await on_b.settle()
+        assert terminals(on_b, thread_id) == ["turn/failed"]
+        stored = await on_b.request("thread/read", {"threadId": thread_id, "includeTurns": True})
+        assert stored["thread"]["turns"][-1]["status"] == "failed"
+
+
+async def test_a_client_subscribing_on_another_node_while_asked_is_asked(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+    ):
+        silent = Approver(on_a, None)
+        thread_id = await new_thread(on_a)
+        with anyio.fail_after(20):
+            await _until_peers_known(on_a)
+            turn_id = await start_turn(on_a, thread_id, "!echo late")
+            await silent.wait_request()
+            async with b.connect("late") as on_b:
+                answerer = Approver(on_b, "accept")
+                await subscribe(on_b, thread_id)
+                await answerer.wait_request()
+                terminal = await wait_terminal(on_a, turn_id)
+        assert terminal["method"] == "turn/completed"

@@ -294,6 +294,26 @@ class ClusterNode:
         except Exception:
             log.exception("cluster command %s failed", kind)
 
+    async def broadcast(self, kind: str, body: dict[str, Any]) -> None:
+        """Send ``kind`` to every other live node."""
+        for node_id in await self.store.live_peers(self.lease):
+            await self.send(node_id, kind, body)
+
+    async def cancel_and_wait(self, thread_id: str, reason: str, grace: float = 5.0) -> None:
+        """Cancel the thread's turn if another node runs it, and wait (up to
+        ``grace`` seconds) until it has ended."""
+        running = await self.store.running_turn(thread_id)
+        if running is None or running[1] in (None, self.node_id):
+            return
+        turn_id, node_id = running
+        assert node_id is not None
+        await self.send(
+            node_id, "interrupt", {"threadId": thread_id, "turnId": turn_id, "reason": reason}
+        )
+        with anyio.move_on_after(grace):
+            while await self.store.running_turn(thread_id) is not None:
+                await anyio.sleep(0.02)  # polled: the end arrives as an event elsewhere
+
     async def send(self, node_id: str, kind: str, body: dict[str, Any]) -> None:
         """Ask ``node_id`` to carry out ``kind`` (it runs the turn ``body`` names)."""
         await self.store.send(node_id, kind, body)
@@ -411,7 +431,9 @@ class RemoteQuestions:
             if not participant.closed and participant.can_answer_approvals()
         ]
         answer: dict[str, Any] | None = None
-        if capable and self.node._tg is not None:
+        # Even with nobody here yet: a client that reconnects to this node and
+        # subscribes within the reconnect grace is asked (broker.offer).
+        if self.node._tg is not None:
             timeout = float(body.get("timeout") or self.broker.timeout)
             pending = PendingApproval(params, self.node._tg, timeout, self.broker.reconnect_grace)
             self._pending[request_id] = pending

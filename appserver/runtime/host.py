@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -99,7 +99,15 @@ class Runtime:
                 config.node_lease,
             )
             self.turns.cluster = self.cluster
+            self.threads.cluster = self.cluster
+            self.repo.node_id = self.cluster.node_id
+
+            async def on_deleted(body: dict[str, Any]) -> None:
+                self.threads.deleted(str(body["threadId"]))
+
+            self.cluster.commands["thread/deleted"] = on_deleted
             self.engine.inputs.reload = True
+            self.engine.inputs.lock = self.cluster.store.thread_lock
             self.cluster.commands["interrupt"] = self.turns.on_interrupt
             self.cluster.commands["steer"] = self.turns.on_steer
             self.cluster.wire_approvals(self.approvals)

@@ -145,6 +145,11 @@ class ThreadJournal:
             statements = companion_statements(
                 thread_id, turn=turn, new_turn=new_turn, item=item, node_id=self.shared.node_id
             )
+            owned = None
+            if turn is not None and not new_turn:
+                owned = turn.id
+            elif item is not None:
+                owned = item.turn_id
             return await self.shared.append(
                 event,
                 now_iso(),
@@ -152,6 +157,7 @@ class ThreadJournal:
                 include=include,
                 exclude=exclude,
                 statements=statements,
+                turn_id=owned,
             )
         body = event.params_json()
         async with self.lock(thread_id):
@@ -182,6 +188,7 @@ class ThreadJournal:
         params_json: str | None = None,
         include: Iterable[Participant] = (),
         topic: str | None = None,
+        turn_id: str | None = None,
     ) -> int:
         """Number and deliver a streaming delta (kept in memory until the item
         completes). ``params_json``: the params already encoded (then ``params``
@@ -190,7 +197,7 @@ class ThreadJournal:
             kind, params, thread_id=thread_id, topic=topic, stream=item_id, params_json=params_json
         )
         if self.shared is not None:
-            await self.shared.append_delta(event, now_iso(), include)
+            await self.shared.append_delta(event, now_iso(), include, turn_id)
             return 0  # numbered when the flusher writes it
         lock = self.lock(thread_id)
         seq = self._seq.get(thread_id)

@@ -46,6 +46,7 @@ class _Pending:
     include: tuple[Participant, ...]
     exclude: tuple[Participant, ...]
     statements: Sequence[tuple[str, Sequence[Any]]] = ()
+    turn_id: str | None = None  # the turn whose rows it writes: this node must run it
     done: anyio.Event | None = None  # set once committed (lifecycle events)
     error: BaseException | None = None
     created_at: str = ""
@@ -115,8 +116,11 @@ class SharedLog:
         include: Iterable[Participant],
         exclude: Iterable[Participant],
         statements: Sequence[tuple[str, Sequence[Any]]],
+        turn_id: str | None = None,
     ) -> int:
-        """Store, announce and deliver a lifecycle event; returns its seq."""
+        """Store, announce and deliver a lifecycle event; returns its seq.
+        ``turn_id``: the turn whose rows it writes; refused (:class:`TurnTakenOver`)
+        once another node has taken the turn over (this node was taken for dead)."""
         assert event.thread_id is not None
         pending = _Pending(
             event,
@@ -124,6 +128,7 @@ class SharedLog:
             tuple(include),
             tuple(exclude),
             statements,
+            turn_id,
             anyio.Event(),
             created_at=created_at,
         )
@@ -137,7 +142,11 @@ class SharedLog:
         return event.seq
 
     async def append_delta(
-        self, event: Event, created_at: str, include: Iterable[Participant]
+        self,
+        event: Event,
+        created_at: str,
+        include: Iterable[Participant],
+        turn_id: str | None = None,
     ) -> None:
         """Queue a delta; it is numbered, stored and delivered by the flusher."""
         assert event.thread_id is not None
@@ -145,7 +154,8 @@ class SharedLog:
         if len(feed.queue) >= MAX_QUEUED_DELTAS:
             await feed.drained.wait()
         self._enqueue(
-            event.thread_id, _Pending(event, False, tuple(include), (), created_at=created_at)
+            event.thread_id,
+            _Pending(event, False, tuple(include), (), turn_id=turn_id, created_at=created_at),
         )
 
     def _enqueue(self, thread_id: str, pending: _Pending) -> None:
@@ -204,11 +214,12 @@ class SharedLog:
             for p in batch
         ]
         statements = [s for p in batch for s in p.statements]
+        owned = next((p.turn_id for p in batch if p.turn_id is not None), None)
         try:
             # Held from commit until the batch is registered: a remote
             # notification must not read our rows back before we know them.
             async with self._lock(thread_id):
-                last = await self.store.append(thread_id, entries, statements)
+                last = await self.store.append(thread_id, entries, statements, owned)
                 if last is None:
                     raise LookupError(f"thread {thread_id} is gone")
                 for index, pending in enumerate(batch):

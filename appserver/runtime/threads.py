@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appserver.protocol import threads as T
 from appserver.protocol.ids import new_thread_id, now_iso
@@ -51,6 +51,9 @@ from appserver.tools.plans import attach_plan_store
 RECENT_EVENTS = 32
 # Longest title a thread gets from its first message (ellipsis included).
 TITLE_LENGTH = 60
+
+if TYPE_CHECKING:
+    from appserver.runtime.cluster import ClusterNode
 
 
 def title_from(text: str, limit: int = TITLE_LENGTH) -> str | None:
@@ -105,6 +108,8 @@ class Threads:
         self.engine = engine
         self.approvals = approvals
         self.workspace = str(workspace)
+        # Set when nodes share a database: turns may run on another node.
+        self.cluster: ClusterNode | None = None
         engine.start_listeners.append(self._name_untitled)
         # The plan tools (CreatePlan, UpdateTodos) write through this.
         self.plans = ThreadPlans(PlanRepository(repo.db), journal, engine)
@@ -137,6 +142,15 @@ class Threads:
 
     def running(self, thread_id: str) -> bool:
         return thread_id in self.engine.active
+
+    async def running_anywhere(self, thread_id: str) -> bool:
+        """Whether a turn runs on the thread, here or on another node."""
+        if thread_id in self.engine.active:
+            return True
+        return (
+            self.cluster is not None
+            and await self.cluster.store.running_turn(thread_id) is not None
+        )
 
     async def view(
         self,
@@ -366,7 +380,7 @@ class Threads:
 
     async def archive(self, thread_id: str) -> None:
         thread = await self.get(thread_id)
-        if self.running(thread.id):
+        if await self.running_anywhere(thread.id):
             raise TurnInProgress(thread.id)
         if thread.status != "archived":
             for listener in self.closing_listeners:
@@ -419,7 +433,7 @@ class Threads:
         thread = await self.get(thread_id)
         if thread.status == "archived":
             raise ThreadNotActive(thread.id)
-        if self.running(thread.id):
+        if await self.running_anywhere(thread.id):
             raise TurnInProgress(thread.id)
         if num_turns > thread.turn_count:
             raise InvalidInput(f"'numTurns': the thread has only {thread.turn_count} turn(s)")
@@ -431,19 +445,27 @@ class Threads:
         ``threadDeleted``); everyone but ``by`` gets ``thread/deleted``."""
         thread = await self.get(thread_id)
         await self.engine.cancel_and_wait(thread.id, "threadDeleted")
+        if self.cluster is not None:
+            await self.cluster.cancel_and_wait(thread.id, "threadDeleted")
         for listener in self.closing_listeners:
             await listener(thread.id, True)
         await self.repo.delete(thread.id)
+        self.deleted(thread.id, exclude=[by] if by is not None else [])
+        if self.cluster is not None:
+            await self.cluster.broadcast("thread/deleted", {"threadId": thread.id})
+
+    def deleted(self, thread_id: str, exclude: Sequence[Participant] = ()) -> None:
+        """Announce a deleted thread (``thread/deleted``) and forget it here."""
         self.bus.publish(
             "thread/deleted",
-            T.ThreadDeletedNotification(thread_id=thread.id),
+            T.ThreadDeletedNotification(thread_id=thread_id),
             broadcast=True,
-            exclude=[by] if by is not None else [],
+            exclude=exclude,
         )
-        self.bus.forget_thread(thread.id)
-        self.journal.forget_thread(thread.id)
-        self.runtimes.forget(thread.id)
-        self.engine.forget_thread(thread.id)
+        self.bus.forget_thread(thread_id)
+        self.journal.forget_thread(thread_id)
+        self.runtimes.forget(thread_id)
+        self.engine.forget_thread(thread_id)
 
 
 def _newest_within(turns: list[T.Turn], budget: int) -> int:

@@ -168,15 +168,16 @@ class Turns:
     ) -> list[W.QueuedTurnInput]:
         """Drop a queued input; returns the queue."""
         thread = await self.threads.get(thread_id)
-        queue = await self.engine.inputs.load(thread.id)
-        entry = self.engine.inputs.find(thread.id, entry_id)
-        if entry is None:
-            raise InvalidInput(f"queued input not found: {entry_id}")
-        queue.remove(entry)
-        active = self.engine.active.get(thread.id)
-        if active is not None and entry.wire.id in active.guidance:
-            active.guidance.remove(entry.wire.id)
-        await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
+        async with self.engine.inputs.lock(thread.id):
+            queue = await self.engine.inputs.load(thread.id)
+            entry = self.engine.inputs.find(thread.id, entry_id)
+            if entry is None:
+                raise InvalidInput(f"queued input not found: {entry_id}")
+            queue.remove(entry)
+            active = self.engine.active.get(thread.id)
+            if active is not None and entry.wire.id in active.guidance:
+                active.guidance.remove(entry.wire.id)
+            await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
         return [e.wire for e in queue]
 
     async def steer(
@@ -195,17 +196,18 @@ class Turns:
             elsewhere = await self._running_elsewhere(thread.id, expected_turn_id) is not None
             if not elsewhere:
                 raise TurnNotRunning(expected_turn_id)
-        queue = await self.engine.inputs.load(thread.id)
-        entry = self.engine.inputs.find(thread.id, entry_id)
-        if entry is None:
-            raise InvalidInput(f"queued input not found: {entry_id}")
-        if entry.wire.status != "guidancePending":
-            entry.wire.status = "guidancePending"
-            if active is not None and not elsewhere:
-                active.guidance.append(entry.wire.id)
-            await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
-            if elsewhere:
-                await self._forward(thread.id, expected_turn_id, "steer", {"entryId": entry_id})
+        async with self.engine.inputs.lock(thread.id):
+            queue = await self.engine.inputs.load(thread.id)
+            entry = self.engine.inputs.find(thread.id, entry_id)
+            if entry is None:
+                raise InvalidInput(f"queued input not found: {entry_id}")
+            if entry.wire.status != "guidancePending":
+                entry.wire.status = "guidancePending"
+                if active is not None and not elsewhere:
+                    active.guidance.append(entry.wire.id)
+                await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
+                if elsewhere:
+                    await self._forward(thread.id, expected_turn_id, "steer", {"entryId": entry_id})
         return expected_turn_id, [e.wire for e in queue]
 
     async def _running_elsewhere(self, thread_id: str, turn_id: str) -> str | None:
@@ -240,7 +242,7 @@ class Turns:
         """Another node interrupted a turn this node runs (cluster command)."""
         active = self.engine.active.get(body["threadId"])
         if active is not None and active.record.id == body["turnId"]:
-            self.engine.interrupt(body["threadId"])
+            active.cancel(str(body.get("reason") or "interrupted"))
 
     def answer_approval(
         self, thread_id: str, request_id: str, decision: str, by: Participant | None = None

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import asyncpg
 
 from appserver.storage.postgres import IntegrityErrors, PostgresDatabase, translate
@@ -48,6 +50,11 @@ class SharedEvent:
     broadcast: bool
 
 
+class TurnTakenOver(RuntimeError):
+    """Another node has taken over this node's turn (it failed it when this
+    node stopped heartbeating): this node may no longer write its rows."""
+
+
 class WorkspaceMismatch(ValueError):
     """This node's workspace is not the directory the other nodes share."""
 
@@ -68,6 +75,7 @@ class ClusterStore:
         thread_id: str,
         entries: Sequence[LogEntry],
         statements: Sequence[tuple[str, Sequence[Any]]] = (),
+        turn_id: str | None = None,
     ) -> int | None:
         """Number ``entries`` after the thread's last seq, store them with
         ``statements`` (turn and item rows, SQLite-spelled), and announce them,
@@ -78,15 +86,24 @@ class ClusterStore:
         seq N has seen everything before it.
         """
         with IntegrityErrors():
-            return await self._append(thread_id, entries, statements)
+            return await self._append(thread_id, entries, statements, turn_id)
 
     async def _append(
         self,
         thread_id: str,
         entries: Sequence[LogEntry],
         statements: Sequence[tuple[str, Sequence[Any]]],
+        turn_id: str | None,
     ) -> int | None:
         async with self.pool.acquire() as conn, conn.transaction():
+            if turn_id is not None:
+                owner = await conn.fetchrow(
+                    "SELECT node_id FROM turns WHERE thread_id = $1 AND id = $2 FOR UPDATE",
+                    thread_id,
+                    turn_id,
+                )
+                if owner is not None and owner[0] not in (None, self.node_id):
+                    raise TurnTakenOver(f"turn {turn_id} of {thread_id} is run by {owner[0]}")
             last = await conn.fetchval(
                 "UPDATE threads SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq",
                 thread_id,
@@ -267,6 +284,19 @@ class ClusterStore:
             thread_id,
         )
         return None if row is None else (row[0], row[1])
+
+    @asynccontextmanager
+    async def thread_lock(self, thread_id: str) -> AsyncIterator[None]:
+        """Hold the thread's advisory lock: one node at a time changes its queue."""
+        async with self.pool.acquire() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", thread_id)
+            try:
+                yield
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.execute(
+                        "SELECT pg_advisory_unlock(hashtextextended($1, 0))", thread_id
+                    )
 
     # --- commands between nodes --------------------------------------------------------
 

@@ -199,6 +199,7 @@ class ThreadRepository:
         # Recently read threads, each valid only while no write has happened
         # since (Database.generation), so no write path can leave it stale.
         self._cache: dict[str, tuple[int, ThreadRecord]] = {}
+        self.node_id: str | None = None  # set when nodes share the database
 
     async def create(self, thread: ThreadRecord) -> None:
         """Insert a new thread. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
@@ -338,8 +339,29 @@ class ThreadRepository:
         )
 
     async def save_turn(self, turn: TurnRecord) -> None:
-        """Update a turn's status, completion, usage and error."""
-        await self.db.write([_turn_upsert(turn)])
+        """Update a turn's status, completion, usage and error. With nodes
+        sharing the database, only while this node still runs the turn (another
+        node fails the turns of a node it took for dead)."""
+        if self.node_id is None:
+            await self.db.write([_turn_upsert(turn)])
+            return
+        await self.db.write(
+            [
+                (
+                    "UPDATE turns SET status = ?, completed_at = ?, token_usage_json = ?,"
+                    " error = ? WHERE thread_id = ? AND id = ? AND node_id = ?",
+                    (
+                        turn.status,
+                        turn.completed_at,
+                        _dumps(turn.token_usage),
+                        turn.error,
+                        turn.thread_id,
+                        turn.id,
+                        self.node_id,
+                    ),
+                )
+            ]
+        )
 
     async def save_item(self, item: ItemRecord) -> None:
         """Insert or replace one item (streaming snapshots and completed items)."""
@@ -534,7 +556,9 @@ def companion_statements(
     ``node_id``: the node that runs a new turn (nodes sharing a database)."""
     statements: list[tuple[str, Sequence[Any]]] = []
     if turn is not None:
-        statements.append(_turn_upsert(turn))
+        # A new turn is inserted, never upserted: a turn another node started
+        # first (the same id, or the thread's one running turn) is refused.
+        statements.append(_turn_upsert(turn, insert_only=new_turn))
         if new_turn:
             statements.append(
                 (
@@ -561,14 +585,18 @@ def companion_statements(
     return statements
 
 
-def _turn_upsert(turn: TurnRecord) -> tuple[str, Sequence[Any]]:
+def _turn_upsert(turn: TurnRecord, insert_only: bool = False) -> tuple[str, Sequence[Any]]:
     return (
         "INSERT INTO turns (thread_id, id, seq, status, started_at, completed_at,"
         " token_usage_json, error, origin_channel, initiator_json)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (thread_id, id) DO UPDATE SET status = excluded.status,"
-        " completed_at = excluded.completed_at, token_usage_json = excluded.token_usage_json,"
-        " error = excluded.error",
+        + (
+            ""
+            if insert_only
+            else " ON CONFLICT (thread_id, id) DO UPDATE SET status = excluded.status,"
+            " completed_at = excluded.completed_at, token_usage_json = excluded.token_usage_json,"
+            " error = excluded.error"
+        ),
         (
             turn.thread_id,
             turn.id,

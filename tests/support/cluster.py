@@ -27,6 +27,7 @@ class Node:
         self.process = process
         self.url = url
         self.stderr: list[bytes] = []
+        self._grew = anyio.Event()  # set (and replaced) as the log grows
         tg.start_soon(self._drain)
 
     async def _drain(self) -> None:
@@ -35,11 +36,19 @@ class Node:
         try:
             async for chunk in self.process.stderr:
                 self.stderr.append(chunk)
+                self._grew.set()
+                self._grew = anyio.Event()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
     def log(self) -> str:
         return b"".join(self.stderr).decode(errors="replace")
+
+    async def wait_log(self, text: str, timeout: float = 15) -> None:
+        """Wait until ``text`` appears in this node's log."""
+        with anyio.fail_after(timeout):
+            while text not in self.log():
+                await self._grew.wait()
 
     @asynccontextmanager
     async def connect(self, name: str = "test-client") -> AsyncIterator[RpcClient]:

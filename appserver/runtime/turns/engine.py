@@ -411,17 +411,22 @@ class TurnEngine:
 
     async def enqueue(self, thread: ThreadRecord, entry: QueuedInput) -> list[QueuedInput]:
         """Queue an input; an idle thread starts it right away."""
-        queue = await self.inputs.load(thread.id)
-        queue.append(entry)
-        await self.inputs.changed(thread.id, include=[entry.origin] if entry.origin else [])
-        if thread.id not in self.active:
-            # TurnInProgress: another node runs a turn there; it takes the input when done.
-            with contextlib.suppress(TurnInProgress):
-                await self.start_next(thread)
+        async with self.inputs.lock(thread.id):
+            queue = await self.inputs.load(thread.id)
+            queue.append(entry)
+            await self.inputs.changed(thread.id, include=[entry.origin] if entry.origin else [])
+            if thread.id not in self.active:
+                # TurnInProgress: another node runs a turn there; it takes the input when done.
+                with contextlib.suppress(TurnInProgress):
+                    await self._start_next(thread)
         return queue
 
     async def start_next(self, thread: ThreadRecord) -> ActiveTurn | None:
         """Start the first queued input as a new turn, if the thread is idle and active."""
+        async with self.inputs.lock(thread.id):
+            return await self._start_next(thread)
+
+    async def _start_next(self, thread: ThreadRecord) -> ActiveTurn | None:
         if thread.id in self.active or thread.status != "active":
             return None
         queue = await self.inputs.load(thread.id)

@@ -150,6 +150,7 @@ class ItemLog:
             None,
             params_json=last[1] + dumps(text) + last[2],
             include=active.watchers,
+            turn_id=active.record.id,
         )
         # Streaming text is saved now and then (not per delta) so a crash loses
         # at most `checkpoint_interval` seconds of it. (time.monotonic is the
@@ -210,6 +211,7 @@ class ItemLog:
             ),
             include=active.watchers,
             topic=topic,
+            turn_id=active.record.id,
         )
 
     async def usage(self, active: ActiveTurn, usage: Usage) -> None:

@@ -6,6 +6,9 @@ are steered into it as guidance at the next safe boundary.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
 from appserver.protocol import turns as W
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
@@ -19,8 +22,10 @@ class InputQueues:
         self.journal = journal
         self.queues: dict[str, list[QueuedInput]] = {}
         # Nodes sharing a database: another node may have changed the queue,
-        # so every load reads it again.
+        # so every load reads it again, and changes hold the thread's lock
+        # across nodes (set to ClusterStore.thread_lock).
         self.reload = False
+        self.lock: Callable[[str], AbstractAsyncContextManager[None]] = _no_lock
 
     def loaded(self, thread_id: str) -> list[QueuedInput] | None:
         """The queue if it is in memory (``None``: not loaded yet)."""
@@ -74,3 +79,9 @@ class InputQueues:
 
     def forget(self, thread_id: str) -> None:
         self.queues.pop(thread_id, None)
+
+
+@asynccontextmanager
+async def _no_lock(thread_id: str) -> AsyncIterator[None]:
+    """One node: the callers' own sequencing is enough."""
+    yield
