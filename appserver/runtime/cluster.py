@@ -149,6 +149,7 @@ class ClusterNode:
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
                 await self.store.leave()
+                await self.store.close()
 
     # --- heartbeat and failover --------------------------------------------------------
 

@@ -21,6 +21,7 @@ from appserver.storage.postgres import IntegrityErrors, PostgresDatabase, transl
 
 #: ``LISTEN`` channels: a thread's new events, and requests for one node.
 EVENTS_CHANNEL = "appserver_events"
+LOCK_CONNECTIONS = 4  # queue changes of this many threads at once per node
 COMMANDS_CHANNEL = "appserver_commands"
 
 
@@ -67,6 +68,13 @@ class ClusterStore:
         self.pool: asyncpg.Pool = db.pool
         self.node_id = node_id
         self.workspace_path = ""
+        self._lock_pool: asyncpg.Pool | None = None
+
+    async def close(self) -> None:
+        """Close what this store opened beside the database's own pool."""
+        if self._lock_pool is not None:
+            await self._lock_pool.close()
+            self._lock_pool = None
 
     # --- the shared event log -------------------------------------------------------
 
@@ -202,6 +210,10 @@ class ClusterStore:
     async def join(self, workspace_path: str) -> None:
         """Say this node is alive (its first heartbeat)."""
         self.workspace_path = workspace_path
+        if self._lock_pool is None:
+            self._lock_pool = await asyncpg.create_pool(
+                self.db.url, min_size=0, max_size=LOCK_CONNECTIONS
+            )
         await self.pool.execute(
             "INSERT INTO cluster_nodes (node_id, workspace_path) VALUES ($1, $2)"
             " ON CONFLICT (node_id) DO UPDATE SET heartbeat_at = now()",
@@ -287,8 +299,13 @@ class ClusterStore:
 
     @asynccontextmanager
     async def thread_lock(self, thread_id: str) -> AsyncIterator[None]:
-        """Hold the thread's advisory lock: one node at a time changes its queue."""
-        async with self.pool.acquire() as conn:
+        """Hold the thread's advisory lock: one node at a time changes its queue.
+
+        The lock's connection comes from a small pool of its own: a holder's
+        work takes connections from the main pool, so lockers waiting for a
+        connection can never starve the holders they wait for."""
+        assert self._lock_pool is not None, "join() first"
+        async with self._lock_pool.acquire() as conn:
             await conn.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", thread_id)
             try:
                 yield
