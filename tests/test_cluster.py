@@ -367,6 +367,10 @@ async def test_inputs_queued_on_several_nodes_each_run_once(
             async with anyio.create_task_group() as tg:
                 for client, text in ((on_a, "from-a"), (on_b, "from-b"), (on_c, "from-c")):
                     tg.start_soon(enqueue, client, text)
+            # Queueing on B and C did not make anyone think the thread idle.
+            for client in (on_a, on_b, on_c):
+                read = await client.request("thread/read", {"threadId": thread_id})
+                assert read["thread"]["runtime"]["running"] is True
             await approver.answer(request, "accept")
             await wait_terminal(on_a, first)
             for number in (2, 3, 4):

@@ -113,3 +113,39 @@ async def test_due_runs_and_heartbeats_are_claimed_once(postgres_url: str) -> No
         assert not await second.claim_heartbeat(60.0)  # one beat per interval
     finally:
         await db.close()
+
+
+async def test_an_orphaned_turn_is_claimed_by_one_sweeper(postgres_url: str) -> None:
+    import asyncio
+
+    from appserver.storage.cluster import ClusterStore
+
+    db = await PostgresDatabase.open(postgres_url)
+    try:
+        now = "2026-01-01T00:00:00.000Z"
+        await db.write(
+            [
+                (
+                    "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
+                    " origin_channel, status, created_at, last_active_at)"
+                    " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
+                    (now, now),
+                ),
+                (
+                    "INSERT INTO turns (thread_id, id, seq, status, started_at, node_id)"
+                    " VALUES ('t1', 'turn_001', 1, 'running', ?, 'dead-node')",
+                    (now,),
+                ),
+            ]
+        )
+        sweepers = [ClusterStore(db, f"sweeper-{n}") for n in range(4)]
+        for sweeper in sweepers:
+            await sweeper.join("/w")  # live nodes, sweeping at once
+        claims = await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers))
+        assert sorted(len(claim) for claim in claims) == [0, 0, 0, 1]
+        # The claimer is alive: its turn is not claimed again.
+        assert not any(await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers)))
+        for sweeper in sweepers:
+            await sweeper.close()
+    finally:
+        await db.close()

@@ -158,7 +158,7 @@ class ClusterNode:
             await anyio.sleep(self.lease / 3)
             try:
                 alive = await self.store.heartbeat()
-            except (OSError, asyncpg.PostgresError) as exc:
+            except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
             if not alive:
@@ -178,7 +178,7 @@ class ClusterNode:
                 if now - last_prune > DELTA_RETENTION / 2:
                     last_prune = now
                     await self.store.prune_deltas(DELTA_RETENTION)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except Exception as exc:
                 log.warning("sweep failed: %s", exc)
 
     async def sweep(self) -> int:
@@ -186,13 +186,18 @@ class ClusterNode:
         self.peers = len(await self.store.live_peers(self.lease))
         failed = 0
         for thread_id, turn_id in await self.store.claim_orphaned_turns(self.lease):
-            turn = await self.journal.events.turn(thread_id, turn_id)
-            if turn is None or turn.status not in ("running", "waitingApproval"):
-                continue
-            log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
-            await fail_interrupted(self.journal, self.repo, turn, lost_error(self.lease))
-            await self.states.announce_idle(thread_id)
-            failed += 1
+            try:
+                turn = await self.journal.events.turn(thread_id, turn_id)
+                if turn is None or turn.status not in ("running", "waitingApproval"):
+                    continue
+                log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
+                await fail_interrupted(self.journal, self.repo, turn, lost_error(self.lease))
+                await self.states.announce_idle(thread_id)
+                failed += 1
+            except Exception:
+                # Deleted meanwhile, taken over again, the database gone: the
+                # next sweep looks again; the node carries on.
+                log.exception("could not fail turn %s on %s", turn_id, thread_id)
         return failed
 
     def _remote_event(self, event: Event) -> None:

@@ -107,6 +107,7 @@ class Runtime:
 
             self.cluster.commands["thread/deleted"] = on_deleted
             self.engine.inputs.reload = True
+            self.engine.busy_elsewhere = self.threads.running_anywhere
             self.engine.inputs.lock = self.cluster.store.thread_lock
             self.cluster.commands["interrupt"] = self.turns.on_interrupt
             self.cluster.commands["steer"] = self.turns.on_steer

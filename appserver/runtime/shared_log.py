@@ -60,6 +60,7 @@ class _ThreadFeed:
     flushing: bool = False
     drained: anyio.Event = field(default_factory=anyio.Event)
     delivered: int | None = None  # last seq delivered here (None: not following)
+    subscribing: int = 0  # subscribe replays under way: announcements count meanwhile
     announced: int = 0  # highest seq other nodes announced
     local: dict[int, _Pending] = field(default_factory=dict)  # committed here, not yet delivered
 
@@ -165,9 +166,9 @@ class SharedLog:
         feed = self._feed(thread_id)
         feed.queue.append(pending)
         if not feed.flushing:
+            assert self._tg is not None, "the shared log is not running"
             feed.flushing = True
             feed.drained = anyio.Event()
-            assert self._tg is not None, "the shared log is not running"
             self._tg.start_soon(self._flush, thread_id, feed)
 
     async def _flush(self, thread_id: str, feed: _ThreadFeed) -> None:
@@ -232,19 +233,28 @@ class SharedLog:
             if not any(p.done is not None for p in batch):
                 log.warning("lost %d delta(s) of %s: %s", len(batch), thread_id, exc)
             return
-        await self.pump(thread_id)
-        for pending in batch:
-            if pending.done is not None:
-                pending.done.set()
+        try:
+            await self.pump(thread_id)
+        except Exception:
+            # Stored and announced already: a later pump delivers what this one could not.
+            log.exception("could not deliver events of %s", thread_id)
+        finally:
+            for pending in batch:
+                if pending.done is not None:
+                    pending.done.set()
 
     # --- delivering ---------------------------------------------------------------------
 
     def announced(self, thread_id: str, first: int, last: int, broadcast: bool) -> bool:
         """Note another node's events; ``True`` if this node should fetch them."""
         feed = self._feeds.get(thread_id)
-        if not broadcast and not self._subscribers(thread_id):
-            if feed is not None and not feed.local and not feed.queue:
-                feed.delivered = None  # nobody here follows it: stop the cursor
+        wanted = broadcast or bool(self._subscribers(thread_id))
+        if not wanted and (feed is None or not feed.subscribing):
+            if feed is not None:
+                feed.announced = max(feed.announced, last)
+                if feed.delivered is not None and not feed.local and not feed.queue:
+                    # Nobody here follows it: skip ahead, never back.
+                    feed.delivered = max(feed.delivered, last)
             return False
         feed = self._feed(thread_id)
         feed.announced = max(feed.announced, last)
@@ -298,19 +308,22 @@ class SharedLog:
         """Events a subscriber missed (``after_seq``; none when ``None``), and
         from now on skip in live delivery what this replay covered. Call
         under the journal's thread lock."""
-        if after_seq is None:
-            stored: list[SharedEvent] = []
-            rows = await self.store.pool.fetch(
-                "SELECT last_seq FROM threads WHERE id = $1", thread_id
-            )
-            last = int(rows[0][0]) if rows else 0
-        else:
-            stored, last = await self.store.replay(thread_id, after_seq)
+        feed = self._feed(thread_id)
+        # What other nodes announce from now on is fetched for this subscriber,
+        # even before the bus knows it subscribed.
+        feed.subscribing += 1
+        try:
+            if after_seq is None:
+                stored: list[SharedEvent] = []
+                last = await self.last_seq(thread_id)
+            else:
+                stored, last = await self.store.replay(thread_id, after_seq)
+        finally:
+            feed.subscribing -= 1
         key = (id(participant), thread_id)
         if key not in self.floors:
             weakref.finalize(participant, self.floors.pop, key, None)
         self.floors[key] = last
-        feed = self._feed(thread_id)
         if feed.delivered is None and not feed.local and not feed.queue:
             feed.delivered = last
         return [_event(thread_id, row) for row in stored]

@@ -107,7 +107,7 @@ class Turns:
             raise InvalidInput(
                 f"Thread {thread.id} uses client-managed history; the client compacts it."
             )
-        if thread.id in self.engine.active:
+        if await self.threads.running_anywhere(thread.id):
             raise TurnInProgress(thread.id)
         return await self.engine.start_compaction(thread, origin)
 

@@ -69,12 +69,16 @@ class ClusterStore:
         self.node_id = node_id
         self.workspace_path = ""
         self._lock_pool: asyncpg.Pool | None = None
+        self._beat_conn: asyncpg.Connection | None = None
 
     async def close(self) -> None:
         """Close what this store opened beside the database's own pool."""
         if self._lock_pool is not None:
             await self._lock_pool.close()
             self._lock_pool = None
+        if self._beat_conn is not None:
+            await self._beat_conn.close(timeout=1)
+            self._beat_conn = None
 
     # --- the shared event log -------------------------------------------------------
 
@@ -224,9 +228,18 @@ class ClusterStore:
     async def heartbeat(self) -> bool:
         """Say this node is still alive; ``False`` if the others had already
         taken it for dead (its row was gone), in which case it is back now."""
-        status = await self.pool.execute(
-            "UPDATE cluster_nodes SET heartbeat_at = now() WHERE node_id = $1", self.node_id
-        )
+        # A connection of its own: a node busy enough to have taken every
+        # pooled connection is alive all the same.
+        if self._beat_conn is None or self._beat_conn.is_closed():
+            self._beat_conn = await asyncpg.connect(self.db.url)
+        try:
+            status = await self._beat_conn.execute(
+                "UPDATE cluster_nodes SET heartbeat_at = now() WHERE node_id = $1", self.node_id
+            )
+        except BaseException:
+            self._beat_conn.terminate()
+            self._beat_conn = None
+            raise
         if status.endswith(" 0"):
             await self.join(self.workspace_path)
             return False
@@ -243,11 +256,17 @@ class ClusterStore:
         The claim moves each turn's lease to this node in one statement, so of
         several nodes sweeping at once exactly one gets each turn.
         """
+        # SKIP LOCKED: a turn another sweeper is claiming is its, not ours
+        # (re-checking a row an UPDATE waited for would not re-run NOT EXISTS).
         rows = await self.pool.fetch(
-            "UPDATE turns t SET node_id = $1 WHERE t.status IN ('running', 'waitingApproval')"
+            "WITH orphaned AS (SELECT t.thread_id, t.id FROM turns t"
+            " WHERE t.status IN ('running', 'waitingApproval')"
             " AND t.node_id IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM cluster_nodes n"
             " WHERE n.node_id = t.node_id"
             " AND n.heartbeat_at > now() - make_interval(secs => $2))"
+            " FOR UPDATE OF t SKIP LOCKED)"
+            " UPDATE turns t SET node_id = $1 FROM orphaned o"
+            " WHERE t.thread_id = o.thread_id AND t.id = o.id"
             " RETURNING t.thread_id, t.id",
             self.node_id,
             lease_seconds,

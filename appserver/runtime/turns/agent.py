@@ -101,17 +101,21 @@ class AgentLoop:
         """Steered inputs join the running turn at this safe boundary."""
         if not active.guidance:
             return
-        queue = self.queues.queues.get(active.thread_id, [])
-        for entry_id in active.guidance:
-            entry = next((e for e in queue if e.wire.id == entry_id), None)
-            if entry is None:
-                continue
-            queue.remove(entry)
-            active.instructions.extend(entry.instructions)
-            await self.items.user_message(active, entry.to_user_input("guidance"))
-            history.extend(messages_from_items(active.items[-1:]))
-        active.guidance.clear()
-        await self.queues.changed(active.thread_id, include=active.watchers)
+        # Under the queue's lock, on the queue as stored: with nodes sharing a
+        # database another node may have queued inputs since (one node: no-op
+        # lock, the queue in memory).
+        async with self.queues.lock(active.thread_id):
+            queue = await self.queues.load(active.thread_id)
+            for entry_id in active.guidance:
+                entry = next((e for e in queue if e.wire.id == entry_id), None)
+                if entry is None:
+                    continue
+                queue.remove(entry)
+                active.instructions.extend(entry.instructions)
+                await self.items.user_message(active, entry.to_user_input("guidance"))
+                history.extend(messages_from_items(active.items[-1:]))
+            active.guidance.clear()
+            await self.queues.changed(active.thread_id, include=active.watchers)
 
     async def _model_call(self, active: ActiveTurn, history: list[Message]) -> list[ToolCall]:
         provider = self.provider()

@@ -90,6 +90,8 @@ class TurnEngine:
         self.workspace = workspace
         self.config = config or EngineConfig()
         self.active: dict[str, ActiveTurn] = {}
+        # Set when nodes share a database: whether another node runs a turn there.
+        self.busy_elsewhere: Callable[[str], Awaitable[bool]] | None = None
         # The highest turn and item numbers handed out per thread in this
         # process. A caller's thread record may be stale (read before another
         # turn started and ended), so numbering never trusts it alone.
@@ -202,12 +204,14 @@ class TurnEngine:
             except BaseException as exc:
                 # Nothing was acknowledged: free the thread (its numbers stay used).
                 self.active.pop(thread.id, None)
-                with contextlib.suppress(Exception):
-                    await self.runtimes.set_running(thread.id, False)
                 if isinstance(exc, IntegrityError):
                     # Nodes sharing a database: another node started a turn on
-                    # the thread first (one running turn per thread, enforced there).
+                    # the thread first (one running turn per thread, enforced
+                    # there). Its node announces the thread's flags; saying
+                    # "idle" here would be wrong.
                     raise TurnInProgress(thread.id) from exc
+                with contextlib.suppress(Exception):
+                    await self.runtimes.set_running(thread.id, False)
                 raise
             started = time.monotonic()
             log.info(
@@ -370,11 +374,12 @@ class TurnEngine:
                 await self.runtimes.set_running(active.thread_id, False)
                 if active.guidance:
                     # Steered inputs the turn never reached go back to the queue.
-                    for entry in self.inputs.queues.get(active.thread_id, []):
-                        if entry.wire.id in active.guidance:
-                            entry.wire.status = "queued"
-                    active.guidance.clear()
-                    await self.inputs.changed(active.thread_id, include=active.watchers)
+                    async with self.inputs.lock(active.thread_id):
+                        for entry in await self.inputs.load(active.thread_id):
+                            if entry.wire.id in active.guidance:
+                                entry.wire.status = "queued"
+                        active.guidance.clear()
+                        await self.inputs.changed(active.thread_id, include=active.watchers)
             except Exception:
                 log.exception("could not clear runtime state of %s", active.thread_id)
             active.done.set()
@@ -429,6 +434,8 @@ class TurnEngine:
     async def _start_next(self, thread: ThreadRecord) -> ActiveTurn | None:
         if thread.id in self.active or thread.status != "active":
             return None
+        if self.busy_elsewhere is not None and await self.busy_elsewhere(thread.id):
+            return None  # another node runs a turn there: it takes the input when done
         queue = await self.inputs.load(thread.id)
         entry = next((e for e in queue if e.wire.status == "queued"), None)
         if entry is None or thread.id in self.active:

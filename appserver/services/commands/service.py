@@ -236,6 +236,13 @@ class CommandsService:
     ) -> C.CommandExecuteResult:
         active = self.server.runtime.engine.interrupt(thread.id)
         if active is None:
+            cluster = self.server.runtime.cluster
+            running = await cluster.store.running_turn(thread.id) if cluster else None
+            if running is not None:  # on another node: that node is told to stop it
+                await self.server.runtime.turns.interrupt(thread.id, running[0])
+                return C.CommandExecuteResult(
+                    handled=True, message=f"Stopped the running turn ({running[0]})."
+                )
             return C.CommandExecuteResult(handled=True, message="No turn is running.")
         return C.CommandExecuteResult(
             handled=True, message=f"Stopped the running turn ({active.record.id})."
