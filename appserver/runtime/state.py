@@ -67,6 +67,9 @@ class RuntimeStates:
     def adopt(self, thread_id: str, runtime: ThreadRuntimeState) -> None:
         """Take another node's announced flags as this thread's (nodes sharing
         a database: the turn runs there, ``thread/read`` is answered here)."""
+        if runtime == _IDLE:
+            self._flags.pop(thread_id, None)  # idle is the default: keep nothing
+            return
         flags = self._flags.setdefault(thread_id, _Flags())
         flags.running = runtime.running
         flags.pending_approvals = 1 if runtime.waiting_on_approval else 0
