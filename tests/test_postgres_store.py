@@ -149,3 +149,53 @@ async def test_an_orphaned_turn_is_claimed_by_one_sweeper(postgres_url: str) -> 
             await sweeper.close()
     finally:
         await db.close()
+
+
+async def test_old_deltas_of_completed_items_are_pruned(postgres_url: str) -> None:
+    from appserver.storage.cluster import ClusterStore
+
+    db = await PostgresDatabase.open(postgres_url)
+    try:
+        old, now = "2020-01-01T00:00:00.000Z", "2999-01-01T00:00:00.000Z"
+        await db.write(
+            [
+                (
+                    "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
+                    " origin_channel, status, created_at, last_active_at)"
+                    " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
+                    (old, old),
+                ),
+                (
+                    "INSERT INTO turns (thread_id, id, seq, status, started_at)"
+                    " VALUES ('t1', 'turn_001', 1, 'completed', ?)",
+                    (old,),
+                ),
+                *[
+                    (
+                        "INSERT INTO items (thread_id, turn_id, id, seq, type, status,"
+                        " created_at, payload_json) VALUES ('t1', 'turn_001', ?, ?, 'agentMessage',"
+                        " ?, ?, '{}')",
+                        (item, seq, status, old),
+                    )
+                    for item, seq, status in (("done", 1, "completed"), ("live", 2, "streaming"))
+                ],
+                *[
+                    (
+                        "INSERT INTO thread_events (thread_id, seq, method, params_json,"
+                        " created_at, stream)"
+                        " VALUES ('t1', ?, 'item/agentMessage/delta', '{}', ?, ?)",
+                        (seq, created, stream),
+                    )
+                    for seq, created, stream in (
+                        (1, old, "done"),
+                        (2, now, "done"),
+                        (3, old, "live"),
+                    )
+                ],
+            ]
+        )
+        assert await ClusterStore(db, "n").prune_deltas(300) == 1
+        rows = await db.fetch("SELECT seq FROM thread_events ORDER BY seq")
+        assert [row[0] for row in rows] == [2, 3]  # recent, and still streaming
+    finally:
+        await db.close()

@@ -25,6 +25,9 @@ ALTER TABLE thread_events ADD COLUMN stream TEXT;
 ALTER TABLE thread_events ADD COLUMN node_id TEXT;
 ALTER TABLE thread_events ADD COLUMN broadcast BOOLEAN NOT NULL DEFAULT false;
 
+-- The sweep that prunes old deltas reads only stored deltas.
+CREATE INDEX thread_events_deltas ON thread_events (created_at) WHERE stream IS NOT NULL;
+
 -- Requests one node passes to the node that runs a turn (interrupt, steer,
 -- an approval's answer). The target takes each row (DELETE ... RETURNING),
 -- so each is carried out once.
