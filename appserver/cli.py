@@ -307,8 +307,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         default=10.0,
         metavar="SECONDS",
         help=(
-            "with a postgresql:// store: a node silent (no heartbeat) for this long is dead "
-            "and another node fails its running turns (default 10)"
+            "with a postgresql:// store: the running turns of a node that stopped "
+            "(three missed heartbeats, one every SECONDS/4) are failed by another node "
+            "within this time (default 10)"
         ),
     )
     serve.add_argument(

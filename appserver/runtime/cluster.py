@@ -1,10 +1,11 @@
 """This node among several that share one PostgreSQL database.
 
-A node heartbeats (every lease/3), follows the other nodes' events on a
+A node heartbeats (every lease/4), follows the other nodes' events on a
 ``LISTEN`` connection (runtime/shared_log.py delivers them), carries out the
 commands other nodes send it (an interrupt, a steer, an approval's answer for
-a turn it runs), and sweeps: a running turn whose node has not heartbeated
-for the lease is failed, by exactly one node, with one ``turn/failed``.
+a turn it runs), and sweeps: a running turn whose node has missed three
+heartbeats is failed within the lease, by exactly one node, with one
+``turn/failed``.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ RECONNECT_DELAY = 0.5
 Command = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def lost_error(lease: float) -> str:
+def lost_error(silence: float) -> str:
     return (
-        f"The server node running this turn stopped (no heartbeat for {lease:g} s); "
+        f"The server node running this turn stopped (no heartbeat for {silence:g} s); "
         "another node marked the turn failed."
     )
 
@@ -67,6 +68,10 @@ class ClusterNode:
         self.repo = repo
         self.workspace = workspace
         self.lease = lease
+        # Heartbeats come every lease/4; a node silent for three of them is
+        # dead, and sweeps every lease/8 fail its turns: at most 7/8 of the
+        # lease after it stopped (at least half of it), so within the lease.
+        self.silence = lease * 3 / 4
         self.shared = SharedLog(store, journal._deliver, journal.lock, journal.bus.subscribers)
         journal.shared = self.shared
         self.states = states
@@ -120,7 +125,7 @@ class ClusterNode:
             "SELECT count(*) FROM cluster_nodes WHERE node_id <> $1"
             " AND heartbeat_at > now() - make_interval(secs => $2)",
             self.node_id,
-            self.lease,
+            self.silence,
         )
         if others:
             raise WorkspaceMismatch(
@@ -155,14 +160,14 @@ class ClusterNode:
 
     async def _heartbeat(self) -> None:
         while True:
-            await anyio.sleep(self.lease / 3)
+            await anyio.sleep(self.lease / 4)
             try:
                 alive = await self.store.heartbeat()
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
             if not alive:
-                # Silent past the lease (a stall, a lost network): the other
+                # Silent too long (a stall, a lost network): the other
                 # nodes have failed this node's turns; stop running them here.
                 log.error("this node was taken for dead; cancelling its turns")
                 if self.on_presumed_dead is not None:
@@ -171,7 +176,7 @@ class ClusterNode:
     async def _sweeper(self) -> None:
         last_prune = 0.0
         while True:
-            await anyio.sleep(max(self.lease / 4, 0.05))
+            await anyio.sleep(max(self.lease / 8, 0.05))
             try:
                 await self.sweep()
                 now = anyio.current_time()
@@ -183,15 +188,15 @@ class ClusterNode:
 
     async def sweep(self) -> int:
         """Fail the running turns of dead nodes that this node claims."""
-        self.peers = len(await self.store.live_peers(self.lease))
+        self.peers = len(await self.store.live_peers(self.silence))
         failed = 0
-        for thread_id, turn_id in await self.store.claim_orphaned_turns(self.lease):
+        for thread_id, turn_id in await self.store.claim_orphaned_turns(self.silence):
             try:
                 turn = await self.journal.events.turn(thread_id, turn_id)
                 if turn is None or turn.status not in ("running", "waitingApproval"):
                     continue
                 log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
-                await fail_interrupted(self.journal, self.repo, turn, lost_error(self.lease))
+                await fail_interrupted(self.journal, self.repo, turn, lost_error(self.silence))
                 await self.states.announce_idle(thread_id)
                 failed += 1
             except Exception:
@@ -302,7 +307,7 @@ class ClusterNode:
 
     async def broadcast(self, kind: str, body: dict[str, Any]) -> None:
         """Send ``kind`` to every other live node."""
-        for node_id in await self.store.live_peers(self.lease):
+        for node_id in await self.store.live_peers(self.silence):
             await self.send(node_id, kind, body)
 
     async def cancel_and_wait(self, thread_id: str, reason: str, grace: float = 5.0) -> None:
@@ -369,7 +374,7 @@ class RemoteAskers:
         from appserver.protocol.encoding import model_json
         from appserver.runtime.events import QuestionUnanswered
 
-        nodes = await self.node.store.live_peers(self.node.lease)
+        nodes = await self.node.store.live_peers(self.node.silence)
         if not nodes:
             raise QuestionUnanswered("no other node")
         question = self._questions[request.request_id] = _RemoteQuestion(set(nodes))

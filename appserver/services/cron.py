@@ -131,7 +131,7 @@ def install(server: FamilyContext) -> None:
     repo = CronRepository(server.db)
     cluster = server.runtime.cluster
     if cluster is not None:
-        repo.cluster = (cluster.node_id, cluster.lease)
+        repo.cluster = (cluster.node_id, cluster.silence)
     runner = JobRunner(server.runtime.engine, server.threads, accepting=_not_draining(server))
 
     heartbeat = HeartbeatService(
