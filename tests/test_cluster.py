@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,7 @@ import anyio
 import pytest
 
 from tests.support.client import RpcClient, RpcFailure
-from tests.support.cluster import running_nodes
+from tests.support.cluster import Node, running_nodes
 from tests.support.cron_servers import add_job
 from tests.support.turns import Approver, new_thread, start_turn, wait_terminal
 
@@ -34,6 +37,40 @@ def thread_events(client: RpcClient, thread_id: str, after_seq: int = 0) -> list
 
 async def subscribe(client: RpcClient, thread_id: str, **extra: Any) -> None:
     await client.request("thread/subscribe", {"threadId": thread_id, **extra})
+
+
+@dataclass
+class Parked:
+    """A turn started on node A by ``clients[0]``, parked waiting for an approval
+    that client never answers; every client (one per node) subscribed."""
+
+    nodes: list[Node]
+    clients: list[RpcClient]
+    approver: Approver
+    request: dict[str, Any]
+    thread_id: str
+    turn_id: str
+
+
+@asynccontextmanager
+async def parked_turn(
+    workspace: Path, store: str, text: str = "!echo hold", count: int = 2
+) -> AsyncIterator[Parked]:
+    async with (
+        running_nodes(count, workspace, store, lease=LEASE) as nodes,
+        AsyncExitStack() as stack,
+    ):
+        clients = [
+            await stack.enter_async_context(node.connect(node.name.lower())) for node in nodes
+        ]
+        approver = Approver(clients[0], None)
+        thread_id = await new_thread(clients[0])
+        for client in clients:
+            await subscribe(client, thread_id)
+        with anyio.fail_after(20):
+            turn_id = await start_turn(clients[0], thread_id, text)
+            request = await approver.wait_request()
+        yield Parked(nodes, clients, approver, request, thread_id, turn_id)
 
 
 async def test_a_turn_on_one_node_streams_to_subscribers_on_the_others(
@@ -125,18 +162,10 @@ async def _until_peers_known(client: RpcClient) -> None:
 async def test_one_running_turn_per_thread_and_interrupt_from_any_node(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
-        asked = Approver(on_a, None)  # the turn waits for an answer that never comes
-        thread_id = await new_thread(on_a)
-        await subscribe(on_a, thread_id)
-        await subscribe(on_b, thread_id)
+    async with parked_turn(workspace, postgres_url, "!echo wait") as parked:
+        on_a, on_b = parked.clients
+        thread_id, turn_id = parked.thread_id, parked.turn_id
         with anyio.fail_after(20):
-            turn_id = await start_turn(on_a, thread_id, "!echo wait")
-            await asked.wait_request()
             # B answers thread/read with the flags A announced.
             await on_b.notification(
                 "thread/runtimeChanged", where=lambda p: p["runtime"]["waitingOnApproval"]
@@ -159,18 +188,10 @@ async def test_one_running_turn_per_thread_and_interrupt_from_any_node(
 
 
 async def test_enqueue_and_steer_from_another_node(workspace: Path, postgres_url: str) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
-        approver = Approver(on_a, None)
-        thread_id = await new_thread(on_a)
-        await subscribe(on_a, thread_id)
-        await subscribe(on_b, thread_id)
+    async with parked_turn(workspace, postgres_url, "!echo steered") as parked:
+        on_b = parked.clients[1]
+        thread_id, turn_id = parked.thread_id, parked.turn_id
         with anyio.fail_after(20):
-            turn_id = await start_turn(on_a, thread_id, "!echo steered")
-            request = await approver.wait_request()  # parked at a boundary, on A
             queued = (
                 await on_b.request(
                     "turn/enqueue",
@@ -183,7 +204,7 @@ async def test_enqueue_and_steer_from_another_node(workspace: Path, postgres_url
             )
             assert result["turnId"] == turn_id
             assert [q["status"] for q in result["queuedInputs"]] == ["guidancePending"]
-            await approver.answer(request, "accept")
+            await parked.approver.answer(parked.request, "accept")
             terminal = await wait_terminal(on_b, turn_id)
         assert terminal["method"] == "turn/completed"
         users = [
@@ -197,19 +218,11 @@ async def test_enqueue_and_steer_from_another_node(workspace: Path, postgres_url
 async def test_a_killed_node_s_turn_is_failed_by_another_within_the_lease(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        b.connect("b") as on_b,
-    ):
-        async with a.connect("a") as on_a:
-            asked = Approver(on_a, None)
-            thread_id = await new_thread(on_a)
-            await subscribe(on_b, thread_id)
-            with anyio.fail_after(20):
-                turn_id = await start_turn(on_a, thread_id, "!echo hang")
-                await asked.wait_request()
-                a.kill()  # kill -9: no drain, no goodbye
-                killed_at = time.monotonic()
+    async with parked_turn(workspace, postgres_url, "!echo hang") as parked:
+        on_b = parked.clients[1]
+        thread_id, turn_id = parked.thread_id, parked.turn_id
+        parked.nodes[0].kill()  # kill -9: no drain, no goodbye
+        killed_at = time.monotonic()
         with anyio.fail_after(20):
             terminal = await wait_terminal(on_b, turn_id, timeout=20)
         took = time.monotonic() - killed_at
@@ -345,34 +358,25 @@ async def test_simultaneous_starts_on_two_nodes_one_wins(
 async def test_inputs_queued_on_several_nodes_each_run_once(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(3, workspace, postgres_url, lease=LEASE) as nodes,
-        nodes[0].connect("a") as on_a,
-        nodes[1].connect("b") as on_b,
-        nodes[2].connect("c") as on_c,
-    ):
-        approver = Approver(on_a, None)
-        thread_id = await new_thread(on_a)
-        await subscribe(on_a, thread_id)
+    async with parked_turn(workspace, postgres_url, count=3) as parked:
+        on_a = parked.clients[0]
+        thread_id = parked.thread_id
+
+        async def enqueue(client: RpcClient, text: str) -> None:
+            await client.request(
+                "turn/enqueue", {"threadId": thread_id, "input": [{"type": "text", "text": text}]}
+            )
+
         with anyio.fail_after(30):
-            first = await start_turn(on_a, thread_id, "!echo hold")
-            request = await approver.wait_request()
-
-            async def enqueue(client: RpcClient, text: str) -> None:
-                await client.request(
-                    "turn/enqueue",
-                    {"threadId": thread_id, "input": [{"type": "text", "text": text}]},
-                )
-
             async with anyio.create_task_group() as tg:
-                for client, text in ((on_a, "from-a"), (on_b, "from-b"), (on_c, "from-c")):
-                    tg.start_soon(enqueue, client, text)
+                for client in parked.clients:
+                    tg.start_soon(enqueue, client, f"from-{client.name}")
             # Queueing on B and C did not make anyone think the thread idle.
-            for client in (on_a, on_b, on_c):
+            for client in parked.clients:
                 read = await client.request("thread/read", {"threadId": thread_id})
                 assert read["thread"]["runtime"]["running"] is True
-            await approver.answer(request, "accept")
-            await wait_terminal(on_a, first)
+            await parked.approver.answer(parked.request, "accept")
+            await wait_terminal(on_a, parked.turn_id)
             for number in (2, 3, 4):
                 assert (await wait_terminal(on_a, f"turn_{number:03d}"))["method"] == (
                     "turn/completed"
@@ -385,17 +389,10 @@ async def test_inputs_queued_on_several_nodes_each_run_once(
 async def test_rollback_archive_and_delete_from_another_node_respect_the_running_turn(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
-        approver = Approver(on_a, None)
-        thread_id = await new_thread(on_a)
-        await subscribe(on_a, thread_id)
+    async with parked_turn(workspace, postgres_url) as parked:
+        on_a, on_b = parked.clients
+        thread_id = parked.thread_id
         with anyio.fail_after(20):
-            turn_id = await start_turn(on_a, thread_id, "!echo hold")
-            await approver.wait_request()
             for method, params in (
                 ("thread/rollback", {"threadId": thread_id, "numTurns": 1}),
                 ("thread/archive", {"threadId": thread_id}),
@@ -403,7 +400,7 @@ async def test_rollback_archive_and_delete_from_another_node_respect_the_running
                 assert (await on_b.fail(method, params)).code == -32012, method
             # Deleting from B cancels A's turn first, and A's clients hear of both.
             await on_b.request("thread/delete", {"threadId": thread_id})
-            terminal = await wait_terminal(on_a, turn_id)
+            terminal = await wait_terminal(on_a, parked.turn_id)
             assert terminal["method"] == "turn/cancelled"
             assert terminal["params"]["reason"] == "threadDeleted"
             deleted = await on_a.notification("thread/deleted")
@@ -413,28 +410,22 @@ async def test_rollback_archive_and_delete_from_another_node_respect_the_running
 async def test_a_node_taken_for_dead_writes_no_second_end(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
-        approver = Approver(on_a, None)
-        thread_id = await new_thread(on_a)
-        await subscribe(on_b, thread_id)
+    async with parked_turn(workspace, postgres_url, "!echo park") as parked:
+        a, on_b = parked.nodes[0], parked.clients[1]
         with anyio.fail_after(30):
-            turn_id = await start_turn(on_a, thread_id, "!echo park")
-            await approver.wait_request()
             a.process.send_signal(signal.SIGSTOP)  # a stall past the lease
             try:
-                terminal = await wait_terminal(on_b, turn_id, timeout=20)
+                terminal = await wait_terminal(on_b, parked.turn_id, timeout=20)
             finally:
                 a.process.send_signal(signal.SIGCONT)
             assert terminal["method"] == "turn/failed"
             # A wakes, finds it was taken for dead, stops its turn: nothing more is written.
             await a.wait_log("taken for dead")
             await on_b.settle()
-        assert terminals(on_b, thread_id) == ["turn/failed"]
-        stored = await on_b.request("thread/read", {"threadId": thread_id, "includeTurns": True})
+        assert terminals(on_b, parked.thread_id) == ["turn/failed"]
+        stored = await on_b.request(
+            "thread/read", {"threadId": parked.thread_id, "includeTurns": True}
+        )
         assert stored["thread"]["turns"][-1]["status"] == "failed"
 
 

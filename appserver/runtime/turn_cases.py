@@ -85,10 +85,8 @@ class Turns:
                 f"Thread {thread.id} uses server-managed history and does not accept "
                 "client-supplied messages."
             )
-        if thread.id in self.engine.active:
+        if await self.threads.running_anywhere(thread.id):
             raise TurnInProgress(thread.id)
-        if self.cluster is not None and await self.cluster.store.running_turn(thread.id):
-            raise TurnInProgress(thread.id)  # running on another node
         materialized = await self.materializer.materialize(parts)
         if thread.id in self.engine.active:  # another start won while we read files
             raise TurnInProgress(thread.id)
