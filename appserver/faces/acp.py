@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 from typing import IO, Any
 
-from appserver.faces.common import positive_int
+from appserver.faces.common import add_backlog_argument, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "stopReason max_turn_requests"
         ),
     )
+    add_backlog_argument(group)
 
 
 def configure(args: argparse.Namespace, options: Any) -> None:

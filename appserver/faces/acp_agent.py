@@ -72,23 +72,30 @@ async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> in
             sys.stderr.write(f"appserver: {exc}\n")
             return 1
         lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
-        transport = LineTransport(lines)
+        # Cancelled when the client stops reading and is dropped: the process
+        # ends (exit 1) and the runtime cancels the prompts in flight.
+        serving = anyio.CancelScope()
+        transport = LineTransport(lines, args.max_client_backlog, on_stall=serving.cancel)
         agent = AcpAgent(runtime, args.approval_policy)
         # The package's connection over our transport; run_agent would drop the
         # requests still in flight at end of input, so the loop is ours.
         conn = AgentSideConnection(cast(Any, agent), transport, listening=False)
-        try:
-            await conn.listen()  # until stdin closes
-            # The client is gone: running prompts are cancelled (each still
-            # answers "cancelled"), every request received gets its answer.
-            await agent.end_of_input()
-            with anyio.move_on_after(DRAIN_SECONDS):
-                await transport.drained()
-        finally:
-            agent.close()
-            with anyio.CancelScope(shield=True):
-                await conn.close()
-    return 0
+        async with anyio.create_task_group() as writing:
+            writing.start_soon(transport.writer.run)
+            try:
+                with serving:
+                    await conn.listen()  # until stdin closes
+                # The client is gone (or dropped): running prompts are cancelled
+                # (each still answers "cancelled"), every request received gets
+                # its answer (a dropped client's are discarded).
+                await agent.end_of_input()
+                with anyio.move_on_after(DRAIN_SECONDS):
+                    await transport.drained()
+            finally:
+                agent.close()
+                with anyio.CancelScope(shield=True):
+                    await conn.close()  # writes what is queued, then closes stdout
+    return 1 if transport.writer.dropped is not None else 0
 
 
 class AcpAgent:

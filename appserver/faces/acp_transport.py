@@ -26,11 +26,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 
+from appserver.faces.common import text_merger
+from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.protocol.encoding import finish
 from appserver.transport.base import (
     INVALID_REQUEST,
@@ -38,6 +40,8 @@ from appserver.transport.base import (
     FrameRejected,
     TransportClosed,
 )
+from appserver.transport.outbox import Merge
+from appserver.transport.peer_writer import DEFAULT_MAX_BYTES, PeerWriter
 from appserver.transport.stdio import StdioTransport
 
 log = logging.getLogger("appserver.faces.acp")
@@ -59,17 +63,6 @@ def error_reply(request_id: Any, code: int, message: str, detail: str) -> Messag
     }
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if math.isinf(number):
-        raise ValueError(f"number out of range: {text[:40]}")
-    return number
-
-
 def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
 
@@ -79,8 +72,8 @@ def check(line: str) -> tuple[Message | None, Message | None]:
     try:
         # Numbers past a double's range (1e999) would become inf and fail deep
         # inside the schema models: refuse them as unparsable instead.
-        value = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
-    except (ValueError, RecursionError) as exc:
+        value = loads_client(line, strict_numbers=True)
+    except JsonRejected as exc:
         return None, error_reply(None, PARSE_ERROR, "Parse error", str(exc))
     if isinstance(value, list):
         return None, error_reply(
@@ -124,13 +117,38 @@ def check(line: str) -> tuple[Message | None, Message | None]:
     )
 
 
-class LineTransport:
-    """``acp``'s message transport over a :class:`StdioTransport` (one message a line)."""
+def _coalescing(message: Message) -> tuple[object, Merge] | None:
+    """A streamed message chunk a lagging client may get in fewer, larger frames."""
+    if message.get("method") != "session/update":
+        return None
+    params = message.get("params") or {}
+    update = params.get("update") or {}
+    kind = update.get("sessionUpdate")
+    content = update.get("content")
+    if kind not in _CHUNKS or not isinstance(content, dict) or content.get("type") != "text":
+        return None
+    return ("chunk", params.get("sessionId"), kind), _MERGE_CHUNKS
 
-    def __init__(self, lines: StdioTransport) -> None:
+
+_CHUNKS = frozenset({"agent_message_chunk", "agent_thought_chunk"})
+_MERGE_CHUNKS = text_merger("params", "update", "content", "text")
+
+
+class LineTransport:
+    """``acp``'s message transport over a :class:`StdioTransport` (one message a line).
+
+    Messages queue in a bounded :class:`PeerWriter` (its :meth:`PeerWriter.run`
+    must run in a task): a client that stops reading is dropped and
+    ``on_stall`` called."""
+
+    def __init__(
+        self,
+        lines: StdioTransport,
+        max_backlog: int = DEFAULT_MAX_BYTES,
+        on_stall: Callable[[], None] | None = None,
+    ) -> None:
         self.lines = lines
-        # One writer at a time: the pipe's drain waiter is not shared.
-        self._write = anyio.Lock()
+        self.writer = PeerWriter(lines.send_batch, max_bytes=max_backlog, on_stall=on_stall)
         self._closed = False
         self.unanswered: set[Any] = set()  # ids of requests received and not yet answered
         self._answered = anyio.Event()
@@ -142,16 +160,20 @@ class LineTransport:
             await self._answered.wait()
 
     async def send(self, message: Message) -> None:
-        if self._closed:
-            raise ConnectionError("the transport is closed")
-        line = encode(message)
+        """Queue ``message`` (never waits for the client). ``ConnectionError``
+        once stdout is closed; a client dropped for not reading gets nothing
+        more, quietly: the process is ending and its answers go nowhere."""
         try:
-            async with self._write:
-                try:
-                    await self.lines.send_batch([line])
-                except TransportClosed as exc:
-                    self._closed = True
-                    raise ConnectionError("stdout is closed") from exc
+            if self.writer.dropped is not None:
+                return
+            if self._closed:
+                raise ConnectionError("the transport is closed")
+            # Queued here; the writer task writes it.
+            if not self.writer.put(encode(message), _coalescing(message)):
+                if self.writer.dropped is not None:
+                    return  # this message was one too many
+                self._closed = True
+                raise ConnectionError("stdout is closed")
         finally:
             if "method" not in message and message.get("id") in self.unanswered:
                 self.unanswered.discard(message["id"])  # written (or never will be)
@@ -179,6 +201,8 @@ class LineTransport:
             await self.send(reply)
 
     async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self.lines.close()
+        """Write what is queued (bounded by the writer's send timeout), then close."""
+        self._closed = True
+        self.writer.close()
+        await self.writer.flushed()
+        await self.lines.close()

@@ -8,8 +8,10 @@
   sharing instructions and a model; swarms are kept in memory and stored as
   one JSON document among the face's replies, so a restart keeps them.
 * Every event goes to every connected client (:meth:`Router.broadcast`), as
-  the real router does; each client has an :class:`Outbox` bounded in
-  bytes, and one that falls too far behind is dropped, never waited for.
+  the real router does; each client has a
+  :class:`~appserver.transport.peer_writer.PeerWriter` bounded in bytes (its
+  streamed deltas coalesce when it lags), and one that falls too far behind
+  is dropped, never waited for.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +38,7 @@ from appserver.faces.codeswarm_wire import (
     parse_launch,
     swarm_id_of,
 )
-from appserver.faces.common import interrupt_quietly
+from appserver.faces.common import interrupt_quietly, text_merger
 from appserver.faces.seat import Seat
 from appserver.protocol.ids import now_iso
 from appserver.protocol.threads import Item, TokenUsage
@@ -54,66 +56,16 @@ from appserver.runtime.host import Runtime
 from appserver.runtime.threads import NewThread
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.storage.faces import FaceRepository
+from appserver.transport.peer_writer import PeerWriter
 
 log = logging.getLogger("appserver.faces.codeswarm")
 
 PROVIDER_ID = "appserver"
 SWARMS_KEY = "swarms"  # the face reply that stores every swarm
 SHUTDOWN_GRACE = 10.0  # seconds turns get to end once cancelled at shutdown
-
-
-class Outbox:
-    """One client's unsent frames, bounded in bytes: :meth:`put` never waits.
-
-    Past ``limit`` queued bytes (not counting the batch being written) the
-    client is dropped (``on_overflow``), so a client that stops reading can
-    neither hold up the others nor grow memory without bound.
-    """
-
-    def __init__(self, name: str, limit: int, on_overflow: Callable[[], None]) -> None:
-        self.name = name
-        self.limit = limit
-        self.closed = False
-        self.overflowed = False
-        self._on_overflow = on_overflow
-        self._frames: list[str] = []
-        self._size = 0
-        self._wake = anyio.Event()
-
-    def put(self, frame: str) -> None:
-        if self.closed:
-            return
-        size = len(frame) + 1
-        # The first frame is always taken, however large: the limit is on
-        # what waits behind it, so only a client that stopped reading trips it.
-        if self._frames and self._size + size > self.limit:
-            log.warning(
-                "dropping client %s: more than %d bytes of events unread", self.name, self.limit
-            )
-            self.overflowed = True
-            self.close()
-            self._on_overflow()
-            return
-        self._frames.append(frame)
-        self._size += size
-        self._wake.set()
-
-    def close(self) -> None:
-        """No more frames; :meth:`pump` returns once the queued ones are written."""
-        self.closed = True
-        self._wake.set()
-
-    async def pump(self, send_batch: Callable[[list[str]], Awaitable[None]]) -> None:
-        """Write frames as they come, in batches, until closed and empty."""
-        while True:
-            if not self._frames:
-                if self.closed:
-                    return
-                self._wake = anyio.Event()
-                await self._wake.wait()
-                continue
-            batch, self._frames, self._size = self._frames, [], 0
-            await send_batch(batch)
+# Streamed text a lagging client may get in fewer, larger events.
+_DELTAS = frozenset({"assistant_delta", "reasoning_delta"})
+_MERGE_DELTAS = text_merger("data", "content")
 
 
 @dataclass
@@ -197,7 +149,7 @@ class Router:
         self.tg = tg
         self.approval_policy = approval_policy
         self.require_timestamp = require_timestamp
-        self.outboxes: set[Outbox] = set()
+        self.outboxes: set[PeerWriter] = set()
         self.nodes: dict[tuple[str, int], Node] = {}
         self.swarms: dict[str, Swarm] = {}
         self.job_swarm: dict[str, str] = {}
@@ -211,8 +163,12 @@ class Router:
     def broadcast(self, event: str, data: dict[str, Any]) -> None:
         """Send one event to every connected client."""
         frame = event_frame(event, data)
+        coalesce = None
+        if event in _DELTAS:
+            key = (event, data.get("job_id"), data.get("node_id"), data.get("injection_id"))
+            coalesce = key, _MERGE_DELTAS
         for outbox in list(self.outboxes):
-            outbox.put(frame)
+            outbox.put(frame, coalesce)
 
     def reject(self, request_id: str | None, reason: str) -> None:
         self.broadcast("command_rejected", {"request_id": request_id, "reason": reason})

@@ -20,12 +20,13 @@ from typing import IO, TYPE_CHECKING
 import anyio
 from anyio.abc import Listener, SocketAttribute, SocketStream
 
-from appserver.faces.codeswarm_router import Outbox, Router
+from appserver.faces.codeswarm_router import Router
 from appserver.faces.codeswarm_wire import MAX_LINE_BYTES
 from appserver.providers.base import ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.storage.lock import WorkspaceLocked
 from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClosed
+from appserver.transport.peer_writer import PeerWriter
 from appserver.transport.stdio import LineReader, StdioTransport
 
 if TYPE_CHECKING:
@@ -122,18 +123,16 @@ async def _serve_stdio(
 ) -> int:
     transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
     stop = anyio.Event()  # a signal, or stdout is gone
-    outbox = Outbox("stdio", backlog, on_overflow=stop.set)
+    outbox = PeerWriter(transport.send_batch, name="stdio", max_bytes=backlog, on_stall=stop.set)
     router.outboxes.add(outbox)
     written = anyio.Event()
 
     async def write() -> None:
         try:
-            await outbox.pump(transport.send_batch)
-        except TransportClosed:
-            log.info("stdout closed")
-            outbox.close()
-            stop.set()
+            await outbox.run()
         finally:
+            if outbox.gone:
+                stop.set()  # stdout closed
             router.outboxes.discard(outbox)
             written.set()
 
@@ -151,7 +150,7 @@ async def _serve_stdio(
             await written.wait()
         tg.cancel_scope.cancel()
     await transport.close()
-    return 1 if outbox.overflowed else 0
+    return 1 if outbox.dropped is not None else 0
 
 
 async def _read_stdio(router: Router, transport: StdioTransport) -> None:
@@ -224,16 +223,18 @@ async def _client(router: Router, stream: SocketStream, backlog: int) -> None:
     """
     name = _peer(stream)
     log.info("client %s connected", name)
+
+    async def send_batch(frames: list[str]) -> None:
+        await stream.send(("\n".join(frames) + "\n").encode("utf-8"))
+
     async with stream, anyio.create_task_group() as tg:
-        outbox = Outbox(name, backlog, on_overflow=tg.cancel_scope.cancel)
+        outbox = PeerWriter(
+            send_batch, name=name, max_bytes=backlog, on_stall=tg.cancel_scope.cancel
+        )
         router.outboxes.add(outbox)
-
-        async def send_batch(frames: list[str]) -> None:
-            await stream.send(("\n".join(frames) + "\n").encode("utf-8"))
-
         try:
             tg.start_soon(_read_tcp, router, stream)
-            await outbox.pump(send_batch)
+            await outbox.run()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             log.info("client %s gone: %s", name, exc)
         finally:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.protocol.ids import now_iso
 
 PROTOCOL = "codeswarm.router.v1"
@@ -97,10 +98,6 @@ def is_utc_timestamp(value: object) -> bool:
     return True
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def parse_command(line: str, *, require_timestamp: bool = True) -> Command:
     """Check one line's envelope; :class:`Rejected` says what is wrong.
 
@@ -110,8 +107,8 @@ def parse_command(line: str, *, require_timestamp: bool = True) -> Command:
     must still be UTC.
     """
     try:
-        message = json.loads(line, parse_constant=_no_constants)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge integers
+        message = loads_client(line, strict_numbers=True)
+    except JsonRejected as exc:
         raise Rejected(f"invalid JSON: {exc}") from None
     if not isinstance(message, dict):
         raise Rejected("a command must be a JSON object")

@@ -11,6 +11,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,3 +133,44 @@ async def session_thread(
         thread_id = (await threads.create(new)).id
         await faces.bind(face, key, thread_id, now_iso())
     return thread_id
+
+
+def add_backlog_argument(group: Any) -> None:
+    """``--max-client-backlog``: how far the client may fall behind reading
+    before it is dropped (every face; see :mod:`appserver.transport.peer_writer`)."""
+    from appserver.transport.peer_writer import DEFAULT_MAX_BYTES
+
+    group.add_argument(
+        "--max-client-backlog",
+        type=positive_int,
+        default=DEFAULT_MAX_BYTES,
+        metavar="BYTES",
+        help=(
+            "a client with more than this many bytes of output unread (behind the write in "
+            "progress), or whose reading stalls for 30 s, is dropped: the process ends "
+            f"(default {DEFAULT_MAX_BYTES})"
+        ),
+    )
+
+
+def text_merger(*path: str) -> Callable[[list[str]], str]:
+    """A merge for the outbox's coalescing (see :mod:`appserver.transport.outbox`):
+    frames of one streamed text become the last of them carrying all their
+    texts, joined, at ``path`` (keys from the frame's top)."""
+
+    def merge(frames: list[str]) -> str:
+        import json
+
+        from appserver.protocol.encoding import dumps
+
+        def holder(frame: Any) -> Any:
+            for key in path[:-1]:
+                frame = frame[key]
+            return frame
+
+        parsed = [json.loads(frame) for frame in frames]
+        merged = parsed[-1]
+        holder(merged)[path[-1]] = "".join(str(holder(p).get(path[-1], "")) for p in parsed)
+        return dumps(merged)
+
+    return merge

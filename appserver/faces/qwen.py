@@ -28,6 +28,7 @@ import logging
 import sys
 from typing import IO, Any
 
+from appserver.faces.common import add_backlog_argument
 from appserver.faces.qwen_rules import MODES
 
 log = logging.getLogger("appserver.faces.qwen")
@@ -64,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     io.add_argument("-r", "--resume", nargs="?", const="", metavar="ID", help="resume a session")
     io.add_argument("-c", "--continue", dest="continue_session", action="store_true")
+    add_backlog_argument(io)
     io.add_argument("--fork-session", action="store_true", help="not supported (refused)")
     io.add_argument("--max-session-turns", type=int, metavar="N", help="model calls per prompt")
     io.add_argument(
@@ -169,6 +171,7 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
         resume=args.resume,
         continue_session=args.continue_session,
         model=getattr(args, "model", None),
+        max_backlog=args.max_client_backlog,
     )
 
 

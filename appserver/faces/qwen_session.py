@@ -10,7 +10,6 @@ each, in order; ``control_request``s are answered at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -27,6 +26,8 @@ from appserver.faces.qwen_output import Output, make_output, system_message
 from appserver.faces.qwen_rules import ToolRules, thread_policy
 from appserver.faces.qwen_seat import Control, QwenSeat
 from appserver.faces.qwen_turn import TERMINAL, TurnStream
+from appserver.protocol.decoding import JsonRejected, loads_client
+from appserver.transport.peer_writer import DEFAULT_MAX_BYTES, PeerWriter
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -60,6 +61,7 @@ class Settings:
     resume: str | None = None  # "" when given without an id
     continue_session: bool = False
     model: str | None = None
+    max_backlog: int = DEFAULT_MAX_BYTES  # --max-client-backlog
 
 
 class SessionError(Exception):
@@ -91,8 +93,12 @@ class Session:
         self.stream: TurnStream | None = None
         self.current: Job | None = None
         self.outcomes: list[str] = []
-        self._lock = anyio.Lock()
-        self._gone = False
+        # Lines queue here (bounded) and one task writes them: a client that
+        # stops reading is dropped (the process ends), it cannot grow the process.
+        self._serving = anyio.CancelScope()  # cancelled when the client is dropped
+        self.writer = PeerWriter(
+            transport.send_batch, max_bytes=settings.max_backlog, on_stall=self._serving.cancel
+        )
         self._finished = anyio.Event()  # the worker is done
         send: MemoryObjectSendStream[Job]
         receive: MemoryObjectReceiveStream[Job]
@@ -120,15 +126,12 @@ class Session:
     # --- output --------------------------------------------------------------------------
 
     async def write(self, lines: list[str]) -> None:
-        from appserver.transport.base import TransportClosed
-
-        if self._gone:
-            return
-        async with self._lock:
-            try:
-                await self.transport.send_batch(lines)
-            except TransportClosed:
-                self._gone = True  # nobody reads stdout any more; keep serving stdin
+        """Queue lines (never waits). Once the client closed stdout, or was
+        dropped for not reading, lines are discarded; stdin is still served
+        in the first case."""
+        for line in lines:
+            if not self.writer.put(line):
+                return
 
     async def send(self, frame: Frame) -> None:
         await self.out.control(frame)
@@ -238,28 +241,39 @@ class Session:
         """Run until stdin closes (``stream-json``) or the one ``text`` prompt is
         answered; the exit code."""
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._pump)
-                tg.start_soon(self._worker)
-                if text is not None:
-                    await self.enqueue(text_job(text))
-                else:
-                    if self.settings.prompt:
-                        await self.enqueue(text_job(self.settings.prompt))
-                    await self._read_loop()
-                self.control.close()
-                self._jobs_in.close()
-                await self._finished.wait()
-                tg.cancel_scope.cancel()
+            async with anyio.create_task_group() as writing:
+                writing.start_soon(self.writer.run)
+                try:
+                    with self._serving:
+                        await self._serve(text)
+                finally:
+                    self.seat.close()
+                    await self.out.close()
+                    self.writer.close()  # the writer ends once the lines are out
         finally:
-            self.seat.close()
-            await self.out.close()
             with anyio.CancelScope(shield=True):
                 await self.transport.close()
+        if self.writer.dropped is not None:
+            return 1  # the client stopped reading and was dropped
         if text is None:
             return 0
         outcome = self.outcomes[-1] if self.outcomes else "failed"
         return {"completed": 0, "cancelled": 130}.get(outcome, 1)
+
+    async def _serve(self, text: str | None) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._pump)
+            tg.start_soon(self._worker)
+            if text is not None:
+                await self.enqueue(text_job(text))
+            else:
+                if self.settings.prompt:
+                    await self.enqueue(text_job(self.settings.prompt))
+                await self._read_loop()
+            self.control.close()
+            self._jobs_in.close()
+            await self._finished.wait()
+            tg.cancel_scope.cancel()
 
     async def _read_loop(self) -> None:
         from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClosed
@@ -283,8 +297,8 @@ class Session:
 
     async def handle_line(self, line: str) -> None:
         try:
-            frame = json.loads(line)
-        except json.JSONDecodeError as exc:
+            frame = loads_client(line)
+        except JsonRejected as exc:
             await self.out.input_error(f"Failed to parse stream-json line: {exc}")
             return
         if not isinstance(frame, dict):

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import sys
@@ -51,13 +50,16 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 
 from appserver.faces.common import (
+    add_backlog_argument,
     decode_base64,
     interrupt_quietly,
     positive_int,
     store_image,
     system_prompt,
+    text_merger,
     turn_id_of,
 )
+from appserver.protocol.decoding import JsonRejected, loads_client
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -164,6 +166,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="accepted for zot's clients; has no effect (no context files are read)",
     )
+    add_backlog_argument(group)
 
 
 def configure(args: argparse.Namespace, options: Any) -> None:
@@ -220,7 +223,9 @@ async def main(
             sys.stderr.write(f"appserver: {exc}\n")
             return 1
         transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
-        session = Session(runtime, transport, options, args.approval_policy, token)
+        session = Session(
+            runtime, transport, options, args.approval_policy, token, args.max_client_backlog
+        )
         return await session.serve()
     return 0  # unreachable: the context manager does not swallow exceptions
 
@@ -269,8 +274,10 @@ class Session:
         options: Any,
         approval_policy: str | None,
         token: str | None,
+        max_backlog: int,
     ) -> None:
         from appserver.faces.seat import Seat
+        from appserver.transport.peer_writer import PeerWriter
 
         self.runtime = runtime
         self.transport = transport
@@ -286,8 +293,12 @@ class Session:
         self.totals = Totals()
         self.pending = 0  # jobs queued or running
         self.current: Job | None = None
-        self._write_lock = anyio.Lock()
-        self._gone = False
+        self._serving = anyio.CancelScope()  # cancelled when the client is dropped
+        # Frames queue here (bounded) and one task writes them: a client that
+        # stops reading is dropped (the process ends), it cannot grow the process.
+        self.writer = PeerWriter(
+            transport.send_batch, max_bytes=max_backlog, on_stall=self._serving.cancel
+        )
         send: MemoryObjectSendStream[Job]
         receive: MemoryObjectReceiveStream[Job]
         send, receive = anyio.create_memory_object_stream[Job](float("inf"))
@@ -297,18 +308,13 @@ class Session:
     # --- I/O -------------------------------------------------------------------------
 
     async def send(self, frame: Frame) -> None:
-        from appserver.transport.base import TransportClosed
-
-        if self._gone:
-            return
+        """Queue one frame (never waits). Once the client closed stdout, or was
+        dropped for not reading, frames are discarded; stdin is still served
+        in the first case."""
         from appserver.protocol.encoding import dumps
 
         line = dumps(frame)  # surrogate-safe: an id may hold a lone surrogate
-        async with self._write_lock:
-            try:
-                await self.transport.send_batch([line])
-            except TransportClosed:
-                self._gone = True  # the client stopped reading; keep serving stdin
+        self.writer.put(line, _coalescing(frame))
 
     async def respond(
         self, request_id: str | None, command: str, data: Frame | None = None
@@ -331,16 +337,26 @@ class Session:
     # --- the loops -------------------------------------------------------------------
 
     async def serve(self) -> int:
-        """Read commands until stdin closes, then finish the queued jobs."""
+        """Read commands until stdin closes, then finish the queued jobs.
+
+        A client dropped for not reading ends the process at once (exit 1);
+        the runtime then cancels the turn in flight, as at any shutdown."""
+        code = 1
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._worker)
-                code = await self._read_loop()
-                if code != 0:
-                    tg.cancel_scope.cancel()
-                else:
-                    self._jobs_in.close()  # the worker drains the queue, then ends
-            return code
+            async with anyio.create_task_group() as writing:
+                writing.start_soon(self.writer.run)
+                try:
+                    with self._serving:
+                        async with anyio.create_task_group() as tg:
+                            tg.start_soon(self._worker)
+                            code = await self._read_loop()
+                            if code != 0:
+                                tg.cancel_scope.cancel()
+                            else:
+                                self._jobs_in.close()  # the worker drains the queue, then ends
+                finally:
+                    self.writer.close()  # the writer ends once the frames are out
+            return 1 if self.writer.dropped is not None else code
         finally:
             self.seat.close()
             with anyio.CancelScope(shield=True):
@@ -368,8 +384,8 @@ class Session:
     async def _handle(self, line: str) -> bool:
         """Answer one line; ``False`` ends the process (a wrong token)."""
         try:
-            frame = json.loads(line)
-        except json.JSONDecodeError as exc:
+            frame = loads_client(line)
+        except JsonRejected as exc:
             await self.fail(None, "", f"malformed json: {exc}")
             return True
         if not isinstance(frame, dict):
@@ -696,6 +712,20 @@ class Session:
         usage = Totals(input_tokens, output_tokens).wire()
         usage["cumulative"] = self.totals.wire()
         return usage
+
+
+def _coalescing(frame: Frame) -> tuple[object, Callable[[list[str]], str]] | None:
+    """Streamed text a lagging client may get in fewer, larger frames."""
+    kind = frame.get("type")
+    if kind == "text_delta":
+        return ("text_delta",), _MERGE_DELTAS
+    if kind == "tool_progress":
+        return ("tool_progress", frame.get("id")), _MERGE_PROGRESS
+    return None
+
+
+_MERGE_DELTAS = text_merger("delta")
+_MERGE_PROGRESS = text_merger("text")
 
 
 # --- event translation -----------------------------------------------------------------
