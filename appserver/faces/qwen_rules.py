@@ -7,7 +7,11 @@ Tool names may be ours (``shell``, ``read_file``, ``list_dir``, ``write_file``,
 ``list_directory``, ``write_file``, ``edit``, and the aliases ``Bash``,
 ``Read``, ``Edit``...), case-insensitively. A rule may carry a specifier:
 ``Bash(git *)`` matches shell commands, ``Edit(src/**)`` paths (absolute, or
-relative to the workspace), both as ``fnmatch`` patterns.
+relative to the workspace), both as ``fnmatch`` patterns. A command rule is
+about one simple command (``qwen_shell``): an allow rule never covers a
+compound command, a substitution or a redirection, and an exclude rule declines
+a command if any simple command in it matches (a command that cannot be read
+reliably is asked, and refused under ``yolo``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from appserver.faces.qwen_shell import allowed_by, excluded_by
 
 # Qwen Code's approval modes (``--approval-mode``, ``set_permission_mode``).
 MODES = ("plan", "default", "auto-edit", "auto", "yolo")
@@ -76,10 +82,14 @@ class Rule:
     pattern: str | None = None
 
     def matches(self, tool: str, subject: str, workspace: Path) -> bool:
+        """Whether the rule covers the call (a shell pattern: as an allow rule,
+        one simple command only; exclusions use :func:`exclusion`)."""
         if tool != self.tool:
             return False
         if self.pattern is None:
             return True
+        if tool == "shell":
+            return allowed_by(subject, [self.pattern])
         candidates = [subject]
         if tool != "shell":
             with contextlib.suppress(ValueError):  # outside the workspace: absolute only
@@ -160,17 +170,30 @@ def thread_policy(mode: str, override: str | None, rules: ToolRules) -> str:
     return override or "default"
 
 
+def exclusion(call: Call, rules: ToolRules, workspace: Path) -> bool | None:
+    """Whether an exclude rule names the call; ``None`` when the call is a
+    shell command that cannot be read reliably and a shell rule might name it."""
+    if call.tool != "shell":
+        return any(rule.matches(call.tool, call.subject, workspace) for rule in rules.excluded)
+    patterns = [rule.pattern for rule in rules.excluded if rule.tool == "shell" and rule.pattern]
+    return excluded_by(call.subject, patterns)
+
+
 def local_decision(mode: str, call: Call, rules: ToolRules, workspace: Path) -> str | None:
     """``accept``/``decline`` when the mode or the rules settle the call, else
     ``None`` (the SDK is asked)."""
-    if any(rule.matches(call.tool, call.subject, workspace) for rule in rules.excluded):
-        return "decline"
-    if mode == "plan":
+    excluded = exclusion(call, rules, workspace)
+    if excluded or mode == "plan":
         return "decline"
     if call.outside:
         return None  # only the user may let a call out of the workspace
+    if excluded is None:
+        # Fail closed: yolo never runs what an exclude rule might name; others ask.
+        return "decline" if mode == "yolo" else None
     if mode == "yolo":
         return "accept"
+    if call.tool == "shell" and call.arguments.get("interactive") is True:
+        return None  # the agent types into it later: a command rule does not cover that
     if any(rule.matches(call.tool, call.subject, workspace) for rule in rules.allowed):
         return "accept"
     if mode == "auto-edit" and call.tool in EDIT_TOOLS:

@@ -15,7 +15,8 @@ once, one session's requests in arrival order.
 
 Exit codes (see docs/faces.md): 0 once a response was written (with
 ``--bridge-compat`` even for ``INVALID_REQUEST``, because clawbridge ignores
-stdout when the status is not 0); 2 no request (EOF, blank input, stdin
+stdout when the status is not 0); 1 the client stopped reading and was
+dropped (``--max-client-backlog``); 2 no request (EOF, blank input, stdin
 timeout: nothing written) or, without ``--bridge-compat``, an invalid request;
 3 provider configuration failure; 4 the runtime could not be opened. With 3
 and 4 the request that was read is still answered on stdout.
@@ -34,7 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from appserver.faces.common import interrupt_quietly, session_thread
+from appserver.faces.common import add_backlog_argument, interrupt_quietly, session_thread
+from appserver.protocol.decoding import JsonRejected, loads_client
 
 if TYPE_CHECKING:
     from appserver.faces.seat import Seat
@@ -54,6 +56,10 @@ DEFAULT_IDEMPOTENCY_TTL_SEC = 600
 LONG_LIVED_LOCK_WAIT = 5.0
 # After a timeout, how long to wait for the interrupted turn to wind down.
 INTERRUPT_GRACE = 5.0
+# A long-lived process reads no further request while this many are unanswered
+# (as many as a JSON-RPC connection may have in flight): the client's writes
+# wait instead, so a burst of requests cannot grow the process without bound.
+MAX_PENDING_REQUESTS = 32
 
 INVALID_REQUEST = "INVALID_REQUEST"
 TIMEOUT = "TIMEOUT"
@@ -71,6 +77,7 @@ PROVIDER_CODES = {
 }
 
 EXIT_OK = 0
+EXIT_STALLED = 1  # the client stopped reading its responses: it was dropped
 EXIT_INPUT = 2
 EXIT_CONFIG = 3
 EXIT_RUNTIME = 4
@@ -168,6 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "response again; 0 turns replays off (default $ZENE_IDEMPOTENCY_TTL_SEC, else 600)"
         ),
     )
+    add_backlog_argument(group)
 
 
 # --- requests and responses ------------------------------------------------------------
@@ -263,8 +271,8 @@ def _is_text(value: str) -> bool:
 def parse_request(line: str, received: float) -> Request:
     """Validate one request line (raises :class:`Rejected`)."""
     try:
-        data = json.loads(line)
-    except ValueError as exc:
+        data = loads_client(line)
+    except JsonRejected as exc:
         raise Rejected(f"request is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise Rejected("request must be a JSON object")
@@ -360,9 +368,11 @@ class Conversations:
             return failure(request, INTERNAL, "internal error (see the host's stderr log)")
 
     def _reply_key(self, request: Request) -> str | None:
+        """The stored reply's key: the pair ``(session_id, idempotency_key)``
+        as a JSON array, so no characters in either can make another pair's key."""
         if request.idempotency_key is None or self.ttl <= 0:
             return None
-        return f"{request.session_id}\0{request.idempotency_key}"
+        return json.dumps([request.session_id, request.idempotency_key])
 
     async def _answer(self, request: Request) -> dict[str, Any]:
         reply_key = self._reply_key(request)
@@ -502,21 +512,27 @@ class ZeneFace:
     """One process: its stdio, its flags, the runtime once opened."""
 
     def __init__(self, args: argparse.Namespace, transport: StdioTransport) -> None:
-        import anyio
+        from appserver.transport.peer_writer import PeerWriter
 
         self.args = args
         self.transport = transport
         self.bridge_compat: bool = args.bridge_compat
-        self._write_lock = anyio.Lock()
+        # Responses queue here (bounded) and one task writes them: a client
+        # that stops reading is dropped, it cannot grow the process.
+        self.writer = PeerWriter(
+            transport.send_batch, max_bytes=args.max_client_backlog, on_stall=self._stalled
+        )
+        self._serving: Any = None  # the long-lived loop's cancel scope
+
+    def _stalled(self) -> None:
+        if self._serving is not None:
+            self._serving.cancel()  # stop reading; the runtime cancels the turns in flight
 
     async def write(self, message: dict[str, Any]) -> None:
-        from appserver.transport.base import TransportClosed
-
-        async with self._write_lock:
-            try:
-                await self.transport.send_batch([encode(message)])
-            except TransportClosed:
-                log.warning("stdout is closed; response to %s lost", message.get("request_id"))
+        """Queue one response line (never waits for the client)."""
+        if not self.writer.put(encode(message)):
+            why = self.writer.dropped or "stdout is closed"
+            log.warning("response to %s lost: %s", message.get("request_id"), why)
 
     async def receive(self) -> str | Rejected | None:
         """The next request line, a :class:`Rejected` for an unusable one, or
@@ -630,6 +646,8 @@ class ZeneFace:
             # Each session's requests run in arrival order: a request waits
             # for the one before it in its session (a chain of events).
             tails: dict[str, anyio.Event] = {}
+            pending = anyio.Semaphore(MAX_PENDING_REQUESTS)
+            self._serving = anyio.CancelScope()
 
             async def run(
                 request: Request, previous: anyio.Event | None, done: anyio.Event
@@ -656,46 +674,59 @@ class ZeneFace:
                     done.set()
                     if tails.get(request.session_id) is done:
                         del tails[request.session_id]
+                    pending.release()
 
-            async with anyio.create_task_group() as tg:
-                while True:
-                    line = await self.receive()
-                    if line is None:
-                        break
-                    try:
-                        if isinstance(line, Rejected):
-                            raise line
-                        request = parse_request(line, time.monotonic())
-                    except Rejected as rejected:
-                        await self.write(invalid(rejected))
-                        continue
-                    done = anyio.Event()
-                    previous = tails.get(request.session_id)
-                    tails[request.session_id] = done
-                    tg.start_soon(run, request, previous, done)
-        return EXIT_OK
+            with self._serving:
+                async with anyio.create_task_group() as tg:
+                    while True:
+                        await pending.acquire()
+                        line = await self.receive()
+                        if line is None:
+                            break
+                        try:
+                            if isinstance(line, Rejected):
+                                raise line
+                            request = parse_request(line, time.monotonic())
+                        except Rejected as rejected:
+                            await self.write(invalid(rejected))
+                            pending.release()
+                            continue
+                        done = anyio.Event()
+                        previous = tails.get(request.session_id)
+                        tails[request.session_id] = done
+                        tg.start_soon(run, request, previous, done)
+        return EXIT_STALLED if self.writer.dropped is not None else EXIT_OK
 
 
 async def main(
     args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
 ) -> int:
     """Serve the protocol on stdin/stdout; returns the exit code."""
+    import anyio
+
     from appserver.transport.stdio import StdioTransport
 
     # Lines up to --max-input-bytes are requests; longer ones are refused.
     transport = await StdioTransport.open(stdin, stdout, max_message_bytes=args.max_input_bytes)
     face = ZeneFace(args, transport)
     try:
-        if args.single_request:
-            # A one-shot process: what is loaded now lives until exit. Frozen
-            # objects are skipped by every collection, so the request's
-            # collections stay small and the interpreter's final one, which
-            # costs ~50 ms over the runtime's heap, has almost nothing to do.
-            gc.freeze()
+        async with anyio.create_task_group() as writing:
+            writing.start_soon(face.writer.run)
             try:
-                return await face.serve_one(options, host)
+                if args.single_request:
+                    # A one-shot process: what is loaded now lives until exit. Frozen
+                    # objects are skipped by every collection, so the request's
+                    # collections stay small and the interpreter's final one, which
+                    # costs ~50 ms over the runtime's heap, has almost nothing to do.
+                    gc.freeze()
+                    try:
+                        code = await face.serve_one(options, host)
+                    finally:
+                        gc.freeze()
+                else:
+                    code = await face.serve(options, host)
             finally:
-                gc.freeze()
-        return await face.serve(options, host)
+                face.writer.close()  # the writer ends once the responses are out
     finally:
         await transport.close()
+    return code

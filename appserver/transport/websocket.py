@@ -21,7 +21,6 @@ import logging
 import math
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -43,6 +42,7 @@ from appserver.transport.base import (
     ListenerError,
     TransportClosed,
 )
+from appserver.transport.lockout import TokenLockout, peer_key
 from appserver.transport.webclient import WebClient
 
 log = logging.getLogger("appserver.websocket")
@@ -227,99 +227,6 @@ def _text_response(status: HTTPStatus, text: str) -> Response:
     return Response(status.value, status.phrase, headers, data)
 
 
-def peer_key(remote_address: Any) -> str:
-    """The address failed tokens are counted against.
-
-    The IP for IPv4; the /64 network for IPv6, since one host usually holds a
-    whole /64 and could otherwise take a fresh address for every guess.
-    """
-    host = str(remote_address[0]) if isinstance(remote_address, tuple) and remote_address else ""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])  # without an IPv6 zone
-    except ValueError:
-        return host
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, 64), strict=False))
-    return str(address)
-
-
-@dataclass
-class _Failures:
-    """Wrong tokens from one address."""
-
-    count: int = 0
-    last: float = 0.0  # when the latest one came
-    lockout: float = 0.0  # length of the latest lockout; 0 before the first
-    locked_until: float = 0.0
-
-
-class TokenLockout:
-    """Slows down token guessing, per peer address (see :func:`peer_key`).
-
-    After ``max_failures`` wrong tokens (each within ``window`` seconds of the
-    previous one) the address is refused for ``first_lockout`` seconds, without
-    its token being looked at; each wrong token after a lockout expires starts
-    the next one, twice as long, up to ``max_lockout``. A correct token forgets
-    the address, and so does ``window`` seconds of quiet after its last failure
-    or lockout. At most ``max_addresses`` addresses are remembered (the least
-    recently failing is forgotten first), so a flood of them costs bounded
-    memory.
-    """
-
-    def __init__(
-        self,
-        *,
-        max_failures: int = 5,
-        window: float = 60.0,
-        first_lockout: float = 1.0,
-        max_lockout: float = 60.0,
-        max_addresses: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.max_failures = max_failures
-        self.window = window
-        self.first_lockout = first_lockout
-        self.max_lockout = max_lockout
-        self.max_addresses = max_addresses
-        self._clock = clock
-        self._records: OrderedDict[str, _Failures] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def retry_after(self, address: str) -> float | None:
-        """Seconds until ``address`` may offer a token again; ``None`` if now."""
-        record = self._records.get(address)
-        if record is None:
-            return None
-        remaining = record.locked_until - self._clock()
-        return remaining if remaining > 0 else None
-
-    def failed(self, address: str) -> float | None:
-        """Count a wrong token from ``address``; the lockout it starts, if any."""
-        now = self._clock()
-        record = self._records.pop(address, None)
-        if record is None or now - max(record.last, record.locked_until) > self.window:
-            record = _Failures()
-        record.count += 1
-        record.last = now
-        self._records[address] = record  # most recent last: eviction takes the front
-        while len(self._records) > self.max_addresses:
-            self._records.popitem(last=False)
-        if record.count < self.max_failures:
-            return None
-        longer = 2 * record.lockout if record.lockout else self.first_lockout
-        record.lockout = min(longer, self.max_lockout)
-        record.locked_until = now + record.lockout
-        return record.lockout
-
-    def succeeded(self, address: str) -> None:
-        """A correct token from ``address``: forget its failures."""
-        self._records.pop(address, None)
-
-
 class Admission:
     """The pre-upgrade HTTP checks (health, path, Origin, token, lockout), and the
     web client's files for plain GETs (:mod:`appserver.transport.webclient`)."""
@@ -439,7 +346,7 @@ class Admission:
         return None
 
     def _check_token(self, token: bytes, address: str, query: str) -> Response | None:
-        # Loopback peers are counted too: the guesser may be a local process.
+        # Loopback peers are counted too (all as one): the guesser may be a local process.
         wait = self.lockout.retry_after(address)
         if wait is not None:
             # Refused without a compare: answering a locked-out guess on its
