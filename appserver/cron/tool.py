@@ -16,8 +16,12 @@ optional ``name`` (default: the start of the message). ``remove`` takes
 ``system/jobResult``.
 
 Jobs made by the tool run in the thread whose turn made them. The tool
-needs no approval: it only schedules work, and each scheduled run is a
-normal turn whose own tool calls go through the approval flow.
+reaches only the jobs of its own thread, as the terminal tools reach only
+its terminals: ``list`` shows the jobs that run in this thread, ``remove``
+of any other job answers ``not_found``. (Clients manage every job with
+``cron/*``.) The tool needs no approval: it only schedules work in its own
+thread, and each scheduled run is a normal turn whose own tool calls go
+through the approval flow.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import re
 from typing import Any
 
 from appserver.cron.schedule import Schedule, ScheduleError, validate
-from appserver.cron.service import CronService
+from appserver.cron.service import CronService, job_info
 from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_TEXT_CHARS
 from appserver.tools.args import check_keys, get_int, get_str, require_str
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome, ToolPlan
@@ -68,7 +72,8 @@ _SCHEMA: dict[str, Any] = {
         "action": {
             "type": "string",
             "enum": list(_ACTIONS),
-            "description": "add (create a job), list (show jobs), remove (delete a job).",
+            "description": "add (create a job), list (show this thread's jobs), remove (delete "
+            "one of them).",
         },
         "message": {
             "type": "string",
@@ -113,7 +118,7 @@ class CronTool:
         "(recurring, optionally delaySeconds before the first run), delaySeconds alone (once), "
         "dailyHour/dailyMinute or dailyTime 'HH:mm' (daily), cronExpr (5-field cron); "
         "timeZone applies to daily and cron jobs. Each run is a turn in this thread. "
-        "action=list shows jobs; action=remove deletes one by jobId."
+        "action=list shows this thread's jobs; action=remove deletes one of them by jobId."
     )
     input_schema = _SCHEMA
 
@@ -169,7 +174,10 @@ class CronTool:
                 "nextRunAtMs": job.state.next_run_at_ms,
             }
         elif action == "list":
-            jobs = await self.service.list_jobs(include_disabled=True)
+            # This thread's jobs only (the stored thread: a dedicated job's too,
+            # once its first run made the thread).
+            records = await self.service.repo.list_jobs(include_disabled=True)
+            jobs = [job_info(job) for job in records if job.thread_id == ctx.thread_id]
             answer = {
                 "count": len(jobs),
                 "jobs": [
@@ -187,7 +195,10 @@ class CronTool:
             }
         else:
             job_id = plan.resolved["jobId"]
-            removed = await self.service.remove_job(job_id)
+            stored = await self.service.repo.get(job_id)
+            # Another thread's job is not this thread's to see: not found, as an unknown id.
+            mine = stored is not None and stored.thread_id == ctx.thread_id
+            removed = await self.service.remove_job(job_id) if mine else None
             answer = {"status": "removed" if removed else "not_found", "jobId": job_id}
         return ToolOutcome(True, json.dumps(answer, separators=(",", ":")))
 

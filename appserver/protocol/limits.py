@@ -53,6 +53,9 @@ MAX_THREAD_CONFIG_BYTES = 256 * 1024
 """A thread's configuration (``thread/start`` ``config``, ``thread/config/update``), as JSON."""
 MAX_SERVER_CONFIG_BYTES = 64 * 1024
 """An MCP server or external channel configuration, as JSON."""
+MAX_PLAN_BYTES = 256 * 1024
+"""A thread's plan (the model's ``CreatePlan``/``UpdateTodos``), as JSON: it is stored, sent
+whole with each ``plan/updated`` and returned by ``thread/read``."""
 
 # --- frames ----------------------------------------------------------------------------
 

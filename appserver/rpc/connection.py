@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import itertools
-import json
 import logging
 import os
 import time
@@ -31,6 +30,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from appserver.protocol import errors as E
+from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.protocol.encoding import scrub_surrogates
 from appserver.protocol.errors import RpcError
 from appserver.rpc import framing
@@ -344,6 +344,8 @@ class Connection:
         self.state = State.CLOSED
         self.outbox.close()
         for waiter in self._pending.values():
+            if waiter.done.is_set():
+                continue  # answered before the close: that answer stands
             waiter.error = PeerClosed(f"connection closed: {reason}")
             waiter.done.set()
         self._pending.clear()
@@ -391,9 +393,10 @@ class Connection:
 
     async def _handle_frame(self, frame: str) -> None:
         try:
-            message = json.loads(frame)
-        except (ValueError, RecursionError):
-            self._put(framing.error_frame(None, RpcError(E.PARSE_ERROR, "Parse error").to_wire()))
+            message = loads_client(frame)  # the bounded decoder every door uses
+        except JsonRejected as exc:
+            error = RpcError(E.PARSE_ERROR, "Parse error", {"detail": str(exc)})
+            self._put(framing.error_frame(None, error.to_wire()))
             return
         if isinstance(message, list):
             # Batches are refused: no DotCraft or Codex client sends them and
@@ -418,7 +421,9 @@ class Connection:
             return
         method = message.get("method")
         if method is None:
-            if has_id and ("result" in message or "error" in message):
+            if has_id and ("result" in message or "error" in message or self._waits_for(raw_id)):
+                # An answer to a server->client request; one with neither
+                # result nor error still answers (as a refusal), at once.
                 self._on_response(raw_id, message)
                 return
             self._put(
@@ -447,15 +452,40 @@ class Connection:
         except Exception:
             log.exception("notification %s failed on %r", method, self)
 
+    def _waits_for(self, raw_id: Any) -> bool:
+        """Whether ``raw_id`` names a server->client request still waiting."""
+        return isinstance(raw_id, int) and raw_id in self._pending
+
     def _on_response(self, raw_id: Any, message: dict[str, Any]) -> None:
+        """Settle the request ``raw_id`` names with its first answer.
+
+        Only the first answer counts: a later one (two answers in one write
+        both arrive before the waiting task wakes) must not replace it, or
+        ``decline`` then ``accept`` would run what was declined. Later answers,
+        and answers to requests nobody waits for any more, are ignored and
+        logged. An answer with neither ``result`` nor ``error`` is an error
+        answer (approvals fail closed on it).
+        """
         waiter = self._pending.get(raw_id) if isinstance(raw_id, int) else None
-        if waiter is None:
-            return  # stray response: ignore
+        if waiter is None or waiter.done.is_set():
+            log.warning(
+                "%r: ignored an answer to server request %.40r: %s",
+                self,
+                raw_id,
+                "it was already answered (the first answer counts)"
+                if waiter is not None
+                else "no request of that id is waiting (answered, timed out or never sent)",
+            )
+            return
         # What the client answers becomes items, tool results and stored rows.
         if "error" in message:
             waiter.error = PeerErrorResponse(scrub_surrogates(message["error"]))
+        elif "result" in message:
+            waiter.result = scrub_surrogates(message["result"])
         else:
-            waiter.result = scrub_surrogates(message.get("result"))
+            waiter.error = PeerErrorResponse(
+                {"code": E.INVALID_REQUEST, "message": "an answer with neither result nor error"}
+            )
         waiter.done.set()
 
     async def _on_request(self, request_id: RequestId, method: str, params: Any) -> None:

@@ -12,7 +12,7 @@ Order of checks for one :class:`~appserver.tools.base.ApprovalNeed`:
    ``scope`` picks the exact command or the wider scope, or from
    ``acceptAlways``; outside the workspace a key names the one path or
    working directory) or a persisted ``acceptAlways`` grant for the exact
-   (kind, operation, target).
+   call (:func:`stored_grant`).
 4. ``interrupt`` policy: the turn is cancelled at the first gated operation.
 5. Otherwise every participant watching the turn that can answer approvals
    is asked through its front door (:meth:`Participant.ask_approval`; the
@@ -31,7 +31,6 @@ These rules live here once, for every front door.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
 from collections.abc import Callable, Mapping
@@ -42,93 +41,40 @@ import anyio
 from anyio.abc import TaskGroup
 
 from appserver.protocol.base import WireModel
-from appserver.protocol.turns import ApprovalRequestParams, SessionScope
+from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.events import Participant, QuestionRefused, QuestionUnanswered
+from appserver.runtime.grant_keys import (  # the keys are importable from here too
+    grant_key,
+    one_line,
+    scope_key,
+    session_scopes,
+    shell_command_key,
+    stored_grant,
+)
 from appserver.storage.threads import EventRepository
 from appserver.tools.base import ApprovalNeed
 
 log = logging.getLogger("appserver.approvals")
 
+__all__ = [
+    "DECISIONS",
+    "SCOPES",
+    "ApprovalBroker",
+    "PendingApproval",
+    "Verdict",
+    "grant_key",
+    "parse_answer",
+    "parse_decision",
+    "scope_key",
+    "session_scopes",
+    "shell_command_key",
+    "stored_grant",
+]
+
 DECISIONS = ("accept", "acceptForSession", "acceptAlways", "decline", "cancel")
 
 
 SCOPES = ("exact", "wider")
-
-
-def _place_key(need: ApprovalNeed) -> str:
-    """The grant key of an operation anywhere in the workspace (DotCraft's keys:
-    ``shell:*``, ``file:<operation>``), or of that one place outside it
-    (``shell:*:<workdir>``, ``file:<operation>:<path>``): approving a write in
-    the workspace never lets a write to ``~/.bashrc`` through, and one read
-    outside never lets ``/etc/passwd`` through."""
-    if need.kind == "shell":
-        return f"shell:*:{need.target}" if need.outside_workspace else "shell:*"
-    if need.kind == "file":
-        operation = need.operation.lower()
-        if need.outside_workspace:
-            return f"file:{operation}:{need.target}"
-        return f"file:{operation}"
-    return f"{need.kind}:{need.operation}:{need.target}"
-
-
-def shell_command_key(need: ApprovalNeed) -> str:
-    """The key of one shell command line in one working directory.
-
-    ``shell:cmd-<digest>``, the digest being 16 hex digits of SHA-256 over the
-    directory and the command (so keys stay short and one line whatever the
-    command); outside the workspace the directory follows, as every key there
-    names its place: ``shell:cmd-<digest>:<workdir>``.
-    """
-    digest = hashlib.sha256(f"{need.target}\0{need.operation}".encode()).hexdigest()[:16]
-    key = f"shell:cmd-{digest}"
-    return f"{key}:{need.target}" if need.outside_workspace else key
-
-
-def session_scopes(need: ApprovalNeed) -> list[SessionScope]:
-    """What ``acceptForSession`` of ``need`` can cover, the default first.
-
-    A shell command: ``exact`` (that command line in that directory) by
-    default, ``wider`` (every command in the workspace, or in that directory
-    outside it) only when the answer asks for it. A file operation: one scope,
-    the operation anywhere in the workspace (or on that one path outside).
-    """
-    if need.kind == "shell":
-        where = need.target if need.outside_workspace else "the workspace"
-        return [
-            SessionScope(
-                scope="exact",
-                scope_key=shell_command_key(need),
-                description=(
-                    f"this command (`{_short(need.operation, 80)}`) in {need.target} "
-                    "for the rest of this thread"
-                ),
-            ),
-            SessionScope(
-                scope="wider",
-                scope_key=_place_key(need),
-                description=f"every shell command in {where} for the rest of this thread",
-            ),
-        ]
-    if need.kind == "file":
-        operation = need.operation.lower()
-        where = need.target if need.outside_workspace else "any path in the workspace"
-        description = f"file {operation} of {where} for the rest of this thread"
-    else:
-        description = f"{need.kind} {need.operation} on {need.target} for the rest of this thread"
-    return [SessionScope(scope="exact", scope_key=_place_key(need), description=description)]
-
-
-def scope_key(need: ApprovalNeed) -> str:
-    """What a session grant covers by default (``sessionScopes[0]``)."""
-    return session_scopes(need)[0].scope_key
-
-
-def grant_key(need: ApprovalNeed, scope: str) -> str:
-    """The key ``acceptForSession`` with ``scope`` grants; anything but a
-    ``wider`` the request offered is the default (fail closed: narrower)."""
-    scopes = session_scopes(need)
-    chosen = next((s for s in scopes if s.scope == scope), scopes[0])
-    return chosen.scope_key
 
 
 def parse_decision(decision: object) -> str:
@@ -299,7 +245,7 @@ class ApprovalBroker:
         grants = self._session_grants.get(thread_id, set())
         if any(scope.scope_key in grants for scope in session_scopes(need)):
             return Verdict("accept")
-        if await self.events.is_granted(need.kind, need.operation, need.target):
+        if await self.events.is_granted(*stored_grant(need)):
             return Verdict("accept")
         if policy == "interrupt":
             return Verdict("cancel", fallback="approvalPolicy is interrupt")
@@ -328,7 +274,7 @@ class ApprovalBroker:
             params.thread_id,
             params.item_id,
             params.approval_type,
-            _short(params.operation),
+            one_line(params.operation),
             params.target,
             len(capable),
             extra=fields,
@@ -392,7 +338,7 @@ class ApprovalBroker:
             self._session_grants.setdefault(thread_id, set()).add(grant_key(need, scope))
         if decision == "acceptAlways":
             self._session_grants.setdefault(thread_id, set()).add(scope_key(need))
-            await self.events.grant(need.kind, need.operation, need.target, now)
+            await self.events.grant(*stored_grant(need), now)
 
     def forget_thread(self, thread_id: str) -> None:
         self._session_grants.pop(thread_id, None)
@@ -414,12 +360,6 @@ class ApprovalBroker:
             fallback=f"{reasons[code]}; resolved as {decision}",
             fallback_code=code,
         )
-
-
-def _short(text: str, limit: int = 200) -> str:
-    """``text`` on one line, cut to ``limit`` characters (a command can be a script)."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _log_fields(params: ApprovalRequestParams) -> dict[str, str]:

@@ -6,6 +6,11 @@ Neither needs approval: they only write the plan. Where the plan is kept and
 who hears about it is the runtime's business, behind :class:`PlanStore`
 (the runtime attaches its store with :func:`attach_plan_store`); each call
 stores the whole plan, which the runtime announces as ``plan/updated``.
+
+A plan is bounded like every stored string (``protocol.limits``): the title
+is a label, todo ids are names, and the whole plan is at most
+:data:`~appserver.protocol.limits.MAX_PLAN_BYTES` as JSON. A call that would
+pass a bound fails with a tool error and stores nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol, get_args
 
+from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_PLAN_BYTES, encoded_size
 from appserver.protocol.plans import Plan, PlanTodo, TodoPriority, TodoStatus
 from appserver.tools.args import check_keys, get_str, require_str
 from appserver.tools.base import Tool, ToolContext, ToolError, ToolOutcome, ToolPlan
@@ -80,6 +86,23 @@ def _todo_entries(arguments: dict[str, Any]) -> list[dict[str, Any]]:
     return todos
 
 
+def _todo_id(value: str) -> str:
+    if len(value) > MAX_NAME_CHARS:
+        raise ToolError(f"a todo id must be at most {MAX_NAME_CHARS} characters")
+    return value
+
+
+def size_error(plan: Plan) -> str | None:
+    """Why ``plan`` is too large to store, or ``None`` when it fits."""
+    size = encoded_size(plan)
+    if size <= MAX_PLAN_BYTES:
+        return None
+    return (
+        f"the plan would be {size:,} bytes as JSON; a plan holds at most {MAX_PLAN_BYTES:,} "
+        "bytes. Nothing was stored: keep the overview, content and todos short"
+    )
+
+
 def render(plan: Plan) -> str:
     """The plan as the model reads it back: title, progress, one line per todo."""
     done = sum(1 for todo in plan.todos if todo.status == "completed")
@@ -134,7 +157,9 @@ class CreatePlanTool(_PlanTool):
         check_keys(arguments, ("title", "overview", "content", "todos"))
         todos: list[PlanTodo] = []
         for position, entry in enumerate(_todo_entries(arguments), start=1):
-            todo_id = get_str(entry, "id", required=False, allow_empty=False) or str(position)
+            todo_id = _todo_id(
+                get_str(entry, "id", required=False, allow_empty=False) or str(position)
+            )
             if any(todo.id == todo_id for todo in todos):
                 raise ToolError(f"todo id {todo_id!r} is used twice")
             todos.append(
@@ -145,12 +170,18 @@ class CreatePlanTool(_PlanTool):
                     status=_choice(entry, "status", STATUSES) or "pending",
                 )
             )
+        title = require_str(arguments, "title", allow_empty=False)
+        if len(title) > MAX_LABEL_CHARS:
+            raise ToolError(f"title must be at most {MAX_LABEL_CHARS} characters")
         plan = Plan(
-            title=require_str(arguments, "title", allow_empty=False),
+            title=title,
             overview=require_str(arguments, "overview"),
             content=get_str(arguments, "content", required=False) or "",
             todos=todos,
         )
+        too_large = size_error(plan)
+        if too_large is not None:
+            raise ToolError(too_large)
         return ToolPlan(tool=self.name, arguments=arguments, resolved={"plan": plan})
 
     async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
@@ -191,7 +222,7 @@ class UpdateTodosTool(_PlanTool):
             raise ToolError("argument todos must name at least one todo")
         changes = []
         for entry in entries:
-            change: dict[str, Any] = {"id": require_str(entry, "id", allow_empty=False)}
+            change: dict[str, Any] = {"id": _todo_id(require_str(entry, "id", allow_empty=False))}
             content = get_str(entry, "content", required=False, allow_empty=False)
             if content is not None:
                 change["content"] = content
@@ -226,6 +257,9 @@ class UpdateTodosTool(_PlanTool):
             )
             order.append(todo_id)
         updated = current.model_copy(update={"todos": [todos[todo_id] for todo_id in order]})
+        too_large = size_error(updated)
+        if too_large is not None:
+            return ToolOutcome(False, f"Error: {too_large}")
         await store.save(ctx.thread_id, updated)
         return ToolOutcome(True, "Todos updated.\n" + render(updated))
 

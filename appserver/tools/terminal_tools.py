@@ -10,8 +10,12 @@ tools then work on the terminals of the model's own thread (DotCraft's
   and returns its state and the tail of its output; empty input only polls.
 * ``stop_terminal {session_id}`` kills the terminal and everything it started.
 
-Neither asks for approval: the command was approved when it started, and
-they reach only terminals of the same thread.
+They reach only terminals of the same thread. ``write_stdin`` with input
+for a terminal that takes it asks for approval as a shell call does (the
+terminal's command was approved when it started, what is typed into it was
+not): the prompt shows the input, the terminal and its directory; a session
+grant covers that input to that terminal (``exact``) or any input to it
+(``wider``). Polling (empty input) and ``stop_terminal`` ask nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 
 from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.args import check_keys, get_int, get_str, require_str
-from appserver.tools.base import Tool, ToolContext, ToolOutcome, ToolPlan
+from appserver.tools.base import ApprovalNeed, Tool, ToolContext, ToolOutcome, ToolPlan
+from appserver.tools.sandbox import Sandbox
 from appserver.tools.terminals import (
     DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_YIELD_MS,
@@ -87,6 +92,7 @@ class WriteStdinTool(_TerminalTool):
         "Write input to a background terminal started by shell with run_in_background, or pass "
         "empty input to poll it for new output. Only terminals started with interactive have "
         "their stdin open (a pipe, not a TTY); include \\n where the program expects Enter. "
+        "Input needs the user's approval (polling does not). "
         "Returns the terminal's status and the tail of its output after yield_time_ms."
     )
     input_schema: dict[str, Any] = {
@@ -110,18 +116,48 @@ class WriteStdinTool(_TerminalTool):
     }
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
-        """Check the arguments; no approval (the command was approved when it started)."""
+        """Check the arguments; input to a terminal that takes it needs approval."""
         check_keys(arguments, ("session_id", "input", "yield_time_ms", "max_output_chars"))
+        session_id = require_str(arguments, "session_id", allow_empty=False)
+        text = get_str(arguments, "input", required=False) or ""
         return ToolPlan(
             tool=self.name,
             arguments=arguments,
+            approval=self._input_need(session_id, text, ctx) if text else None,
             resolved={
-                "session_id": require_str(arguments, "session_id", allow_empty=False),
-                "input": get_str(arguments, "input", required=False) or "",
+                "session_id": session_id,
+                "input": text,
                 "yield_ms": get_int(arguments, "yield_time_ms", minimum=0),
                 # 0 is the default too: the model never gets the whole 1 MiB kept.
                 "max_chars": get_int(arguments, "max_output_chars", minimum=0) or None,
             },
+        )
+
+    def _input_need(self, session_id: str, text: str, ctx: ToolContext) -> ApprovalNeed | None:
+        """What typing ``text`` into the terminal asks; ``None`` when the write
+        cannot happen (no such running terminal of this thread, or its stdin is
+        closed: the call fails without asking)."""
+        if self.terminals is None:
+            return None
+        found = self.terminals.input_target(session_id, thread_id=ctx.thread_id)
+        if found is None:
+            return None
+        command, directory = found
+        sandbox = Sandbox(ctx.workspace)
+        place = sandbox.resolve(directory)
+        outside = "" if place.inside else " (outside the workspace)"
+        shown = " ".join(command.split())
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        return ApprovalNeed(
+            kind="shell",
+            operation=text,
+            target=directory,
+            reason=(
+                f"Write input to background terminal {session_id} (`{shown}`, "
+                f"in {sandbox.display(place)}{outside})"
+            ),
+            outside_workspace=not place.inside,
+            terminal=session_id,
         )
 
     async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
