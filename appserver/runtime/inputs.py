@@ -1,9 +1,15 @@
 """Turning ``turn/start`` input parts into what the model sees.
 
 ``text`` stays as is. ``fileRef`` inlines a workspace file (capped).
-``localImage`` reads an image file in the workspace (the same rule as
-``fileRef``: a path that resolves outside it, symlinks followed, is not
-read); ``image`` fetches an http(s) URL,
+``localImage`` reads an image file in the workspace. Both decide "in the
+workspace" with the tools' one rule (``tools.sandbox.in_workspace``): a path
+that resolves outside it, symlinks followed, is not read, and neither is
+anything in the server's state directory ``.craft/`` (its config holds API
+keys), except that ``localImage`` may read the server's own image store
+(``.craft/attachments/images/``, where the faces and image URLs put what
+they receive). The file is then opened without following links
+(``tools.nofollow``), so a link swapped in after the check is not read.
+``image`` fetches an http(s) URL,
 refusing private, loopback and link-local addresses (checked at connect
 time, so DNS rebinding cannot sneak past), with a timeout and size cap, and
 stores the bytes once under ``.craft/attachments/images/``. Any failure
@@ -16,6 +22,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +40,9 @@ from appserver.protocol.turns import (
 )
 from appserver.providers.base import ImagePart
 from appserver.runtime.errors import InvalidInput
+from appserver.tools.base import ToolError
+from appserver.tools.nofollow import PathChanged, open_regular
+from appserver.tools.sandbox import ResolvedPath, Sandbox
 
 log = logging.getLogger("appserver.inputs")
 
@@ -83,6 +93,7 @@ class Resolved:
 class InputMaterializer:
     def __init__(self, workspace: Path, attachments: Path, allow_private_urls: bool = False):
         self.workspace = workspace.resolve()
+        self.sandbox = Sandbox(self.workspace)
         self.attachments = attachments
         self.allow_private_urls = allow_private_urls
         # Filled by the skills and commands families: part type -> resolver.
@@ -106,7 +117,7 @@ class InputMaterializer:
                 text = await anyio.to_thread.run_sync(self._read_file, part)
                 result.materialized_parts.append({"type": "text", "text": text})
             elif isinstance(part, LocalImagePart):
-                if self._inside(part.path) is None:
+                if self._image_path(part.path) is None:
                     placeholder = f"[localImage:{part.path}: outside the workspace]"
                     result.materialized_parts.append({"type": "text", "text": placeholder})
                     continue
@@ -134,14 +145,29 @@ class InputMaterializer:
             result.materialized_parts.append({"type": "localImage", **image})
             result.images.append(image)
 
-    def _inside(self, path: str) -> Path | None:
-        """``path`` (relative to the workspace) resolved, or ``None`` if it lies
-        outside (or cannot be a path at all: a NUL byte)."""
+    def _resolve(self, path: str) -> ResolvedPath | None:
+        """``path`` (relative to the workspace) resolved, or ``None`` if it
+        cannot be a path at all (empty, a NUL byte)."""
         try:
-            resolved = (self.workspace / path).resolve()
-        except (ValueError, OSError):
+            return self.sandbox.resolve(path)
+        except (ToolError, ValueError, OSError):
             return None
-        return resolved if resolved.is_relative_to(self.workspace) else None
+
+    def _inside(self, path: str) -> Path | None:
+        """``path`` resolved if it lies in the workspace (the tools' rule:
+        ``.craft/`` is outside), else ``None``."""
+        resolved = self._resolve(path)
+        return resolved.path if resolved is not None and resolved.inside else None
+
+    def _image_path(self, path: str) -> Path | None:
+        """``path`` resolved if a ``localImage`` may read it: in the workspace,
+        or in the server's own image store (only sniffed images are read, so
+        the store is no way to reach the rest of ``.craft/``)."""
+        resolved = self._resolve(path)
+        if resolved is None:
+            return None
+        store = Path(os.path.realpath(self.attachments))
+        return resolved.path if resolved.inside or resolved.path.is_relative_to(store) else None
 
     def _read_file(self, part: FileRefPart) -> str:
         shown = part.display_path or part.path
@@ -149,8 +175,10 @@ class InputMaterializer:
         if path is None:
             return f"[fileRef:{shown}: outside the workspace]"
         try:
-            with path.open("rb") as handle:
+            with open(open_regular(path, os.O_RDONLY), "rb") as handle:
                 data = handle.read(MAX_FILE_BYTES + 1)
+        except PathChanged:
+            return f"[fileRef:{shown}: changed while being read]"
         except OSError as exc:
             return f"[fileRef:{shown}: {exc.strerror or 'unreadable'}]"
         truncated = len(data) > MAX_FILE_BYTES
@@ -159,13 +187,13 @@ class InputMaterializer:
         return f'<file path="{shown}">\n{text}{note}\n</file>'
 
     def _local_image(self, part: LocalImagePart) -> dict[str, Any] | None:
-        path = self._inside(part.path)
+        path = self._image_path(part.path)
         if path is None:
             return None
         try:
-            with path.open("rb") as handle:
+            with open(open_regular(path, os.O_RDONLY), "rb") as handle:
                 data = handle.read(MAX_IMAGE_BYTES + 1)
-        except OSError:
+        except (PathChanged, OSError):
             return None
         sniffed = sniff_image(data)
         if len(data) > MAX_IMAGE_BYTES or sniffed is None:

@@ -32,7 +32,14 @@ class ApprovalNeed:
     ``read|write|edit|list`` for file. ``target``: working directory for
     shell, the resolved path for file. ``outside_workspace``: the call
     touches a path outside the workspace (subject to
-    ``requireApprovalOutsideWorkspace``).
+    ``requireApprovalOutsideWorkspace``). ``diff``: for ``write`` and
+    ``edit``, a unified diff of the file as it is when planned against what
+    the call would write (``tools.file_diff``; bounded), for the prompt.
+    ``background``/``interactive``: a shell command run as a background
+    terminal (with its stdin open); shown in the prompt and part of the grant
+    key, so a grant of the plain command does not cover them.
+    ``terminal``: the background terminal (session id) that ``write_stdin``
+    types ``operation`` into (``kind`` ``shell``, ``target`` its directory).
     """
 
     kind: str  # shell, file, or a client tool's kind (remoteResource, ...)
@@ -40,6 +47,10 @@ class ApprovalNeed:
     target: str
     reason: str
     outside_workspace: bool = False
+    diff: str | None = None
+    background: bool = False
+    interactive: bool = False
+    terminal: str | None = None
 
 
 @dataclass

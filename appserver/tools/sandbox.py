@@ -6,6 +6,12 @@ points outside is reported as outside, and a path that does not exist yet is
 judged by where its existing parent really is. The server's own state,
 ``<workspace>/.craft``, counts as outside. The sandbox never refuses a path
 for being outside: it reports ``inside`` and the approval flow decides.
+
+:func:`in_workspace` is the one rule of "inside": the tools use it through
+:meth:`Sandbox.resolve`, and so do the turn's input parts (``fileRef``,
+``localImage`` in ``runtime.inputs``). Resolving is not opening: the tools
+open what they resolved without following links (``tools.nofollow``), so a
+link swapped in after the check fails the call.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ class ResolvedPath:
 # plugins, skills): for the tools it lies outside, so the model reaches it only
 # through an approval that names the path.
 STATE_DIR = ".craft"
+
+
+def in_workspace(root: Path, resolved: Path) -> bool:
+    """Whether ``resolved`` lies in the workspace ``root`` (both absolute and
+    symlink-free) and not in its state directory ``.craft`` (database, config
+    with API keys, plugins): the one rule for tools and input parts alike."""
+    return resolved.is_relative_to(root) and not resolved.is_relative_to(root / STATE_DIR)
 
 
 class Sandbox:
@@ -63,8 +76,7 @@ class Sandbox:
         resolved = Path(os.path.realpath(os.path.join(root, path)))
         if must_exist and not os.path.exists(resolved):
             raise ToolError(f"{path}: no such file or directory")
-        inside = resolved.is_relative_to(root) and not resolved.is_relative_to(root / STATE_DIR)
-        return ResolvedPath(path=resolved, inside=inside)
+        return ResolvedPath(path=resolved, inside=in_workspace(root, resolved))
 
     def display(self, resolved: ResolvedPath) -> str:
         """How a path is shown to the model: workspace-relative when inside."""

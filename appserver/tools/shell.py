@@ -33,7 +33,9 @@ after ``yield_time_ms`` with a session id and the output so far, and the
 ``commandExecution`` item completes as ``backgrounded`` (or as the command
 ended, if it ended sooner). ``interactive`` keeps its stdin open for
 ``write_stdin``; ``max_output_chars`` caps the output returned. The approval
-is the same as for any command.
+prompt says how the command runs, and its grant covers only that (a grant of
+the plain command does not cover it in the background); input written later
+with ``write_stdin`` is asked on its own.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutco
 from appserver.tools.editor_terminal import run_in_editor_terminal
 from appserver.tools.environment import tool_environment
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group
+from appserver.tools.nofollow import PathChanged, open_directory
 from appserver.tools.reaper import REAPER
 from appserver.tools.sandbox import Sandbox
 from appserver.tools.terminal_tools import format_terminal
@@ -264,8 +267,14 @@ class ShellTool:
             timeout_s = min(timeout_ms / 1000, self.max_timeout_s)
         outside = "" if cwd.inside else " (outside the workspace)"
         if interactive:
-            # write_stdin asks nothing: approving this approves what the agent types into it.
-            outside += "; interactive: the agent can type into it later without asking again"
+            # The prompt shows how it runs; what the agent types into it later
+            # (write_stdin) is asked separately.
+            outside += (
+                ", as a background terminal with its stdin open (each input the agent "
+                "writes to it is asked separately)"
+            )
+        elif background:
+            outside += ", as a background terminal (it keeps running after this call)"
         display = sandbox.display(cwd)
         return ToolPlan(
             tool=self.name,
@@ -276,6 +285,8 @@ class ShellTool:
                 target=str(cwd.path),
                 reason=f"Run a shell command in {display}{outside}",
                 outside_workspace=not cwd.inside,
+                background=background,
+                interactive=interactive,
             ),
             resolved={
                 "command": command,
@@ -290,19 +301,33 @@ class ShellTool:
 
     async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
         """Run the command; see the module docstring for the outcome rules."""
+        cwd: Path = plan.resolved["cwd"]
+        # The approval named this directory: open it without following any
+        # link and start the command in the opened directory itself
+        # (/proc/self/fd/N: the child's chdir happens before exec closes the
+        # descriptor), so a link swapped in since then fails the call instead
+        # of running it somewhere else.
+        try:
+            workdir_fd = open_directory(cwd)
+        except (PathChanged, OSError) as exc:
+            why = str(exc) if isinstance(exc, PathChanged) else f"cannot open {cwd}: {exc}"
+            return ToolOutcome(
+                success=False,
+                output=why,
+                details={"exit_code": None, "working_directory": str(cwd)},
+            )
+        try:
+            return await self._run_opened(plan, ctx, f"/proc/self/fd/{workdir_fd}")
+        finally:
+            os.close(workdir_fd)
+
+    async def _run_opened(self, plan: ToolPlan, ctx: ToolContext, start_in: str) -> ToolOutcome:
+        """:meth:`run` once the working directory is open; ``start_in`` is it."""
         command: str = plan.resolved["command"]
         cwd: Path = plan.resolved["cwd"]
         timeout_s: float = plan.resolved["timeout_s"]
-        if os.path.realpath(cwd) != str(cwd):
-            # The approval named this directory; a link swapped in since then
-            # would run the command somewhere else.
-            return ToolOutcome(
-                success=False,
-                output=f"{cwd} changed (a symlink appeared) since the command was approved",
-                details={"exit_code": None, "working_directory": str(cwd)},
-            )
         if plan.resolved.get("background"):
-            return await self._run_in_background(plan, ctx)
+            return await self._run_in_background(plan, ctx, start_in)
         if ctx.editor_terminals is not None:
             # The bound IDE runs it in its own terminal (acpExtensions.terminalCreate).
             return await run_in_editor_terminal(
@@ -318,7 +343,7 @@ class ShellTool:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                cwd=cwd,
+                cwd=start_in,
                 env=tool_environment(self.pass_env),
                 start_new_session=True,
             )
@@ -378,7 +403,9 @@ class ShellTool:
             },
         )
 
-    async def _run_in_background(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+    async def _run_in_background(
+        self, plan: ToolPlan, ctx: ToolContext, start_in: str
+    ) -> ToolOutcome:
         """Start a background terminal; its snapshot after ``yield_time_ms``."""
         command: str = plan.resolved["command"]
         cwd: Path = plan.resolved["cwd"]
@@ -392,6 +419,7 @@ class ShellTool:
                 call_id=ctx.call_id,
                 command=command,
                 cwd=cwd,
+                start_in=start_in,
                 argv=[self.shell, "-c", command],
                 env=tool_environment(self.pass_env),
                 interactive=plan.resolved["interactive"],

@@ -320,9 +320,14 @@ class TerminalManager:
         interactive: bool = False,
         yield_ms: int | None = None,
         max_output_chars: int | None = None,
+        start_in: str | None = None,
     ) -> BackgroundTerminal:
         """Start ``argv`` (``bash -c command``) in the background; return after
-        ``yield_ms`` (or once it ends, if sooner) with its snapshot."""
+        ``yield_ms`` (or once it ends, if sooner) with its snapshot.
+
+        ``start_in``: where the process starts if not ``cwd`` by name (the
+        shell passes its opened working directory, ``/proc/self/fd/N``);
+        ``cwd`` is what the terminal reports."""
         tg = self._tg
         if tg is None or self._closing:
             raise TerminalError(
@@ -351,7 +356,7 @@ class TerminalManager:
                     stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
-                    cwd=cwd,
+                    cwd=start_in or cwd,
                     env=dict(env),
                     start_new_session=True,
                 )
@@ -500,6 +505,17 @@ class TerminalManager:
         """The thread of a terminal this server runs."""
         terminal = self._active.get(session_id)
         return terminal.thread_id if terminal is not None else None
+
+    def input_target(self, session_id: str, *, thread_id: str) -> tuple[str, str] | None:
+        """``(command, working directory)`` of a running terminal of ``thread_id``
+        whose standard input is open (``interactive``); ``None`` for any other
+        (a write to it fails, so there is nothing to approve)."""
+        terminal = self._active.get(session_id)
+        if terminal is None or terminal.thread_id != thread_id:
+            return None
+        if terminal.process.stdin is None or terminal.status != "running":
+            return None
+        return terminal.command, terminal.working_directory
 
     # -- internals --------------------------------------------------------------------------
 

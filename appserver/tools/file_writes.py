@@ -1,0 +1,424 @@
+"""File tools that change files: ``write_file`` and ``edit_file``.
+
+Both always ask (the approval policy decides whether that means a prompt).
+When planned they read the file once, bounded, so the approval can show a
+unified diff of the file as it is against what the call would write
+(``ApprovalNeed.diff``, see ``tools.file_diff``).
+
+At run time the planned path is opened without following any symlink
+(``tools.nofollow``): a directory or the file swapped for a link fails the
+call. ``edit_file`` reads and writes through the one descriptor it opened,
+so what it writes is the file it read. A new file is created in the
+directory reached (``O_CREAT | O_EXCL``, never through a link); an existing
+one is overwritten in place, keeping its mode, owner and hard links.
+
+Hard links: a file with more than one link is the same file under other
+names, which may lie outside the workspace (the sandbox cannot tell where).
+The rule: the approval of a write or edit covers the link count it showed.
+A file that has more than one link when planned is asked about as if it lay
+outside the workspace (``autoApprove`` and workspace-wide grants do not
+cover it; ``requireApprovalOutsideWorkspace: false`` refuses it) and the
+prompt says "N hard links". At run time the opened file's link count must
+not exceed what the plan showed (1 when it showed nothing): otherwise the
+call fails and the file is not touched.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import anyio.to_thread
+
+from appserver.tools.args import check_keys, get_bool, require_str
+from appserver.tools.base import (
+    ApprovalNeed,
+    EditorFiles,
+    ToolContext,
+    ToolError,
+    ToolOutcome,
+    ToolPlan,
+)
+from appserver.tools.file_common import (
+    BINARY_SNIFF_BYTES,
+    PATH_DESCRIPTION,
+    FileFailure,
+    open_planned,
+    os_failure,
+    outside_note,
+    resolved_plan,
+)
+from appserver.tools.file_diff import DIFF_INPUT_MAX_BYTES, not_diffable, unified_diff
+from appserver.tools.nofollow import PathChanged, open_file, open_regular
+from appserver.tools.sandbox import ResolvedPath, Sandbox
+
+EDIT_MAX_BYTES = 10 * 1024 * 1024
+
+
+# --- what the plan saw -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """The file as the plan saw it."""
+
+    exists: bool
+    links: int  # st_nlink; 1 for a file that does not exist yet
+    text: str | None = None  # None: not shown (see ``why``), or no file
+    why: str = ""  # why ``text`` is not shown
+
+
+def _snapshot(path: Path, max_bytes: int = DIFF_INPUT_MAX_BYTES) -> _Snapshot:
+    """Read the file at ``path`` (no link followed), at most ``max_bytes``."""
+    try:
+        links = os.lstat(path).st_nlink
+    except FileNotFoundError:
+        return _Snapshot(exists=False, links=1)
+    except OSError as exc:
+        return _Snapshot(exists=True, links=1, why=exc.strerror or "unreadable")
+    try:
+        with open(open_regular(path, os.O_RDONLY), "rb") as handle:
+            links = os.fstat(handle.fileno()).st_nlink
+            raw = handle.read(max_bytes + 1)
+    except PathChanged:
+        return _Snapshot(exists=True, links=links, why="it changed (a symlink appeared)")
+    except OSError as exc:
+        return _Snapshot(exists=True, links=links, why=exc.strerror or "unreadable")
+    if len(raw) > max_bytes:
+        return _Snapshot(True, links, why=f"it is larger than {max_bytes // 1024} KiB")
+    if b"\0" in raw[:BINARY_SNIFF_BYTES]:
+        return _Snapshot(True, links, why="it looks like a binary file")
+    try:
+        return _Snapshot(True, links, text=raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _Snapshot(True, links, why="it is not UTF-8 text")
+
+
+def _links_note(snapshot: _Snapshot) -> str:
+    if snapshot.links <= 1:
+        return ""
+    return (
+        f"; it has {snapshot.links} hard links: this changes the file under every one of its "
+        "names, which may lie outside the workspace"
+    )
+
+
+def _need(
+    operation: str,
+    target: ResolvedPath,
+    reason: str,
+    snapshot: _Snapshot,
+    diff: str,
+) -> ApprovalNeed:
+    return ApprovalNeed(
+        kind="file",
+        operation=operation,
+        target=str(target.path),
+        reason=reason + _links_note(snapshot),
+        # A hard-linked file may be one outside: asked as outside (see the module docstring).
+        outside_workspace=not target.inside or snapshot.links > 1,
+        diff=diff,
+    )
+
+
+def _check_links(fd: int, display: str, links_shown: int) -> None:
+    """Refuse a file with more hard links than the approval showed."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise FileFailure(f"{display} is not a regular file")
+    if info.st_nlink > links_shown:
+        shown = "did not mention them" if links_shown <= 1 else f"showed {links_shown}"
+        raise FileFailure(
+            f"{display} has {info.st_nlink} hard links and the approval {shown}: writing it "
+            "would change the file under its other names too, which may lie outside the "
+            "workspace. Refused; the file is unchanged."
+        )
+
+
+def _overwrite(handle: BinaryIO, data: bytes) -> None:
+    """Replace the content of the open file in place."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(data)
+
+
+# --- write_file --------------------------------------------------------------
+
+
+def _open_for_write(path: Path) -> tuple[int, bool]:
+    """The file at ``path`` opened for writing, and whether it was created."""
+    try:
+        return open_regular(path, os.O_WRONLY), False
+    except FileNotFoundError:
+        pass  # the file or a parent directory is missing
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    return open_file(path, flags, create_parents=True), True
+
+
+def _write(path: Path, display: str, data: bytes, links_shown: int) -> bool:
+    try:
+        fd, created = _open_for_write(path)
+    except PathChanged as exc:
+        raise FileFailure(str(exc)) from None
+    with open(fd, "wb") as handle:  # on a descriptor: truncates nothing by itself
+        _check_links(fd, display, links_shown)
+        _overwrite(handle, data)
+    return created
+
+
+class WriteFileTool:
+    """``write_file``: create or overwrite a file with the given text."""
+
+    name = "write_file"
+    description = (
+        "Create a file or overwrite it entirely with the given content (UTF-8). Missing parent "
+        "directories are created. To change part of an existing file, prefer edit_file."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": PATH_DESCRIPTION},
+            "content": {"type": "string", "description": "The complete new content of the file."},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+
+    def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
+        """Resolve the path; writing always needs approval (the policy may auto-approve)."""
+        check_keys(arguments, ("path", "content"))
+        path = require_str(arguments, "path")
+        content = require_str(arguments, "content")
+        sandbox = Sandbox(ctx.workspace)
+        target = sandbox.resolve(path)
+        if target.path.is_dir():
+            raise ToolError(f"{path} is a directory")
+        data = content.encode("utf-8")
+        display = sandbox.display(target)
+        snapshot = _snapshot(target.path)
+        if snapshot.exists and snapshot.text is None:
+            diff = not_diffable(display, snapshot.why)
+        else:
+            diff = unified_diff(display, snapshot.text, content)
+        reason = f"Write {len(data)} bytes to {display}{outside_note(target)}"
+        approval = _need("write", target, reason, snapshot, diff)
+        return resolved_plan(
+            self.name, arguments, sandbox, target, approval, data=data, links=snapshot.links
+        )
+
+    async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+        """Write the file, creating parent directories."""
+        path: Path = plan.resolved["path"]
+        display: str = plan.resolved["display"]
+        data: bytes = plan.resolved["data"]
+        if ctx.editor is not None and ctx.editor.can_write:
+            await ctx.editor.write_text_file(str(path), data.decode("utf-8"))
+            return ToolOutcome(
+                success=True,
+                output=f"Wrote {len(data)} bytes to {display} (in the editor)",
+                details={"path": display, "bytes_written": len(data), "source": "editor"},
+            )
+        try:
+            created = await anyio.to_thread.run_sync(
+                _write, path, display, data, plan.resolved["links"]
+            )
+        except FileFailure as exc:
+            return ToolOutcome(success=False, output=str(exc))
+        except OSError as exc:
+            return os_failure("write", display, exc)
+        return ToolOutcome(
+            success=True,
+            output=f"Wrote {len(data)} bytes to {display}",
+            details={"path": display, "bytes_written": len(data), "created": created},
+        )
+
+
+# --- edit_file ---------------------------------------------------------------
+
+
+def _decode_for_edit(raw: bytes, display: str, max_bytes: int) -> str:
+    if len(raw) > max_bytes:
+        raise FileFailure(f"{display} is larger than {max_bytes} bytes; edit_file refuses it")
+    if b"\0" in raw[:BINARY_SNIFF_BYTES]:
+        raise FileFailure(f"{display} looks like a binary file (it contains NUL bytes)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # Decoding with replacement and writing back would corrupt the file.
+        raise FileFailure(f"{display} is not valid UTF-8 text; edit_file refuses it") from None
+
+
+def _read_for_edit(path: Path, display: str, max_bytes: int) -> str:
+    with open_planned(path) as handle:
+        return _decode_for_edit(handle.read(max_bytes + 1), display, max_bytes)
+
+
+def _edit(
+    path: Path,
+    display: str,
+    strings: tuple[str, str, bool],
+    max_bytes: int,
+    links_shown: int,
+) -> int:
+    # One descriptor for the read and the write: what is written is the file read.
+    with open_planned(path, os.O_RDWR) as handle:
+        _check_links(handle.fileno(), display, links_shown)
+        text = _decode_for_edit(handle.read(max_bytes + 1), display, max_bytes)
+        updated, count = _replace(text, display, *strings)
+        _overwrite(handle, updated.encode("utf-8"))
+    return count
+
+
+def _replace(text: str, display: str, old: str, new: str, replace_all: bool) -> tuple[str, int]:
+    count = text.count(old)
+    if count == 0:
+        raise FileFailure(
+            f"old_string was not found in {display}. It must match the file exactly, "
+            "including whitespace and indentation; read the file to check."
+        )
+    if count > 1 and not replace_all:
+        raise FileFailure(
+            f"old_string occurs {count} times in {display}. Include more surrounding text "
+            "to make it unique, or set replace_all to replace every occurrence."
+        )
+    updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    return updated, count
+
+
+def _write_edited(path: Path, display: str, text: str, links_shown: int) -> None:
+    with open_planned(path, os.O_WRONLY) as handle:
+        _check_links(handle.fileno(), display, links_shown)
+        _overwrite(handle, text.encode("utf-8"))
+
+
+def _edit_diff(display: str, snapshot: _Snapshot, old: str, new: str, replace_all: bool) -> str:
+    """The approval's diff of an edit; a line saying why when there is none."""
+    if snapshot.text is None:
+        return not_diffable(display, snapshot.why)
+    count = snapshot.text.count(old)
+    if count == 0:
+        return not_diffable(display, "old_string does not occur in the file now")
+    if count > 1 and not replace_all:
+        return not_diffable(display, f"old_string occurs {count} times and replace_all is false")
+    updated = snapshot.text.replace(old, new, -1 if replace_all else 1)
+    return unified_diff(display, snapshot.text, updated)
+
+
+class EditFileTool:
+    """``edit_file``: replace an exact string in a file."""
+
+    name = "edit_file"
+    description = (
+        "Replace an exact string in a UTF-8 text file. old_string must match the file "
+        "exactly (including whitespace and indentation) and, unless replace_all is true, "
+        "occur exactly once. Read the file first to copy the text precisely."
+    )
+    input_schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": PATH_DESCRIPTION},
+            "old_string": {
+                "type": "string",
+                "description": "The exact text to replace (must not be empty).",
+            },
+            "new_string": {
+                "type": "string",
+                "description": "The text to put in its place (may be empty to delete).",
+            },
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence instead of requiring exactly one "
+                "(default false).",
+            },
+        },
+        "required": ["path", "old_string", "new_string"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, *, max_bytes: int = EDIT_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+
+    def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
+        """Check the strings and resolve the file; editing always needs approval."""
+        check_keys(arguments, ("path", "old_string", "new_string", "replace_all"))
+        path = require_str(arguments, "path")
+        old = require_str(arguments, "old_string")
+        new = require_str(arguments, "new_string")
+        replace_all = get_bool(arguments, "replace_all")
+        if not old:
+            raise ToolError("old_string must not be empty; use write_file to create a file")
+        if old == new:
+            raise ToolError("old_string and new_string are identical; nothing would change")
+        sandbox = Sandbox(ctx.workspace)
+        target = sandbox.resolve(path, must_exist=True)
+        if target.path.is_dir():
+            raise ToolError(f"{path} is a directory")
+        display = sandbox.display(target)
+        snapshot = _snapshot(target.path)
+        what = "every occurrence of a string" if replace_all else "one string"
+        reason = f"Edit {display}{outside_note(target)}: replace {what}"
+        diff = _edit_diff(display, snapshot, old, new, replace_all)
+        approval = _need("edit", target, reason, snapshot, diff)
+        strings = {"old": old, "new": new, "replace_all": replace_all}
+        return resolved_plan(
+            self.name, arguments, sandbox, target, approval, links=snapshot.links, **strings
+        )
+
+    def _strings(self, plan: ToolPlan) -> tuple[str, str, bool]:
+        return plan.resolved["old"], plan.resolved["new"], plan.resolved["replace_all"]
+
+    async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
+        """Apply the replacement; no match or an ambiguous match is a failure."""
+        path: Path = plan.resolved["path"]
+        display: str = plan.resolved["display"]
+        if ctx.editor is not None and (ctx.editor.can_read or ctx.editor.can_write):
+            return await self._edit_in_editor(plan, ctx.editor)
+        try:
+            count = await anyio.to_thread.run_sync(
+                _edit, path, display, self._strings(plan), self.max_bytes, plan.resolved["links"]
+            )
+        except FileFailure as exc:
+            return ToolOutcome(success=False, output=str(exc))
+        except OSError as exc:
+            return os_failure("edit", display, exc)
+        noun = "occurrence" if count == 1 else "occurrences"
+        return ToolOutcome(
+            success=True,
+            output=f"Edited {display}: replaced {count} {noun}",
+            details={"path": display, "replacements": count},
+        )
+
+    async def _edit_in_editor(self, plan: ToolPlan, editor: EditorFiles) -> ToolOutcome:
+        """Edit the editor's text: read and write through it as far as it serves
+        (``ext/acp/fs/*``), the disk for the rest."""
+        path: Path = plan.resolved["path"]
+        display: str = plan.resolved["display"]
+        try:
+            if editor.can_read:
+                text = await editor.read_text_file(str(path), None, None)
+                if len(text.encode("utf-8")) > self.max_bytes:
+                    raise FileFailure(
+                        f"{display} is larger than {self.max_bytes} bytes; edit_file refuses it"
+                    )
+            else:
+                text = await anyio.to_thread.run_sync(_read_for_edit, path, display, self.max_bytes)
+            updated, count = _replace(text, display, *self._strings(plan))
+            if editor.can_write:
+                await editor.write_text_file(str(path), updated)
+            else:
+                await anyio.to_thread.run_sync(
+                    _write_edited, path, display, updated, plan.resolved["links"]
+                )
+        except FileFailure as exc:
+            return ToolOutcome(success=False, output=str(exc))
+        except OSError as exc:
+            return os_failure("edit", display, exc)
+        noun = "occurrence" if count == 1 else "occurrences"
+        return ToolOutcome(
+            success=True,
+            output=f"Edited {display}: replaced {count} {noun} (in the editor)",
+            details={"path": display, "replacements": count, "source": "editor"},
+        )
