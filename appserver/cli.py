@@ -123,7 +123,8 @@ def add_face_options(parser: argparse.ArgumentParser) -> None:
         "--approval-policy",
         choices=["default", "autoApprove", "interrupt"],
         help=(
-            "approval policy of the threads this face creates (default: the workspace's). Under "
+            "approval policy of the threads this face creates (default: yours, set with "
+            "workspace/config/update or in your own config.json, never the workspace's). Under "
             "`default` a gated tool call is asked of whoever can answer: this protocol's client "
             "where it has approval frames (Qwen can_use_tool, ACP session/request_permission), "
             "else a --websocket client watching the thread; with nobody to ask it is declined"
@@ -135,6 +136,15 @@ def add_face_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NAME",
         help="pass this secret-looking environment variable on to tool commands (repeatable)",
+    )
+    parser.add_argument(
+        "--trust-workspace",
+        action="store_true",
+        help=(
+            "trust this workspace's own files (.craft/: its database's MCP servers, cron jobs and "
+            "thread policies, its plugins), recorded in your settings for later starts; an "
+            "untrusted workspace serves but runs none of them (docs/security.md)"
+        ),
     )
     parser.add_argument(
         "--websocket",
@@ -210,6 +220,7 @@ def face_command(args: argparse.Namespace) -> int:
         provider_options=provider_options,
         tool_env=tuple(args.tool_env),
         websocket=websocket,
+        trust_workspace=args.trust_workspace,
     )
     from appserver.transport.stdio import claim_stdio
 
@@ -310,6 +321,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "with a postgresql:// store: the running turns of a node that stopped "
             "(three missed heartbeats, one every SECONDS/4) are failed by another node "
             "within this time (default 10)"
+        ),
+    )
+    serve.add_argument(
+        "--trust-workspace",
+        action="store_true",
+        help=(
+            "trust this workspace's own files (.craft/: its database's MCP servers, cron jobs and "
+            "thread policies, its plugins), recorded in your settings for later starts; an "
+            "untrusted workspace serves but runs none of them (docs/security.md)"
         ),
     )
     serve.add_argument(
@@ -535,6 +555,7 @@ def serve_command(args: argparse.Namespace) -> int:
         provider_options=provider_options,
         tool_env=tuple(args.tool_env),
         store=args.store,
+        trust_workspace=args.trust_workspace,
     )
     from appserver.transport.stdio import claim_stdio
 
@@ -569,6 +590,14 @@ def serve_command(args: argparse.Namespace) -> int:
             # Refused options (a non-loopback bind without token, a bad provider setting).
             print(f"appserver: {cause}", file=sys.stderr)
             return 2
+        from appserver.storage.failures import disk_failure
+
+        disk = disk_failure(cause)
+        if disk is not None:
+            # A full or failing disk: at open, or after `initialize` was answered
+            # (then the client's next request was told, see AppServer._start).
+            print(f"appserver: cannot start: {disk} (in {config.craft_dir})", file=sys.stderr)
+            return 1
         if isinstance(cause, OSError) or type(cause).__module__.startswith("asyncpg"):
             # Also a PostgreSQL store that refused us (authentication, no such database).
             print(f"appserver: {cause}", file=sys.stderr)

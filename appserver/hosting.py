@@ -32,7 +32,13 @@ from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
 from appserver.storage.db import locked_database
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.workspace_config import default_approval_policy, load_workspace_config
+from appserver.storage.trust import settle_trust
+from appserver.storage.user_settings import load_user_settings
+from appserver.storage.workspace_config import (
+    default_approval_policy,
+    load_workspace_config,
+    warn_ignored,
+)
 from appserver.tools.registry import ToolRegistry, default_tools
 
 if TYPE_CHECKING:
@@ -57,14 +63,16 @@ class HostOptions:
     websocket: ListenerOptions | None = None
     lock_wait: float = 0.0  # seconds to wait for another process to leave the workspace
     provider: Provider | None = None  # an already-built provider wins (tests)
+    trust_workspace: bool = False  # --trust-workspace (storage/trust.py)
 
     @property
     def craft_dir(self) -> Path:
         return self.workspace / ".craft"
 
 
-def provider_settings(options: HostOptions) -> ProviderSettings:
-    """The provider settings (flags > environment > workspace config), checked.
+def provider_settings(options: HostOptions, trusted: bool = False) -> ProviderSettings:
+    """The provider settings (flags > environment > the user's settings > the
+    workspace config, whose key and endpoint count only when ``trusted``), checked.
 
     Raises :class:`ProviderConfigError` for a bad value or a hosted provider
     without an API key (a custom ``base_url``, such as a local server, may
@@ -72,7 +80,13 @@ def provider_settings(options: HostOptions) -> ProviderSettings:
     """
     workspace_config = load_workspace_config(options.craft_dir)
     try:
-        settings = resolve_settings(options.provider_options, os.environ, workspace_config)
+        settings = resolve_settings(
+            options.provider_options,
+            os.environ,
+            workspace_config,
+            user=load_user_settings(options.workspace),
+            trusted=trusted,
+        )
     except ValueError as exc:
         raise ProviderConfigError(str(exc)) from None
     if settings.provider != "offline" and not settings.api_key and not settings.base_url:
@@ -102,21 +116,28 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
     process keeps the workspace past ``lock_wait``.
     """
     options.workspace = options.workspace.resolve()
-    provider = options.provider
-    if provider is None:
-        settings = provider_settings(options)
-        log.debug("workspace %s; %s", options.workspace, settings.describe())
-        provider = make_provider(settings)
+    if options.provider is None:
+        # Refused before the workspace is touched when no trust could help; the
+        # settings that count are known once its trust is (a trusted workspace's
+        # old .craft/config.json key).
+        provider_settings(options, trusted=True)
     tools = _tools(options)
     if options.websocket is not None:
-        async with _full_server(options, provider, tools) as runtime:
+        async with _full_server(options, tools) as runtime:
             yield runtime
         return
     lock = WorkspaceLock(options.craft_dir / "appserver.lock")
     info = {"workspacePath": str(options.workspace), "version": __version__}
     database = options.craft_dir / "appserver.db"
     async with locked_database(lock, database, info, options.lock_wait) as db:
-        workspace_config = load_workspace_config(options.craft_dir)
+        trust = await settle_trust(db, options.workspace, flag=options.trust_workspace)
+        provider = options.provider
+        if provider is None:
+            settings = provider_settings(options, trust.trusted)
+            log.debug("workspace %s; %s", options.workspace, settings.describe())
+            provider = make_provider(settings)
+        warn_ignored(load_workspace_config(options.craft_dir))
+        user_settings = load_user_settings(options.workspace)
         runtime = Runtime(
             db,
             options.workspace,
@@ -124,7 +145,8 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
             config=options.engine,
             tools=tools,
             attachments=options.craft_dir / "attachments" / "images",
-            default_approval_policy=lambda: default_approval_policy(workspace_config),
+            default_approval_policy=lambda: default_approval_policy(user_settings),
+            workspace_trusted=lambda: trust.trusted,
         )
         async with anyio.create_task_group() as tg:
             await tg.start(runtime.run)
@@ -138,9 +160,7 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
 
 
 @asynccontextmanager
-async def _full_server(
-    options: HostOptions, provider: Provider, tools: ToolRegistry
-) -> AsyncIterator[Runtime]:
+async def _full_server(options: HostOptions, tools: ToolRegistry) -> AsyncIterator[Runtime]:
     # Imported here: the method families cost start-up time a lean face saves.
     from appserver.server import AppServer, ServerConfig
 
@@ -150,15 +170,16 @@ async def _full_server(
         workspace=options.workspace,
         engine=options.engine,
         provider_options=options.provider_options,
-        provider=provider,
+        provider=options.provider,
         tool_env=options.tool_env,
+        trust_workspace=options.trust_workspace,
     )
-    async with (
-        AppServer.open(config, tools=tools, lock_wait=options.lock_wait) as server,
-        server.listen_websocket(websocket),
-    ):
-        endpoint = server.endpoints.get("appServerWebSocket")
-        # The same line `appserver app-server` prints, for scripts to wait on.
-        sys.stderr.write(f"appserver: listening on {endpoint}\n")
-        sys.stderr.flush()
-        yield server.runtime
+    async with AppServer.open(config, tools=tools, lock_wait=options.lock_wait) as server:
+        if options.provider is None:
+            provider_settings(options, server.trust.trusted)  # a face refuses a missing key
+        async with server.listen_websocket(websocket):
+            endpoint = server.endpoints.get("appServerWebSocket")
+            # The same line `appserver app-server` prints, for scripts to wait on.
+            sys.stderr.write(f"appserver: listening on {endpoint}\n")
+            sys.stderr.flush()
+            yield server.runtime

@@ -14,6 +14,7 @@ from typing import IO, TYPE_CHECKING, Any
 import anyio
 
 from appserver import __version__, startup
+from appserver.protocol.errors import INTERNAL_ERROR, RpcError
 from appserver.protocol.initialize import InitializeParams
 from appserver.providers import (
     ProviderSettings,
@@ -27,12 +28,16 @@ from appserver.runtime.engine_config import EngineConfig
 from appserver.services.advertised import advertised_capabilities
 from appserver.services.router import Router
 from appserver.storage.db import Database, Preparation, locked_database, parse_store
+from appserver.storage.failures import StorageFailed, disk_failure
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.nodes import new_node_id
 from appserver.storage.stores import shared_database
+from appserver.storage.trust import WorkspaceTrust, settle_trust
+from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import (
     default_approval_policy,
     load_workspace_config,
+    warn_ignored,
 )
 from appserver.transport.base import Transport
 from appserver.transport.stdio import StdioTransport
@@ -85,6 +90,8 @@ class ServerConfig:
     allow_private_image_urls: bool = False
     # Secret environment variables tool commands may see all the same (--tool-env).
     tool_env: tuple[str, ...] = ()
+    # --trust-workspace: the user trusts this workspace's own files (storage/trust.py).
+    trust_workspace: bool = False
 
     @property
     def craft_dir(self) -> Path:
@@ -126,16 +133,27 @@ class AppServer:
         tools: ToolRegistry | None = None,
         *,
         defer: bool = False,
+        trust: WorkspaceTrust | None = None,
     ) -> None:
         self.config = config
         self.db = db
         self.lock = lock
+        self.trust = trust or WorkspaceTrust(config.workspace, "", True, "given by the caller")
         self.workspace_config = load_workspace_config(config.craft_dir)
+        warn_ignored(self.workspace_config)
+        # The user's own settings (API key, endpoint, approval default): outside the workspace.
+        self.user_settings = load_user_settings(config.workspace)
         # Settings are checked now (a bad one fails the start); the provider is
         # built with the runtime (building one never fails).
         self._settings: ProviderSettings | None = None
         if config.provider is None:
-            settings = resolve_settings(config.provider_options, os.environ, self.workspace_config)
+            settings = resolve_settings(
+                config.provider_options,
+                os.environ,
+                self.workspace_config,
+                user=self.user_settings,
+                trusted=self.trust.trusted,
+            )
             log.debug("workspace %s; %s", config.workspace, settings.describe())
             # Said at start, not at the first turn; the server still starts, so
             # the key can be set (workspace/config/update) without a restart.
@@ -153,6 +171,9 @@ class AppServer:
         self.ready = False
         self.endpoints: dict[str, str] = {}
         self._built = False
+        self._deferred = defer
+        # Why a deferred server could not start (its storage failed), once it is known.
+        self.failure: str | None = None
         self._started: anyio.Event | None = None  # set once _start has run
         self._draining = False  # drain() began: a start not yet under way does nothing
         self._tg: TaskGroup | None = None
@@ -186,6 +207,7 @@ class AppServer:
             attachments=config.craft_dir / "attachments" / "images",
             allow_private_image_urls=config.allow_private_image_urls,
             default_approval_policy=self._default_approval_policy,
+            workspace_trusted=lambda: self.trust.trusted,
             tools=self._tools or ToolRegistry.with_defaults(config.tool_env),
             bus=self._bus,
             node_id=config.node_id,
@@ -200,6 +222,8 @@ class AppServer:
             workspace=config.workspace,
             craft_dir=config.craft_dir,
             workspace_config=self.workspace_config,
+            user_settings=self.user_settings,
+            trust=self.trust,
             provider_options=config.provider_options,
             provider_fixed=config.provider is not None,
             is_ready=lambda: self.ready,
@@ -254,8 +278,8 @@ class AppServer:
         return self.families.heartbeat
 
     def _default_approval_policy(self) -> str:
-        # Read on each use: workspace/config/update may replace the config.
-        return default_approval_policy(self.workspace_config)
+        # Read on each use: workspace/config/update may replace the settings.
+        return default_approval_policy(self.user_settings)
 
     @classmethod
     @asynccontextmanager
@@ -319,7 +343,8 @@ class AppServer:
         tools: ToolRegistry | None,
         defer: bool,
     ) -> AsyncIterator[AppServer]:
-        server = cls(config, db, lock, tools, defer=defer)
+        trust = await settle_trust(db, config.workspace, flag=config.trust_workspace)
+        server = cls(config, db, lock, tools, defer=defer, trust=trust)
         async with anyio.create_task_group() as tg:
             server._tg = tg
             if defer:
@@ -378,6 +403,15 @@ class AppServer:
             tg.start_soon(_background, lambda: build_wire_models(router.wait_idle))
             # Only now: an `initialize` answered meanwhile still waits for all of the above.
             self.router.completed()
+        except Exception as error:
+            detail = disk_failure(error)
+            if detail is None:
+                raise
+            if not self._deferred:
+                raise StorageFailed(detail) from None  # nothing answered yet: fail the start
+            # `initialize` was answered: the next request is told, then the server exits.
+            self.failure = detail
+            self.router.fail(RpcError(INTERNAL_ERROR, f"Server failed to start: {detail}"))
         finally:
             self._started.set()
 
@@ -570,4 +604,6 @@ async def run(
             if stdio is not None:
                 # stdio mode ends when the one client closes its input.
                 await server.serve_stdio(*stdio)
+                if server.failure is not None:
+                    raise StorageFailed(server.failure)
                 tg.cancel_scope.cancel()

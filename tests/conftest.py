@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import inspect
+import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server
+
+# The user's settings and workspace trust (appserver/storage/user_settings.py) go to a
+# directory of this test run, never the developer's ~/.config/appserver; servers the
+# tests start inherit it.
+os.environ["APPSERVER_HOME"] = tempfile.mkdtemp(prefix="appserver-home-")
 
 # Real PostgreSQL: postgres_cluster (one per xdist worker) and postgres_url (a fresh database).
 pytest_plugins = ("tests.support.postgres",)

@@ -48,6 +48,7 @@ def test_help_mentions_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
         "--allow-origin",
         "--max-in-flight",
         "--log-level",
+        "--trust-workspace",
         "stdio://",
         "ws://HOST:PORT",
         "ws+stdio://",

@@ -26,6 +26,7 @@ import anyio
 import pytest
 from anyio.abc import Process
 
+from appserver.storage.user_settings import workspace_home
 from tests.support.processes import ws_client
 from tests.support.servers import child_env, read_listening_url
 from tests.support.turns import Approver, start_turn
@@ -251,11 +252,12 @@ def text(frames: list[Frame]) -> str:
 
 
 def auto_approve(workspace: Path) -> None:
-    """The workspace's default approval policy (what a bare `zot rpc` gets)."""
-    craft = workspace / ".craft"
-    craft.mkdir(exist_ok=True)
+    """The user's default approval policy for the workspace (what a bare `zot rpc`
+    gets); never the workspace's own .craft/config.json."""
+    settings = workspace_home(workspace)
+    settings.mkdir(parents=True, exist_ok=True)
     config = {"Permissions": {"DefaultApprovalPolicy": "autoApprove"}}
-    (craft / "config.json").write_text(json.dumps(config))
+    (settings / "config.json").write_text(json.dumps(config))
 
 
 # --- the reference clients ----------------------------------------------------------

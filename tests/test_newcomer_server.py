@@ -197,7 +197,7 @@ async def test_a_missing_api_key_is_named_at_start_and_the_server_runs(
     warnings = [line for line in done.stderr.decode().splitlines() if "no API key" in line]
     assert len(warnings) == 1, done.stderr.decode()
     assert (
-        f"no API key for provider {provider}: {named} (or ApiKey in .craft/config.json)"
+        f"no API key for provider {provider}: {named} (or apiKey with workspace/config/update)"
         in (warnings[0])
     )
     assert "WARNING" in warnings[0]

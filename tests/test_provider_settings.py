@@ -1,4 +1,8 @@
-"""Provider settings precedence: CLI > APPSERVER_* > vendor env > workspace config > defaults."""
+"""Provider settings precedence: CLI > APPSERVER_* > vendor env > the user's settings > defaults.
+
+The user's settings (DotCraft's keys, outside the workspace) are the layer DotCraft's
+workspace file was; what a workspace's own .craft/config.json may still set is tested in
+tests/test_trust_workspace.py."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ def resolve(
     env: dict[str, str] | None = None,
     ws: dict[str, Any] | None = None,
 ) -> ProviderSettings:
-    return resolve_settings(cli or {}, env or {}, ws or {})
+    return resolve_settings(cli or {}, env or {}, {}, user=ws or {})
 
 
 def test_defaults_are_offline() -> None:

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from appserver.protocol import errors as E
+from appserver.storage.user_settings import workspace_home
 from tests.support.client import RpcClient
 from tests.support.fake_models import (
     fake_model_server,
@@ -51,7 +52,9 @@ def clean_provider_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def config_path(workspace: Path) -> Path:
-    return workspace / ".craft" / "config.json"
+    """The user's settings for ``workspace``: where workspace/config/update writes,
+    outside the workspace (appserver/storage/user_settings.py)."""
+    return workspace_home(workspace) / "config.json"
 
 
 def write_config(workspace: Path, config: dict[str, Any]) -> None:
@@ -238,7 +241,7 @@ async def test_update_writes_a_private_file_and_masks_the_key(
         assert event["changedAt"].endswith("Z") or "+" in event["changedAt"]
         assert sut.app is not None
         # Hot: the running server follows the file at once.
-        assert sut.app.workspace_config == read_config(workspace)
+        assert sut.app.user_settings == read_config(workspace)
         assert sut.app.provider.name == "openai"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     # Existing keys keep their spelling; unrelated settings survive.

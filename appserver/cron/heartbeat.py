@@ -21,7 +21,7 @@ interval after start, each next one an interval after the previous ended.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,9 @@ class HeartbeatService:
         self.clock: Clock = clock or SystemClock()
         self._lock = anyio.Lock()
         self._changed = anyio.Event()
+        # False while the workspace is not trusted: the periodic timer (set in its
+        # .craft/config.json) does not fire; heartbeat/trigger still does.
+        self.may_run: Callable[[], bool] = lambda: True
 
     def use_clock(self, clock: Clock) -> None:
         """Switch the time source (tests); the timer restarts its wait."""
@@ -144,7 +147,7 @@ class HeartbeatService:
                 continue  # new clock: wait a full interval on it
             try:
                 # Several nodes: the one that claims this interval beats.
-                if await self.repo.claim_heartbeat(self.interval_s):
+                if self.may_run() and await self.repo.claim_heartbeat(self.interval_s):
                     await self.trigger()
             except Exception:
                 log.exception("periodic heartbeat failed")

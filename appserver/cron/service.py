@@ -114,10 +114,16 @@ class CronService:
         self._manual: list[str] = []  # cron/run requests, oldest first
         self._changed = anyio.Event()
         self._lock = anyio.Lock()  # read-modify-write of one job at a time
+        # False while the workspace is not trusted: its stored jobs wait (wake() when it is).
+        self.may_run: Callable[[], bool] = lambda: True
 
     def use_clock(self, clock: Clock) -> None:
         """Switch the time source (tests); the scheduler re-plans at once."""
         self.clock = clock
+        self._changed.set()
+
+    def wake(self) -> None:
+        """Re-plan at once (e.g. the workspace became trusted)."""
         self._changed.set()
 
     # --- management -----------------------------------------------------------------
@@ -243,8 +249,9 @@ class CronService:
             # A fresh event before looking at the jobs: a change made while we
             # look sets it, so it is never missed.
             self._changed = changed = anyio.Event()
-            if not self.runner.accepting():
-                # Draining: start nothing (due jobs stay due for the next start).
+            if not self.runner.accepting() or not self.may_run():
+                # Draining, or an untrusted workspace's jobs: start nothing (due
+                # jobs stay due for the next start, or until the workspace is trusted).
                 await changed.wait()
                 continue
             try:

@@ -140,6 +140,31 @@ class WorkspaceConfigUpdateResult(WireModel):
     """The model provider."""
 
 
+# --- workspace/trust ------------------------------------------------------------------
+
+
+class WorkspaceTrustParams(WireModel):
+    """``workspace/trust``: read the workspace's trust, or change it."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"trusted": True}]})
+
+    trusted: bool | None = None
+    """`true` trusts the workspace (recorded in the user's settings, outside it), `false`
+    withdraws that from the next start on; absent only reads."""
+
+
+class WorkspaceTrustResult(WireModel):
+    """Whether the workspace's own files may run code, and why."""
+
+    trusted: bool
+    """`false`: its MCP servers, plugins, cron jobs, periodic heartbeat and `autoApprove`
+    threads stay off until it is trusted."""
+    reason: str
+    """Why it is or is not trusted, for people."""
+    workspace_path: str
+    """The workspace."""
+
+
 METHOD_SPECS: list[MethodSpec] = [
     MethodSpec(
         "model/list",
@@ -164,10 +189,20 @@ METHOD_SPECS: list[MethodSpec] = [
         WorkspaceConfigUpdateParams,
         WorkspaceConfigUpdateResult,
         "workspaceConfigManagement",
-        "Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in "
-        "`.craft/config.json` (0600) and apply them at once. Emits `workspace/configChanged` "
-        "for the regions that really changed. The result masks `apiKey`.",
+        "Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's "
+        "settings for this workspace (outside it, 0600) and apply them at once. Emits "
+        "`workspace/configChanged` for the regions that really changed. The result masks "
+        "`apiKey`.",
         (E.INVALID_PARAMS,),
+    ),
+    MethodSpec(
+        "workspace/trust",
+        WorkspaceTrustParams,
+        WorkspaceTrustResult,
+        "workspaceConfigManagement",
+        "Read or set whether this workspace's own files (`.craft/`: its database's MCP servers, "
+        "cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's "
+        "settings, outside the workspace; trusting starts what waited for it.",
     ),
 ]
 NOTIFICATION_SPECS: list[NotificationSpec] = []

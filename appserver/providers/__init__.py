@@ -15,16 +15,24 @@ that has a non-empty value, in this order:
    ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY`` for ``anthropic``;
    ``OPENAI_ORG_ID`` / ``OPENAI_PROJECT_ID`` (``openai`` only) become its
    organisation and project headers.
-4. **Workspace config** (``.craft/config.json``, DotCraft's key names):
-   ``Provider``, ``Model``, ``EndPoint``, ``ApiKey``, ``Timeout``, ``MaxRetries``.
-5. **Defaults**: provider ``offline``, the provider's default model and base
+4. **The user's settings** (``user``: ``<home>/workspaces/<id>/config.json``
+   over ``<home>/config.json``, outside any repository; see
+   :mod:`appserver.storage.user_config`), DotCraft's key names: ``Provider``,
+   ``Model``, ``EndPoint``, ``ApiKey``, ``Timeout``, ``MaxRetries``.
+5. **Workspace config** (``.craft/config.json``, which can arrive with a
+   checkout): ``Provider``, ``Model``, ``Timeout``, ``MaxRetries``; its
+   ``ApiKey`` and ``EndPoint`` only when the workspace is ``trusted`` (the
+   old place, read with a warning), and its ``EndPoint`` only together with
+   its own ``ApiKey`` (or no key at all): a key from the environment or the
+   user's settings is never sent to an address a workspace file chose.
+6. **Defaults**: provider ``offline``, the provider's default model and base
    URL, no key, timeout 120 s, 2 retries.
 
-One exception to 5: a workspace config that names an ``EndPoint`` or
-``ApiKey`` but no ``Provider`` selects ``openai``. DotCraft configs look like
-that and mean an OpenAI-compatible endpoint; environment variables alone never
-switch away from ``offline``, so an ``OPENAI_API_KEY`` exported for other tools
-does not turn on a paid API.
+One exception to 6: settings that name an ``EndPoint`` or ``ApiKey`` but no
+``Provider`` select ``openai``. DotCraft configs look like that and mean an
+OpenAI-compatible endpoint; environment variables alone never switch away
+from ``offline``, so an ``OPENAI_API_KEY`` exported for other tools does not
+turn on a paid API.
 
 Key names are matched ignoring case, ``-`` and ``_`` (``base_url``,
 ``base-url``, ``baseUrl``, ``BaseUrl`` are the same key). Provider names:
@@ -38,6 +46,7 @@ pays for it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -49,6 +58,8 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from appserver.providers.base import Provider
     from appserver.providers.offline import OfflineProvider
+
+log = logging.getLogger("appserver.providers")
 
 ProviderName = Literal["offline", "openai", "anthropic"]
 
@@ -118,49 +129,81 @@ def _text(value: Any, what: str) -> str | None:
 
 
 def resolve_settings(
-    cli: Mapping[str, Any], env: Mapping[str, str], workspace_config: Mapping[str, Any]
+    cli: Mapping[str, Any],
+    env: Mapping[str, str],
+    workspace_config: Mapping[str, Any],
+    *,
+    user: Mapping[str, Any] | None = None,
+    trusted: bool = False,
 ) -> ProviderSettings:
-    """Resolve provider settings with precedence CLI > APPSERVER_* > vendor env > workspace."""
-    ws = workspace_config
+    """Resolve provider settings with precedence CLI > APPSERVER_* > vendor env >
+    the user's settings > the workspace file (see the module docstring)."""
+    ws = workspace_layer(workspace_config, trusted)
+    mine: Mapping[str, Any] = user or {}
 
     raw_provider = _text(
-        _first(_lookup(cli, "provider"), env.get("APPSERVER_PROVIDER"), _lookup(ws, "provider")),
+        _first(
+            _lookup(cli, "provider"),
+            env.get("APPSERVER_PROVIDER"),
+            _lookup(mine, "provider"),
+            _lookup(ws, "provider"),
+        ),
         "provider",
     )
     provider: ProviderName
     if raw_provider is not None:
         provider = _provider_name(raw_provider)
-    elif _lookup(ws, "endpoint") is not None or _lookup(ws, "apikey") is not None:
+    elif any(_lookup(layer, key) is not None for layer in (mine, ws) for key in _ENDPOINT_KEYS):
         provider = "openai"
     else:
         provider = "offline"
 
     model = _text(
-        _first(_lookup(cli, "model"), env.get("APPSERVER_MODEL"), _lookup(ws, "model")), "model"
-    )
-
-    base_url = _text(
         _first(
-            _lookup(cli, "base_url"),
-            env.get("APPSERVER_BASE_URL"),
-            *(env.get(name) for name in _vendor_base_url_vars(provider)),
-            _lookup(ws, "endpoint"),
+            _lookup(cli, "model"),
+            env.get("APPSERVER_MODEL"),
+            _lookup(mine, "model"),
+            _lookup(ws, "model"),
         ),
-        "base_url",
+        "model",
     )
 
-    api_key = _text(
-        _first(
+    outer_url = _first(
+        _lookup(cli, "base_url"),
+        env.get("APPSERVER_BASE_URL"),
+        *(env.get(name) for name in _vendor_base_url_vars(provider)),
+        _lookup(mine, "endpoint"),
+    )
+    base_url = _text(_first(outer_url, _lookup(ws, "endpoint")), "base_url")
+    outer_key = _first(
+        _lookup(cli, "api_key"),
+        env.get("APPSERVER_API_KEY"),
+        *(env.get(name) for name in _vendor_key_vars(provider, base_url)),
+        _lookup(mine, "apikey"),
+    )
+    if outer_url is None and base_url is not None and outer_key is not None:
+        # The workspace file chose the address and the key is the user's.
+        log.warning(
+            "ignoring EndPoint %s from .craft/config.json: an API key from the environment "
+            "or your settings is never sent to an address a workspace file chose",
+            base_url,
+        )
+        base_url = None
+        outer_key = _first(
             _lookup(cli, "api_key"),
             env.get("APPSERVER_API_KEY"),
-            *(env.get(name) for name in _vendor_key_vars(provider, base_url)),
-            _lookup(ws, "apikey"),
-        ),
-        "api_key",
-    )
+            *(env.get(name) for name in _vendor_key_vars(provider, None)),
+            _lookup(mine, "apikey"),
+        )
+    api_key = _text(_first(outer_key, _lookup(ws, "apikey")), "api_key")
 
     timeout = _number(
-        _first(_lookup(cli, "timeout"), env.get("APPSERVER_TIMEOUT"), _lookup(ws, "timeout")),
+        _first(
+            _lookup(cli, "timeout"),
+            env.get("APPSERVER_TIMEOUT"),
+            _lookup(mine, "timeout"),
+            _lookup(ws, "timeout"),
+        ),
         "timeout",
         DEFAULT_TIMEOUT,
     )
@@ -168,6 +211,7 @@ def resolve_settings(
         _first(
             _lookup(cli, "max_retries"),
             env.get("APPSERVER_MAX_RETRIES"),
+            _lookup(mine, "max_retries"),
             _lookup(ws, "max_retries"),
         ),
         "max_retries",
@@ -192,6 +236,30 @@ def resolve_settings(
         if provider == "openai"
         else None,
     )
+
+
+_ENDPOINT_KEYS = ("endpoint", "apikey")
+
+
+def workspace_layer(workspace_config: Mapping[str, Any], trusted: bool) -> dict[str, Any]:
+    """What the workspace's own ``.craft/config.json`` may set: never a key or
+    an address in an untrusted workspace; in a trusted one, with a warning
+    that keys belong in the user's settings."""
+    layer = dict(workspace_config)
+    secret = [name for name in layer if _norm(name) in _ENDPOINT_KEYS and layer[name]]
+    if secret and not trusted:
+        log.warning(
+            "ignoring %s in .craft/config.json: this workspace is not trusted",
+            " and ".join(sorted(secret)),
+        )
+        for name in secret:
+            del layer[name]
+    elif any(_norm(name) == "apikey" for name in secret):
+        log.warning(
+            "ApiKey in .craft/config.json is read for now; keys belong in your own settings "
+            "(workspace/config/update writes them there, outside the repository)"
+        )
+    return layer
 
 
 def _provider_name(raw: str) -> ProviderName:
@@ -240,7 +308,7 @@ def missing_key_warning(settings: ProviderSettings) -> str | None:
     listed = f"{', '.join(names[:-1])} or {names[-1]}"
     return (
         f"no API key for provider {settings.provider}: set {listed} "
-        "(or ApiKey in .craft/config.json); until then its turns fail with MissingApiKey"
+        "(or apiKey with workspace/config/update); until then its turns fail with MissingApiKey"
     )
 
 

@@ -47,6 +47,7 @@ class Runtime:
         attachments: Path | None = None,
         allow_private_image_urls: bool = False,
         default_approval_policy: Callable[[], str] = lambda: "default",
+        workspace_trusted: Callable[[], bool] = lambda: True,
         bus: EventBus | None = None,
         node_id: str | None = None,
     ) -> None:
@@ -70,6 +71,7 @@ class Runtime:
             workspace,
             config,
             default_approval_policy=default_approval_policy,
+            workspace_trusted=workspace_trusted,
         )
         self.materializer = InputMaterializer(
             workspace,

@@ -23,6 +23,7 @@ from appserver.runtime.threads import Threads
 from appserver.services.router import Router
 from appserver.services.turns import TurnService
 from appserver.storage.db import Database
+from appserver.storage.trust import WorkspaceTrust
 
 if TYPE_CHECKING:
     from appserver.cron.heartbeat import HeartbeatService
@@ -45,6 +46,8 @@ class FamilyContext:
         workspace: Path,
         craft_dir: Path,
         workspace_config: dict[str, Any],
+        user_settings: dict[str, Any],
+        trust: WorkspaceTrust,
         provider_options: dict[str, Any],
         provider_fixed: bool,
         is_ready: Callable[[], bool],
@@ -56,6 +59,11 @@ class FamilyContext:
         self.craft_dir = craft_dir
         # The parsed .craft/config.json; the workspace family updates it in place.
         self.workspace_config = workspace_config
+        # The user's settings for this workspace (storage/user_settings.py);
+        # the workspace family updates it in place.
+        self.user_settings = user_settings
+        # Whether the workspace's own files may run code (storage/trust.py).
+        self.trust = trust
         self.provider_options = provider_options
         self.provider_fixed = provider_fixed  # a provider object was injected (tests)
         self.is_ready = is_ready

@@ -142,6 +142,7 @@ def install(server: FamilyContext) -> None:
         interval_s=configured_interval(os.environ, server.workspace_config),
     )
     server.heartbeat = heartbeat
+    heartbeat.may_run = lambda: server.trust.trusted
 
     async def trigger(ctx: RequestContext, params: Empty) -> BaseModel:
         return C.HeartbeatTriggerResult.model_validate(await heartbeat.trigger())
@@ -154,6 +155,12 @@ def install(server: FamilyContext) -> None:
         return
     cron = CronService(repo, runner, server.runtime.bus)
     server.cron = cron
+    cron.may_run = lambda: server.trust.trusted
+
+    async def wake_cron() -> None:
+        cron.wake()
+
+    server.trust.on_trusted.append(wake_cron)
     CronHandlers(server, cron).register()
     server.runtime.engine.tools.register(CronTool(cron))
     server.start_background(cron.run)

@@ -16,6 +16,7 @@ this module: a stdio server answers ``initialize`` before it loads it (see
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -159,6 +160,8 @@ class Router:
         # Set by defer() until the server is complete (see there).
         self._advertised: dict[str, Any] | None = None
         self._complete: Callable[[], Awaitable[None]] | None = None
+        # Set by fail(): the server could not start; every request gets this.
+        self._failure: RpcError | None = None
         # Requests being handled now, and an event set whenever that drops to 0
         # (background warm-up yields to clients: see wait_idle).
         self._busy = 0
@@ -181,6 +184,12 @@ class Router:
         """The server is complete: ``initialize`` answers from the handlers again."""
         self._advertised = None
         self._complete = None
+
+    def fail(self, error: RpcError) -> None:
+        """The server could not start (a deferred one, after ``initialize`` was
+        answered): from now on every request is answered ``error`` and its
+        connection then closes."""
+        self._failure = error
 
     def register(self, method: str, handler: Handler, answer_key: AnswerKey | None = None) -> None:
         """Serve ``method`` with ``handler(ctx, params_model) -> result_model``.
@@ -233,6 +242,11 @@ class Router:
 
     def admit(self, connection: Connection, method: str) -> RpcError | None:
         peer = self.attach(connection)
+        if self._failure is not None:
+            # Closed once the error is queued (the caller queues it right after
+            # this returns, before the loop runs anything else).
+            asyncio.get_running_loop().call_soon(connection.close, "server failed to start", 1011)
+            return self._failure
         if method == "initialize":
             if peer.handshake is not Handshake.NEW:
                 return RpcError(E.ALREADY_INITIALIZED, "Already initialized")
@@ -335,6 +349,8 @@ class Router:
 
             async def then_complete() -> None:
                 await complete()
+                if self._failure is not None:
+                    return  # nothing was started: the next request is told why
                 for hook in self.initialize_hooks:
                     hook(ctx, request)  # their after_response callbacks run next
 

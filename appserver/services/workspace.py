@@ -1,14 +1,19 @@
 """The workspace family: ``model/list``, ``workspace/config/schema`` and
 ``workspace/config/update`` (reference §3.4, §3.12).
 
-Settings live in DotCraft's own file, ``.craft/config.json`` (keys ``Model``,
-``ApiKey``, ``EndPoint``, ``Provider``, ``Permissions.DefaultApprovalPolicy``),
-written atomically with mode 0600 by :class:`WorkspaceConfigFile`. An update
-takes effect at once ("hot"): the server's in-memory copy of the file is
-refreshed in place and, when a model setting changed, the provider is rebuilt
-and handed to the turn engine (turns already streaming finish on the old
-one). The default approval policy needs no rebuild: the engine reads it from
-``server.workspace_config`` on every approval.
+Settings live in the user's own file for this workspace, outside it
+(``<home>/workspaces/<digest>/config.json``, :mod:`appserver.storage.user_settings`),
+with DotCraft's keys (``Model``, ``ApiKey``, ``EndPoint``, ``Provider``,
+``Permissions.DefaultApprovalPolicy``), written atomically with mode 0600 by
+:class:`WorkspaceConfigFile`: a key never lands in a repository, and a
+checkout cannot set the approval default. An update takes effect at once
+("hot"): the server's in-memory copy of the user's settings is refreshed in
+place and, when a model setting changed, the provider is rebuilt and handed
+to the turn engine (turns already streaming finish on the old one). The
+default approval policy needs no rebuild: the engine reads it from
+``server.user_settings`` on every approval.
+
+``workspace/trust`` reads or sets the workspace's trust (:mod:`appserver.storage.trust`).
 
 Settings still follow the provider precedence of :mod:`appserver.providers`
 (CLI flags and ``APPSERVER_*`` variables beat the workspace file), and a
@@ -40,7 +45,9 @@ from appserver.protocol.errors import RpcError
 from appserver.providers import make_provider, resolve_settings
 from appserver.providers.base import Provider, ProviderUnavailable
 from appserver.rpc.connection import RequestContext
+from appserver.storage.user_settings import merged, user_home, workspace_home
 from appserver.storage.workspace import ConfigFileError, WorkspaceConfigFile, get_value, set_value
+from appserver.storage.workspace_config import load_workspace_config
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
@@ -199,7 +206,8 @@ class WorkspaceService:
 
     def __init__(self, server: FamilyContext) -> None:
         self.server = server
-        self.file = WorkspaceConfigFile(server.craft_dir)
+        self.home = user_home()
+        self.file = WorkspaceConfigFile(workspace_home(server.workspace, self.home))
         # Replaced providers may still serve a streaming turn: closed at shutdown.
         self._retired: list[Provider] = []
 
@@ -208,6 +216,7 @@ class WorkspaceService:
         router.register("model/list", self.list_models)
         router.register("workspace/config/schema", self.schema)
         router.register("workspace/config/update", self.update)
+        router.register("workspace/trust", self.trust)
         self.server.shutdown_hooks.append(self._close_providers)
 
     # --- model/list ---------------------------------------------------------------
@@ -264,11 +273,12 @@ class WorkspaceService:
                     if value != current:
                         changed.append(setting)
                         set_value(document, setting.path, value)
+                view = merged(load_workspace_config(self.home), document)
                 if any(s.provider for s in changed) and not self.server.provider_fixed:
                     # Built inside the edit so a bad combination is refused unwritten.
-                    new_provider = self._build_provider(document)
-                result = self._result(document)
-                snapshot = copy.deepcopy(document)
+                    new_provider = self._build_provider(view)
+                result = self._result(view)
+                snapshot = copy.deepcopy(view)
         except ConfigFileError as exc:
             raise RpcError(E.INTERNAL_ERROR, "Internal error", {"detail": str(exc)}) from None
         if changed:
@@ -278,20 +288,26 @@ class WorkspaceService:
             )
         return result
 
-    def _build_provider(self, document: dict[str, Any]) -> Provider:
+    def _build_provider(self, user_settings: dict[str, Any]) -> Provider:
         try:
-            settings = resolve_settings(self.server.provider_options, os.environ, document)
+            settings = resolve_settings(
+                self.server.provider_options,
+                os.environ,
+                self.server.workspace_config,
+                user=user_settings,
+                trusted=self.server.trust.trusted,
+            )
             provider = make_provider(settings)
         except ValueError as exc:
             raise E.invalid_params(str(exc)) from None
         log.info("workspace config changed; provider is now %s", settings.describe())
         return provider
 
-    def _apply(self, document: dict[str, Any], provider: Provider | None) -> None:
+    def _apply(self, user_settings: dict[str, Any], provider: Provider | None) -> None:
         # In place: the server, the engine's approval default and other
         # families hold this very dict.
-        self.server.workspace_config.clear()
-        self.server.workspace_config.update(document)
+        self.server.user_settings.clear()
+        self.server.user_settings.update(user_settings)
         if provider is not None:
             self._retired.append(self.server.provider)
             self.server.provider = provider
@@ -301,6 +317,21 @@ class WorkspaceService:
         values = {s.field: _stored(document, s) for s in SETTINGS}
         values["api_key"] = mask_secret(values["api_key"])
         return W.WorkspaceConfigUpdateResult(**values)
+
+    # --- workspace/trust ------------------------------------------------------------------
+
+    async def trust(self, ctx: RequestContext, params: W.WorkspaceTrustParams) -> BaseModel:
+        trust = self.server.trust
+        if params.trusted is True:
+            if trust.trust("trusted by a client (workspace/trust)"):
+                # After the response: the caller sees its answer before what starts.
+                for start in trust.on_trusted:
+                    ctx.after_response(start)
+        elif params.trusted is False:
+            trust.revoke()
+        return W.WorkspaceTrustResult(
+            trusted=trust.trusted, reason=trust.reason, workspace_path=str(trust.workspace)
+        )
 
     async def _close_providers(self) -> None:
         """At shutdown: close replaced providers and the active one (their HTTP

@@ -100,6 +100,9 @@ class Database(ABC):
     #: Bumped by every write transaction: a value read while the generation
     #: was G is current exactly as long as the generation is still G.
     generation: int = 0
+    #: Whether this process created the database (its first migration ran at
+    #: open): nothing in it came with the workspace's files.
+    created: bool = False
 
     @staticmethod
     async def open(path: Path | str) -> SqliteDatabase:
@@ -178,10 +181,19 @@ class SqliteDatabase(Database):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = aiosqlite.Row
-        for pragma in _PRAGMAS:
-            await conn.execute(pragma)
-        db = cls(conn)
-        await db.migrate()
+        try:
+            for pragma in _PRAGMAS:
+                await conn.execute(pragma)
+            db = cls(conn)
+            db.created = "0001_threads.sql" in await db.migrate()
+        except BaseException:
+            # A full disk fails here: close, or aiosqlite's thread keeps the process alive.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await conn.close()
+                except Exception:
+                    log.debug("closing the database after a failed open failed", exc_info=True)
+            raise
         if str(path) != ":memory:":
             # A second, read-only connection used on the event loop itself for
             # indexed point lookups: WAL lets it read committed data while the

@@ -1,4 +1,10 @@
-"""``<workspace>/.craft/config.json``: DotCraft's workspace settings file."""
+"""Reading DotCraft's ``config.json`` settings files.
+
+``<workspace>/.craft/config.json`` can arrive with a checkout, so only what
+is harmless is taken from it (see :mod:`appserver.providers` and
+:mod:`appserver.storage.user_settings`); the approval policy default is read
+from the user's settings, never from here.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ log = logging.getLogger("appserver.config")
 
 
 def load_workspace_config(craft_dir: Path) -> dict[str, Any]:
-    """The parsed config (``{}`` if absent; a broken file is logged and ignored)."""
+    """The parsed ``craft_dir/config.json`` (``{}`` if absent; a broken file is
+    logged and ignored)."""
     path = craft_dir / "config.json"
     try:
         value = json.loads(path.read_text("utf-8"))
@@ -23,10 +30,22 @@ def load_workspace_config(craft_dir: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def default_approval_policy(config: dict[str, Any]) -> str:
-    """``Permissions.DefaultApprovalPolicy`` if it is one we know, else ``default``."""
-    policy = lookup(config, "Permissions", "DefaultApprovalPolicy")
+def default_approval_policy(user_settings: dict[str, Any]) -> str:
+    """``Permissions.DefaultApprovalPolicy`` of the user's settings if it is one
+    we know, else ``default``."""
+    policy = lookup(user_settings, "Permissions", "DefaultApprovalPolicy")
     return policy if policy in ("default", "autoApprove") else "default"
+
+
+def warn_ignored(workspace_config: dict[str, Any]) -> None:
+    """Say once at start what the workspace file sets that is no longer taken from it."""
+    policy = lookup(workspace_config, "Permissions", "DefaultApprovalPolicy")
+    if policy not in (None, "", "default", "Default"):
+        log.warning(
+            "ignoring Permissions.DefaultApprovalPolicy %r in .craft/config.json: the approval "
+            "default is yours to set (workspace/config/update, or your own config.json)",
+            policy,
+        )
 
 
 def lookup(config: dict[str, Any], *path: str) -> Any:

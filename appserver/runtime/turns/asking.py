@@ -71,6 +71,7 @@ class ApprovalConversation:
         runtimes: RuntimeStates,
         repo: ThreadRepository,
         default_policy: Callable[[], str],
+        workspace_trusted: Callable[[], bool] = lambda: True,
     ) -> None:
         self.items = items
         self.approvals = approvals
@@ -78,6 +79,7 @@ class ApprovalConversation:
         self.runtimes = runtimes
         self.repo = repo
         self.default_policy = default_policy
+        self.workspace_trusted = workspace_trusted
 
     async def settle(self, active: ActiveTurn, need: ApprovalNeed) -> Verdict:
         """Decide by policy or grant, or ask the turn's watchers."""
@@ -85,6 +87,10 @@ class ApprovalConversation:
         policy = str(config.get("approvalPolicy") or "default")
         if policy == "default":
             policy = self.default_policy()
+        if policy == "autoApprove" and not self.workspace_trusted():
+            # A policy stored in a database that came with the checkout is not
+            # the user's: until the workspace is trusted, a person is asked.
+            policy = "default"
         require_outside = config.get("requireApprovalOutsideWorkspace")
         verdict = await self.approvals.precheck(
             active.thread_id, need, policy, require_outside is not False
@@ -125,6 +131,7 @@ class ApprovalConversation:
             scope_key=key,
             reason=need.reason,
             session_scopes=scopes,
+            diff=need.diff,
         )
         askers = list(dict.fromkeys([*self.bus.subscribers(active.thread_id), *active.watchers]))
         assert active.tg is not None

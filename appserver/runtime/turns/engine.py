@@ -80,6 +80,7 @@ class TurnEngine:
         workspace: Path,
         config: EngineConfig | None = None,
         default_approval_policy: Callable[[], str] = lambda: "default",
+        workspace_trusted: Callable[[], bool] = lambda: True,
     ) -> None:
         self.repo = repo
         self.journal = journal
@@ -99,7 +100,13 @@ class TurnEngine:
         self.inputs = InputQueues(journal)
         self.items = ItemLog(journal, repo, self.config.checkpoint_interval)
         asking = ApprovalConversation(
-            self.items, approvals, journal.bus, runtimes, repo, default_approval_policy
+            self.items,
+            approvals,
+            journal.bus,
+            runtimes,
+            repo,
+            default_approval_policy,
+            workspace_trusted,
         )
         self.agent = AgentLoop(
             self.items,

@@ -77,6 +77,7 @@ class McpService:
 
     async def run(self) -> None:
         """Background: connect the effective servers, then keep the runtime alive."""
+        self.server.trust.on_trusted.append(self.refresh)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.runtime.run)
             try:
@@ -89,10 +90,12 @@ class McpService:
         await self.runtime.close()
 
     async def refresh(self, restart: Collection[str] = ()) -> None:
-        """Re-read the effective list and reconcile the runtime with it."""
+        """Re-read the effective list and reconcile the runtime with it (nothing
+        runs in a workspace that is not trusted: its servers are its own code)."""
         async with self._refresh_lock:
             effective = await self.effective()
-            await self.runtime.reconcile(effective.servers, restart)
+            trusted = self.server.trust.trusted
+            await self.runtime.reconcile(effective.servers if trusted else [], restart)
 
     def _broadcast(self, status: M.McpServerStatus) -> None:
         self.server.runtime.bus.publish(
@@ -161,6 +164,8 @@ class McpService:
 
     async def status_list(self, ctx: RequestContext, params: Empty) -> BaseModel:
         await self._started.wait()
+        if not self.server.trust.trusted:
+            return M.McpStatusListResult(servers=untrusted_statuses(await self.effective()))
         return M.McpStatusListResult(servers=self.runtime.statuses())
 
     async def test(self, ctx: RequestContext, params: M.McpServerParams) -> BaseModel:
@@ -174,3 +179,25 @@ class McpService:
         except (McpClientError, LaunchError) as exc:
             return M.McpTestResult(success=False, error_code=TEST_FAILED, error_message=str(exc))
         return M.McpTestResult(success=True, tool_count=tool_count)
+
+
+UNTRUSTED = (
+    "Not started: this workspace is not trusted, and its MCP servers are its own code. "
+    "Trust it (workspace/trust or --trust-workspace) to start them."
+)
+
+
+def untrusted_statuses(effective: Effective) -> list[M.McpServerStatus]:
+    """What ``mcp/status/list`` says of servers held back by an untrusted workspace."""
+    return [
+        M.McpServerStatus(
+            name=config.name,
+            enabled=config.enabled,
+            startup_state="idle" if config.enabled else "disabled",
+            last_error=UNTRUSTED if config.enabled else None,
+            transport=config.transport,
+            origin=config.origin,
+            read_only=config.read_only,
+        )
+        for config in sorted(effective.servers, key=lambda config: config.name.lower())
+    ]

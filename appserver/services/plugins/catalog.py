@@ -4,8 +4,13 @@ Workspace plugins come first; a later directory repeating an id is skipped
 (``DuplicatePluginId``). Built-in catalog entries that are not installed
 are listed as installable (``source: builtin``), never enabled. A workspace
 directory holding a ``.builtin`` marker was installed from the catalog by
-this server and may be removed by it; any other directory is user-owned, and
-is off until a client enables it (it could run commands through .mcp.json).
+this server and may be removed or refreshed by it; any other directory is
+user-owned. Either way a plugin is off until a client enables it
+(``plugin/install`` and ``plugin/setEnabled`` store the switch): a marker is a
+file in the workspace, and a checkout can carry one, so it never turns a
+plugin on (a plugin could run commands through its .mcp.json). In a workspace
+that is not trusted (:mod:`appserver.storage.trust`) no workspace plugin is
+active, whatever its switch says, and each says why (``WorkspaceNotTrusted``).
 """
 
 from __future__ import annotations
@@ -90,8 +95,11 @@ def load_catalog(catalog_dir: Path) -> tuple[dict[str, Manifest], list[PluginDia
     return entries, diagnostics
 
 
-def discover(plugins_dir: Path, catalog_dir: Path, switches: dict[str, bool]) -> Discovery:
-    """Scan both roots; ``switches`` maps lower-cased ids to explicit enabled states."""
+def discover(
+    plugins_dir: Path, catalog_dir: Path, switches: dict[str, bool], *, trusted: bool
+) -> Discovery:
+    """Scan both roots; ``switches`` maps lower-cased ids to explicit enabled states
+    (taken only when the workspace is ``trusted``)."""
     found = Discovery()
     found.catalog, catalog_diagnostics = load_catalog(catalog_dir)
     seen: set[str] = set()
@@ -115,12 +123,20 @@ def discover(plugins_dir: Path, catalog_dir: Path, switches: dict[str, bool]) ->
             )
             continue
         seen.add(key)
-        installed_by_us = (child / MARKER).is_file()
-        # A plugin directory we did not install (e.g. one that came with a cloned
-        # repository) may run commands through its .mcp.json: it stays off until a
-        # client enables it, so starting the server never runs untrusted code.
-        enabled = switches.get(key, installed_by_us)
-        if key not in switches and not installed_by_us:
+        # Only a switch a client set turns a plugin on (see the module docstring).
+        enabled = trusted and switches.get(key, False)
+        if not trusted:
+            found.diagnostics.append(
+                PluginDiagnostic(
+                    severity="warning",
+                    code="WorkspaceNotTrusted",
+                    message=f"Plugin '{manifest.id}' is off because this workspace is not "
+                    "trusted; trust it (workspace/trust or --trust-workspace) to use it.",
+                    plugin_id=manifest.id,
+                    path=str(child),
+                )
+            )
+        elif key not in switches:
             found.diagnostics.append(
                 PluginDiagnostic(
                     severity="info",

@@ -83,6 +83,11 @@ class PluginService:
 
     async def run(self) -> None:
         """Background: hand enabled plugins' skills to the skills family once."""
+
+        async def on_trusted() -> None:
+            await self._sync_skills(await self.discover())
+
+        self.server.trust.on_trusted.append(on_trusted)
         try:
             await self._sync_skills(await self.discover())
         finally:
@@ -93,8 +98,9 @@ class PluginService:
     async def discover(self) -> Discovery:
         """A fresh scan with the stored switches applied."""
         switches = await self.repo.switches()
+        trusted = self.server.trust.trusted
         return await anyio.to_thread.run_sync(
-            discover, self.plugins_dir, self.catalog_dir, switches
+            lambda: discover(self.plugins_dir, self.catalog_dir, switches, trusted=trusted)
         )
 
     async def mcp_declarations(self) -> list[PluginServerDeclaration]:
