@@ -23,7 +23,14 @@ from appserver.transport.websocket import Admission, ListenerOptions
 from tests.support.helpers import IDENTITY
 from tests.test_websocket_security import TOKEN, listening, refused_status, rpc
 
-ASSETS = ("/assets/app.js", "/assets/app.css", "/assets/client.js", "/assets/markdown.js")
+ASSETS = (
+    "/assets/app.js",
+    "/assets/app.css",
+    "/assets/client.js",
+    "/assets/markdown.js",
+    "/assets/exact-text.js",
+    "/assets/approval-view.js",
+)
 
 
 def get(

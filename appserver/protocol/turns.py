@@ -356,6 +356,9 @@ class ApprovalRequestParams(WireModel):
     session_scopes: list[SessionScope] = Field(default_factory=list)
     """What `acceptForSession` can cover, the default first (`exact`); a shell command also
     offers `wider` (every command there), granted only when the answer's `scope` asks for it."""
+    diff: str | None = None
+    """For a file write or edit: a unified diff of the file as it is against what the call would
+    write (a new file diffs against nothing). Absent for other approvals."""
 
 
 class ApprovalRequestResult(WireModel):

@@ -7,6 +7,8 @@
 // from events alone and no text is ever shown twice.
 
 import { AppServerClient, DECISIONS } from "./client.js";
+import { showApproval } from "./approval-view.js";
+import { revealedText } from "./exact-text.js";
 import { codeBlock, renderMarkdown } from "./markdown.js";
 
 const PAGE_SIZE = 30;
@@ -88,15 +90,6 @@ const state = {
   follow: true, // the chat is scrolled to its end
   found: { term: "", threads: new Map(), cursor: undefined }, // the server's search results
 };
-
-// Bidi overrides and isolates, zero-width and other invisible format characters: in an
-// approval they could make the text shown differ from what runs, so they are shown as
-// ⟨U+XXXX⟩ there.
-const INVISIBLE = /[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
-
-function visibleControls(text) {
-  return String(text).replace(INVISIBLE, (c) => `⟨U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}⟩`);
-}
 
 function showError(message) {
   const box = $("error");
@@ -261,7 +254,7 @@ class ThreadView {
         box.append(toolCallView(entry));
         break;
       case "commandExecution": {
-        const fold = details(`$ ${payload.command ?? ""}`, "command", true);
+        const fold = details(`$ ${revealedText(payload.command ?? "")}`, "command", true);
         const pre = el("pre", "command-output", entry.output);
         fold.append(pre);
         const facts = [];
@@ -327,7 +320,8 @@ function toolCallView(entry) {
     args = null; // still streaming
   }
   const target = args && typeof args.path === "string" ? ` ${args.path}` : args && typeof args.command === "string" ? ` ${args.command}` : "";
-  const fold = details(`${name}${target}`, "tool-call", name === "write_file" || name === "edit_file");
+  const summary = revealedText(`${name}${target}`); // what ran, hidden characters shown
+  const fold = details(summary, "tool-call", name === "write_file" || name === "edit_file");
   if (args && name === "edit_file" && typeof args.old_string === "string") {
     fold.append(codeBlock(diffText(args.old_string, args.new_string ?? ""), "diff"));
   } else if (args && name === "write_file" && typeof args.content === "string") {
@@ -661,26 +655,8 @@ function nextApproval() {
   state.approvalShown = pending;
   const { params } = pending;
   const summary = state.threads.get(params.threadId);
-  $("approval-title").textContent = `Approve ${params.approvalType}?`;
-  $("approval-thread").textContent = `Thread: ${visibleControls(summary ? threadName(summary) : params.threadId)}`;
-  $("approval-operation").textContent = visibleControls(params.operation);
-  $("approval-target").textContent = visibleControls(params.target);
-  $("approval-reason").textContent = visibleControls(params.reason || "—");
-  const scopes = $("approval-scopes");
-  scopes.querySelectorAll("label").forEach((label) => label.remove());
-  const offered = params.sessionScopes?.length ? params.sessionScopes : [{ scope: "exact", scopeKey: params.scopeKey, description: params.scopeKey }];
-  offered.forEach((scope, index) => {
-    const label = el("label", "scope");
-    const radio = el("input");
-    radio.type = "radio";
-    radio.name = "scope";
-    radio.value = scope.scope;
-    radio.checked = index === 0;
-    label.append(radio, ` ${scope.scope}: ${scope.description}`);
-    scopes.append(label);
-  });
-  if (!dialog.open) dialog.showModal();
-  dialog.querySelector('[data-decision="accept"]').focus();
+  // Exactly what runs or changes; "Allow once" is focused only when all of it fits.
+  showApproval(dialog, params, summary ? threadName(summary) : params.threadId);
 }
 
 function decide(decision) {

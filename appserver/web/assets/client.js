@@ -63,7 +63,8 @@ var METHODS = [
   "turn/start",
   "turn/steer",
   "workspace/config/schema",
-  "workspace/config/update"
+  "workspace/config/update",
+  "workspace/trust"
 ];
 var NOTIFICATION_METHODS = [
   "cron/stateChanged",
@@ -170,7 +171,8 @@ var METHOD_INFO = {
   "turn/start": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
-  "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] }
+  "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
+  "workspace/trust": { capability: "workspaceConfigManagement", errors: [] }
 };
 var GeneratedMethods = class {
   /**
@@ -705,13 +707,22 @@ var GeneratedMethods = class {
     return this.request("workspace/config/schema", params, options);
   }
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in `.craft/config.json` (0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.
    */
   workspaceConfigUpdate(params = {}, options) {
     return this.request("workspace/config/update", params, options);
+  }
+  /**
+   * Read or set whether this workspace's own files (`.craft/`: its database's MCP servers, cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's settings, outside the workspace; trusting starts what waited for it.
+   *
+   * Wire method `workspace/trust`; capability `workspaceConfigManagement`.
+   * Params: {@link WorkspaceTrustParams}.
+   */
+  workspaceTrust(params = {}, options) {
+    return this.request("workspace/trust", params, options);
   }
 };
 

@@ -64,6 +64,8 @@ export interface ApprovalRequestParams {
   reason: string;
   /** What `acceptForSession` can cover, the default first (`exact`); a shell command also offers `wider` (every command there), granted only when the answer's `scope` asks for it. */
   sessionScopes?: SessionScope[];
+  /** For a file write or edit: a unified diff of the file as it is against what the call would write (a new file diffs against nothing). Absent for other approvals. */
+  diff?: string | null;
 }
 
 /** The client's answer to `item/approval/request`. */
@@ -2237,6 +2239,22 @@ export interface WorkspaceConfigUpdateResult {
   provider?: string | null;
 }
 
+/** `workspace/trust`: read the workspace's trust, or change it. */
+export interface WorkspaceTrustParams {
+  /** `true` trusts the workspace (recorded in the user's settings, outside it), `false` withdraws that from the next start on; absent only reads. */
+  trusted?: boolean | null;
+}
+
+/** Whether the workspace's own files may run code, and why. */
+export interface WorkspaceTrustResult {
+  /** `false`: its MCP servers, plugins, cron jobs, periodic heartbeat and `autoApprove` threads stay off until it is trusted. */
+  trusted: boolean;
+  /** Why it is or is not trusted, for people. */
+  reason: string;
+  /** The workspace. */
+  workspacePath: string;
+}
+
 /** Write a file through the editor (`ext/acp/fs/writeTextFile`). */
 export interface WriteTextFileParams {
   /** The thread whose agent writes. */
@@ -2677,12 +2695,19 @@ export interface Methods {
    */
   "workspace/config/schema": { params: Empty; result: WorkspaceConfigSchemaResult };
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in `.craft/config.json` (0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.
    */
   "workspace/config/update": { params: WorkspaceConfigUpdateParams; result: WorkspaceConfigUpdateResult };
+  /**
+   * Read or set whether this workspace's own files (`.craft/`: its database's MCP servers, cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's settings, outside the workspace; trusting starts what waited for it.
+   *
+   * Wire method `workspace/trust`; capability `workspaceConfigManagement`.
+   * Params: {@link WorkspaceTrustParams}.
+   */
+  "workspace/trust": { params: WorkspaceTrustParams; result: WorkspaceTrustResult };
 }
 
 /** Every server->client notification: its params type (with `seq`). */
@@ -2963,6 +2988,7 @@ export const METHODS: readonly Method[] = [
   "turn/steer",
   "workspace/config/schema",
   "workspace/config/update",
+  "workspace/trust",
 ];
 
 /** Every server->client notification name. */
@@ -3076,6 +3102,7 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
+  "workspace/trust": { capability: "workspaceConfigManagement", errors: [] },
 };
 
 // ---------------------------------------------------------------- typed methods
@@ -3688,12 +3715,22 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in `.craft/config.json` (0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.
    */
   workspaceConfigUpdate(params: WorkspaceConfigUpdateParams = {}, options?: RequestOptions): Promise<WorkspaceConfigUpdateResult> {
     return this.request("workspace/config/update", params, options);
+  }
+
+  /**
+   * Read or set whether this workspace's own files (`.craft/`: its database's MCP servers, cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's settings, outside the workspace; trusting starts what waited for it.
+   *
+   * Wire method `workspace/trust`; capability `workspaceConfigManagement`.
+   * Params: {@link WorkspaceTrustParams}.
+   */
+  workspaceTrust(params: WorkspaceTrustParams = {}, options?: RequestOptions): Promise<WorkspaceTrustResult> {
+    return this.request("workspace/trust", params, options);
   }
 }

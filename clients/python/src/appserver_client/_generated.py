@@ -184,6 +184,8 @@ __all__ = [
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
+    "WorkspaceTrustParams",
+    "WorkspaceTrustResult",
     "WriteTextFileParams",
     "WriteTextFileResult",
 ]
@@ -214,6 +216,7 @@ class ApprovalRequestParams(TypedDict):
     scopeKey: str
     reason: str
     sessionScopes: NotRequired[list[SessionScope]]
+    diff: NotRequired[str | None]
 
 
 class ApprovalRequestResult(TypedDict):
@@ -1716,6 +1719,20 @@ class WorkspaceConfigUpdateResult(TypedDict):
     provider: NotRequired[str | None]
 
 
+class WorkspaceTrustParams(TypedDict):
+    """``workspace/trust``: read the workspace's trust, or change it."""
+
+    trusted: NotRequired[bool | None]
+
+
+class WorkspaceTrustResult(TypedDict):
+    """Whether the workspace's own files may run code, and why."""
+
+    trusted: bool
+    reason: str
+    workspacePath: str
+
+
 class WriteTextFileParams(TypedDict):
     """Write a file through the editor (`ext/acp/fs/writeTextFile`)."""
 
@@ -1792,6 +1809,7 @@ METHODS: Final[dict[str, str]] = {
     "turn/steer": "turn_steer",
     "workspace/config/schema": "workspace_config_schema",
     "workspace/config/update": "workspace_config_update",
+    "workspace/trust": "workspace_trust",
 }
 """Every client->server method and the name of its method on the client."""
 
@@ -2855,9 +2873,10 @@ class GeneratedMethods:
         provider: str | None = None,
         timeout: float | None = None,
     ) -> WorkspaceConfigUpdateResult:
-        """Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in
-        `.craft/config.json` (0600) and apply them at once. Emits `workspace/configChanged` for
-        the regions that really changed. The result masks `apiKey`.
+        """Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's
+        settings for this workspace (outside it, 0600) and apply them at once. Emits
+        `workspace/configChanged` for the regions that really changed. The result masks
+        `apiKey`.
 
         Wire method ``workspace/config/update``; capability ``workspaceConfigManagement``;
         errors -32602.
@@ -2876,3 +2895,18 @@ class GeneratedMethods:
         )
         reply = await self.request("workspace/config/update", params, timeout=timeout)
         return cast(WorkspaceConfigUpdateResult, reply)
+
+    async def workspace_trust(
+        self, *, trusted: bool | None = None, timeout: float | None = None
+    ) -> WorkspaceTrustResult:
+        """Read or set whether this workspace's own files (`.craft/`: its database's MCP servers,
+        cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's
+        settings, outside the workspace; trusting starts what waited for it.
+
+        Wire method ``workspace/trust``; capability ``workspaceConfigManagement``.
+        Params: :class:`WorkspaceTrustParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"trusted": trusted})
+        reply = await self.request("workspace/trust", params, timeout=timeout)
+        return cast(WorkspaceTrustResult, reply)

@@ -6,6 +6,10 @@ the first one the default) get the session choice for the default scope and,
 when offered, a wider one (``{"decision": "acceptForSession", "scope":
 "wider"}``). Older servers send only ``scopeKey``; the prompt then describes
 that key.
+
+The request is shown exactly (:mod:`appserver_client.chat_exact`): a command's
+lines numbered when there are several, hidden and control characters as
+``⟨U+XXXX⟩``, a file write or edit as the server's ``diff`` of the real file.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from appserver_client import chat_exact as exact
 
 PROMPT_END = "[c]ancel turn? "
 
@@ -78,16 +84,29 @@ def choices(params: Mapping[str, Any]) -> list[Choice]:
     return found
 
 
-def header(params: Mapping[str, Any], offered: list[Choice]) -> str:
-    """The lines shown before the prompt: what would run, where, why, and
-    what each answer covers."""
-    lines = [
-        f"Approval needed ({params.get('approvalType', '?')}): {params.get('operation', '')}",
-        f"  in:  {params.get('target', '')}",
-    ]
+def header(params: Mapping[str, Any], offered: list[Choice], *, colour: bool = False) -> str:
+    """The lines shown before the prompt: what would run (exactly: a command of
+    several lines numbered line by line, hidden characters as ``⟨U+XXXX⟩``),
+    where, why, the file change as a diff, and what each answer covers.
+
+    Nothing from the server is written raw: each field but the command's own
+    lines is one line, so no text can pose as another part of the prompt."""
+    kind = exact.reveal(str(params.get("approvalType", "?")), colour=colour)
+    operation = str(params.get("operation", ""))
+    if "\n" in operation:
+        count = operation.count("\n") + 1
+        lines = [f"Approval needed ({kind}), {count} lines:"]
+        lines += exact.command_lines(operation, colour=colour)
+    else:
+        lines = [f"Approval needed ({kind}): {exact.reveal(operation, colour=colour)}"]
+    lines.append(f"  in:  {exact.reveal(str(params.get('target', '')), colour=colour)}")
     if params.get("reason"):
-        lines.append(f"  why: {params['reason']}")
-    lines += [f"  {choice.label}" for choice in offered]
+        lines.append(f"  why: {exact.reveal(str(params['reason']), colour=colour)}")
+    diff = params.get("diff")
+    if isinstance(diff, str) and diff:
+        lines.append("  the change:")
+        lines += exact.diff_lines(diff, colour=colour)
+    lines += [f"  {exact.reveal(choice.label, colour=colour)}" for choice in offered]
     return "\n".join(lines)
 
 

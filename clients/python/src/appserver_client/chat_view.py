@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from appserver_client.chat_exact import reveal
 from appserver_client.notifications import Notification
 
 SHOWN_LINES = 20  # lines of a command's output or a tool result printed at once
@@ -116,8 +117,10 @@ class View:
             self.outputs[number] = ""
             self._commands[str(item.get("id"))] = _Output(number)
             self._command_calls.add(str(payload.get("callId")))
-            self.activity = f"running {one_line(str(payload.get('command', '')), 40)}"
-            self.line(f"[#{number} $ {payload.get('command', '')}]")
+            # What runs is shown exactly, hidden characters as ⟨U+XXXX⟩ (chat_exact).
+            command = reveal(str(payload.get("command", "")))
+            self.activity = f"running {one_line(command, 40)}"
+            self.line(f"[#{number} $ {command}]")
         elif item.get("type") == "toolCall":
             self.activity = f"calling {payload.get('toolName', 'a tool')}"
 
@@ -138,7 +141,9 @@ class View:
                 self.line()  # end the streamed reasoning's line
         elif kind == "toolCall":
             arguments = json.dumps(payload.get("arguments") or {}, ensure_ascii=False)
-            self.line(f"[tool] {payload.get('toolName', '?')} {one_line(arguments)}")
+            self.line(
+                f"[tool] {reveal(str(payload.get('toolName', '?')))} {one_line(reveal(arguments))}"
+            )
             self.activity = f"running {payload.get('toolName', 'a tool')}"
         elif kind == "commandExecution":
             self._command_done(item_id, payload)

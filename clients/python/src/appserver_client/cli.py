@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from appserver_client import __version__
 from appserver_client import chat_approval as approval
 from appserver_client._generated import ApprovalRequestParams, SessionIdentity, ThreadSummary
+from appserver_client.chat_exact import wants_colour
 from appserver_client.chat_input import (
     CANCELLED,
     INTERRUPTED,
@@ -429,7 +430,7 @@ class Chat:
             self.approval_open = True
             offered = approval.choices(params)
             try:
-                self.line(approval.header(params, offered))
+                self.line(approval.header(params, offered, colour=wants_colour(self.out)))
                 while True:
                     answer = await self.input.read(
                         approval.prompt(offered), cancel=self.approval_cancel, single_line=True

@@ -180,6 +180,8 @@ from appserver_client._generated import (
     WorkspaceConfigSchemaResult,
     WorkspaceConfigUpdateParams,
     WorkspaceConfigUpdateResult,
+    WorkspaceTrustParams,
+    WorkspaceTrustResult,
     WriteTextFileParams,
     WriteTextFileResult,
 )
@@ -353,6 +355,8 @@ __all__ = [
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
+    "WorkspaceTrustParams",
+    "WorkspaceTrustResult",
     "WriteTextFileParams",
     "WriteTextFileResult",
 ]
