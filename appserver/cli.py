@@ -97,6 +97,13 @@ def face_module(name: str) -> Any:
     return importlib.import_module(f"appserver.faces.{name}")
 
 
+TRUST_HELP = (
+    "trust this workspace's own files (.craft/: its database's MCP servers, cron jobs, "
+    "thread policies and grants, its plugins, its heartbeat), recorded in your settings for "
+    "later starts; an untrusted workspace serves but runs none of them (docs/security.md)"
+)
+
+
 def add_face_options(parser: argparse.ArgumentParser) -> None:
     """The flags every face shares with ``app-server``."""
     parser.add_argument(
@@ -140,11 +147,7 @@ def add_face_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trust-workspace",
         action="store_true",
-        help=(
-            "trust this workspace's own files (.craft/: its database's MCP servers, cron jobs and "
-            "thread policies, its plugins), recorded in your settings for later starts; an "
-            "untrusted workspace serves but runs none of them (docs/security.md)"
-        ),
+        help=TRUST_HELP,
     )
     parser.add_argument(
         "--websocket",
@@ -326,11 +329,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     serve.add_argument(
         "--trust-workspace",
         action="store_true",
-        help=(
-            "trust this workspace's own files (.craft/: its database's MCP servers, cron jobs and "
-            "thread policies, its plugins), recorded in your settings for later starts; an "
-            "untrusted workspace serves but runs none of them (docs/security.md)"
-        ),
+        help=TRUST_HELP,
     )
     serve.add_argument(
         "--tool-env",
@@ -546,7 +545,7 @@ def serve_command(args: argparse.Namespace) -> int:
     from appserver.rpc.connection import Limits
     from appserver.runtime.engine_config import EngineConfig
     from appserver.server import AppServer, ServerConfig, run
-    from appserver.storage.lock import WorkspaceLocked
+    from appserver.storage.lock import UnsafeLockFile, WorkspaceLocked
 
     config = ServerConfig(
         workspace=workspace,
@@ -582,6 +581,9 @@ def serve_command(args: argparse.Namespace) -> int:
         cause = leaf(error)  # the server's task groups wrap what fails inside them
         if isinstance(cause, AddressInUse):
             print(f"appserver: {cause.advice('--listen')}", file=sys.stderr)
+            return 2
+        if isinstance(cause, UnsafeLockFile):  # .craft/appserver.lock points elsewhere
+            print(f"appserver: {cause}", file=sys.stderr)
             return 2
         if isinstance(cause, WorkspaceLocked):
             print(f"appserver: {cause}", file=sys.stderr)

@@ -138,7 +138,7 @@ class AppServer:
         self.config = config
         self.db = db
         self.lock = lock
-        self.trust = trust or WorkspaceTrust(config.workspace, "", True, "given by the caller")
+        self.trust = trust or WorkspaceTrust(config.workspace, "", trusted=True, reason="given")
         self.workspace_config = load_workspace_config(config.craft_dir)
         warn_ignored(self.workspace_config)
         # The user's own settings (API key, endpoint, approval default): outside the workspace.

@@ -231,7 +231,11 @@ async def test_user_owned_plugin(workspace: Path) -> None:
         manifest("my-plugin", version="2.1"),
         {**skill_file("my-skill", "Does my thing."), **echo_mcp_file()},
     )
-    async with running_server("memory", workspace) as sut, sut.connect() as client:
+    # The user's own plugins (a checkout's would wait for trust: test_trust_workspace.py).
+    async with (
+        running_server("memory", workspace, trust_workspace=True) as sut,
+        sut.connect() as client,
+    ):
         # Found on disk, not installed by this server: off until a client enables it,
         # so starting the server never runs a cloned repository's MCP commands.
         first = await plugin_list(client)
@@ -338,7 +342,11 @@ async def test_bad_manifests_become_diagnostics(workspace: Path) -> None:
     write_plugin(
         workspace, "bad-icon", manifest("bad-icon", interface={"logo": "./missing.png"}), skills
     )
-    async with running_server("memory", workspace) as sut, sut.connect() as client:
+    # The user's own plugins (a checkout's would wait for trust: test_trust_workspace.py).
+    async with (
+        running_server("memory", workspace, trust_workspace=True) as sut,
+        sut.connect() as client,
+    ):
         await client.request("plugin/setEnabled", {"id": "bad-mcp", "enabled": True})
         listed = await plugin_list(client)
         found = codes(listed["diagnostics"])

@@ -27,8 +27,8 @@ import anyio
 import pytest
 from anyio.abc import Process
 
-from appserver.faces.common import text_merger
 from appserver.transport.base import TransportClosed
+from appserver.transport.outbox import text_merger
 from appserver.transport.peer_writer import PeerWriter
 from tests.support.line_peer import appserver_command, face_env, line_peer
 

@@ -8,7 +8,9 @@ workspace; the approval default and where an API key goes are never the workspac
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,7 +60,9 @@ async def test_a_builtin_marker_in_the_workspace_does_not_enable_a_plugin(
 ) -> None:
     root = write_plugin(workspace, "evil", manifest("evil"), echo_mcp_file("evil"))
     (root / ".builtin").write_text("0.0.0\n")
-    async with running_server("memory", workspace) as sut, sut.connect() as client:
+    # Even in a trusted workspace the marker enables nothing.
+    trusted = running_server("memory", workspace, trust_workspace=True)
+    async with trusted as sut, sut.connect() as client:
         listed = await plugin_list(client, includeDisabled=True)
         plugin = next(p for p in listed["plugins"] if p["id"] == "evil")
         assert plugin["enabled"] is False
@@ -199,7 +203,9 @@ async def test_the_workspace_file_does_not_set_the_approval_default(
     craft.mkdir()
     policy = {"Permissions": {"DefaultApprovalPolicy": "autoApprove"}}
     (craft / "config.json").write_text(json.dumps(policy))
-    async with running_server("memory", workspace) as sut, sut.connect() as client:
+    # Not even in a trusted workspace.
+    trusted = running_server("memory", workspace, trust_workspace=True)
+    async with trusted as sut, sut.connect() as client:
         approver = Approver(client, "decline")
         thread_id = await new_thread(client)
         _, terminal = await run_turn(client, thread_id, "!touch pwned")
@@ -310,3 +316,95 @@ async def test_a_face_in_an_untrusted_checkout_auto_approves_nothing(
         (result,) = of(await proc.until_type("done"), "tool_result")
         assert result["is_error"] is False
         assert (checkout / "made.txt").exists()
+
+
+# --- what review and a stranger's probe found -------------------------------------------
+
+
+async def test_stored_grants_count_only_in_a_trusted_workspace(
+    workspace: Path, home: Path, tmp_path: Path
+) -> None:
+    await seeded_workspace(workspace)
+    checkout = checkout_of(workspace, tmp_path)
+    # The checkout's database remembers "always run `touch pwned` here".
+    with sqlite3.connect(checkout / ".craft" / "appserver.db") as conn:
+        conn.execute(
+            "INSERT INTO approval_grants (kind, operation, target, created_at) VALUES (?,?,?,?)",
+            ("shell", "touch pwned", str(checkout.resolve()), "2026-01-01T00:00:00Z"),
+        )
+    async with running_server("memory", checkout) as sut, sut.connect() as client:
+        approver = Approver(client, "decline")
+        thread_id = await new_thread(client)
+        await run_turn(client, thread_id, "!touch pwned")
+        assert len(approver.requests) == 1
+        assert not (checkout / "pwned").exists()
+
+
+async def test_an_always_grant_inside_does_not_cover_a_hard_link_outside(
+    workspace: Path, home: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    (workspace / "x.txt").write_text("mine\n")
+    script = '?tool write_file {"path": "x.txt", "content": "OWNED\\n"}'
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        approver = Approver(client, "acceptAlways")
+        thread_id = await new_thread(client)
+        await run_turn(client, thread_id, script)
+        assert len(approver.requests) == 1
+        (workspace / "x.txt").unlink()
+        os.link(outside, workspace / "x.txt")
+        approver.decision = "decline"
+        await run_turn(client, thread_id, script)
+        assert len(approver.requests) == 2  # asked again: the same path, now outside
+    assert outside.read_text() == "precious\n"
+
+
+async def test_a_database_with_dropped_tables_is_not_new(
+    workspace: Path, home: Path, tmp_path: Path
+) -> None:
+    await seeded_workspace(workspace)
+    checkout = checkout_of(workspace, tmp_path)
+    # Hand-made so that the first migration runs again at open.
+    with sqlite3.connect(checkout / ".craft" / "appserver.db") as conn:
+        conn.execute("PRAGMA foreign_keys=OFF")
+        for table in ("items", "turns", "thread_events", "queued_inputs", "approval_grants"):
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute("DROP TABLE threads")
+        conn.execute("DELETE FROM schema_migrations WHERE version IN (1, 2)")
+    async with running_server("memory", checkout) as sut, sut.connect() as client:
+        assert (await client.request("workspace/trust", {}))["trusted"] is False
+        [server] = (await client.request("mcp/status/list"))["servers"]
+        assert "not trusted" in server["lastError"]
+
+
+async def test_a_checkout_without_a_database_is_not_trusted_by_itself(
+    workspace: Path, home: Path
+) -> None:
+    craft = workspace / ".craft"
+    craft.mkdir()
+    (craft / "HEARTBEAT.md").write_text("- touch pwned\n")
+    (craft / "config.json").write_text(json.dumps({"Heartbeat": {"Enabled": True}}))
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        trust = await client.request("workspace/trust", {})
+        assert trust["trusted"] is False
+        assert "HEARTBEAT.md" in trust["reason"] and "config.json" in trust["reason"]
+        assert sut.app is not None and sut.app.heartbeat is not None
+        assert sut.app.heartbeat.may_run() is False
+
+
+async def test_a_swapped_copy_of_the_trusted_database_is_not_trusted(
+    workspace: Path, home: Path, tmp_path: Path
+) -> None:
+    await seeded_workspace(workspace)
+    checkout = checkout_of(workspace, tmp_path)
+    shipped = tmp_path / "shipped.db"
+    shutil.copy(checkout / ".craft" / "appserver.db", shipped)  # what the attacker keeps
+    async with running_server("memory", checkout, trust_workspace=True):
+        pass
+    # A later pull brings the same database back (same id as when it was trusted).
+    for suffix in ("", "-wal", "-shm"):
+        (checkout / ".craft" / f"appserver.db{suffix}").unlink(missing_ok=True)
+    shutil.copy(shipped, checkout / ".craft" / "appserver.db")
+    async with running_server("memory", checkout) as sut, sut.connect() as client:
+        assert (await client.request("workspace/trust", {}))["trusted"] is False

@@ -31,7 +31,6 @@ from typing import Any
 
 import anyio
 
-from appserver.faces.common import text_merger
 from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.protocol.encoding import finish
 from appserver.transport.base import (
@@ -40,7 +39,7 @@ from appserver.transport.base import (
     FrameRejected,
     TransportClosed,
 )
-from appserver.transport.outbox import Merge
+from appserver.transport.outbox import Merge, text_merger
 from appserver.transport.peer_writer import DEFAULT_MAX_BYTES, PeerWriter
 from appserver.transport.stdio import StdioTransport
 

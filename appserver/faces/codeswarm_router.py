@@ -38,7 +38,7 @@ from appserver.faces.codeswarm_wire import (
     parse_launch,
     swarm_id_of,
 )
-from appserver.faces.common import interrupt_quietly, text_merger
+from appserver.faces.common import interrupt_quietly
 from appserver.faces.seat import Seat
 from appserver.protocol.ids import now_iso
 from appserver.protocol.threads import Item, TokenUsage
@@ -56,6 +56,7 @@ from appserver.runtime.host import Runtime
 from appserver.runtime.threads import NewThread
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.storage.faces import FaceRepository
+from appserver.transport.outbox import text_merger
 from appserver.transport.peer_writer import PeerWriter
 
 log = logging.getLogger("appserver.faces.codeswarm")

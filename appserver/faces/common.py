@@ -11,7 +11,6 @@ import base64
 import binascii
 import contextlib
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -151,26 +150,3 @@ def add_backlog_argument(group: Any) -> None:
             f"(default {DEFAULT_MAX_BYTES})"
         ),
     )
-
-
-def text_merger(*path: str) -> Callable[[list[str]], str]:
-    """A merge for the outbox's coalescing (see :mod:`appserver.transport.outbox`):
-    frames of one streamed text become the last of them carrying all their
-    texts, joined, at ``path`` (keys from the frame's top)."""
-
-    def merge(frames: list[str]) -> str:
-        import json
-
-        from appserver.protocol.encoding import dumps
-
-        def holder(frame: Any) -> Any:
-            for key in path[:-1]:
-                frame = frame[key]
-            return frame
-
-        parsed = [json.loads(frame) for frame in frames]
-        merged = parsed[-1]
-        holder(merged)[path[-1]] = "".join(str(holder(p).get(path[-1], "")) for p in parsed)
-        return dumps(merged)
-
-    return merge

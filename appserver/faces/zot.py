@@ -56,7 +56,6 @@ from appserver.faces.common import (
     positive_int,
     store_image,
     system_prompt,
-    text_merger,
     turn_id_of,
 )
 from appserver.protocol.decoding import JsonRejected, loads_client
@@ -70,7 +69,9 @@ if TYPE_CHECKING:
     from appserver.runtime.host import Runtime
     from appserver.runtime.turns.model import ActiveTurn
     from appserver.storage.threads import ItemRecord
-    from appserver.transport.stdio import StdioTransport
+    from appserver.transport.outbox import text_merger
+from appserver.transport.outbox import text_merger
+from appserver.transport.stdio import StdioTransport
 
 log = logging.getLogger("appserver.faces.zot")
 

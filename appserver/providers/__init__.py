@@ -17,7 +17,7 @@ that has a non-empty value, in this order:
    organisation and project headers.
 4. **The user's settings** (``user``: ``<home>/workspaces/<id>/config.json``
    over ``<home>/config.json``, outside any repository; see
-   :mod:`appserver.storage.user_config`), DotCraft's key names: ``Provider``,
+   :mod:`appserver.storage.user_settings`), DotCraft's key names: ``Provider``,
    ``Model``, ``EndPoint``, ``ApiKey``, ``Timeout``, ``MaxRetries``.
 5. **Workspace config** (``.craft/config.json``, which can arrive with a
    checkout): ``Provider``, ``Model``, ``Timeout``, ``MaxRetries``; its

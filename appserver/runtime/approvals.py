@@ -45,14 +45,13 @@ from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.events import Participant, QuestionRefused, QuestionUnanswered
 from appserver.runtime.grant_keys import (  # the keys are importable from here too
     grant_key,
-    one_line,
     scope_key,
     session_scopes,
     shell_command_key,
     stored_grant,
 )
 from appserver.storage.threads import EventRepository
-from appserver.tools.base import ApprovalNeed
+from appserver.tools.base import ApprovalNeed, one_line
 
 log = logging.getLogger("appserver.approvals")
 
@@ -229,9 +228,16 @@ class ApprovalBroker:
         self.settle_listeners: list[Callable[[str], None]] = []
 
     async def precheck(
-        self, thread_id: str, need: ApprovalNeed, policy: str, require_outside: bool
+        self,
+        thread_id: str,
+        need: ApprovalNeed,
+        policy: str,
+        require_outside: bool,
+        trusted: bool = True,
     ) -> Verdict | None:
-        """Decide without asking when policy or a grant settles it."""
+        """Decide without asking when policy or a grant settles it. Grants
+        remembered in the database count only in a ``trusted`` workspace (a
+        database that came with a checkout can hold any)."""
         if need.outside_workspace and not require_outside:
             return Verdict(
                 "decline",
@@ -245,7 +251,7 @@ class ApprovalBroker:
         grants = self._session_grants.get(thread_id, set())
         if any(scope.scope_key in grants for scope in session_scopes(need)):
             return Verdict("accept")
-        if await self.events.is_granted(*stored_grant(need)):
+        if trusted and await self.events.is_granted(*stored_grant(need)):
             return Verdict("accept")
         if policy == "interrupt":
             return Verdict("cancel", fallback="approvalPolicy is interrupt")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 
 from appserver.protocol.turns import SessionScope
-from appserver.tools.base import ApprovalNeed
+from appserver.tools.base import ApprovalNeed, one_line
 
 
 def _place_key(need: ApprovalNeed) -> str:
@@ -74,9 +74,14 @@ def stored_grant(need: ApprovalNeed) -> tuple[str, str, str]:
     is; a background or interactive command, or terminal input, adds its mode
     to the kind (``shell+background``, ``shell+interactive``, ``shell+stdin``
     whose target is the terminal's session id), so remembering one never
-    covers the other.
+    covers the other; a file operation outside the workspace (a path outside,
+    or a hard-linked file inside) is kept as ``file+outside``.
     """
     mode = _shell_mode(need) if need.kind == "shell" else "cmd"
+    if need.kind == "file" and need.outside_workspace:
+        # One path can be inside or, as a hard link to a file elsewhere, outside:
+        # remembering the inside write never covers the outside one.
+        return "file+outside", need.operation, need.target
     if mode == "cmd":
         return need.kind, need.operation, need.target
     if mode == "stdin":
@@ -156,9 +161,3 @@ def grant_key(need: ApprovalNeed, scope: str) -> str:
     scopes = session_scopes(need)
     chosen = next((s for s in scopes if s.scope == scope), scopes[0])
     return chosen.scope_key
-
-
-def one_line(text: str, limit: int = 200) -> str:
-    """``text`` on one line, cut to ``limit`` characters (a command can be a script)."""
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

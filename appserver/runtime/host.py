@@ -53,6 +53,9 @@ class Runtime:
     ) -> None:
         config = config or EngineConfig()
         self.db = db
+        # Whether the workspace's own files may run code (storage/trust.py): front
+        # doors that approve by their own rules (a face's --yolo) ask it too.
+        self.workspace_trusted = workspace_trusted
         self.bus = bus if bus is not None else EventBus()
         self.events = EventRepository(db)
         self.journal = ThreadJournal(self.bus, self.events)

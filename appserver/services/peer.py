@@ -14,12 +14,10 @@ coalesce key so a lagging connection gets them merged (same text, newest
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from appserver.protocol.base import WireModel
-from appserver.protocol.encoding import dumps
 from appserver.rpc import framing
 from appserver.rpc.connection import (
     Connection,
@@ -30,6 +28,7 @@ from appserver.rpc.connection import (
 )
 from appserver.rpc.outbox import Merge
 from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
+from appserver.transport.outbox import text_merger
 
 
 class Handshake(enum.Enum):
@@ -50,12 +49,8 @@ def encode_event(event: Event) -> Encoded:
     return frame, ((event.thread_id, event.stream, event.kind), merge_delta_frames)
 
 
-def merge_delta_frames(frames: list[str]) -> str:
-    """One delta frame carrying all texts and the newest ``seq`` (lagging peers)."""
-    parsed = [json.loads(frame) for frame in frames]
-    merged = parsed[-1]
-    merged["params"]["delta"] = "".join(str(p["params"].get("delta", "")) for p in parsed)
-    return dumps(merged)
+# One delta frame carrying all texts and the newest ``seq`` (lagging peers).
+merge_delta_frames = text_merger("params", "delta")
 
 
 class Peer:

@@ -323,7 +323,7 @@ class WorkspaceService:
     async def trust(self, ctx: RequestContext, params: W.WorkspaceTrustParams) -> BaseModel:
         trust = self.server.trust
         if params.trusted is True:
-            if trust.trust("trusted by a client (workspace/trust)"):
+            if await trust.trust("trusted by a client (workspace/trust)"):
                 # After the response: the caller sees its answer before what starts.
                 for start in trust.on_trusted:
                     ctx.after_response(start)

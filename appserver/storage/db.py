@@ -185,7 +185,8 @@ class SqliteDatabase(Database):
             for pragma in _PRAGMAS:
                 await conn.execute(pragma)
             db = cls(conn)
-            db.created = "0001_threads.sql" in await db.migrate()
+            db.created = await db._holds_nothing()
+            await db.migrate()
         except BaseException:
             # A full disk fails here: close, or aiosqlite's thread keeps the process alive.
             with anyio.CancelScope(shield=True):
@@ -206,6 +207,24 @@ class SqliteDatabase(Database):
             reader.execute("PRAGMA query_only = ON")
             db._reader = reader
         return db
+
+    async def _holds_nothing(self) -> bool:
+        """Whether the file holds no schema and no applied migration: this
+        process is creating it (a hand-made file that drops tables to have its
+        migrations run again is not new)."""
+        async with self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+            "AND name != 'schema_migrations'"
+        ) as cursor:
+            if await cursor.fetchone() is not None:
+                return False
+        async with self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        ) as cursor:
+            if await cursor.fetchone() is None:
+                return True
+        async with self.conn.execute("SELECT 1 FROM schema_migrations LIMIT 1") as cursor:
+            return await cursor.fetchone() is None
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations in order; returns the names applied."""

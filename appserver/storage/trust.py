@@ -2,28 +2,30 @@
 
 A workspace is data until its user says otherwise, as in editors' "workspace
 trust": a checkout can carry a ``.craft/`` directory with a database (MCP
-servers, cron jobs, thread policies) and plugins, and none of that may run
-code because the server was started there. The decision is the user's and
-lives outside the workspace, under the user's configuration directory
+servers, cron jobs, thread policies, remembered grants), plugins, a
+``config.json`` and a ``HEARTBEAT.md``, and none of that may run code because
+the server was started there. The decision is the user's and lives outside
+the workspace, under the user's configuration directory
 (:func:`~appserver.storage.user_settings.user_home`)::
 
     <home>/workspaces/<digest of the workspace path>/trusted.json
         {"workspace": "/abs/path", "database": "<id>", "trustedAt": "..."}
 
-Trust names the database it was given for (the random id a database gets when
-it is created, ``workspace_identity``), so a database swapped in later by a
-``git pull`` is not covered. The server records trust itself when it created
-the database (everything in it came from this user's clients), when started
-with ``--trust-workspace``, and when a client calls ``workspace/trust``.
-A shared PostgreSQL store never arrives with a checkout: it is always trusted.
+Trust names the database it was given for: the random id a database gets
+when it is created (``workspace_identity``), drawn anew whenever trust is
+given, so a database that a later ``git pull`` swaps in, even one copied from
+the trusted one, does not match. The server trusts a workspace by itself only
+when it made everything in ``.craft/``: it created the database (the file held
+no schema) and found nothing else there. Otherwise the user trusts it with
+``--trust-workspace`` or a client's ``workspace/trust``. A shared PostgreSQL
+store never arrives with a checkout: it is always trusted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
+import secrets
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -32,10 +34,22 @@ from pathlib import Path
 
 from appserver.storage.db import Database
 from appserver.storage.user_settings import workspace_home
+from appserver.storage.workspace import write_private
 
 log = logging.getLogger("appserver.trust")
 
 TRUST_FILE = "trusted.json"
+
+# What the server itself makes in .craft/ before it decides on trust.
+_SERVER_FILES = frozenset(
+    (
+        "appserver.lock",
+        "appserver.db",
+        "appserver.db-wal",
+        "appserver.db-shm",
+        "appserver.db-journal",
+    )
+)
 
 
 async def database_identity(db: Database) -> str:
@@ -50,6 +64,7 @@ class WorkspaceTrust:
 
     workspace: Path
     database: str
+    db: Database | None = None  # where the id is drawn anew when trust is given
     trusted: bool = False
     reason: str = ""
     home: Path | None = None
@@ -67,16 +82,21 @@ class WorkspaceTrust:
             return None
         return value if isinstance(value, dict) else None
 
-    def trust(self, reason: str) -> bool:
+    async def trust(self, reason: str) -> bool:
         """Trust the workspace and its database, recorded for later starts;
         ``True`` when it was not trusted before (then run :attr:`on_trusted`)."""
+        if self.db is not None:
+            # A fresh id: a copy of this database that someone else holds (or a
+            # file a pull swaps in) no longer matches what the record names.
+            self.database = secrets.token_hex(16)
+            await self.db.write([("UPDATE workspace_identity SET id = ?", (self.database,))])
         record = {
             "workspace": str(self.workspace),
             "database": self.database,
             "trustedAt": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         try:
-            _write_private(self.record_path, json.dumps(record, indent=2) + "\n")
+            write_private(self.record_path, json.dumps(record, indent=2) + "\n")
         except OSError as exc:
             # Trusted for this run all the same: the user asked for it now.
             log.warning("could not record trust in %s: %s", self.record_path, exc.strerror)
@@ -98,41 +118,39 @@ async def settle_trust(
     """Decide at start whether ``workspace`` (with the open ``db``) is trusted."""
     workspace = workspace.resolve()
     if db.dialect != "sqlite":
-        return WorkspaceTrust(workspace, "", True, "the store is shared, not the workspace's")
-    trust = WorkspaceTrust(workspace, await database_identity(db), home=home)
+        return WorkspaceTrust(workspace, "", trusted=True, reason="the store is shared")
+    trust = WorkspaceTrust(workspace, await database_identity(db), db=db, home=home)
+    foreign = _foreign_state(workspace / ".craft")
     if flag:
-        trust.trust("--trust-workspace")
-    elif db.created:
-        trust.trust("the server created this workspace's database")
+        await trust.trust("--trust-workspace")
+    elif db.created and not foreign:
+        await trust.trust("the server made everything in this workspace's .craft/")
     else:
         record = trust.read_record()
-        if record and record.get("database") == trust.database:
+        if record and trust.database and record.get("database") == trust.database:
             trust.trusted, trust.reason = True, "trusted by the user"
         elif record:
             trust.reason = "its database is not the one the user trusted"
         else:
-            trust.reason = "its .craft/ came with the workspace and the user has not trusted it"
+            what = ", ".join(foreign) if foreign and db.created else "its database"
+            trust.reason = (
+                f".craft/ came with the workspace ({what}) and the user has not trusted it"
+            )
     if not trust.trusted:
         log.warning(
-            "workspace %s is not trusted (%s): its MCP servers, plugins, cron jobs and "
-            "auto-approval stay off until it is (--trust-workspace or workspace/trust)",
+            "workspace %s is not trusted (%s): its MCP servers, plugins, cron jobs, periodic "
+            "heartbeat and auto-approval stay off until it is (--trust-workspace or "
+            "workspace/trust)",
             workspace,
             trust.reason,
         )
     return trust
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, readable by the user only."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, temp = tempfile.mkstemp(prefix=".trusted.", suffix=".tmp", dir=path.parent)
+def _foreign_state(craft_dir: Path) -> list[str]:
+    """What ``.craft/`` holds that the server did not just make (sorted names)."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temp)
-        raise
+        names = [entry.name for entry in craft_dir.iterdir()]
+    except OSError:
+        return []
+    return sorted(name for name in names if name not in _SERVER_FILES)

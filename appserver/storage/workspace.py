@@ -1,4 +1,5 @@
-"""Safe edits of ``<workspace>/.craft/config.json`` (DotCraft's workspace settings).
+"""Safe edits of a DotCraft-style ``config.json`` (the user's settings for a
+workspace, :mod:`appserver.storage.user_settings`), and :func:`write_private`.
 
 The file can hold secrets (``ApiKey``), so every write produces a file with
 mode ``0600`` regardless of the umask, and replaces the old file atomically
@@ -117,19 +118,24 @@ class WorkspaceConfigFile:
                 await anyio.to_thread.run_sync(self._write, document)
 
     def _write(self, document: dict[str, Any]) -> None:
-        self.craft_dir.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-        # mkstemp creates the file 0600 (the umask can only narrow that); chmod
-        # again anyway so the mode never depends on the platform's default.
-        fd, temp = tempfile.mkstemp(prefix=".config.json.", suffix=".tmp", dir=self.craft_dir)
-        try:
-            os.chmod(temp, SECRET_FILE_MODE)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temp, self.path)
-        except BaseException:
-            with suppress(OSError):
-                os.unlink(temp)
-            raise
+        write_private(self.path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically (temporary file beside it,
+    ``fsync``, ``os.replace``), readable by the user only (0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mkstemp creates the file 0600 (the umask can only narrow that); chmod
+    # again anyway so the mode never depends on the platform's default.
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(temp, SECRET_FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp)
+        raise

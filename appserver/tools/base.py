@@ -151,3 +151,9 @@ class Tool(Protocol):
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan: ...
 
     async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome: ...
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """``text`` on one line, cut to ``limit`` characters (a command can be a script)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

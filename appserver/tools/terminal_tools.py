@@ -25,7 +25,14 @@ from typing import Any
 
 from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.args import check_keys, get_int, get_str, require_str
-from appserver.tools.base import ApprovalNeed, Tool, ToolContext, ToolOutcome, ToolPlan
+from appserver.tools.base import (
+    ApprovalNeed,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+    ToolPlan,
+    one_line,
+)
 from appserver.tools.sandbox import Sandbox
 from appserver.tools.terminals import (
     DEFAULT_MAX_OUTPUT_CHARS,
@@ -146,8 +153,7 @@ class WriteStdinTool(_TerminalTool):
         sandbox = Sandbox(ctx.workspace)
         place = sandbox.resolve(directory)
         outside = "" if place.inside else " (outside the workspace)"
-        shown = " ".join(command.split())
-        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        shown = one_line(command, 80)
         return ApprovalNeed(
             kind="shell",
             operation=text,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 # Turns a run of frames with the same coalesce key into one frame. Called once
 # per run when the writer takes the batch, so merging stays linear in size.
@@ -127,3 +128,26 @@ class Outbox:
         self._last_key = None
         self.close()
         return dropped
+
+
+def text_merger(*path: str) -> Callable[[list[str]], str]:
+    """A merge for the outbox's coalescing (see :mod:`appserver.transport.outbox`):
+    frames of one streamed text become the last of them carrying all their
+    texts, joined, at ``path`` (keys from the frame's top)."""
+
+    def merge(frames: list[str]) -> str:
+        import json
+
+        from appserver.protocol.encoding import dumps
+
+        def holder(frame: Any) -> Any:
+            for key in path[:-1]:
+                frame = frame[key]
+            return frame
+
+        parsed = [json.loads(frame) for frame in frames]
+        merged = parsed[-1]
+        holder(merged)[path[-1]] = "".join(str(holder(p).get(path[-1], "")) for p in parsed)
+        return dumps(merged)
+
+    return merge

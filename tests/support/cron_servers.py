@@ -21,8 +21,11 @@ T0 = epoch_ms("2100-01-04T10:00:00")
 async def clocked_server(
     workspace: Path, start_ms: int = T0, kind: str = "memory"
 ) -> AsyncIterator[tuple[ServerUnderTest, FakeClock]]:
-    """A memory (or WebSocket) server whose cron and heartbeat use a FakeClock."""
-    async with running_server(kind, workspace) as sut:
+    """A memory (or WebSocket) server whose cron and heartbeat use a FakeClock.
+
+    The tests write the workspace's .craft/ (config.json, HEARTBEAT.md) themselves,
+    as its user would: the server is told to trust it."""
+    async with running_server(kind, workspace, trust_workspace=True) as sut:
         assert sut.app is not None and sut.app.heartbeat is not None
         clock = FakeClock(start_ms)
         if sut.app.cron is not None:

@@ -87,13 +87,14 @@ class ApprovalConversation:
         policy = str(config.get("approvalPolicy") or "default")
         if policy == "default":
             policy = self.default_policy()
-        if policy == "autoApprove" and not self.workspace_trusted():
+        trusted = self.workspace_trusted()
+        if policy == "autoApprove" and not trusted:
             # A policy stored in a database that came with the checkout is not
             # the user's: until the workspace is trusted, a person is asked.
             policy = "default"
         require_outside = config.get("requireApprovalOutsideWorkspace")
         verdict = await self.approvals.precheck(
-            active.thread_id, need, policy, require_outside is not False
+            active.thread_id, need, policy, require_outside is not False, trusted
         )
         if verdict is None:
             verdict = await self._ask(active, need, policy)
