@@ -12,6 +12,14 @@ about one simple command (``qwen_shell``): an allow rule never covers a
 compound command, a substitution or a redirection, and an exclude rule declines
 a command if any simple command in it matches (a command that cannot be read
 reliably is asked, and refused under ``yolo``).
+
+Nothing is accepted here in a workspace that is not trusted (``storage.trust``):
+``--yolo``, ``auto-edit`` and ``--allowed-tools`` then leave the call to the
+person (``can_use_tool``), while exclusions and ``plan`` still decline. Input
+typed into a background terminal (``write_stdin``, :data:`TERMINAL_INPUT`) is
+not a command an allow rule covers (the program reading it may be anything);
+exclude rules still read it as a command line, since a shell in the terminal
+would run it as one.
 """
 
 from __future__ import annotations
@@ -48,6 +56,10 @@ ALIASES = {
 # The tool behind a gated file operation (ApprovalRequestParams.operation).
 FILE_TOOLS = {"read": "read_file", "write": "write_file", "edit": "edit_file", "list": "list_dir"}
 EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+# Input typed into a background terminal: its own tool, never a rule's ``shell``.
+TERMINAL_INPUT = "write_stdin"
+# Calls whose subject is a command line (what command exclude rules read).
+_COMMAND_TOOLS = frozenset({"shell", TERMINAL_INPUT})
 _RULE = re.compile(r"^\s*([^()\s]+)\s*(?:\((.*)\))?\s*$", re.S)
 
 
@@ -150,10 +162,10 @@ class ToolRules:
 class Call:
     """A gated call as the seat sees it."""
 
-    tool: str
+    tool: str  # ours: shell, a file tool, or TERMINAL_INPUT
     call_id: str
     arguments: dict[str, object]
-    subject: str  # the command (shell) or the resolved path (file)
+    subject: str  # the command (shell), the typed input (terminal), or the resolved path
     outside: bool  # outside the workspace: asked even under autoApprove
 
 
@@ -172,16 +184,20 @@ def thread_policy(mode: str, override: str | None, rules: ToolRules) -> str:
 
 def exclusion(call: Call, rules: ToolRules, workspace: Path) -> bool | None:
     """Whether an exclude rule names the call; ``None`` when the call is a
-    shell command that cannot be read reliably and a shell rule might name it."""
-    if call.tool != "shell":
+    shell command (or terminal input) that cannot be read reliably and a shell
+    rule might name it."""
+    if call.tool not in _COMMAND_TOOLS:
         return any(rule.matches(call.tool, call.subject, workspace) for rule in rules.excluded)
     patterns = [rule.pattern for rule in rules.excluded if rule.tool == "shell" and rule.pattern]
     return excluded_by(call.subject, patterns)
 
 
-def local_decision(mode: str, call: Call, rules: ToolRules, workspace: Path) -> str | None:
+def local_decision(
+    mode: str, call: Call, rules: ToolRules, workspace: Path, *, trusted: bool
+) -> str | None:
     """``accept``/``decline`` when the mode or the rules settle the call, else
-    ``None`` (the SDK is asked)."""
+    ``None`` (the SDK is asked). ``trusted``: the workspace is trusted; when it
+    is not, only a decline is settled here."""
     excluded = exclusion(call, rules, workspace)
     if excluded or mode == "plan":
         return "decline"
@@ -190,8 +206,12 @@ def local_decision(mode: str, call: Call, rules: ToolRules, workspace: Path) -> 
     if excluded is None:
         # Fail closed: yolo never runs what an exclude rule might name; others ask.
         return "decline" if mode == "yolo" else None
+    if not trusted:
+        return None  # an untrusted workspace auto-approves nothing: the person is asked
     if mode == "yolo":
         return "accept"
+    if call.tool == TERMINAL_INPUT:
+        return None  # typed into whatever the terminal runs: no allow rule covers it
     if call.tool == "shell" and call.arguments.get("interactive") is True:
         return None  # the agent types into it later: a command rule does not cover that
     if any(rule.matches(call.tool, call.subject, workspace) for rule in rules.allowed):

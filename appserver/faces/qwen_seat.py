@@ -4,10 +4,13 @@
 with the SDK's ``control_response`` lines. :class:`QwenSeat` is the face's
 participant: it receives the events of the turns the face starts, and when the
 runtime asks it about a gated tool call it first applies the approval mode and
-the tool rules (``qwen_rules``), then asks the SDK and maps its answer:
+the tool rules (``qwen_rules``; in a workspace that is not trusted they only
+decline), then asks the SDK and maps its answer:
 ``allow`` -> ``accept``, ``deny`` -> ``decline`` (``cancel`` with
 ``interrupt: true``), an error answer -> :class:`QuestionRefused`, no answer
-in time -> :class:`QuestionUnanswered`.
+in time -> :class:`QuestionUnanswered`. Input typed into a background terminal
+is asked as what it is: ``tool_name`` ``write_stdin``, ``input`` its
+``session_id`` and ``input``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import anyio
 
 from appserver.faces.qwen_rules import (
     FILE_TOOLS,
+    TERMINAL_INPUT,
     Call,
     ToolRules,
     decides_locally,
@@ -36,6 +40,10 @@ log = logging.getLogger("appserver.faces.qwen")
 
 Frame = dict[str, Any]
 CATCH_UP_LIMIT = 10.0  # seconds an approval waits for the stream to show its tool call
+# The grant key of input to a background terminal (runtime/grant_keys.py): the
+# default scope's starts ``shell:stdin-``, the wider one is ``shell:stdin:<session id>``.
+_INPUT_KEY = "shell:stdin-"
+_TERMINAL_KEY = "shell:stdin:"
 
 
 class ControlClosed(Exception):
@@ -117,6 +125,9 @@ class SeatOwner(Protocol):
     def interactive(self) -> bool:
         """The client reads control requests and can answer them."""
 
+    def trusted(self) -> bool:
+        """The workspace is trusted: the mode and rules may accept calls."""
+
     def others_can_answer(self, thread_id: str) -> bool:
         """Another participant watching the thread may answer approvals."""
 
@@ -173,25 +184,59 @@ class QwenSeat(Seat):
         owner = self.owner
         return owner.interactive() or decides_locally(owner.mode, owner.rules)
 
+    def _pending(self, tool: str, fits: Callable[[dict[str, Any]], bool]) -> tuple[str, Frame]:
+        """The id and arguments of the first announced call of ``tool`` that fits."""
+        for pending_id, name, args in self.calls:
+            if name == tool and fits(args):
+                return pending_id, args
+        return "", {}
+
     def _call(self, request: Any) -> Call:
         kind = str(request.approval_type)
-        tool = "shell" if kind == "shell" else FILE_TOOLS.get(str(request.operation), kind)
-        outside = str(request.scope_key).count(":") >= 2  # the key names the place outside
-        call_id, arguments = "", {}
-        for pending_id, name, args in self.calls:
-            if name == tool:
-                call_id, arguments = pending_id, args
-                break
-        subject = str(request.operation) if tool == "shell" else str(request.target)
+        scope_key = str(request.scope_key)
+        outside = scope_key.count(":") >= 2  # the key names the place outside
+        operation = str(request.operation)
+        if kind == "shell" and scope_key.startswith(_INPUT_KEY):
+            return self._terminal_input(request, operation, outside)
+        tool = "shell" if kind == "shell" else FILE_TOOLS.get(operation, kind)
+        call_id, arguments = self._pending(tool, lambda args: True)
+        subject = operation if tool == "shell" else str(request.target)
         return Call(tool, call_id, arguments, subject, outside)
+
+    def _terminal_input(self, request: Any, typed: str, outside: bool) -> Call:
+        """A ``write_stdin`` call: ``typed`` into the terminal its wider scope names."""
+        terminal = ""
+        for scope in getattr(request, "session_scopes", None) or []:
+            key = str(getattr(scope, "scope_key", ""))
+            if key.startswith(_TERMINAL_KEY):
+                terminal = key[len(_TERMINAL_KEY) :].split(":", 1)[0]
+                break
+        call_id, arguments = self._pending(
+            TERMINAL_INPUT,
+            lambda args: (
+                args.get("input") == typed and (not terminal or args.get("session_id") == terminal)
+            ),
+        )
+        if not arguments:  # not announced (yet): what the runtime will do, as it showed it
+            arguments = {"session_id": terminal, "input": typed}
+        return Call(TERMINAL_INPUT, call_id, arguments, typed, outside)
 
     async def ask_approval(self, request: WireModel, timeout: float) -> str:
         owner = self.owner
         call = self._call(request)
-        decision = local_decision(owner.mode, call, owner.rules, owner.workspace)
+        trusted = owner.trusted()
+        decision = local_decision(owner.mode, call, owner.rules, owner.workspace, trusted=trusted)
         if decision is not None:
             log.info("%s %s by the approval mode or tool rules", call.tool, decision)
             return decision
+        if not trusted and local_decision(
+            owner.mode, call, owner.rules, owner.workspace, trusted=True
+        ):
+            log.warning(
+                "%s: the workspace is not trusted, so the approval mode and tool rules "
+                "accept nothing; asking (--trust-workspace trusts it)",
+                call.tool,
+            )
         thread_id = str(getattr(request, "thread_id", ""))
         if not owner.interactive() or owner.control.closed:
             if owner.others_can_answer(thread_id):

@@ -115,6 +115,10 @@ class Session:
             and not self.control.closed
         )
 
+    def trusted(self) -> bool:
+        # Asked at each approval: workspace/trust from a --websocket client counts at once.
+        return bool(self.runtime.workspace_trusted())
+
     def others_can_answer(self, thread_id: str) -> bool:
         return any(
             participant is not self.seat

@@ -15,7 +15,8 @@ command and process substitution (``$(...)``, backticks, ``<(...)``,
 * :func:`excluded_by`: an exclude rule matches when ANY simple command matches,
   also through ``VAR=value`` prefixes, a path on the program (``/bin/rm``),
   wrappers (``sudo``, ``env``, ``timeout``, ``xargs``, ``find -exec``...) and
-  the strings ``sh -c``/``bash -c``/``eval``/``watch`` run; a command that
+  the strings ``sh -c``/``bash -c``/``eval``/``watch``/``su -c``/``trap``/
+  ``script -c`` run; a command that
   cannot be read reliably is *unknown* (``None``), and the caller fails closed.
 
 Patterns are ``fnmatch`` patterns; as in Claude Code, a trailing `` *`` also
@@ -65,6 +66,12 @@ _WRAPPERS = frozenset(
 )
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
 _SCRIPT_RUNNERS = frozenset({"eval", "watch", "su"})  # run their arguments as shell text
+# ``trap ACTION SIGNAL...``: the action runs later as shell text; every argument is
+# read as one (a signal name read as a command matches nothing).
+_TRAP = frozenset({"trap"})
+# util-linux ``script``: ``-c``/``--command`` runs shell text; without it, an
+# interactive shell reads what is typed (not visible here).
+_SCRIPT = frozenset({"script"})
 _FIND = frozenset({"find"})
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\[[^\]]*\])?\+?=")
@@ -311,6 +318,11 @@ def _program_views(words: list[Word], depth: int) -> tuple[list[str], bool]:
     scripts: list[str] = []
     if name in _SCRIPT_RUNNERS:
         scripts = [" ".join(rest), *rest]
+    elif name in _TRAP:
+        scripts = rest
+    elif name in _SCRIPT:
+        scripts = _script_commands(rest)
+        known &= bool(scripts)
     elif name in _SHELLS:
         options = [word for word in rest if word.startswith("-") and not word.startswith("--")]
         if any("c" in option for option in options):
@@ -324,6 +336,22 @@ def _program_views(words: list[Word], depth: int) -> tuple[list[str], bool]:
         views += nested
         known &= nested_known
     return views, known
+
+
+def _script_commands(arguments: list[str]) -> list[str]:
+    """What ``script`` runs as shell text: with ``-c``/``--command`` (any
+    abbreviation, attached or not) every later word, read generously, as the
+    exclusion side must; empty without one."""
+    for index, argument in enumerate(arguments):
+        if argument == "--":
+            break
+        name, equals, value = argument.partition("=")
+        if argument.startswith("--") and len(name) > 2 and "--command".startswith(name):
+            return ([value] if equals else []) + arguments[index + 1 :]
+        if argument.startswith("-") and not argument.startswith("--") and "c" in argument:
+            attached = argument[argument.index("c") + 1 :]
+            return ([attached] if attached else []) + arguments[index + 1 :]
+    return []
 
 
 def _views(command: str, depth: int) -> tuple[list[str], bool]:
