@@ -3,13 +3,20 @@
 The lock is an ``flock`` on the file, so it is released by the kernel when
 the holder dies: a lock left by a dead process is recovered automatically.
 The file's JSON content (pid, version, endpoints) is for humans and tools.
+
+``.craft/`` can arrive with a checkout, so the lock file is opened without
+following a symbolic link and must be a plain file of its own: a lock that
+points elsewhere (``appserver.lock -> ~/notes.txt``) is refused
+(:class:`UnsafeLockFile`) before anything is written, never truncated.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +24,16 @@ from typing import Any
 
 
 class WorkspaceLocked(Exception):
-    """Another live server holds the workspace."""
+    """Another live server holds the workspace (or, :class:`UnsafeLockFile`,
+    the lock cannot be taken safely)."""
+
+
+class UnsafeLockFile(WorkspaceLocked):
+    """The lock file is a symbolic link, or not a plain file of its own: taking
+    it would write through to something outside the state directory."""
+
+
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class WorkspaceLock:
@@ -36,7 +52,7 @@ class WorkspaceLock:
         deadline = time.monotonic() + wait
         delay = 0.005
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = self._open()
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -54,7 +70,7 @@ class WorkspaceLock:
             # A releasing holder unlinks the file: if we locked an unlinked
             # inode, someone may already hold a fresh file. Try again.
             try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
             except FileNotFoundError:
                 same = False
             if same:
@@ -62,6 +78,31 @@ class WorkspaceLock:
             os.close(fd)
         self._fd = fd
         self.update(info)
+
+    def _open(self) -> int:
+        """The lock file, opened (created if absent) without following a link;
+        raises :class:`UnsafeLockFile` for anything but a plain file with no
+        other name (0 names: a releasing holder just unlinked it; acquire retries)."""
+        try:
+            fd = os.open(self.path, _OPEN_FLAGS, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._unsafe("it is a symbolic link") from None
+            raise
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+            os.close(fd)
+            what = "not a plain file" if not stat.S_ISREG(info.st_mode) else "a hard link"
+            raise self._unsafe(f"it is {what}")
+        # O_NONBLOCK was only for opening (a FIFO must not hang the start).
+        os.set_blocking(fd, True)
+        return fd
+
+    def _unsafe(self, reason: str) -> UnsafeLockFile:
+        return UnsafeLockFile(
+            f"refusing to use the lock file {self.path}: {reason}; the workspace's .craft/ "
+            "holds the server's own files (remove it and start again)"
+        )
 
     def update(self, info: dict[str, Any]) -> None:
         """Rewrite the lock file's content (e.g. once endpoints are bound)."""

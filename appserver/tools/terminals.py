@@ -34,9 +34,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import logging
-import os
-import re
-import shutil
 import subprocess
 import time
 import uuid
@@ -54,13 +51,13 @@ from appserver.protocol.ids import now_iso
 from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group
 from appserver.tools.reaper import REAPER, group_alive
+from appserver.tools.terminal_files import KEPT_CHARS, TerminalFiles
 
 log = logging.getLogger("appserver.tools")
 
 DEFAULT_YIELD_MS = 1000
 MAX_YIELD_MS = 30_000
 DEFAULT_MAX_OUTPUT_CHARS = 10_000
-KEPT_CHARS = 1024 * 1024  # tail of the output kept in memory (and the most a snapshot shows)
 LIVE_LIMIT_CHARS = 1024 * 1024  # outputDelta text per terminal; the file keeps the rest
 MAX_RUNNING_PER_THREAD = 16
 MAX_RUNNING = 64
@@ -123,11 +120,6 @@ def normalize_yield_ms(yield_ms: int | None) -> int:
     return min(yield_ms, MAX_YIELD_MS)
 
 
-def _segment(thread_id: str) -> str:
-    """A thread id as one safe directory name."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", thread_id).strip(".") or "workspace"
-
-
 def _elapsed_ms(started_at: str, ended_at: str | None) -> int:
     try:
         start = datetime.fromisoformat(started_at)
@@ -135,42 +127,6 @@ def _elapsed_ms(started_at: str, ended_at: str | None) -> int:
     except ValueError:
         return 0
     return max(0, int((end - start).total_seconds() * 1000))
-
-
-def _read_output_file(path: str, counted: int | None = None) -> tuple[str, int]:
-    """The last :data:`KEPT_CHARS` characters of an output file and its length in
-    characters. ``counted``: that length (without trailing newlines) is known, so a
-    large file is read from its end only."""
-    if counted is not None:
-        try:
-            with open(path, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                if size > 4 * KEPT_CHARS:
-                    f.seek(size - 4 * KEPT_CHARS)
-                    text = f.read().decode("utf-8", errors="replace")[1:]  # a cut character
-                    text = text[len(text) - KEPT_CHARS :]
-                    return text, counted + len(text) - len(text.rstrip("\r\n"))
-        except OSError:
-            return "", 0
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    tail: deque[str] = deque()
-    kept = total = 0
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                text = decoder.decode(chunk)
-                total += len(text)
-                tail.append(text)
-                kept += len(text)
-                while kept - len(tail[0]) >= KEPT_CHARS:
-                    kept -= len(tail.popleft())
-    except OSError:
-        return "", 0
-    text = decoder.decode(b"", final=True)
-    total += len(text)
-    tail.append(text)
-    joined = "".join(tail)
-    return joined[len(joined) - KEPT_CHARS :] if len(joined) > KEPT_CHARS else joined, total
 
 
 class _Tail:
@@ -271,6 +227,7 @@ class TerminalManager:
         drain_grace_s: float = DRAIN_GRACE_S,
     ) -> None:
         self.root = root
+        self.files = TerminalFiles(root)
         self.store = store
         self.listener = listener
         self.kill_grace_s = kill_grace_s
@@ -345,10 +302,11 @@ class TerminalManager:
         self._starting.append(thread_id)  # counted until it is in _active (or failed)
         try:
             session_id = "term_" + uuid.uuid4().hex[:12]
-            directory = self.root / _segment(thread_id)
-            directory.mkdir(parents=True, exist_ok=True)
-            output_path = directory / f"{session_id}.log"
-            log_file = open(output_path, "w", encoding="utf-8", newline="")  # noqa: SIM115 (closed by _watch)
+            output_path = self.files.path_of(thread_id, session_id)
+            try:
+                log_file = self.files.create(thread_id, session_id)  # closed by _watch
+            except OSError as exc:
+                raise TerminalError(f"cannot create the output file {output_path}: {exc}") from exc
             try:
                 # Own session and process group: stopping it kills everything it started.
                 process = await anyio.open_process(
@@ -487,8 +445,7 @@ class TerminalManager:
         files go too; its records go with the thread)."""
         await self.clean(thread_id)
         if deleted:
-            directory = self.root / _segment(thread_id)
-            await anyio.to_thread.run_sync(lambda: shutil.rmtree(directory, ignore_errors=True))
+            await anyio.to_thread.run_sync(self.files.remove_thread, thread_id)
 
     async def list(self, thread_id: str | None = None) -> list[BackgroundTerminal]:
         """Every terminal (of ``thread_id``), newest first."""
@@ -533,9 +490,17 @@ class TerminalManager:
         if stored.status == "running" and stored.session_id not in self._active:
             stored = self._lost(stored)
         counted = None if stored.status == "lost" else stored.original_output_chars
-        raw, total = await anyio.to_thread.run_sync(_read_output_file, stored.output_path, counted)
+        # The file is found from the ids: a stored outputPath is never opened.
+        raw, total = await anyio.to_thread.run_sync(
+            self.files.read_tail, stored.thread_id, stored.session_id, counted
+        )
         output, total, truncated = limit_output(raw, total, max_output_chars)
-        update = {"output": output, "original_output_chars": total, "truncated": truncated}
+        update = {
+            "output": output,
+            "original_output_chars": total,
+            "truncated": truncated,
+            "output_path": str(self.files.path_of(stored.thread_id, stored.session_id)),
+        }
         if stored.completed_at is None:
             update["wall_time_ms"] = _elapsed_ms(stored.started_at, None)
         return stored.model_copy(update=update)

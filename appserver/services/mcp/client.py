@@ -7,7 +7,8 @@ results. Swapping the SDK (or its major version) means rewriting this file.
 
 The SDK is imported lazily, in a worker thread, by the first connection:
 importing it takes a second or more, which neither server start-up nor the
-event loop should pay.
+event loop should pay. Connections starting together import it under one
+lock, so it is imported once, whole.
 
 stdio servers run with the SDK's safe default environment plus the
 configuration's variables; their stderr is kept (last lines) so a server
@@ -47,10 +48,25 @@ _HTTP_TIMEOUT = (30.0, 300.0)  # connect/write/pool and read: the SDK's recommen
 _SDK_MODULES = ("httpx2", "mcp", "mcp.client.stdio", "mcp.client.streamable_http")
 
 
+_SDK_IMPORT = threading.Lock()
+_SDK_LOADED = threading.Event()  # set once every module imported whole
+
+
+def _import_sdk() -> None:
+    """Import the SDK's modules, one thread at a time: two threads importing a
+    package's modules at once can each hold a module another needs, and Python
+    then fails one of them with "partially initialized module ... (most likely
+    due to a circular import)" (two servers starting together did)."""
+    with _SDK_IMPORT:
+        for name in _SDK_MODULES:
+            importlib.import_module(name)
+        _SDK_LOADED.set()
+
+
 async def _load_sdk() -> None:
-    missing = [name for name in _SDK_MODULES if name not in sys.modules]
-    if missing:
-        await anyio.to_thread.run_sync(lambda: [importlib.import_module(n) for n in missing])
+    # Not ``name in sys.modules``: a module is there while still being imported.
+    if not _SDK_LOADED.is_set():
+        await anyio.to_thread.run_sync(_import_sdk)
 
 
 class McpClientError(Exception):
