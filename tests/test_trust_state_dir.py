@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from tests.support.client import RpcClient
 from tests.support.mcp_helpers import ECHO_TOOLS
@@ -221,3 +222,27 @@ def _store_terminal(workspace: Path, thread_id: str, session_id: str, output_pat
             (session_id, thread_id, record["startedAt"], json.dumps(record)),
         )
     db.close()
+
+
+@pytest.mark.parametrize("linked", [".craft", ".craft/appserver.db", ".craft/appserver.db-wal"])
+async def test_a_linked_state_directory_or_database_stops_the_start(
+    linked: str, workspace: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "elsewhere"
+    if linked == ".craft":
+        target.mkdir()
+    else:
+        target.write_bytes(b"")
+        (workspace / ".craft").mkdir()
+    (workspace / linked).symlink_to(target)
+    command = server_command(workspace)
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, input=b"", check=False)
+    assert done.returncode == 2
+    assert done.stdout == b""
+    [line] = done.stderr.decode().strip().splitlines()
+    assert "symbolic link" in line
+    if linked == ".craft":
+        assert list(target.iterdir()) == []
+    else:
+        assert target.read_bytes() == b""

@@ -33,6 +33,14 @@ class UnsafeLockFile(WorkspaceLocked):
     it would write through to something outside the state directory."""
 
 
+# Files the server opens by name beside the lock: none may lead elsewhere.
+_STATE_FILES = (
+    "appserver.db",
+    "appserver.db-wal",
+    "appserver.db-shm",
+    "appserver.db-journal",
+    "cluster-workspace",
+)
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -48,6 +56,8 @@ class WorkspaceLock:
         take turns on a workspace, such as one-shot faces, queue up instead of
         failing).
         """
+        if self.path.parent.is_symlink():
+            raise self._unsafe("its directory is a symbolic link")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + wait
         delay = 0.005
@@ -76,6 +86,10 @@ class WorkspaceLock:
             if same:
                 break
             os.close(fd)
+        linked = [name for name in _STATE_FILES if (self.path.parent / name).is_symlink()]
+        if linked:
+            os.close(fd)
+            raise self._unsafe(f"{', '.join(linked)} beside it is a symbolic link")
         self._fd = fd
         self.update(info)
 
