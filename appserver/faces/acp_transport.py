@@ -10,7 +10,9 @@ connection could not use is answered the JSON-RPC way, with ``id: null``:
 * not JSON, or not UTF-8: ``-32700 Parse error``;
 * a batch (JSON array), not an object, an ``id`` that is not a string,
   integer or null, a ``method`` that is not a non-empty string, or an object
-  that is neither a request, a notification nor a response: ``-32600``;
+  that is neither a request, a notification nor a response: ``-32600`` (an
+  object with an ``id`` and neither ``result`` nor ``error`` is taken as an
+  error answer to our request of that id, so a permission asked is refused);
 * a line over the size cap: ``-32600`` (the line is skipped);
 * ``jsonrpc`` other than ``"2.0"``: ``-32600`` for a request (with its id),
   a notification or response is dropped.
@@ -108,6 +110,12 @@ def check(line: str) -> tuple[Message | None, Message | None]:
         return value, None
     if has_id and ("result" in value or "error" in value):
         return value, None  # the answer to one of our requests
+    if has_id:
+        # An answer with neither: an error answer, so whatever waits on it (a
+        # permission request) ends now, as a refusal, instead of at its timeout.
+        log.warning("an answer to request %r had neither result nor error", request_id)
+        refused = {"code": INVALID_REQUEST, "message": "answer without result or error"}
+        return {"jsonrpc": "2.0", "id": request_id, "error": refused}, None
     return None, error_reply(
         request_id,
         INVALID_REQUEST,
