@@ -247,6 +247,13 @@ def face_command(args: argparse.Namespace) -> int:
         if isinstance(cause, ListenerError):
             print(f"appserver: {cause}", file=sys.stderr)
             return 2
+        from appserver.storage.failures import disk_failure
+
+        disk = disk_failure(cause)
+        if disk is not None:  # a full or failing disk, as app-server reports it
+            where = options.craft_dir
+            print(f"appserver: cannot start: {disk} (in {where})", file=sys.stderr)
+            return 1
         raise
     return code
 

@@ -56,7 +56,11 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def server_env(workspace: Path, shim: Path | None = None, free: int = 0) -> dict[str, str]:
-    env = {name: value for name, value in child_env().items() if not name.startswith("APPSERVER_")}
+    env = {
+        name: value
+        for name, value in child_env().items()
+        if not name.startswith("APPSERVER_") or name == "APPSERVER_HOME"
+    }
     if shim is not None:
         env |= {
             "LD_PRELOAD": str(shim),
@@ -185,6 +189,42 @@ async def test_a_full_disk_at_open_is_one_line_and_an_exit(workspace: Path, shim
         the_one_line(stderr)
         == f"appserver: cannot start: disk I/O error (in {workspace.resolve()}/.craft)"
     )
+
+
+async def test_a_face_on_a_full_disk_is_one_line_and_an_exit(workspace: Path, shim: Path) -> None:
+    code, _, _ = await run(workspace, frames(INITIALIZE), server_env(workspace))
+    assert code == 0
+    argv = [sys.executable, "-m", "appserver", "rpc", "--workspace", str(workspace)]
+    with anyio.fail_after(TIMEOUT):
+        done = await anyio.run_process(
+            argv, input=b"", env=server_env(workspace, shim, free=4096), check=False
+        )
+    assert done.returncode == 1
+    assert done.stdout == b""
+    line = the_one_line(done.stderr.decode(errors="replace"))
+    assert line.startswith("appserver: cannot start: ")
+    assert line.endswith(f"(in {workspace.resolve()}/.craft)")
+
+
+async def test_zene_on_a_full_disk_answers_its_request_and_exits_4(
+    workspace: Path, shim: Path
+) -> None:
+    code, _, _ = await run(workspace, frames(INITIALIZE), server_env(workspace))
+    assert code == 0
+    argv = [sys.executable, "-m", "appserver", "host", "--workspace", str(workspace)]
+    request = {"request_id": "r1", "session_id": "s", "prompt": "hi"}
+    with anyio.fail_after(TIMEOUT):
+        done = await anyio.run_process(
+            argv,
+            input=json.dumps(request).encode() + b"\n",
+            env=server_env(workspace, shim, free=4096),
+            check=False,
+        )
+    assert done.returncode == 4  # zene's "runtime failure"
+    stderr = done.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr and "cannot start:" in stderr
+    [answer] = [json.loads(line) for line in done.stdout.splitlines()]
+    assert answer["ok"] is False and answer["error_message"].startswith("cannot start: ")
 
 
 def test_what_counts_as_the_disk_failing() -> None:

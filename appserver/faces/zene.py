@@ -565,6 +565,7 @@ class ZeneFace:
     ) -> Runtime | StartupFailure:
         """Open the runtime into ``stack``, or say why it could not be."""
         from appserver.providers.base import ProviderConfigError
+        from appserver.storage.failures import disk_failure
         from appserver.storage.lock import WorkspaceLocked
         from appserver.transport.base import ListenerError
 
@@ -586,6 +587,10 @@ class ZeneFace:
             if isinstance(exc, ListenerError):  # e.g. the --websocket port is taken
                 log.error("%s", exc)
                 return StartupFailure(EXIT_RUNTIME, INTERNAL, f"host failure: {exc}")
+            disk = disk_failure(exc)
+            if disk is not None:  # a full or failing disk: one line, not a traceback
+                log.error("cannot start: %s", disk)
+                return StartupFailure(EXIT_RUNTIME, INTERNAL, f"cannot start: {disk}")
             log.exception("could not open the workspace runtime")
             message = f"host failure: {type(exc).__name__}: {exc}"
             return StartupFailure(EXIT_RUNTIME, INTERNAL, message)
