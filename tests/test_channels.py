@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from tests.support.channels_adapter import ChannelAdapter, websocket_adapter
 from tests.support.client import RpcClient
 from tests.support.servers import ServerUnderTest, child_env, running_server
@@ -90,10 +90,10 @@ async def test_crud_round_trip_with_notifications(server: ServerUnderTest) -> No
         assert event["source"] == "externalChannel/remove"
         assert event["regions"] == ["externalChannel"]
         missing = await client.fail("externalChannel/get", {"name": "telegram"})
-        assert missing.code == E.EXTERNAL_CHANNEL_NOT_FOUND
+        assert missing.code == rpc_errors.EXTERNAL_CHANNEL_NOT_FOUND
         assert missing.message == "External channel not found: telegram"
         again = await client.fail("externalChannel/remove", {"name": "telegram"})
-        assert again.code == E.EXTERNAL_CHANNEL_NOT_FOUND
+        assert again.code == rpc_errors.EXTERNAL_CHANNEL_NOT_FOUND
 
 
 @pytest.mark.parametrize(
@@ -121,7 +121,7 @@ async def test_invalid_configs_are_refused(
     async with multi_server.connect() as client:
         mark = client.mark()
         failure = await client.fail("externalChannel/upsert", {"channel": channel})
-        assert failure.code == E.EXTERNAL_CHANNEL_VALIDATION_FAILED
+        assert failure.code == rpc_errors.EXTERNAL_CHANNEL_VALIDATION_FAILED
         assert detail in failure.data["detail"]
         await client.quiet_after(mark)
         assert (await client.request("externalChannel/list"))["channels"] == []
@@ -137,7 +137,7 @@ async def test_params_errors_are_invalid_params(multi_server: ServerUnderTest) -
             ("externalChannel/upsert", {"channel": {"transport": "websocket"}}),
         ):
             failure = await client.fail(method, params)
-            assert failure.code == E.INVALID_PARAMS, (method, params)
+            assert failure.code == rpc_errors.INVALID_PARAMS, (method, params)
 
 
 async def test_native_channel_names_are_reserved(multi_server: ServerUnderTest) -> None:
@@ -146,7 +146,7 @@ async def test_native_channel_names_are_reserved(multi_server: ServerUnderTest) 
             failure = await client.fail(
                 "externalChannel/upsert", {"channel": {"name": name, "transport": "websocket"}}
             )
-            assert failure.code == E.EXTERNAL_CHANNEL_NAME_CONFLICT
+            assert failure.code == rpc_errors.EXTERNAL_CHANNEL_NAME_CONFLICT
             assert "conflicts with a native channel name" in failure.data["detail"]
 
 

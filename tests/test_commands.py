@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.services.commands.catalog import expand
 from tests.support.client import RpcClient
 from tests.support.helpers import IDENTITY, identity, start_thread
@@ -144,7 +144,7 @@ async def test_gated_builtins_follow_their_services(workspace: Path) -> None:
                 failure = await client.fail(
                     "command/execute", {"threadId": thread_id, "command": name}
                 )
-                assert failure.code == E.COMMAND_SERVICE_UNAVAILABLE
+                assert failure.code == rpc_errors.COMMAND_SERVICE_UNAVAILABLE
                 assert failure.message == f"Service unavailable for command: {name}"
 
 
@@ -156,19 +156,19 @@ async def test_execute_errors(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         thread_id = await new_thread(client)
         failure = await client.fail("command/execute", {"threadId": thread_id, "command": "/nope"})
-        assert failure.code == E.COMMAND_NOT_FOUND
+        assert failure.code == rpc_errors.COMMAND_NOT_FOUND
         assert failure.message == "Command not found: /nope"
 
         failure = await client.fail(
             "command/execute", {"threadId": thread_id, "command": "/secret"}
         )
-        assert failure.code == E.COMMAND_PERMISSION_DENIED
+        assert failure.code == rpc_errors.COMMAND_PERMISSION_DENIED
         assert failure.message == "Permission denied for command: /secret"
         member = {"senderId": "u1", "senderRole": "member"}
         failure = await client.fail(
             "command/execute", {"threadId": thread_id, "command": "/secret", "sender": member}
         )
-        assert failure.code == E.COMMAND_PERMISSION_DENIED
+        assert failure.code == rpc_errors.COMMAND_PERMISSION_DENIED
         admin = {"senderId": "u1", "senderRole": "Admin"}
         result = await execute(client, thread_id, "/secret", sender=admin)
         assert result == {"handled": True, "isMarkdown": False, "expandedPrompt": "S"}
@@ -178,7 +178,7 @@ async def test_execute_errors(server: ServerUnderTest) -> None:
                 "command/execute",
                 {"threadId": "thread_19700101_zzzzzz", "command": command, "sender": admin},
             )
-            assert failure.code == E.THREAD_NOT_FOUND
+            assert failure.code == rpc_errors.THREAD_NOT_FOUND
         for params in (
             {"threadId": thread_id},
             {"threadId": thread_id, "command": "  "},
@@ -186,7 +186,7 @@ async def test_execute_errors(server: ServerUnderTest) -> None:
             {"command": "/help"},
         ):
             failure = await client.fail("command/execute", params)
-            assert failure.code == E.INVALID_PARAMS, params
+            assert failure.code == rpc_errors.INVALID_PARAMS, params
 
 
 # --- custom commands ------------------------------------------------------------------------
@@ -374,7 +374,7 @@ async def test_builtin_command_ref_is_refused_and_nothing_is_submitted(
         ):
             mark = client.mark()
             failure = await client.fail("turn/start", {"threadId": thread_id, "input": parts})
-            assert failure.code == E.INVALID_PARAMS
+            assert failure.code == rpc_errors.INVALID_PARAMS
             canonical = "/" + name.lstrip("/").lower()
             assert failure.data == {
                 "detail": f"Built-in slash command '{canonical}' cannot be sent as "
@@ -393,9 +393,9 @@ async def test_unknown_and_admin_command_refs_are_refused(multi_server: ServerUn
         thread_id = await new_thread(client)
         admin = {"senderId": "u1", "senderRole": "admin"}
         for name, code in (
-            ("/ghost", E.COMMAND_NOT_FOUND),
-            ("/secret", E.COMMAND_PERMISSION_DENIED),
-            ("", E.INVALID_PARAMS),
+            ("/ghost", rpc_errors.COMMAND_NOT_FOUND),
+            ("/secret", rpc_errors.COMMAND_PERMISSION_DENIED),
+            ("", rpc_errors.INVALID_PARAMS),
         ):
             mark = client.mark()
             parts = [{"type": "commandRef", "name": name}]

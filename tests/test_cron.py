@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from tests.support.client import RpcClient
 from tests.support.cron_clock import FakeClock, epoch_ms
 from tests.support.cron_servers import (
@@ -67,7 +67,7 @@ async def test_cron_can_be_switched_off_in_the_workspace_config(workspace: Path)
             assert capabilities["heartbeatManagement"] is True
             for method in ("cron/add", "cron/list", "cron/remove", "cron/enable", "cron/run"):
                 failure = await client.fail(method, {"jobId": "00000000"})
-                assert failure.code == E.METHOD_NOT_FOUND
+                assert failure.code == rpc_errors.METHOD_NOT_FOUND
                 assert failure.message == f"Method not found: {method}"
 
 
@@ -201,7 +201,7 @@ async def test_add_validation_errors(server: ServerUnderTest) -> None:
             if change.get("schedule", every) is None:
                 del params["schedule"]
             failure = await client.fail("cron/add", params)
-            assert failure.code == E.INVALID_PARAMS, change
+            assert failure.code == rpc_errors.INVALID_PARAMS, change
             assert failure.message == "Invalid params"
             assert detail in failure.data["detail"], (change, failure.data)
         assert await list_jobs(client) == []
@@ -219,7 +219,7 @@ async def test_add_checks_the_given_thread(server: ServerUnderTest) -> None:
                 "threadId": "thread_19700101_zzzzzz",
             },
         )
-        assert failure.code == E.THREAD_NOT_FOUND
+        assert failure.code == rpc_errors.THREAD_NOT_FOUND
         assert failure.message == "Thread not found: thread_19700101_zzzzzz"
         thread_id = await new_thread(client)
         failure = await client.fail(
@@ -232,7 +232,7 @@ async def test_add_checks_the_given_thread(server: ServerUnderTest) -> None:
                 "approvalPolicy": "autoApprove",
             },
         )
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         assert "thread/config/update" in failure.data["detail"]
         client_history = (
             await client.request("thread/start", {"identity": identity(), "historyMode": "client"})
@@ -246,7 +246,7 @@ async def test_add_checks_the_given_thread(server: ServerUnderTest) -> None:
                 "threadId": client_history,
             },
         )
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         assert "client-managed history" in failure.data["detail"]
         job = await add_job(client, threadId=thread_id)
         assert job["threadId"] == thread_id
@@ -270,11 +270,11 @@ async def test_remove_and_unknown_jobs(multi_server: ServerUnderTest) -> None:
             ("cron/run", {"jobId": job["id"]}),
         ):
             failure = await client.fail(method, params)
-            assert failure.code == E.CRON_JOB_NOT_FOUND
+            assert failure.code == rpc_errors.CRON_JOB_NOT_FOUND
             assert failure.message == f"Cron job not found: {job['id']}"
         for method in ("cron/remove", "cron/run"):
             failure = await client.fail(method, {})
-            assert failure.code == E.INVALID_PARAMS
+            assert failure.code == rpc_errors.INVALID_PARAMS
             assert failure.data == {"detail": "'jobId' is required."}
         failure = await client.fail("cron/enable", {"jobId": job["id"]})
         assert failure.data == {"detail": "'enabled' is required."}

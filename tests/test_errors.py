@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.rpc.connection import Limits
 from tests.support.client import RpcClient
 from tests.support.helpers import IDENTITY, assert_error_frame, raw, start_thread
@@ -52,7 +52,7 @@ UNPARSABLE = [
 async def test_unparsable_json_is_parse_error_with_null_id(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         for frame in UNPARSABLE:
-            error = await expect_null_id_error(client, frame, E.PARSE_ERROR)
+            error = await expect_null_id_error(client, frame, rpc_errors.PARSE_ERROR)
             assert error["message"] == "Parse error"
         assert (await client.request("thread/list", LIST))["data"] == []
 
@@ -60,7 +60,7 @@ async def test_unparsable_json_is_parse_error_with_null_id(server: ServerUnderTe
 async def test_deeply_nested_json_does_not_kill_the_server(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         depth = 100_000
-        await expect_null_id_error(client, "[" * depth + "]" * depth, E.PARSE_ERROR)
+        await expect_null_id_error(client, "[" * depth + "]" * depth, rpc_errors.PARSE_ERROR)
         # Deep but reasonable nesting inside params is fine (unknown fields are ignored).
         nested: Any = "leaf"
         for _ in range(200):
@@ -72,7 +72,7 @@ async def test_deeply_nested_json_does_not_kill_the_server(server: ServerUnderTe
 async def test_non_object_is_invalid_request(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         for frame in ["42", '"text"', "null", "true", "3.5"]:
-            error = await expect_null_id_error(client, frame, E.INVALID_REQUEST)
+            error = await expect_null_id_error(client, frame, rpc_errors.INVALID_REQUEST)
             assert error["message"] == "Invalid request"
             assert error["data"] == {"detail": "expected an object"}
 
@@ -84,7 +84,7 @@ async def test_wrong_jsonrpc_version_echoes_id(server: ServerUnderTest) -> None:
             if version is not None:
                 message["jsonrpc"] = version
             reply = await client.exchange(raw(message), 7)
-            error = assert_error_frame(reply, E.INVALID_REQUEST, 7)
+            error = assert_error_frame(reply, rpc_errors.INVALID_REQUEST, 7)
             assert error["data"] == {"detail": "'jsonrpc' must be \"2.0\""}
             # Without an id it is a (broken) notification: no answer at all.
             mark = client.mark()
@@ -96,10 +96,12 @@ async def test_wrong_jsonrpc_version_echoes_id(server: ServerUnderTest) -> None:
 async def test_missing_method(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         reply = await client.exchange(raw({"jsonrpc": "2.0", "id": "m"}), "m")
-        error = assert_error_frame(reply, E.INVALID_REQUEST, "m")
+        error = assert_error_frame(reply, rpc_errors.INVALID_REQUEST, "m")
         assert error["data"] == {"detail": "missing 'method'"}
         # Neither id nor method: still invalid, answered with id null.
-        error = await expect_null_id_error(client, raw({"jsonrpc": "2.0"}), E.INVALID_REQUEST)
+        error = await expect_null_id_error(
+            client, raw({"jsonrpc": "2.0"}), rpc_errors.INVALID_REQUEST
+        )
         assert error["data"] == {"detail": "missing 'method'"}
 
 
@@ -107,7 +109,7 @@ async def test_method_must_be_a_string(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         for method in [5, None, ["thread/list"], {"name": "thread/list"}]:
             reply = await client.exchange(raw({"jsonrpc": "2.0", "id": 3, "method": method}), 3)
-            assert_error_frame(reply, E.INVALID_REQUEST, 3)
+            assert_error_frame(reply, rpc_errors.INVALID_REQUEST, 3)
 
 
 async def test_batches_are_refused(server: ServerUnderTest) -> None:
@@ -117,16 +119,16 @@ async def test_batches_are_refused(server: ServerUnderTest) -> None:
             {"jsonrpc": "2.0", "id": 1, "method": "thread/start", "params": LIST},
             {"jsonrpc": "2.0", "id": 2, "method": "thread/list", "params": LIST},
         ]
-        error = await expect_null_id_error(client, raw(batch), E.INVALID_REQUEST)
+        error = await expect_null_id_error(client, raw(batch), rpc_errors.INVALID_REQUEST)
         assert "batch" in error["data"]["detail"]
-        await expect_null_id_error(client, "[]", E.INVALID_REQUEST)
+        await expect_null_id_error(client, "[]", rpc_errors.INVALID_REQUEST)
         assert (await client.request("thread/list", LIST))["data"] == []
 
 
 async def test_bad_id_types_are_invalid_request_with_null_id(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         for bad_id in [1.5, 1.0, True, False, {}, {"a": 1}, [], [1], None]:
-            error = await expect_null_id_error(client, request(bad_id), E.INVALID_REQUEST)
+            error = await expect_null_id_error(client, request(bad_id), rpc_errors.INVALID_REQUEST)
             assert error["data"] == {"detail": "'id' must be a string or an integer"}
 
 
@@ -137,9 +139,9 @@ async def test_ids_are_echoed_unchanged(server: ServerUnderTest) -> None:
             assert reply["result"] == {"data": []}
             assert type(reply["id"]) is type(request_id)
             reply = await client.exchange(request(request_id, "no/such"), request_id)
-            assert_error_frame(reply, E.METHOD_NOT_FOUND, request_id)
+            assert_error_frame(reply, rpc_errors.METHOD_NOT_FOUND, request_id)
             reply = await client.exchange(request(request_id, "thread/read", {}), request_id)
-            assert_error_frame(reply, E.INVALID_PARAMS, request_id)
+            assert_error_frame(reply, rpc_errors.INVALID_PARAMS, request_id)
 
 
 async def test_lone_surrogates_are_echoed_safely(server: ServerUnderTest) -> None:
@@ -147,7 +149,7 @@ async def test_lone_surrogates_are_echoed_safely(server: ServerUnderTest) -> Non
     async with server.connect() as client:
         frame = '{"jsonrpc":"2.0","id":"id-\\ud800","method":"no/\\udc00such"}'
         reply = await client.exchange(frame, "id-\ud800")
-        error = assert_error_frame(reply, E.METHOD_NOT_FOUND, "id-\ud800")
+        error = assert_error_frame(reply, rpc_errors.METHOD_NOT_FOUND, "id-\ud800")
         assert error["message"] == "Method not found: no/\udc00such"
         assert "\\ud800" in client.raw[-1] and "\\udc00" in client.raw[-1]
         assert (await client.request("thread/list", LIST))["data"] == []
@@ -158,7 +160,7 @@ async def test_lone_surrogate_in_a_param_is_invalid_params(server: ServerUnderTe
     async with server.connect() as client:
         frame = '{"jsonrpc":"2.0","id":7,"method":"thread/read","params":{"threadId":"t\\ud800"}}'
         reply = await client.exchange(frame, 7)
-        error = assert_error_frame(reply, E.INVALID_PARAMS, 7)
+        error = assert_error_frame(reply, rpc_errors.INVALID_PARAMS, 7)
         assert "surrogate" in error["data"]["detail"]
         assert (await client.request("thread/list", LIST))["data"] == []
 
@@ -181,7 +183,7 @@ async def test_invalid_params_name_the_field(server: ServerUnderTest) -> None:
         ]
         for method, params, detail in cases:
             failure = await client.fail(method, params)
-            assert failure.code == E.INVALID_PARAMS, (method, params)
+            assert failure.code == rpc_errors.INVALID_PARAMS, (method, params)
             assert failure.message == "Invalid params"
             text = failure.data["detail"]
             assert text.startswith(detail), (method, params, text)
@@ -191,7 +193,7 @@ async def test_invalid_params_name_the_field(server: ServerUnderTest) -> None:
 async def test_wrong_type_for_object_field(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         failure = await client.fail("thread/start", {"identity": "cli"})
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         assert failure.data["detail"].startswith("'identity': ")
         assert "pydantic" not in failure.data["detail"]
 
@@ -200,7 +202,7 @@ async def test_method_not_found_format(server: ServerUnderTest) -> None:
     async with server.connect() as client:
         for method in ("foo", "thread/explode", "thread/list/", "THREAD/LIST", ""):
             failure = await client.fail(method, {})
-            assert failure.code == E.METHOD_NOT_FOUND
+            assert failure.code == rpc_errors.METHOD_NOT_FOUND
             assert failure.message == f"Method not found: {method}"
             assert failure.data is None
 
@@ -217,7 +219,7 @@ async def test_unknown_thread_errors(server: ServerUnderTest) -> None:
             "thread/subscribe",
         ):
             failure = await client.fail(method, {"threadId": "thread_19700101_nope00"})
-            assert failure.code == E.THREAD_NOT_FOUND, method
+            assert failure.code == rpc_errors.THREAD_NOT_FOUND, method
             assert failure.message == "Thread not found: thread_19700101_nope00"
 
 
@@ -257,7 +259,7 @@ async def test_stdio_line_handling(workspace: Path) -> None:
         # Invalid UTF-8 is a parse error.
         await stream.send_bytes(b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}\n')
         reply = await client.wait(lambda m: m.get("id", 0) is None, start=mark)
-        error = assert_error_frame(reply, E.PARSE_ERROR, None)
+        error = assert_error_frame(reply, rpc_errors.PARSE_ERROR, None)
         assert "UTF-8" in error["data"]["detail"]
         # An over-long line is skipped with one -32600 and the stream recovers.
         mark = client.mark()
@@ -266,7 +268,7 @@ async def test_stdio_line_handling(workspace: Path) -> None:
         assert (await client.response("after"))["result"] == {"data": []}
         errors = [m for m in client.since(mark) if "error" in m]
         assert len(errors) == 1
-        assert_error_frame(errors[0], E.INVALID_REQUEST, None)
+        assert_error_frame(errors[0], rpc_errors.INVALID_REQUEST, None)
         assert "limit" in errors[0]["error"]["data"]["detail"]
 
 
@@ -286,7 +288,7 @@ async def test_in_flight_gate_answers_overloaded(kind: str, workspace: Path) -> 
             # thread/start needs the write lock, so it stays in flight.
             await client.send_raw(request("slow", "thread/start"))
             reply = await client.exchange(request("fast"), "fast")
-            error = assert_error_frame(reply, E.SERVER_OVERLOADED, "fast")
+            error = assert_error_frame(reply, rpc_errors.SERVER_OVERLOADED, "fast")
             assert error["message"] == "Server overloaded; retry later."
             assert not any(m.get("id") == "slow" for m in client.messages)
         finally:
@@ -317,7 +319,7 @@ async def test_internal_error_hides_details_and_keeps_serving(
         monkeypatch.setattr(sut.app.threads.repo, "get", boom)
         with caplog.at_level(logging.ERROR, logger="appserver.rpc"):
             failure = await client.fail("thread/read", {"threadId": thread["id"]})
-        assert failure.code == E.INTERNAL_ERROR
+        assert failure.code == rpc_errors.INTERNAL_ERROR
         assert failure.message == "Internal error"
         wire = json.dumps(failure.error)
         for leak in ("disk on fire", "/secret/path", "RuntimeError", "Traceback", "File "):

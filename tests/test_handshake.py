@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from appserver import __version__
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.methods import FEATURE_FLAGS, METHODS
 from tests.support.helpers import IDENTITY, assert_error_frame, start_thread, without_seq
 from tests.support.servers import ServerUnderTest
@@ -66,8 +66,11 @@ async def test_capabilities_are_exactly_the_served_families(server: ServerUnderT
             if spec.capability is None:
                 continue
             failure = await client.fail(spec.name, [0])
-            assert failure.code in (E.METHOD_NOT_FOUND, E.INVALID_PARAMS), (spec.name, failure)
-            ok = failure.code == E.INVALID_PARAMS
+            assert failure.code in (rpc_errors.METHOD_NOT_FOUND, rpc_errors.INVALID_PARAMS), (
+                spec.name,
+                failure,
+            )
+            ok = failure.code == rpc_errors.INVALID_PARAMS
             served[spec.capability] = served.get(spec.capability, True) and ok
         assert {flag for flag, ok in served.items() if ok} <= flags
         assert not {flag for flag, ok in served.items() if not ok} & flags
@@ -84,7 +87,7 @@ async def test_unimplemented_family_is_method_not_found(server: ServerUnderTest)
     async with server.connect() as client:
         for method in unknown:
             failure = await client.fail(method, {})
-            assert failure.code == E.METHOD_NOT_FOUND
+            assert failure.code == rpc_errors.METHOD_NOT_FOUND
             assert failure.message == f"Method not found: {method}"
 
 
@@ -93,10 +96,16 @@ async def test_second_initialize_is_refused(server: ServerUnderTest) -> None:
         await client.request("initialize", init_params())
         # Still waiting for `initialized`: a second initialize is refused too.
         failure = await client.fail("initialize", init_params())
-        assert (failure.code, failure.message) == (E.ALREADY_INITIALIZED, "Already initialized")
+        assert (failure.code, failure.message) == (
+            rpc_errors.ALREADY_INITIALIZED,
+            "Already initialized",
+        )
         await client.notify("initialized")
         failure = await client.fail("initialize", init_params())
-        assert (failure.code, failure.message) == (E.ALREADY_INITIALIZED, "Already initialized")
+        assert (failure.code, failure.message) == (
+            rpc_errors.ALREADY_INITIALIZED,
+            "Already initialized",
+        )
         assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
 
 
@@ -109,19 +118,22 @@ async def test_requests_before_initialize(server: ServerUnderTest) -> None:
             ("no/such/method", None),
         ]:
             failure = await client.fail(method, params)
-            assert (failure.code, failure.message) == (E.NOT_INITIALIZED, "Not initialized")
+            assert (failure.code, failure.message) == (
+                rpc_errors.NOT_INITIALIZED,
+                "Not initialized",
+            )
         # An early `initialized` notification is ignored, not remembered.
         await client.notify("initialized")
         await client.request("initialize", init_params())
         failure = await client.fail("thread/list", {"identity": IDENTITY})
-        assert failure.code == E.INVALID_REQUEST
+        assert failure.code == rpc_errors.INVALID_REQUEST
 
 
 async def test_request_between_initialize_and_initialized(server: ServerUnderTest) -> None:
     async with server.connect(initialize=False) as client:
         await client.request("initialize", init_params())
         failure = await client.fail("thread/list", {"identity": IDENTITY})
-        assert failure.code == E.INVALID_REQUEST
+        assert failure.code == rpc_errors.INVALID_REQUEST
         assert failure.data == {"detail": AWAITING}
         await client.notify("initialized")
         assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
@@ -132,12 +144,12 @@ async def test_invalid_initialize_leaves_the_connection_uninitialized(
 ) -> None:
     async with server.connect(initialize=False) as client:
         failure = await client.fail("initialize", {"clientInfo": {"name": "x"}})
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         assert failure.data == {"detail": "'clientInfo.version' is required."}
         failure = await client.fail("initialize", None)
         assert failure.data == {"detail": "'clientInfo' is required."}
         failure = await client.fail("thread/list", {"identity": IDENTITY})
-        assert failure.code == E.NOT_INITIALIZED
+        assert failure.code == rpc_errors.NOT_INITIALIZED
         await client.initialize()
         assert (await client.request("thread/list", {"identity": IDENTITY}))["data"] == []
 
@@ -179,7 +191,7 @@ async def test_pipelined_request_without_initialized_is_refused(server: ServerUn
             {"jsonrpc": "2.0", "id": 2, "method": "thread/list", "params": {"identity": IDENTITY}}
         )
         assert "result" in await client.response(1)
-        error = assert_error_frame(await client.response(2), E.INVALID_REQUEST, 2)
+        error = assert_error_frame(await client.response(2), rpc_errors.INVALID_REQUEST, 2)
         assert error["data"] == {"detail": AWAITING}
 
 
@@ -263,8 +275,10 @@ async def test_each_connection_has_its_own_handshake(multi_server: ServerUnderTe
         multi_server.connect("one") as one,
         multi_server.connect("two", initialize=False) as two,
     ):
-        assert (await two.fail("thread/list", {"identity": IDENTITY})).code == E.NOT_INITIALIZED
+        assert (
+            await two.fail("thread/list", {"identity": IDENTITY})
+        ).code == rpc_errors.NOT_INITIALIZED
         assert (await one.request("thread/list", {"identity": IDENTITY}))["data"] == []
         await two.initialize()
-        assert (await one.fail("initialize", init_params())).code == E.ALREADY_INITIALIZED
+        assert (await one.fail("initialize", init_params())).code == rpc_errors.ALREADY_INITIALIZED
         assert (await two.request("thread/list", {"identity": IDENTITY}))["data"] == []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.cron import MAX_AT_MS, MAX_DURATION_MS
 from appserver.protocol.limits import (
     INT64_MAX,
@@ -45,7 +45,7 @@ async def sut(workspace: Path) -> AsyncIterator[ServerUnderTest]:
 async def invalid_params(client: RpcClient, method: str, params: Any) -> str:
     """Send a request that must be -32602; return its message and detail."""
     failure = await client.fail(method, params)
-    assert failure.code == E.INVALID_PARAMS, (method, failure.code, failure.message)
+    assert failure.code == rpc_errors.INVALID_PARAMS, (method, failure.code, failure.message)
     return f"{failure.message} {json.dumps(failure.data)}"
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from tests.support.client import RpcClient
 from tests.support.mcp_helpers import echo_config, wait_status
 from tests.support.servers import ServerUnderTest, running_server
@@ -56,7 +56,7 @@ async def test_round_trip(server: ServerUnderTest) -> None:
         assert await client.request("mcp/remove", {"name": "Echo"}) == {"removed": True}
         assert await client.request("mcp/list") == {"servers": []}
         failure = await client.fail("mcp/get", {"name": "echo"})
-        assert failure.code == E.MCP_SERVER_NOT_FOUND
+        assert failure.code == rpc_errors.MCP_SERVER_NOT_FOUND
         assert failure.message == "MCP server not found: echo"
 
 
@@ -127,7 +127,7 @@ async def test_validation_failures(workspace: Path, config: dict[str, Any], deta
     async with running_server("memory", workspace) as sut, sut.connect() as client:
         for method in ("mcp/upsert", "mcp/test"):
             failure = await client.fail(method, {"server": config})
-            assert failure.code == E.MCP_SERVER_VALIDATION_FAILED, failure
+            assert failure.code == rpc_errors.MCP_SERVER_VALIDATION_FAILED, failure
             assert failure.message == "MCP server validation failed"
             assert failure.data == {"detail": detail}
         assert await client.request("mcp/list") == {"servers": []}
@@ -180,13 +180,13 @@ async def test_malformed_params_are_invalid_params(multi_server: ServerUnderTest
             ("mcp/remove", {"name": 3}),
         ):
             failure = await client.fail(method, params)
-            assert failure.code == E.INVALID_PARAMS, (method, params, failure)
+            assert failure.code == rpc_errors.INVALID_PARAMS, (method, params, failure)
 
 
 async def test_remove_unknown_is_not_found(multi_server: ServerUnderTest) -> None:
     async with multi_server.connect() as client:
         failure = await client.fail("mcp/remove", {"name": "ghost"})
-        assert failure.code == E.MCP_SERVER_NOT_FOUND
+        assert failure.code == rpc_errors.MCP_SERVER_NOT_FOUND
         assert failure.message == "MCP server not found: ghost"
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from tests.support.client import RpcClient
 from tests.support.mcp_helpers import (
     ECHO_TOOLS,
@@ -356,4 +356,4 @@ async def test_status_list_before_anything_is_configured(server: ServerUnderTest
     async with server.connect() as client:
         assert await client.request("mcp/status/list") == {"servers": []}
         failure = await client.fail("mcp/get", {"name": "nothing"})
-        assert failure.code == E.MCP_SERVER_NOT_FOUND
+        assert failure.code == rpc_errors.MCP_SERVER_NOT_FOUND

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from appserver import __version__
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from tests.support.client import RpcClient
 from tests.support.mcp_helpers import ECHO_TOOLS, call, current_status, echo_config, wait_status
 from tests.support.plugins_helpers import (
@@ -278,11 +278,11 @@ async def test_user_owned_plugin(workspace: Path) -> None:
             ("mcp/remove", {"name": "my-plugin:echo"}),
         ):
             failure = await client.fail(method, params)
-            assert failure.code == E.MCP_SERVER_READ_ONLY
+            assert failure.code == rpc_errors.MCP_SERVER_READ_ONLY
             assert failure.message == "MCP server is read-only: my-plugin:echo"
         # The server never deletes or installs over user-owned plugins.
         failure = await client.fail("plugin/remove", {"id": "my-plugin"})
-        assert failure.code == E.INVALID_PARAMS and "user-owned" in failure.data["detail"]
+        assert failure.code == rpc_errors.INVALID_PARAMS and "user-owned" in failure.data["detail"]
         assert (plugins_dir(workspace) / "mine").is_dir()
         failure = await client.fail("plugin/install", {"id": "my-plugin"})
         assert failure.data == {"detail": "Plugin 'my-plugin' is not in the built-in catalog."}
@@ -400,7 +400,7 @@ async def test_unknown_ids_and_catalog_only_entries(multi_server: ServerUnderTes
             ("plugin/setEnabled", {"id": "nope", "enabled": True}),
         ):
             failure = await client.fail(method, params)
-            assert failure.code == E.INVALID_PARAMS
+            assert failure.code == rpc_errors.INVALID_PARAMS
             assert failure.data == {"detail": "Plugin 'nope' was not found."}
         failure = await client.fail("plugin/setEnabled", {"id": BUILTIN_ID, "enabled": True})
         assert failure.data == {"detail": f"Plugin '{BUILTIN_ID}' is not installed."}
@@ -410,14 +410,14 @@ async def test_unknown_ids_and_catalog_only_entries(multi_server: ServerUnderTes
             ("plugin/setEnabled", {"id": BUILTIN_ID}),
             ("plugin/list", {"includeDisabled": "maybe"}),
         ):
-            assert (await client.fail(method, params)).code == E.INVALID_PARAMS
+            assert (await client.fail(method, params)).code == rpc_errors.INVALID_PARAMS
 
 
 async def test_install_never_overwrites_a_user_owned_directory(workspace: Path) -> None:
     target = write_plugin(workspace, BUILTIN_ID, None, {"README.md": "mine"})
     async with running_server("memory", workspace) as sut, sut.connect() as client:
         failure = await client.fail("plugin/install", {"id": BUILTIN_ID})
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         assert "user-owned" in failure.data["detail"]
         assert (target / "README.md").read_text() == "mine"
         assert not (target / ".builtin").exists()

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.reference import reference_is_current, render_reference
 from tests.support.client import RpcFailure
 from tests.support.servers import running_server
@@ -34,7 +34,10 @@ async def test_every_example_is_well_formed(workspace: Path) -> None:
                 await client.request(str(example["method"]), example["params"])
             except RpcFailure as failure:
                 # Domain errors (unknown thread, ...) are fine; the shape must not be.
-                assert failure.code not in (E.INVALID_PARAMS, E.METHOD_NOT_FOUND), (
+                assert failure.code not in (
+                    rpc_errors.INVALID_PARAMS,
+                    rpc_errors.METHOD_NOT_FOUND,
+                ), (
                     example,
                     failure,
                 )

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.services.skills import SkillsService, skills_of
 from appserver.services.skills.catalog import BUILTIN_ROOT
 from tests.support.client import RpcClient
@@ -249,13 +249,13 @@ async def test_unknown_skill_is_32040(server: ServerUnderTest) -> None:
             if method == "skills/setEnabled":
                 params["enabled"] = False
             failure = await client.fail(method, params)
-            assert failure.code == E.SKILL_NOT_FOUND, method
+            assert failure.code == rpc_errors.SKILL_NOT_FOUND, method
             assert failure.message == "Skill not found: no-such-skill"
             # A name is required and must not be blank.
             without_name = {key: value for key, value in params.items() if key != "name"}
             for bad in (without_name, {**params, "name": "   "}):
                 failure = await client.fail(method, bad)
-                assert failure.code == E.INVALID_PARAMS, (method, bad)
+                assert failure.code == rpc_errors.INVALID_PARAMS, (method, bad)
 
 
 # --- skills/restoreOriginal -----------------------------------------------------------
@@ -360,7 +360,7 @@ async def test_uninstall_user_skill(multi_server: ServerUnderTest, user_roots: U
         assert not directory.exists() and user_roots.skills.is_dir()
         assert "mine" not in await list_skills(client)
         failure = await client.fail("skills/uninstall", {"name": "mine"})
-        assert failure.code == E.SKILL_NOT_FOUND
+        assert failure.code == rpc_errors.SKILL_NOT_FOUND
 
 
 async def test_uninstall_clears_the_disabled_switch(multi_server: ServerUnderTest) -> None:
@@ -383,7 +383,7 @@ async def test_builtin_and_plugin_skills_cannot_be_uninstalled(
         for name, source in (("write-tests", "builtin"), ("from-plugin", "plugin")):
             mark = client.mark()
             failure = await client.fail("skills/uninstall", {"name": name})
-            assert failure.code == E.INVALID_PARAMS
+            assert failure.code == rpc_errors.INVALID_PARAMS
             assert failure.data == {
                 "detail": f"Skill '{name}' is {source} and cannot be uninstalled directly."
             }
@@ -512,22 +512,22 @@ async def test_skill_ref_refusals_submit_nothing(
         await client.request("skills/setEnabled", {"name": "off", "enabled": False})
         thread_id = await new_thread(client)
         cases = [
-            ("ghost", E.SKILL_NOT_FOUND, "Skill not found: ghost"),
-            ("off", E.INVALID_PARAMS, "Skill 'off' is disabled in this workspace."),
+            ("ghost", rpc_errors.SKILL_NOT_FOUND, "Skill not found: ghost"),
+            ("off", rpc_errors.INVALID_PARAMS, "Skill 'off' is disabled in this workspace."),
             (
                 "needs-env",
-                E.INVALID_PARAMS,
+                rpc_errors.INVALID_PARAMS,
                 f"Skill 'needs-env' is unavailable: Missing requirements: "
                 f"Environment variable: {MISSING_ENV}",
             ),
-            ("  $ ", E.INVALID_PARAMS, "skillRef: 'name' must not be empty"),
+            ("  $ ", rpc_errors.INVALID_PARAMS, "skillRef: 'name' must not be empty"),
         ]
         for name, code, text in cases:
             mark = client.mark()
             parts = [{"type": "text", "text": "hi"}, {"type": "skillRef", "name": name}]
             failure = await client.fail("turn/start", {"threadId": thread_id, "input": parts})
             assert failure.code == code, failure
-            if code == E.SKILL_NOT_FOUND:
+            if code == rpc_errors.SKILL_NOT_FOUND:
                 assert failure.message == text
             else:
                 assert failure.data == {"detail": text}

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.tools.base import ToolContext, ToolError
 from appserver.tools.reaper import group_alive
 from appserver.tools.shell import ShellTool
@@ -142,10 +142,14 @@ async def test_model_runs_reads_writes_a_background_command(server: ServerUnderT
         assert (await client.request("terminal/list", {"threadId": "nope"}))["terminals"] == []
 
         failure = await client.fail("terminal/read", {"sessionId": "term_000000000000"})
-        assert failure.code == E.TERMINAL_NOT_FOUND and "was not found" in failure.data["detail"]
+        assert (
+            failure.code == rpc_errors.TERMINAL_NOT_FOUND
+            and "was not found" in failure.data["detail"]
+        )
         failure = await client.fail("terminal/write", {"sessionId": session_id, "input": "x"})
         assert (
-            failure.code == E.TERMINAL_NOT_WRITABLE and "is not running" in failure.data["detail"]
+            failure.code == rpc_errors.TERMINAL_NOT_WRITABLE
+            and "is not running" in failure.data["detail"]
         )
 
 
@@ -197,7 +201,10 @@ async def test_stop_and_clean_kill_whole_groups(server: ServerUnderTest) -> None
         failure = await client.fail(
             "terminal/write", {"sessionId": first["sessionId"], "input": "x"}
         )
-        assert failure.code == E.TERMINAL_NOT_WRITABLE and "interactive" in failure.data["detail"]
+        assert (
+            failure.code == rpc_errors.TERMINAL_NOT_WRITABLE
+            and "interactive" in failure.data["detail"]
+        )
         polled = await client.request(
             "terminal/write", {"sessionId": first["sessionId"], "yieldTimeMs": 1}
         )
@@ -304,7 +311,8 @@ async def test_a_killed_server_leaves_no_orphan_and_a_lost_terminal(workspace: P
         assert lost["outputPath"] == item["outputPath"]
         failure = await client.fail("terminal/write", {"sessionId": lost["sessionId"]})
         assert (
-            failure.code == E.TERMINAL_NOT_WRITABLE and "is not running" in failure.data["detail"]
+            failure.code == rpc_errors.TERMINAL_NOT_WRITABLE
+            and "is not running" in failure.data["detail"]
         )
         stopped = await client.request("terminal/stop", {"sessionId": lost["sessionId"]})
         assert stopped["terminal"]["status"] == "lost"

@@ -8,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.ids import now_iso
 from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
 from tests.conftest import BOTH_STORES
@@ -106,7 +106,7 @@ async def test_start_rejects_bad_params(server: ServerUnderTest) -> None:
                 ],
             },
         ]:
-            assert (await client.fail("thread/start", params)).code == E.INVALID_PARAMS
+            assert (await client.fail("thread/start", params)).code == rpc_errors.INVALID_PARAMS
         assert await list_ids(client) == []
 
 
@@ -329,11 +329,11 @@ async def test_list_rejects_bad_cursors_and_limits(server: ServerUnderTest) -> N
             failure = await client.fail(
                 "thread/list", {"identity": IDENTITY, "limit": 1, "cursor": bad}
             )
-            assert failure.code == E.INVALID_PARAMS, bad
+            assert failure.code == rpc_errors.INVALID_PARAMS, bad
             assert "cursor" in failure.data["detail"]
         for limit in (0, -1, 1001, 2.5, "many"):
             failure = await client.fail("thread/list", {"identity": IDENTITY, "limit": limit})
-            assert failure.code == E.INVALID_PARAMS, limit
+            assert failure.code == rpc_errors.INVALID_PARAMS, limit
 
 
 # --- thread/read ---------------------------------------------------------------------
@@ -351,7 +351,7 @@ async def test_read(server: ServerUnderTest) -> None:
             assert read["thread"]["lastActiveAt"] == thread["lastActiveAt"]
         failure = await client.fail("thread/read", {"threadId": UNKNOWN})
         assert (failure.code, failure.message) == (
-            E.THREAD_NOT_FOUND,
+            rpc_errors.THREAD_NOT_FOUND,
             f"Thread not found: {UNKNOWN}",
         )
 
@@ -422,11 +422,11 @@ async def test_resume_refuses_archived_and_unknown(server: ServerUnderTest) -> N
         thread = await start_thread(client)
         await client.request("thread/archive", {"threadId": thread["id"]})
         failure = await client.fail("thread/resume", {"threadId": thread["id"]})
-        assert failure.code == E.THREAD_NOT_ACTIVE
+        assert failure.code == rpc_errors.THREAD_NOT_ACTIVE
         assert failure.message == f"Thread is not active: {thread['id']}"
         assert await status_of(client, thread["id"]) == "archived"
         failure = await client.fail("thread/resume", {"threadId": UNKNOWN})
-        assert failure.code == E.THREAD_NOT_FOUND
+        assert failure.code == rpc_errors.THREAD_NOT_FOUND
 
 
 # --- pause / archive / unarchive --------------------------------------------------------
@@ -489,7 +489,7 @@ async def test_repeated_status_changes_only_answer(server: ServerUnderTest) -> N
         await client.quiet_after(mark)
         # Pausing an archived thread is refused.
         failure = await client.fail("thread/pause", {"threadId": tid})
-        assert failure.code == E.THREAD_NOT_ACTIVE
+        assert failure.code == rpc_errors.THREAD_NOT_ACTIVE
 
 
 async def test_subscribed_caller_gets_exactly_one_notification(server: ServerUnderTest) -> None:
@@ -533,12 +533,12 @@ async def test_rename(server: ServerUnderTest) -> None:
         tid = (await start_thread(client))["id"]
         for bad in ("", "   "):
             failure = await client.fail("thread/rename", {"threadId": tid, "displayName": bad})
-            assert failure.code == E.INVALID_PARAMS
+            assert failure.code == rpc_errors.INVALID_PARAMS
             assert "displayName" in failure.data["detail"]
         failure = await client.fail("thread/rename", {"threadId": tid})
         assert failure.data == {"detail": "'displayName' is required."}
         failure = await client.fail("thread/rename", {"threadId": UNKNOWN, "displayName": "x"})
-        assert failure.code == E.THREAD_NOT_FOUND
+        assert failure.code == rpc_errors.THREAD_NOT_FOUND
         mark = client.mark()
         assert (
             await client.request(
@@ -593,18 +593,18 @@ async def test_mode_and_config_persist(server: ServerUnderTest) -> None:
         assert read["thread"]["configuration"] == {"mode": "agent"}
 
         failure = await client.fail("thread/mode/set", {"threadId": tid, "mode": " "})
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         failure = await client.fail(
             "thread/config/update", {"threadId": tid, "config": {"approvalPolicy": "never"}}
         )
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         failure = await client.fail("thread/config/update", {"threadId": tid})
         assert failure.data == {"detail": "'config' is required."}
         for method, params in [
             ("thread/mode/set", {"threadId": UNKNOWN, "mode": "plan"}),
             ("thread/config/update", {"threadId": UNKNOWN, "config": {}}),
         ]:
-            assert (await client.fail(method, params)).code == E.THREAD_NOT_FOUND
+            assert (await client.fail(method, params)).code == rpc_errors.THREAD_NOT_FOUND
 
 
 # --- rollback -------------------------------------------------------------------------------
@@ -615,15 +615,15 @@ async def test_rollback_validation(server: ServerUnderTest) -> None:
         tid = (await start_thread(client))["id"]
         for num in (0, -1):
             failure = await client.fail("thread/rollback", {"threadId": tid, "numTurns": num})
-            assert failure.code == E.INVALID_PARAMS
+            assert failure.code == rpc_errors.INVALID_PARAMS
             assert "numTurns" in failure.data["detail"]
         failure = await client.fail("thread/rollback", {"threadId": tid, "numTurns": 1})
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         failure = await client.fail("thread/rollback", {"threadId": UNKNOWN, "numTurns": 1})
-        assert failure.code == E.THREAD_NOT_FOUND
+        assert failure.code == rpc_errors.THREAD_NOT_FOUND
         await client.request("thread/archive", {"threadId": tid})
         failure = await client.fail("thread/rollback", {"threadId": tid, "numTurns": 1})
-        assert failure.code == E.THREAD_NOT_ACTIVE
+        assert failure.code == rpc_errors.THREAD_NOT_ACTIVE
 
 
 async def add_history(sut: ServerUnderTest, thread_id: str, turns: int) -> None:
@@ -675,7 +675,7 @@ async def test_rollback_drops_the_newest_turns(multi_server: ServerUnderTest) ->
         assert turns[0]["tokenUsage"] == {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}
 
         failure = await client.fail("thread/rollback", {"threadId": tid, "numTurns": 4})
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         rolled = await client.request("thread/rollback", {"threadId": tid, "numTurns": 1})
         assert rolled["thread"]["turns"] == turns[:2]
         read = await client.request("thread/read", {"threadId": tid, "includeTurns": True})
@@ -712,7 +712,7 @@ async def test_read_and_resume_page_turns(multi_server: ServerUnderTest) -> None
         failure = await client.fail(
             "thread/read", {"threadId": tid, "includeTurns": True, "turnsCursor": "%%%"}
         )
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
 
 
 # --- subscriptions -------------------------------------------------------------------------
@@ -730,7 +730,7 @@ async def test_subscribe_is_idempotent_and_checks_the_thread(server: ServerUnder
         await client.quiet_after(mark)
         failure = await client.fail("thread/subscribe", {"threadId": UNKNOWN})
         assert (failure.code, failure.message) == (
-            E.THREAD_NOT_FOUND,
+            rpc_errors.THREAD_NOT_FOUND,
             f"Thread not found: {UNKNOWN}",
         )
         # Unsubscribing is always fine, even twice or from an unknown thread.
@@ -798,10 +798,10 @@ async def test_delete(server: ServerUnderTest) -> None:
         assert await client.request("thread/delete", {"threadId": doomed["id"]}) == {}
         await client.quiet_after(mark)  # the deleter gets no thread/deleted
         failure = await client.fail("thread/read", {"threadId": doomed["id"]})
-        assert failure.code == E.THREAD_NOT_FOUND
+        assert failure.code == rpc_errors.THREAD_NOT_FOUND
         assert await list_ids(client, includeArchived=True) == [kept["id"]]
         failure = await client.fail("thread/delete", {"threadId": doomed["id"]})
-        assert failure.code == E.THREAD_NOT_FOUND
+        assert failure.code == rpc_errors.THREAD_NOT_FOUND
 
 
 async def test_delete_notifies_other_connections(multi_server: ServerUnderTest) -> None:
@@ -816,7 +816,7 @@ async def test_delete_notifies_other_connections(multi_server: ServerUnderTest) 
         await b.settle()
         assert a.since(marks[0], "thread/deleted") == []
         assert len(b.since(marks[1], "thread/deleted")) == 1
-        assert (await b.fail("thread/read", {"threadId": tid})).code == E.THREAD_NOT_FOUND
+        assert (await b.fail("thread/read", {"threadId": tid})).code == rpc_errors.THREAD_NOT_FOUND
 
 
 # --- several clients --------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.storage.user_settings import workspace_home
 from tests.support.client import RpcClient
 from tests.support.fake_models import (
@@ -193,7 +193,7 @@ async def test_update_rejects_bad_params_and_writes_nothing(
     async with running_server("memory", workspace) as sut, sut.connect() as client:
         mark = client.mark()
         failure = await client.fail(UPDATE, params)
-        assert failure.code == E.INVALID_PARAMS
+        assert failure.code == rpc_errors.INVALID_PARAMS
         assert detail in failure.data["detail"]
         await client.quiet_after(mark)
     assert not config_path(workspace).exists()
@@ -376,7 +376,7 @@ async def test_broken_config_file_is_left_alone(workspace: Path) -> None:
     async with running_server("memory", workspace) as sut, sut.connect() as client:
         mark = client.mark()
         failure = await client.fail(UPDATE, {"model": "m"})
-        assert failure.code == E.INTERNAL_ERROR
+        assert failure.code == rpc_errors.INTERNAL_ERROR
         assert "not valid JSON" in failure.data["detail"]
         await client.quiet_after(mark)
     assert path.read_text() == "{ not json"

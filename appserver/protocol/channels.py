@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty, OpenWireModel, WireModel
 from appserver.protocol.limits import (
     MAX_NAME_CHARS,
@@ -325,7 +325,7 @@ class ChannelToolCallResult(OpenWireModel):
     """Human-readable reason the call failed (the model sees it)."""
 
 
-_NOT_FOUND = (E.INVALID_PARAMS, E.EXTERNAL_CHANNEL_NOT_FOUND)
+_NOT_FOUND = (rpc_errors.INVALID_PARAMS, rpc_errors.EXTERNAL_CHANNEL_NOT_FOUND)
 
 METHOD_SPECS: list[MethodSpec] = [
     MethodSpec(
@@ -372,9 +372,9 @@ METHOD_SPECS: list[MethodSpec] = [
         "(`externalChannel`). Adapters attached to a channel that is now disabled or "
         "subprocess-only are disconnected.",
         (
-            E.INVALID_PARAMS,
-            E.EXTERNAL_CHANNEL_VALIDATION_FAILED,
-            E.EXTERNAL_CHANNEL_NAME_CONFLICT,
+            rpc_errors.INVALID_PARAMS,
+            rpc_errors.EXTERNAL_CHANNEL_VALIDATION_FAILED,
+            rpc_errors.EXTERNAL_CHANNEL_NAME_CONFLICT,
         ),
     ),
     MethodSpec(

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import Thread
@@ -80,11 +80,11 @@ class CommandExecuteResult(WireModel):
 
 
 _EXECUTE_ERRORS = (
-    E.COMMAND_NOT_FOUND,
-    E.COMMAND_PERMISSION_DENIED,
-    E.COMMAND_SERVICE_UNAVAILABLE,
-    E.THREAD_NOT_FOUND,
-    E.INVALID_PARAMS,
+    rpc_errors.COMMAND_NOT_FOUND,
+    rpc_errors.COMMAND_PERMISSION_DENIED,
+    rpc_errors.COMMAND_SERVICE_UNAVAILABLE,
+    rpc_errors.THREAD_NOT_FOUND,
+    rpc_errors.INVALID_PARAMS,
 )
 
 METHOD_SPECS: list[MethodSpec] = [
@@ -95,7 +95,7 @@ METHOD_SPECS: list[MethodSpec] = [
         "commandManagement",
         "Built-in and custom slash commands, built-ins first; /cron and /heartbeat only "
         "while their services run.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
         access="read",
     ),
     MethodSpec(

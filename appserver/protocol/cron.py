@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty, WireModel
 from appserver.protocol.limits import MAX_NAME_CHARS, Label, LongText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -282,7 +282,7 @@ class JobResultNotification(WireModel):
     """Tokens the run used."""
 
 
-_JOB_ERRORS = (E.INVALID_PARAMS, E.CRON_JOB_NOT_FOUND)
+_JOB_ERRORS = (rpc_errors.INVALID_PARAMS, rpc_errors.CRON_JOB_NOT_FOUND)
 
 METHOD_SPECS: list[MethodSpec] = [
     MethodSpec(
@@ -292,7 +292,7 @@ METHOD_SPECS: list[MethodSpec] = [
         "cronManagement",
         "Extension: create a job (schedule kinds every, at, daily, cron). Runs are turns in "
         "`threadId`, or in a dedicated thread made on the first run. Emits `cron/stateChanged`.",
-        (E.INVALID_PARAMS, E.THREAD_NOT_FOUND),
+        (rpc_errors.INVALID_PARAMS, rpc_errors.THREAD_NOT_FOUND),
     ),
     MethodSpec(
         "cron/list",
@@ -300,7 +300,7 @@ METHOD_SPECS: list[MethodSpec] = [
         CronListResult,
         "cronManagement",
         "The jobs, oldest first; disabled ones only with `includeDisabled`.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
         access="read",
     ),
     MethodSpec(

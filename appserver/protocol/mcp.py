@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, field_validator, model_validator
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty, WireModel
 from appserver.protocol.limits import MAX_SERVER_CONFIG_BYTES, check_encoded_size
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -204,7 +204,7 @@ class McpStatusUpdatedNotification(WireModel):
     """The server's new state."""
 
 
-_NOT_FOUND = (E.MCP_SERVER_NOT_FOUND, E.INVALID_PARAMS)
+_NOT_FOUND = (rpc_errors.MCP_SERVER_NOT_FOUND, rpc_errors.INVALID_PARAMS)
 
 METHOD_SPECS: list[MethodSpec] = [
     MethodSpec(
@@ -231,7 +231,11 @@ METHOD_SPECS: list[MethodSpec] = [
         "mcpManagement",
         "Create or fully replace a workspace MCP server and reconnect it; emits "
         "`workspace/configChanged` and `mcp/status/updated`.",
-        (E.MCP_SERVER_VALIDATION_FAILED, E.MCP_SERVER_READ_ONLY, E.INVALID_PARAMS),
+        (
+            rpc_errors.MCP_SERVER_VALIDATION_FAILED,
+            rpc_errors.MCP_SERVER_READ_ONLY,
+            rpc_errors.INVALID_PARAMS,
+        ),
     ),
     MethodSpec(
         "mcp/remove",
@@ -239,7 +243,7 @@ METHOD_SPECS: list[MethodSpec] = [
         McpRemoveResult,
         "mcpManagement",
         "Delete a workspace MCP server and disconnect it; emits `workspace/configChanged`.",
-        (*_NOT_FOUND, E.MCP_SERVER_READ_ONLY),
+        (*_NOT_FOUND, rpc_errors.MCP_SERVER_READ_ONLY),
     ),
     MethodSpec(
         "mcp/status/list",
@@ -256,7 +260,7 @@ METHOD_SPECS: list[MethodSpec] = [
         "mcpStatus",
         "Connect to a configuration once, list its tools within the startup timeout "
         "(default 5 s) and disconnect; nothing is stored.",
-        (E.MCP_SERVER_VALIDATION_FAILED, E.INVALID_PARAMS),
+        (rpc_errors.MCP_SERVER_VALIDATION_FAILED, rpc_errors.INVALID_PARAMS),
         access="detached",
     ),
 ]

@@ -23,9 +23,9 @@ from appserver.protocol import (
     terminals,
     workspace,
 )
-from appserver.protocol import errors as E
-from appserver.protocol import threads as T
-from appserver.protocol import turns as W
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol import threads as thread_wire
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.initialize import InitializeParams, InitializeResult
 from appserver.protocol.limits import LIST_PAGE_BYTES
@@ -49,7 +49,7 @@ _FAMILIES = (
 )
 
 
-_THREAD_ERRORS = (E.THREAD_NOT_FOUND, E.INVALID_PARAMS)
+_THREAD_ERRORS = (rpc_errors.THREAD_NOT_FOUND, rpc_errors.INVALID_PARAMS)
 
 _CORE_METHODS: list[MethodSpec] = [
     MethodSpec(
@@ -58,38 +58,38 @@ _CORE_METHODS: list[MethodSpec] = [
         InitializeResult,
         None,
         "Open the session: client info and capabilities in, server info and capabilities out.",
-        (E.ALREADY_INITIALIZED,),
+        (rpc_errors.ALREADY_INITIALIZED,),
     ),
     MethodSpec(
         "thread/start",
-        T.ThreadStartParams,
-        T.ThreadResult,
+        thread_wire.ThreadStartParams,
+        thread_wire.ThreadResult,
         "threadManagement",
         "Create a thread. The response is written before `thread/started`.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
     ),
     MethodSpec(
         "thread/resume",
-        T.ThreadResumeParams,
-        T.ThreadResult,
+        thread_wire.ThreadResumeParams,
+        thread_wire.ThreadResult,
         "threadManagement",
         "Load a thread, make it active and return it with its turns; emits `thread/resumed`. "
         "Turns page like `thread/read`'s.",
-        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE),
+        (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE),
     ),
     MethodSpec(
         "thread/list",
-        T.ThreadListParams,
-        T.ThreadListResult,
+        thread_wire.ThreadListParams,
+        thread_wire.ThreadListResult,
         "threadManagement",
         "Thread summaries for an identity, newest activity first; optional keyset paging.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
         access="read",
     ),
     MethodSpec(
         "thread/read",
-        T.ThreadReadParams,
-        T.ThreadResult,
+        thread_wire.ThreadReadParams,
+        thread_wire.ThreadResult,
         "threadManagement",
         "Read-only snapshot of a thread; turns on request, optionally paged (`turnLimit`, "
         "`turnsCursor`: the newest turns first). A page of turns also ends early, with "
@@ -100,16 +100,16 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/rollback",
-        T.ThreadRollbackParams,
-        T.ThreadResult,
+        thread_wire.ThreadRollbackParams,
+        thread_wire.ThreadResult,
         "threadManagement",
         "Drop the last `numTurns` turns from the thread's history; answers with the thread "
         "and its turns (paged like `thread/read`'s).",
-        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE, E.TURN_IN_PROGRESS),
+        (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE, rpc_errors.TURN_IN_PROGRESS),
     ),
     MethodSpec(
         "thread/subscribe",
-        T.ThreadSubscribeParams,
+        thread_wire.ThreadSubscribeParams,
         Empty,
         "threadSubscriptions",
         "Receive every thread, turn and item event of the thread on this connection.",
@@ -117,23 +117,23 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/unsubscribe",
-        T.ThreadIdParams,
+        thread_wire.ThreadIdParams,
         Empty,
         "threadSubscriptions",
         "Stop receiving the thread's events on this connection.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
     ),
     MethodSpec(
         "thread/pause",
-        T.ThreadIdParams,
+        thread_wire.ThreadIdParams,
         Empty,
         "threadManagement",
         "Mark the thread paused; emits `thread/statusChanged` unless already paused.",
-        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE),
+        (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE),
     ),
     MethodSpec(
         "thread/archive",
-        T.ThreadIdParams,
+        thread_wire.ThreadIdParams,
         Empty,
         "threadManagement",
         "Archive the thread; emits `thread/statusChanged` unless already archived.",
@@ -141,7 +141,7 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/unarchive",
-        T.ThreadIdParams,
+        thread_wire.ThreadIdParams,
         Empty,
         "threadManagement",
         "Make an archived thread active again; emits `thread/statusChanged`.",
@@ -149,7 +149,7 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/delete",
-        T.ThreadIdParams,
+        thread_wire.ThreadIdParams,
         Empty,
         "threadManagement",
         "Delete the thread and all it stored; other connections get `thread/deleted`.",
@@ -157,7 +157,7 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/rename",
-        T.ThreadRenameParams,
+        thread_wire.ThreadRenameParams,
         Empty,
         "threadManagement",
         "Set the display name; everyone gets `thread/renamed`.",
@@ -165,7 +165,7 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/mode/set",
-        T.ThreadModeSetParams,
+        thread_wire.ThreadModeSetParams,
         Empty,
         "modeSwitch",
         "Set the thread's agent mode (`agent`, `plan`, ...).",
@@ -173,7 +173,7 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "thread/config/update",
-        T.ThreadConfigUpdateParams,
+        thread_wire.ThreadConfigUpdateParams,
         Empty,
         "configOverride",
         "Replace the thread's configuration overrides.",
@@ -181,180 +181,180 @@ _CORE_METHODS: list[MethodSpec] = [
     ),
     MethodSpec(
         "turn/start",
-        W.TurnStartParams,
-        W.TurnResult,
+        turn_wire.TurnStartParams,
+        turn_wire.TurnResult,
         "threadManagement",
         "Start a turn; the response (status running) precedes `turn/started`, then items "
         "stream and exactly one of `turn/completed|failed|cancelled` ends it.",
-        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE, E.TURN_IN_PROGRESS),
+        (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE, rpc_errors.TURN_IN_PROGRESS),
     ),
     MethodSpec(
         "turn/interrupt",
-        W.TurnInterruptParams,
+        turn_wire.TurnInterruptParams,
         Empty,
         "threadManagement",
         "Cancel the running turn; `turn/cancelled` follows. Repeating it is harmless.",
-        (*_THREAD_ERRORS, E.TURN_NOT_FOUND, E.TURN_NOT_RUNNING),
+        (*_THREAD_ERRORS, rpc_errors.TURN_NOT_FOUND, rpc_errors.TURN_NOT_RUNNING),
     ),
     MethodSpec(
         "thread/compact",
-        T.ThreadIdParams,
-        W.TurnResult,
+        thread_wire.ThreadIdParams,
+        turn_wire.TurnResult,
         "threadManagement",
         "Extension (as Codex's `thread/compact/start`): start a turn that compacts the "
         "thread's context. The model summarises the conversation so far; later turns send "
         "the summary instead of what it covers, and every stored item is kept. The turn "
         "emits `system/event` `compacting` then `compacted` (or `compactSkipped`, "
         "`compactFailed`), a `systemNotice` item with the `summary`, then its terminal event.",
-        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE, E.TURN_IN_PROGRESS),
+        (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE, rpc_errors.TURN_IN_PROGRESS),
     ),
     MethodSpec(
         "turn/enqueue",
-        W.TurnEnqueueParams,
-        W.TurnEnqueueResult,
+        turn_wire.TurnEnqueueParams,
+        turn_wire.TurnEnqueueResult,
         "threadManagement",
         "Queue an input; it starts a turn when the thread is idle (now, or after the "
         "running turn completes). Emits `thread/queue/updated`.",
-        (*_THREAD_ERRORS, E.THREAD_NOT_ACTIVE),
+        (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE),
     ),
     MethodSpec(
         "turn/queue/remove",
-        W.TurnQueueRemoveParams,
-        W.QueuedInputsResult,
+        turn_wire.TurnQueueRemoveParams,
+        turn_wire.QueuedInputsResult,
         "threadManagement",
         "Remove a queued input.",
         _THREAD_ERRORS,
     ),
     MethodSpec(
         "turn/steer",
-        W.TurnSteerParams,
-        W.TurnSteerResult,
+        turn_wire.TurnSteerParams,
+        turn_wire.TurnSteerResult,
         "threadManagement",
         "Inject a queued input into the running turn at its next safe boundary "
         "(`deliveryMode: guidance`); it returns to the queue if the turn ends first.",
-        (*_THREAD_ERRORS, E.TURN_NOT_RUNNING),
+        (*_THREAD_ERRORS, rpc_errors.TURN_NOT_RUNNING),
     ),
 ]
 
 _CORE_NOTIFICATIONS: list[NotificationSpec] = [
     NotificationSpec(
         "workspace/configChanged",
-        T.ConfigChangedNotification,
+        thread_wire.ConfigChangedNotification,
         "all connections (not with capabilities.configChange: false)",
         "Workspace configuration changed; `regions` says which parts.",
     ),
     NotificationSpec(
         "thread/started",
-        T.ThreadStartedNotification,
+        thread_wire.ThreadStartedNotification,
         "all connections (the creator after its response)",
         "A thread was created.",
     ),
     NotificationSpec(
         "thread/resumed",
-        T.ThreadResumedNotification,
+        thread_wire.ThreadResumedNotification,
         "the caller and the thread's subscribers",
         "A thread was resumed; `resumedBy` is the caller's client name.",
     ),
     NotificationSpec(
         "thread/statusChanged",
-        T.ThreadStatusChangedNotification,
+        thread_wire.ThreadStatusChangedNotification,
         "all connections (the caller after its response)",
         "A thread moved between active, paused and archived.",
     ),
     NotificationSpec(
         "thread/renamed",
-        T.ThreadRenamedNotification,
+        thread_wire.ThreadRenamedNotification,
         "all connections",
         "A thread's display name changed.",
     ),
     NotificationSpec(
         "thread/deleted",
-        T.ThreadDeletedNotification,
+        thread_wire.ThreadDeletedNotification,
         "all connections except the one that deleted it",
         "A thread was deleted.",
     ),
     NotificationSpec(
         "thread/runtimeChanged",
-        T.ThreadRuntimeChangedNotification,
+        thread_wire.ThreadRuntimeChangedNotification,
         "all connections, only when the snapshot changes",
         "A thread's running / waiting-on-approval flags changed.",
     ),
     NotificationSpec(
         "thread/queue/updated",
-        W.QueueUpdatedNotification,
+        turn_wire.QueueUpdatedNotification,
         "thread subscribers and the caller",
         "The thread's queued inputs changed (full list).",
     ),
     NotificationSpec(
         "turn/started",
-        W.TurnNotification,
+        turn_wire.TurnNotification,
         "thread subscribers and the turn's originator",
         "A turn began (always after the `turn/start` response).",
     ),
     NotificationSpec(
         "turn/completed",
-        W.TurnNotification,
+        turn_wire.TurnNotification,
         "thread subscribers and the turn's originator",
         "Terminal: the turn finished; carries items and token usage.",
     ),
     NotificationSpec(
         "turn/failed",
-        W.TurnFailedNotification,
+        turn_wire.TurnFailedNotification,
         "thread subscribers and the turn's originator",
         "Terminal: the turn failed (after an `error` item).",
     ),
     NotificationSpec(
         "turn/cancelled",
-        W.TurnCancelledNotification,
+        turn_wire.TurnCancelledNotification,
         "thread subscribers and the turn's originator",
         "Terminal: the turn was cancelled (interrupted, approvalCancelled, serverShutdown, "
         "threadDeleted).",
     ),
     NotificationSpec(
         "item/started",
-        W.ItemNotification,
+        turn_wire.ItemNotification,
         "thread subscribers and the turn's originator",
         "An item began; deltas and `item/completed` follow.",
     ),
     NotificationSpec(
         "item/completed",
-        W.ItemNotification,
+        turn_wire.ItemNotification,
         "thread subscribers and the turn's originator",
         "An item is final (and stored).",
     ),
     NotificationSpec(
         "item/agentMessage/delta",
-        W.DeltaNotification,
+        turn_wire.DeltaNotification,
         "as item/started; not with streamingSupport: false",
         "Streamed agent text (`deltaKind: agentMessage`).",
     ),
     NotificationSpec(
         "item/reasoning/delta",
-        W.DeltaNotification,
+        turn_wire.DeltaNotification,
         "as item/started; not with streamingSupport: false",
         "Streamed reasoning (`deltaKind: reasoningContent`).",
     ),
     NotificationSpec(
         "item/toolCall/argumentsDelta",
-        W.DeltaNotification,
+        turn_wire.DeltaNotification,
         "as item/started; not with streamingSupport: false",
         "Raw JSON fragments of a tool call's arguments (`deltaKind: toolCallArguments`).",
     ),
     NotificationSpec(
         "item/commandExecution/outputDelta",
-        W.DeltaNotification,
+        turn_wire.DeltaNotification,
         "only with commandExecutionStreaming: true",
         "Live output of a shell command.",
     ),
     NotificationSpec(
         "item/approval/resolved",
-        W.ApprovalResolvedNotification,
+        turn_wire.ApprovalResolvedNotification,
         "thread subscribers and the turn's originator",
         "An approval was decided (before the approvalResponse `item/completed`).",
     ),
     NotificationSpec(
         "item/usage/delta",
-        W.UsageDeltaNotification,
+        turn_wire.UsageDeltaNotification,
         "thread subscribers and the turn's originator",
         "Token usage of one model call, with running totals.",
     ),
@@ -363,8 +363,8 @@ _CORE_NOTIFICATIONS: list[NotificationSpec] = [
 _CORE_SERVER_REQUESTS: list[ServerRequestSpec] = [
     ServerRequestSpec(
         "item/approval/request",
-        W.ApprovalRequestParams,
-        W.ApprovalRequestResult,
+        turn_wire.ApprovalRequestParams,
+        turn_wire.ApprovalRequestResult,
         "Ask the client to approve a gated tool call. Answer with "
         "`{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else "
         "counts as decline.",

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
 from appserver.protocol.limits import Name
 from appserver.protocol.mcp import McpTransport
@@ -182,7 +182,7 @@ class PluginRemoveResult(WireModel):
     """What remains visible after removal (the catalog entry), if anything."""
 
 
-_ERRORS = (E.INVALID_PARAMS,)
+_ERRORS = (rpc_errors.INVALID_PARAMS,)
 
 METHOD_SPECS: list[MethodSpec] = [
     MethodSpec(

@@ -12,14 +12,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from appserver.protocol import cron as C
-from appserver.protocol import errors as E
-from appserver.protocol import limits as L
+from appserver.protocol import cron as cron_wire
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol import limits as wire_limits
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.schema import build_schema
 
 _ERROR_NAMES = {
-    value: name for name, value in vars(E).items() if name.isupper() and isinstance(value, int)
+    value: name
+    for name, value in vars(rpc_errors).items()
+    if name.isupper() and isinstance(value, int)
 }
 
 _SAMPLE_STRINGS = {
@@ -195,32 +197,34 @@ def _kib(size: int) -> str:
 def _limits() -> list[str]:
     """The limits section: what bounds apply to requests and answers."""
     return [
-        f"A message is at most {_kib(L.MAX_FRAME_BYTES)} (stdio line, WebSocket frame). A "
-        "value out of the bounds below is `-32602` naming the field.",
+        f"A message is at most {_kib(wire_limits.MAX_FRAME_BYTES)} (stdio line, WebSocket "
+        "frame). A value out of the bounds below is `-32602` naming the field.",
         "",
         "| what | bound |",
         "|---|---|",
         "| every integer in params | signed 64-bit (-2^63 to 2^63-1), tighter where the "
         "field says so |",
         f"| `cron/add` `schedule.everyMs`, `schedule.initialDelayMs` | at most 100 years "
-        f"({C.MAX_DURATION_MS} ms) |",
-        f"| `cron/add` `schedule.atMs` | at most {C.MAX_AT_MS} (9999-12-31T23:59:59.999Z) |",
+        f"({cron_wire.MAX_DURATION_MS} ms) |",
+        f"| `cron/add` `schedule.atMs` | at most {cron_wire.MAX_AT_MS} "
+        "(9999-12-31T23:59:59.999Z) |",
         f"| stored names and ids (`identity.channelName`, `identity.userId`, `mode`, "
         f"skill and plugin ids, `clientInfo`, workspace `model`/`provider`, `schedule.tz`, "
-        f"external channel `name`) | {L.MAX_NAME_CHARS} characters |",
+        f"external channel `name`) | {wire_limits.MAX_NAME_CHARS} characters |",
         f"| labels (`displayName`, `identity.channelContext`, cron job `name`, "
-        f"`schedule.expr`) | {L.MAX_LABEL_CHARS} characters |",
+        f"`schedule.expr`) | {wire_limits.MAX_LABEL_CHARS} characters |",
         f"| paths, URLs, keys (`identity.workspacePath`, `apiKey`, `endPoint`) | "
-        f"{L.MAX_PATH_CHARS} characters |",
-        f"| cron job `message` | {L.MAX_TEXT_CHARS} characters |",
+        f"{wire_limits.MAX_PATH_CHARS} characters |",
+        f"| cron job `message` | {wire_limits.MAX_TEXT_CHARS} characters |",
         f"| thread `config` (`thread/start`, `thread/config/update`) | "
-        f"{_kib(L.MAX_THREAD_CONFIG_BYTES)} as JSON |",
+        f"{_kib(wire_limits.MAX_THREAD_CONFIG_BYTES)} as JSON |",
         f"| `mcp/upsert`/`mcp/test` `server`, `externalChannel/upsert` `channel` | "
-        f"{_kib(L.MAX_SERVER_CONFIG_BYTES)} as JSON |",
+        f"{_kib(wire_limits.MAX_SERVER_CONFIG_BYTES)} as JSON |",
         "| turn input (`turn/start`, `turn/enqueue`) | the message size only |",
         "",
         f"A `thread/list` page ends early, with `nextCursor`, before its result passes "
-        f"{_kib(L.LIST_PAGE_BYTES)}, with or without `limit`: follow `nextCursor` until it is",
+        f"{_kib(wire_limits.LIST_PAGE_BYTES)}, with or without `limit`: follow `nextCursor` "
+        "until it is",
         "absent to get every thread. The JSON Schema carries the field bounds (`minimum`,",
         "`maximum`, `maxLength`); the tables below show those of top-level fields.",
     ]

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
 from appserver.protocol.limits import Name
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -127,7 +127,7 @@ class SkillsUninstallResult(WireModel):
     """Workspace variants removed with it."""
 
 
-_NAMED_ERRORS = (E.SKILL_NOT_FOUND, E.INVALID_PARAMS)
+_NAMED_ERRORS = (rpc_errors.SKILL_NOT_FOUND, rpc_errors.INVALID_PARAMS)
 
 METHOD_SPECS: list[MethodSpec] = [
     MethodSpec(
@@ -137,7 +137,7 @@ METHOD_SPECS: list[MethodSpec] = [
         "skillsManagement",
         "Every skill the workspace can use (workspace > enabled plugins > built-in > user), "
         "with availability and enabled state.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
         access="read",
     ),
     MethodSpec(

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
 from appserver.protocol.limits import INT64_MAX
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -135,7 +135,7 @@ class TerminalNotification(WireModel):
     """New output, in order (`terminal/outputDelta` only)."""
 
 
-_NOT_FOUND = (E.INVALID_PARAMS, E.TERMINAL_NOT_FOUND)
+_NOT_FOUND = (rpc_errors.INVALID_PARAMS, rpc_errors.TERMINAL_NOT_FOUND)
 _GATE = "backgroundTerminals"
 
 METHOD_SPECS: list[MethodSpec] = [
@@ -146,7 +146,7 @@ METHOD_SPECS: list[MethodSpec] = [
         _GATE,
         "Background terminals (of one thread with `threadId`), newest first; a terminal that was "
         "running when an earlier server went away is `lost`.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
         access="read",
     ),
     MethodSpec(
@@ -168,7 +168,7 @@ METHOD_SPECS: list[MethodSpec] = [
         "`interactive`; empty input only polls), wait `yieldTimeMs` (default 1000) or until it "
         "ends, and answer with the terminal. Unknown: -32090; not running, not interactive or "
         "its stdin closed: -32091.",
-        (*_NOT_FOUND, E.TERMINAL_NOT_WRITABLE),
+        (*_NOT_FOUND, rpc_errors.TERMINAL_NOT_WRITABLE),
         access="detached",
     ),
     MethodSpec(
@@ -187,7 +187,7 @@ METHOD_SPECS: list[MethodSpec] = [
         _GATE,
         "Stop every running terminal of `threadId` (each gets `terminal/completed`, then "
         "`terminal/cleaned`) and answer with all of the thread's terminals. Output files stay.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
     ),
 ]
 

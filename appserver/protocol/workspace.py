@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty, WireModel
 from appserver.protocol.limits import Name, PathText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -193,7 +193,7 @@ METHOD_SPECS: list[MethodSpec] = [
         "settings for this workspace (outside it, 0600) and apply them at once. Emits "
         "`workspace/configChanged` for the regions that really changed. The result masks "
         "`apiKey`.",
-        (E.INVALID_PARAMS,),
+        (rpc_errors.INVALID_PARAMS,),
     ),
     MethodSpec(
         "workspace/trust",

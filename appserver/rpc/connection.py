@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.protocol.encoding import scrub_surrogates
 from appserver.protocol.errors import RpcError
@@ -395,29 +395,35 @@ class Connection:
         try:
             message = loads_client(frame)  # the bounded decoder every door uses
         except JsonRejected as exc:
-            error = RpcError(E.PARSE_ERROR, "Parse error", {"detail": str(exc)})
+            error = RpcError(rpc_errors.PARSE_ERROR, "Parse error", {"detail": str(exc)})
             self._put(framing.error_frame(None, error.to_wire()))
             return
         if isinstance(message, list):
             # Batches are refused: no DotCraft or Codex client sends them and
             # per-request ordering guarantees are defined for single messages.
             detail = "batch requests are not supported; send one message per frame"
-            self._put(framing.error_frame(None, E.invalid_request(detail).to_wire()))
+            self._put(framing.error_frame(None, rpc_errors.invalid_request(detail).to_wire()))
             return
         if not isinstance(message, dict):
-            self._put(framing.error_frame(None, E.invalid_request("expected an object").to_wire()))
+            self._put(
+                framing.error_frame(
+                    None, rpc_errors.invalid_request("expected an object").to_wire()
+                )
+            )
             return
         has_id = "id" in message
         raw_id = message.get("id")
         if has_id and not _valid_id(raw_id) and raw_id is not None:
-            error = E.invalid_request("'id' must be a string or an integer")
+            error = rpc_errors.invalid_request("'id' must be a string or an integer")
             self._put(framing.error_frame(None, error.to_wire()))
             return
         reply_id: RequestId | None = raw_id
         if message.get("jsonrpc") != "2.0":
             if has_id:
                 detail = "'jsonrpc' must be \"2.0\""
-                self._put(framing.error_frame(reply_id, E.invalid_request(detail).to_wire()))
+                self._put(
+                    framing.error_frame(reply_id, rpc_errors.invalid_request(detail).to_wire())
+                )
             return
         method = message.get("method")
         if method is None:
@@ -427,12 +433,14 @@ class Connection:
                 self._on_response(raw_id, message)
                 return
             self._put(
-                framing.error_frame(reply_id, E.invalid_request("missing 'method'").to_wire())
+                framing.error_frame(
+                    reply_id, rpc_errors.invalid_request("missing 'method'").to_wire()
+                )
             )
             return
         if not isinstance(method, str):
             if has_id:
-                error = E.invalid_request("'method' must be a string")
+                error = rpc_errors.invalid_request("'method' must be a string")
                 self._put(framing.error_frame(reply_id, error.to_wire()))
             return
         params = message.get("params")
@@ -440,7 +448,7 @@ class Connection:
             self._on_notification(method, params)
             return
         if raw_id is None:
-            error = E.invalid_request("'id' must be a string or an integer")
+            error = rpc_errors.invalid_request("'id' must be a string or an integer")
             self._put(framing.error_frame(None, error.to_wire()))
             return
         assert _valid_id(raw_id)
@@ -484,7 +492,10 @@ class Connection:
             waiter.result = scrub_surrogates(message["result"])
         else:
             waiter.error = PeerErrorResponse(
-                {"code": E.INVALID_REQUEST, "message": "an answer with neither result nor error"}
+                {
+                    "code": rpc_errors.INVALID_REQUEST,
+                    "message": "an answer with neither result nor error",
+                }
             )
         waiter.done.set()
 
@@ -554,7 +565,7 @@ class Connection:
             except UnicodeEncodeError:
                 # JSON allows "\ud800" escapes that are not text; they fail where
                 # they meet storage or the OS. That is the client's input, not a crash.
-                error = E.invalid_params("a string contains an unpaired UTF-16 surrogate")
+                error = rpc_errors.invalid_params("a string contains an unpaired UTF-16 surrogate")
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
                 self._log_request(ctx.method, ctx.request_id, started, error.code)
                 return False
@@ -562,7 +573,9 @@ class Connection:
                 ref = os.urandom(4).hex()  # 8 random hex digits (uuid costs ~2 ms to import)
                 log.exception("internal error in %s (ref %s)", ctx.method, ref)
                 error = RpcError(
-                    E.INTERNAL_ERROR, "Internal error", {"detail": f"see server log, ref {ref}"}
+                    rpc_errors.INTERNAL_ERROR,
+                    "Internal error",
+                    {"detail": f"see server log, ref {ref}"},
                 )
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
                 self._log_request(ctx.method, ctx.request_id, started, error.code)
@@ -571,7 +584,7 @@ class Connection:
                 frame = framing.response_frame(ctx.request_id, result)
             except Exception:
                 log.exception("could not encode the result of %s", ctx.method)
-                error = RpcError(E.INTERNAL_ERROR, "Internal error")
+                error = RpcError(rpc_errors.INTERNAL_ERROR, "Internal error")
                 self._put(framing.error_frame(ctx.request_id, error.to_wire()))
                 self._log_request(ctx.method, ctx.request_id, started, error.code)
                 return False

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from appserver.protocol import threads as T
+from appserver.protocol import threads as thread_wire
 from appserver.protocol.ids import new_thread_id, now_iso
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size
 from appserver.runtime.approvals import ApprovalBroker
@@ -160,7 +160,7 @@ class Threads:
         turns_cursor: str | None = None,
         hidden_item_types: Collection[str] = (),
         byte_budget: int | None = None,
-    ) -> T.ThreadResult:
+    ) -> thread_wire.ThreadResult:
         """The thread as a typed ``Thread`` (with turns and items on request,
         leaving out ``hidden_item_types``).
 
@@ -169,7 +169,7 @@ class Threads:
         pass that many bytes, so a long thread pages instead of making an
         answer larger than a frame.
         """
-        turns: list[T.Turn] = []
+        turns: list[thread_wire.Turn] = []
         next_cursor = None
         if include_turns:
             try:
@@ -187,7 +187,7 @@ class Threads:
                     turns = turns[len(turns) - kept :]
                     next_cursor = thread_turns_cursor(records[len(records) - kept].seq)
         queue = await self.engine.inputs.load(thread.id)
-        wire = T.Thread(
+        wire = thread_wire.Thread(
             id=thread.id,
             workspace_path=thread.workspace_path,
             user_id=thread.user_id,
@@ -200,17 +200,19 @@ class Threads:
             history_mode=thread.history_mode,
             metadata=thread.metadata,
             configuration=(
-                T.ThreadConfiguration.model_validate(thread.configuration)
+                thread_wire.ThreadConfiguration.model_validate(thread.configuration)
                 if thread.configuration is not None
                 else None
             ),
-            source=T.ThreadSource.model_validate(thread.source) if thread.source else None,
+            source=thread_wire.ThreadSource.model_validate(thread.source)
+            if thread.source
+            else None,
             runtime=self.runtimes.snapshot(thread.id),
             queued_inputs=[entry.wire.to_wire() for entry in queue],
             turns=turns,
         )
         plan = await self.plans.load(thread.id)
-        return T.ThreadResult(thread=wire, next_turns_cursor=next_cursor, plan=plan)
+        return thread_wire.ThreadResult(thread=wire, next_turns_cursor=next_cursor, plan=plan)
 
     def version(self, thread_id: str) -> tuple[Any, ...] | None:
         """A cheap value that changes whenever the thread's turn-less view does
@@ -226,8 +228,8 @@ class Threads:
             tuple((entry.wire.id, entry.wire.status) for entry in queue),
         )
 
-    def summary(self, thread: ThreadRecord) -> T.ThreadSummary:
-        return T.ThreadSummary(
+    def summary(self, thread: ThreadRecord) -> thread_wire.ThreadSummary:
+        return thread_wire.ThreadSummary(
             id=thread.id,
             display_name=thread.display_name,
             status=thread.status,
@@ -240,7 +242,7 @@ class Threads:
             runtime=self.runtimes.snapshot(thread.id),
         )
 
-    async def list(self, query: ThreadQuery) -> tuple[list[T.ThreadSummary], str | None]:
+    async def list(self, query: ThreadQuery) -> tuple[list[thread_wire.ThreadSummary], str | None]:
         """One page of summaries and the cursor of the next page."""
         try:
             threads, next_cursor = await self.repo.list_threads(query)
@@ -248,7 +250,7 @@ class Threads:
             raise InvalidInput("'cursor' is not a cursor this server issued") from None
         return [self.summary(thread) for thread in threads], next_cursor
 
-    def list_cursor_after(self, summary: T.ThreadSummary) -> str:
+    def list_cursor_after(self, summary: thread_wire.ThreadSummary) -> str:
         """The cursor of the page that continues after ``summary`` (for a front
         door that ends a page of :meth:`list` early, e.g. to bound its size)."""
         return list_cursor(summary.last_active_at, summary.id)
@@ -295,7 +297,7 @@ class Threads:
         return thread
 
     async def announce_started(self, thread: ThreadRecord) -> None:
-        started = T.ThreadStartedNotification(
+        started = thread_wire.ThreadStartedNotification(
             thread_id=thread.id, thread=(await self.view(thread)).thread
         )
         await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
@@ -307,7 +309,7 @@ class Threads:
         turn_limit: int | None = None,
         turns_cursor: str | None = None,
         hidden_item_types: Collection[str] = (),
-    ) -> T.ThreadResult:
+    ) -> thread_wire.ThreadResult:
         """Reactivate a paused thread; ``by`` gets ``thread/resumed``.
 
         A pending approval is offered to ``by`` only if it subscribes to the
@@ -325,11 +327,11 @@ class Threads:
             thread, True, turn_limit, turns_cursor, hidden_item_types, LIST_PAGE_BYTES
         )
         if previous != "active":
-            changed = T.ThreadStatusChangedNotification(
+            changed = thread_wire.ThreadStatusChangedNotification(
                 thread_id=thread.id, previous_status=previous, new_status="active"
             )
             await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
-        resumed = T.ThreadResumedNotification(
+        resumed = thread_wire.ThreadResumedNotification(
             thread_id=result.thread.id, thread=result.thread, resumed_by=by.name
         )
         await self.journal.emit(thread.id, "thread/resumed", resumed, include=[by])
@@ -368,7 +370,7 @@ class Threads:
     async def _set_status(self, thread: ThreadRecord, status: str) -> None:
         previous = thread.status
         await self.repo.update(thread.id, status=status)
-        changed = T.ThreadStatusChangedNotification(
+        changed = thread_wire.ThreadStatusChangedNotification(
             thread_id=thread.id, previous_status=previous, new_status=status
         )
         await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
@@ -397,7 +399,9 @@ class Threads:
     async def rename(self, thread_id: str, display_name: str) -> None:
         thread = await self.get(thread_id)
         await self.repo.update(thread.id, display_name=display_name)
-        renamed = T.ThreadRenamedNotification(thread_id=thread.id, display_name=display_name)
+        renamed = thread_wire.ThreadRenamedNotification(
+            thread_id=thread.id, display_name=display_name
+        )
         await self.journal.emit(thread.id, "thread/renamed", renamed, broadcast=True)
 
     async def _name_untitled(self, active: ActiveTurn, user: UserInput) -> None:
@@ -460,7 +464,7 @@ class Threads:
         """Announce a deleted thread (``thread/deleted``) and forget it here."""
         self.bus.publish(
             "thread/deleted",
-            T.ThreadDeletedNotification(thread_id=thread_id),
+            thread_wire.ThreadDeletedNotification(thread_id=thread_id),
             broadcast=True,
             exclude=exclude,
         )
@@ -470,7 +474,7 @@ class Threads:
         self.engine.forget_thread(thread_id)
 
 
-def _newest_within(turns: list[T.Turn], budget: int) -> int:
+def _newest_within(turns: list[thread_wire.Turn], budget: int) -> int:
     """How many of the newest ``turns`` encode within ``budget`` bytes (at least one)."""
     used = kept = 0
     for turn in reversed(turns):

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from appserver.protocol import turns as W
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import Message
 from appserver.runtime.errors import (
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 Prepare = Callable[[ActiveTurn, UserInput], None]
 
 
-def user_input(materialized: Materialized, sender: W.SenderContext | None) -> UserInput:
+def user_input(materialized: Materialized, sender: turn_wire.SenderContext | None) -> UserInput:
     return UserInput(
         display_text=materialized.display_text,
         native_parts=materialized.native_parts,
@@ -61,7 +61,7 @@ class Turns:
         parts: list[Any],
         origin: Participant | None = None,
         *,
-        sender: W.SenderContext | None = None,
+        sender: turn_wire.SenderContext | None = None,
         messages: list[Message] | None = None,
         prepare: Prepare | None = None,
     ) -> ActiveTurn:
@@ -128,8 +128,8 @@ class Turns:
         thread_id: str,
         parts: list[Any],
         origin: Participant | None = None,
-        sender: W.SenderContext | None = None,
-    ) -> tuple[W.QueuedTurnInput, list[W.QueuedTurnInput]]:
+        sender: turn_wire.SenderContext | None = None,
+    ) -> tuple[turn_wire.QueuedTurnInput, list[turn_wire.QueuedTurnInput]]:
         """Queue an input (an idle thread starts it at once); returns the entry
         and the whole queue."""
         thread = await self.threads.get_active(thread_id)
@@ -141,7 +141,7 @@ class Turns:
             )
         materialized = await self.materializer.materialize(parts)
         running = self.engine.active.get(thread.id)
-        wire = W.QueuedTurnInput(
+        wire = turn_wire.QueuedTurnInput(
             id=f"queued_{int(time.time() * 1000)}_{secrets.token_hex(3)}",
             thread_id=thread.id,
             native_input_parts=materialized.native_parts,
@@ -163,7 +163,7 @@ class Turns:
 
     async def remove_queued(
         self, thread_id: str, entry_id: str, by: Participant | None = None
-    ) -> list[W.QueuedTurnInput]:
+    ) -> list[turn_wire.QueuedTurnInput]:
         """Drop a queued input; returns the queue."""
         thread = await self.threads.get(thread_id)
         async with self.engine.inputs.lock(thread.id):
@@ -184,7 +184,7 @@ class Turns:
         expected_turn_id: str,
         entry_id: str,
         by: Participant | None = None,
-    ) -> tuple[str, list[W.QueuedTurnInput]]:
+    ) -> tuple[str, list[turn_wire.QueuedTurnInput]]:
         """Inject a queued input into the running turn at its next safe boundary;
         returns the turn id and the queue."""
         thread = await self.threads.get(thread_id)

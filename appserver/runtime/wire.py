@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from appserver.protocol import threads as T
+from appserver.protocol import threads as thread_wire
 from appserver.storage.threads import ItemRecord, TurnRecord
 
 
-def item_to_wire(item: ItemRecord) -> T.Item:
-    return T.Item(
+def item_to_wire(item: ItemRecord) -> thread_wire.Item:
+    return thread_wire.Item(
         id=item.id,
         turn_id=item.turn_id,
         type=item.type,
@@ -19,15 +19,17 @@ def item_to_wire(item: ItemRecord) -> T.Item:
     )
 
 
-def turn_to_wire(turn: TurnRecord, items: list[ItemRecord] | None) -> T.Turn:
+def turn_to_wire(turn: TurnRecord, items: list[ItemRecord] | None) -> thread_wire.Turn:
     """``items=None`` leaves ``items`` out; a list includes exactly those items."""
-    return T.Turn(
+    return thread_wire.Turn(
         id=turn.id,
         thread_id=turn.thread_id,
         status=turn.status,
         started_at=turn.started_at,
         completed_at=turn.completed_at,
-        token_usage=T.TokenUsage.model_validate(turn.token_usage) if turn.token_usage else None,
+        token_usage=thread_wire.TokenUsage.model_validate(turn.token_usage)
+        if turn.token_usage
+        else None,
         error=turn.error,
         origin_channel=turn.origin_channel,
         initiator=turn.initiator,

@@ -32,8 +32,8 @@ from appserver.cron.runner import JobRunner
 from appserver.cron.schedule import ScheduleError, validate
 from appserver.cron.service import CronService
 from appserver.cron.tool import CronTool
-from appserver.protocol import cron as C
-from appserver.protocol import errors as E
+from appserver.protocol import cron as cron_wire
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 
 def job_not_found(job_id: str) -> RpcError:
-    return RpcError(E.CRON_JOB_NOT_FOUND, f"Cron job not found: {job_id}")
+    return RpcError(rpc_errors.CRON_JOB_NOT_FOUND, f"Cron job not found: {job_id}")
 
 
 class CronHandlers:
@@ -63,20 +63,20 @@ class CronHandlers:
         router.register("cron/enable", self.enable)
         router.register("cron/run", self.run)
 
-    async def add(self, ctx: RequestContext, params: C.CronAddParams) -> BaseModel:
+    async def add(self, ctx: RequestContext, params: cron_wire.CronAddParams) -> BaseModel:
         try:
             schedule = validate(params.schedule.to_wire(), self.service.clock.now_ms())
         except ScheduleError as exc:
-            raise E.invalid_params(f"'schedule.{exc.field}': {exc.message}") from None
+            raise rpc_errors.invalid_params(f"'schedule.{exc.field}': {exc.message}") from None
         if params.thread_id is not None:
             if params.approval_policy is not None:
-                raise E.invalid_params(
+                raise rpc_errors.invalid_params(
                     "'approvalPolicy' applies only to the job's own thread; "
                     "set it on the given thread with thread/config/update"
                 )
             thread = await self.server.threads.get(params.thread_id)
             if thread.history_mode == "client":
-                raise E.invalid_params(
+                raise rpc_errors.invalid_params(
                     f"Thread {thread.id} uses client-managed history; cron runs need a "
                     "server-history thread."
                 )
@@ -90,27 +90,27 @@ class CronHandlers:
             approval_policy=params.approval_policy,
             defer=ctx.after_response,
         )
-        return C.CronJobResult(job=job)
+        return cron_wire.CronJobResult(job=job)
 
-    async def list_jobs(self, ctx: RequestContext, params: C.CronListParams) -> BaseModel:
-        return C.CronListResult(jobs=await self.service.list_jobs(params.include_disabled))
+    async def list_jobs(self, ctx: RequestContext, params: cron_wire.CronListParams) -> BaseModel:
+        return cron_wire.CronListResult(jobs=await self.service.list_jobs(params.include_disabled))
 
-    async def remove(self, ctx: RequestContext, params: C.CronJobIdParams) -> BaseModel:
+    async def remove(self, ctx: RequestContext, params: cron_wire.CronJobIdParams) -> BaseModel:
         if await self.service.remove_job(params.job_id, defer=ctx.after_response) is None:
             raise job_not_found(params.job_id)
-        return C.CronRemoveResult(removed=True)
+        return cron_wire.CronRemoveResult(removed=True)
 
-    async def enable(self, ctx: RequestContext, params: C.CronEnableParams) -> BaseModel:
+    async def enable(self, ctx: RequestContext, params: cron_wire.CronEnableParams) -> BaseModel:
         job = await self.service.enable_job(params.job_id, params.enabled, defer=ctx.after_response)
         if job is None:
             raise job_not_found(params.job_id)
-        return C.CronJobResult(job=job)
+        return cron_wire.CronJobResult(job=job)
 
-    async def run(self, ctx: RequestContext, params: C.CronJobIdParams) -> BaseModel:
+    async def run(self, ctx: RequestContext, params: cron_wire.CronJobIdParams) -> BaseModel:
         job = await self.service.queue_run(params.job_id)
         if job is None:
             raise job_not_found(params.job_id)
-        return C.CronRunResult(queued=True, job=job)
+        return cron_wire.CronRunResult(queued=True, job=job)
 
 
 def _not_draining(server: FamilyContext) -> Callable[[], bool]:
@@ -145,7 +145,7 @@ def install(server: FamilyContext) -> None:
     heartbeat.may_run = lambda: server.trust.trusted
 
     async def trigger(ctx: RequestContext, params: Empty) -> BaseModel:
-        return C.HeartbeatTriggerResult.model_validate(await heartbeat.trigger())
+        return cron_wire.HeartbeatTriggerResult.model_validate(await heartbeat.trigger())
 
     server.router.register("heartbeat/trigger", trigger)
     if heartbeat.interval_s is not None:

@@ -25,13 +25,13 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from appserver import __version__
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.errors import RpcError
 from appserver.protocol.initialize import InitializeParams, InitializeResult, ServerInfo
 from appserver.rpc import framing
 from appserver.rpc.connection import Connection, RequestContext
 from appserver.rpc.framing import RawJSON
-from appserver.runtime import errors as R
+from appserver.runtime import errors as runtime_errors
 from appserver.runtime.bus import EventBus
 from appserver.services.peer import Handshake, Peer, peer_of
 
@@ -68,20 +68,20 @@ FOLLOW_THE_RESPONSE = frozenset(
 )
 
 # The runtime's refusals as DotCraft error codes.
-_REFUSAL_CODES: dict[type[R.Refusal], int] = {
-    R.ThreadNotFound: E.THREAD_NOT_FOUND,
-    R.ThreadNotActive: E.THREAD_NOT_ACTIVE,
-    R.TurnInProgress: E.TURN_IN_PROGRESS,
-    R.TurnNotFound: E.TURN_NOT_FOUND,
-    R.TurnNotRunning: E.TURN_NOT_RUNNING,
+_REFUSAL_CODES: dict[type[runtime_errors.Refusal], int] = {
+    runtime_errors.ThreadNotFound: rpc_errors.THREAD_NOT_FOUND,
+    runtime_errors.ThreadNotActive: rpc_errors.THREAD_NOT_ACTIVE,
+    runtime_errors.TurnInProgress: rpc_errors.TURN_IN_PROGRESS,
+    runtime_errors.TurnNotFound: rpc_errors.TURN_NOT_FOUND,
+    runtime_errors.TurnNotRunning: rpc_errors.TURN_NOT_RUNNING,
 }
 
 
-def refusal_error(refusal: R.Refusal) -> RpcError:
+def refusal_error(refusal: runtime_errors.Refusal) -> RpcError:
     """The JSON-RPC error for a runtime refusal."""
-    if isinstance(refusal, R.InvalidInput):
-        return E.invalid_params(refusal.message)
-    return RpcError(_REFUSAL_CODES.get(type(refusal), E.INVALID_PARAMS), refusal.message)
+    if isinstance(refusal, runtime_errors.InvalidInput):
+        return rpc_errors.invalid_params(refusal.message)
+    return RpcError(_REFUSAL_CODES.get(type(refusal), rpc_errors.INVALID_PARAMS), refusal.message)
 
 
 # Notifications a client implicitly opts out of through its capabilities.
@@ -131,11 +131,11 @@ def parse_params(model: type[P], params: Any) -> P:
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise E.invalid_params("'params' must be an object")
+        raise rpc_errors.invalid_params("'params' must be an object")
     try:
         return model.model_validate(params)
     except ValidationError as exc:
-        raise E.invalid_params(describe_validation_error(exc)) from None
+        raise rpc_errors.invalid_params(describe_validation_error(exc)) from None
 
 
 class Router:
@@ -249,12 +249,12 @@ class Router:
             return self._failure
         if method == "initialize":
             if peer.handshake is not Handshake.NEW:
-                return RpcError(E.ALREADY_INITIALIZED, "Already initialized")
+                return RpcError(rpc_errors.ALREADY_INITIALIZED, "Already initialized")
             return None
         if peer.handshake is Handshake.NEW:
-            return RpcError(E.NOT_INITIALIZED, "Not initialized")
+            return RpcError(rpc_errors.NOT_INITIALIZED, "Not initialized")
         if peer.handshake is Handshake.INITIALIZING:
-            return E.invalid_request(
+            return rpc_errors.invalid_request(
                 "Server is awaiting the 'initialized' notification before handling requests."
             )
         return None
@@ -266,7 +266,7 @@ class Router:
         return spec.access if spec is not None else "read"
 
     def overloaded(self) -> RpcError:
-        return RpcError(E.SERVER_OVERLOADED, "Server overloaded; retry later.")
+        return RpcError(rpc_errors.SERVER_OVERLOADED, "Server overloaded; retry later.")
 
     def holds(self, method: str) -> bool:
         return method in FOLLOW_THE_RESPONSE
@@ -277,7 +277,7 @@ class Router:
         spec = _methods().get(ctx.method)
         handler = self.handlers.get(ctx.method)
         if spec is None or handler is None:
-            raise RpcError(E.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
+            raise RpcError(rpc_errors.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
         # Long-running ("detached") requests, e.g. a terminal/read that waits, do not
         # count: background warm-up waits only for requests a client is waiting on now.
         counted = spec.access != "detached"
@@ -291,7 +291,7 @@ class Router:
             if answer_key is None:
                 return await handler(ctx, request)
             return await self._cached(ctx.method, answer_key, handler, ctx, request)
-        except R.Refusal as refusal:
+        except runtime_errors.Refusal as refusal:
             raise refusal_error(refusal) from None
         finally:
             if counted:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from appserver.protocol import errors as E
-from appserver.protocol import terminals as T
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol import terminals as terminal_wire
 from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
 from appserver.runtime.events import Participant
@@ -49,10 +49,12 @@ def _rpc_error(exc: TerminalError) -> RpcError:
     """``-32090`` (unknown terminal), ``-32091`` (cannot write to it), else ``-32602``."""
     detail = {"detail": str(exc)}
     if exc.kind == "not_found":
-        return RpcError(E.TERMINAL_NOT_FOUND, "Background terminal not found", detail)
+        return RpcError(rpc_errors.TERMINAL_NOT_FOUND, "Background terminal not found", detail)
     if exc.kind == "not_writable":
-        return RpcError(E.TERMINAL_NOT_WRITABLE, "Cannot write to background terminal", detail)
-    return E.invalid_params(str(exc))
+        return RpcError(
+            rpc_errors.TERMINAL_NOT_WRITABLE, "Cannot write to background terminal", detail
+        )
+    return rpc_errors.invalid_params(str(exc))
 
 
 class TerminalHandlers:
@@ -61,36 +63,48 @@ class TerminalHandlers:
     def __init__(self, manager: TerminalManager) -> None:
         self.manager = manager
 
-    async def list_terminals(self, ctx: RequestContext, params: T.TerminalListParams) -> BaseModel:
-        return T.TerminalListResult(terminals=await self.manager.list(params.thread_id))
+    async def list_terminals(
+        self, ctx: RequestContext, params: terminal_wire.TerminalListParams
+    ) -> BaseModel:
+        return terminal_wire.TerminalListResult(terminals=await self.manager.list(params.thread_id))
 
-    async def read(self, ctx: RequestContext, params: T.TerminalReadParams) -> BaseModel:
+    async def read(
+        self, ctx: RequestContext, params: terminal_wire.TerminalReadParams
+    ) -> BaseModel:
         try:
             terminal = await self.manager.read(
                 params.session_id, params.wait_ms, params.max_output_chars
             )
         except TerminalError as exc:
             raise _rpc_error(exc) from None
-        return T.TerminalResult(terminal=terminal)
+        return terminal_wire.TerminalResult(terminal=terminal)
 
-    async def write(self, ctx: RequestContext, params: T.TerminalWriteParams) -> BaseModel:
+    async def write(
+        self, ctx: RequestContext, params: terminal_wire.TerminalWriteParams
+    ) -> BaseModel:
         try:
             terminal = await self.manager.write(
                 params.session_id, params.input, params.yield_time_ms, params.max_output_chars
             )
         except TerminalError as exc:
             raise _rpc_error(exc) from None
-        return T.TerminalResult(terminal=terminal)
+        return terminal_wire.TerminalResult(terminal=terminal)
 
-    async def stop(self, ctx: RequestContext, params: T.TerminalSessionParams) -> BaseModel:
+    async def stop(
+        self, ctx: RequestContext, params: terminal_wire.TerminalSessionParams
+    ) -> BaseModel:
         try:
             terminal = await self.manager.stop(params.session_id)
         except TerminalError as exc:
             raise _rpc_error(exc) from None
-        return T.TerminalResult(terminal=terminal)
+        return terminal_wire.TerminalResult(terminal=terminal)
 
-    async def clean(self, ctx: RequestContext, params: T.TerminalCleanParams) -> BaseModel:
-        return T.TerminalListResult(terminals=await self.manager.clean(params.thread_id))
+    async def clean(
+        self, ctx: RequestContext, params: terminal_wire.TerminalCleanParams
+    ) -> BaseModel:
+        return terminal_wire.TerminalListResult(
+            terminals=await self.manager.clean(params.thread_id)
+        )
 
 
 def install(server: FamilyContext) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from appserver.protocol import threads as T
+from appserver.protocol import threads as thread_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.encoding import model_json
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size, utf8_size
@@ -66,7 +66,7 @@ class ThreadService:
         # the bytes of the last answer.
         router.register("thread/read", self.read, answer_key=self._read_key)
 
-    async def start(self, ctx: RequestContext, params: T.ThreadStartParams) -> BaseModel:
+    async def start(self, ctx: RequestContext, params: thread_wire.ThreadStartParams) -> BaseModel:
         identity = params.identity
         display_name = params.display_name.strip() if params.display_name else None
         thread = await self.threads.create(
@@ -95,7 +95,9 @@ class ThreadService:
             self.threads.engine.agent.tools.client_tools.claim(thread.id, peer_of(ctx))
         return await self.threads.view(thread)
 
-    async def resume(self, ctx: RequestContext, params: T.ThreadResumeParams) -> BaseModel:
+    async def resume(
+        self, ctx: RequestContext, params: thread_wire.ThreadResumeParams
+    ) -> BaseModel:
         peer = peer_of(ctx)
         result = await self.threads.resume(
             params.thread_id,
@@ -109,7 +111,7 @@ class ThreadService:
         return result
 
     async def list_threads(
-        self, ctx: RequestContext, params: T.ThreadListParams
+        self, ctx: RequestContext, params: thread_wire.ThreadListParams
     ) -> BaseModel | RawJSON:
         identity = params.identity
         summaries, next_cursor = await self.threads.list(
@@ -128,14 +130,14 @@ class ThreadService:
         )
         # Encoded once here (the router sends RawJSON as is); a page that would
         # pass LIST_PAGE_BYTES ends early instead, so no answer nears the frame cap.
-        encoded = model_json(T.ThreadListResult(data=summaries, next_cursor=next_cursor))
+        encoded = model_json(thread_wire.ThreadListResult(data=summaries, next_cursor=next_cursor))
         if utf8_size(encoded) <= LIST_PAGE_BYTES:
             return RawJSON(encoded)
         return self._within_budget(summaries, next_cursor)
 
     def _within_budget(
-        self, summaries: list[T.ThreadSummary], next_cursor: str | None
-    ) -> T.ThreadListResult:
+        self, summaries: list[thread_wire.ThreadSummary], next_cursor: str | None
+    ) -> thread_wire.ThreadListResult:
         """The longest prefix of ``summaries`` whose answer stays under
         LIST_PAGE_BYTES (at least one summary), with the cursor after it."""
         used = _LIST_ENVELOPE_BYTES
@@ -147,11 +149,15 @@ class ThreadService:
             used += size
             kept += 1
         if kept == len(summaries):
-            return T.ThreadListResult(data=summaries, next_cursor=next_cursor)
+            return thread_wire.ThreadListResult(data=summaries, next_cursor=next_cursor)
         page = summaries[:kept]
-        return T.ThreadListResult(data=page, next_cursor=self.threads.list_cursor_after(page[-1]))
+        return thread_wire.ThreadListResult(
+            data=page, next_cursor=self.threads.list_cursor_after(page[-1])
+        )
 
-    async def read(self, ctx: RequestContext, params: T.ThreadReadParams) -> BaseModel | RawJSON:
+    async def read(
+        self, ctx: RequestContext, params: thread_wire.ThreadReadParams
+    ) -> BaseModel | RawJSON:
         thread = await self.threads.get(params.thread_id)
         if not params.include_turns:
             return await self.threads.view(thread)
@@ -177,54 +183,62 @@ class ThreadService:
             thread, include_turns, turn_limit, turns_cursor, hidden, LIST_PAGE_BYTES
         )
 
-    def _read_key(self, params: T.ThreadReadParams) -> tuple[str, Any] | None:
+    def _read_key(self, params: thread_wire.ThreadReadParams) -> tuple[str, Any] | None:
         if params.include_turns:
             return None
         version = self.threads.version(params.thread_id)
         return (params.thread_id, version) if version is not None else None
 
     async def rollback(
-        self, ctx: RequestContext, params: T.ThreadRollbackParams
+        self, ctx: RequestContext, params: thread_wire.ThreadRollbackParams
     ) -> BaseModel | RawJSON:
         thread = await self.threads.rollback(params.thread_id, params.num_turns)
         return await self._paged_view(thread, True, None, None, hidden_item_types(peer_of(ctx)))
 
-    async def subscribe(self, ctx: RequestContext, params: T.ThreadSubscribeParams) -> BaseModel:
+    async def subscribe(
+        self, ctx: RequestContext, params: thread_wire.ThreadSubscribeParams
+    ) -> BaseModel:
         await self.threads.subscribe(
             params.thread_id, peer_of(ctx), params.after_seq, params.replay_recent
         )
         return Empty()
 
-    async def unsubscribe(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+    async def unsubscribe(
+        self, ctx: RequestContext, params: thread_wire.ThreadIdParams
+    ) -> BaseModel:
         self.threads.unsubscribe(params.thread_id, peer_of(ctx))
         return Empty()
 
-    async def pause(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+    async def pause(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
         await self.threads.pause(params.thread_id)
         return Empty()
 
-    async def archive(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+    async def archive(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
         await self.threads.archive(params.thread_id)
         return Empty()
 
-    async def unarchive(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+    async def unarchive(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
         await self.threads.unarchive(params.thread_id)
         return Empty()
 
-    async def delete(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+    async def delete(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
         await self.threads.delete(params.thread_id, by=peer_of(ctx))
         return Empty()
 
-    async def rename(self, ctx: RequestContext, params: T.ThreadRenameParams) -> BaseModel:
+    async def rename(
+        self, ctx: RequestContext, params: thread_wire.ThreadRenameParams
+    ) -> BaseModel:
         await self.threads.rename(params.thread_id, params.display_name)
         return Empty()
 
-    async def set_mode(self, ctx: RequestContext, params: T.ThreadModeSetParams) -> BaseModel:
+    async def set_mode(
+        self, ctx: RequestContext, params: thread_wire.ThreadModeSetParams
+    ) -> BaseModel:
         await self.threads.set_mode(params.thread_id, params.mode)
         return Empty()
 
     async def update_config(
-        self, ctx: RequestContext, params: T.ThreadConfigUpdateParams
+        self, ctx: RequestContext, params: thread_wire.ThreadConfigUpdateParams
     ) -> BaseModel:
         await self.threads.configure(params.thread_id, params.config.to_wire())
         return Empty()

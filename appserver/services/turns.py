@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from appserver.protocol import threads as T
-from appserver.protocol import turns as W
+from appserver.protocol import threads as thread_wire
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import Empty
 from appserver.rpc.connection import RequestContext
 from appserver.runtime.history import messages_from_client
@@ -42,7 +42,7 @@ class TurnService:
             router.register(method, handler)
         router.enable_feature("approvalFlow")
 
-    async def start(self, ctx: RequestContext, params: W.TurnStartParams) -> BaseModel:
+    async def start(self, ctx: RequestContext, params: turn_wire.TurnStartParams) -> BaseModel:
         def prepare(active: ActiveTurn, user: UserInput) -> None:
             for hook in self.start_hooks:
                 hook(ctx, active, user)
@@ -57,32 +57,34 @@ class TurnService:
         )
         # DotCraft answers with `items: []`; the userMessage item (already
         # stored) follows as item/started and item/completed.
-        return W.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
+        return turn_wire.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
 
-    async def compact(self, ctx: RequestContext, params: T.ThreadIdParams) -> BaseModel:
+    async def compact(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
         active = await self.turns.compact(params.thread_id, peer_of(ctx))
-        return W.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
+        return turn_wire.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
 
-    async def interrupt(self, ctx: RequestContext, params: W.TurnInterruptParams) -> BaseModel:
+    async def interrupt(
+        self, ctx: RequestContext, params: turn_wire.TurnInterruptParams
+    ) -> BaseModel:
         await self.turns.interrupt(params.thread_id, params.turn_id)
         return Empty()
 
-    async def enqueue(self, ctx: RequestContext, params: W.TurnEnqueueParams) -> BaseModel:
+    async def enqueue(self, ctx: RequestContext, params: turn_wire.TurnEnqueueParams) -> BaseModel:
         entry, queue = await self.turns.enqueue(
             params.thread_id, params.input, peer_of(ctx), params.sender
         )
-        return W.TurnEnqueueResult(queued_input=entry, queued_inputs=queue)
+        return turn_wire.TurnEnqueueResult(queued_input=entry, queued_inputs=queue)
 
     async def remove_queued(
-        self, ctx: RequestContext, params: W.TurnQueueRemoveParams
+        self, ctx: RequestContext, params: turn_wire.TurnQueueRemoveParams
     ) -> BaseModel:
         queue = await self.turns.remove_queued(
             params.thread_id, params.queued_input_id, peer_of(ctx)
         )
-        return W.QueuedInputsResult(queued_inputs=queue)
+        return turn_wire.QueuedInputsResult(queued_inputs=queue)
 
-    async def steer(self, ctx: RequestContext, params: W.TurnSteerParams) -> BaseModel:
+    async def steer(self, ctx: RequestContext, params: turn_wire.TurnSteerParams) -> BaseModel:
         turn_id, queue = await self.turns.steer(
             params.thread_id, params.expected_turn_id, params.queued_input_id, peer_of(ctx)
         )
-        return W.TurnSteerResult(turn_id=turn_id, queued_inputs=queue)
+        return turn_wire.TurnSteerResult(turn_id=turn_id, queued_inputs=queue)

@@ -38,8 +38,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
-from appserver.protocol import errors as E
-from appserver.protocol import workspace as W
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol import workspace as workspace_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.providers import make_provider, resolve_settings
@@ -87,7 +87,7 @@ def _endpoint(value: str | None, field: str) -> str | None:
         return None
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise E.invalid_params(f"'{field}' must be an absolute http(s) URL.")
+        raise rpc_errors.invalid_params(f"'{field}' must be an absolute http(s) URL.")
     return text
 
 
@@ -99,7 +99,7 @@ def _policy(value: str | None, field: str) -> str | None:
         return "default"
     if text in ("autoApprove", "AutoApprove"):
         return "autoApprove"
-    raise E.invalid_params(f"'{field}' must be 'default', 'autoApprove', or null.")
+    raise rpc_errors.invalid_params(f"'{field}' must be 'default', 'autoApprove', or null.")
 
 
 @dataclass(frozen=True)
@@ -141,15 +141,15 @@ def _stored(document: dict[str, Any], setting: Setting) -> str | None:
         return None
 
 
-def config_schema() -> list[W.ConfigSchemaSection]:
+def config_schema() -> list[workspace_wire.ConfigSchemaSection]:
     """The settings ``workspace/config/update`` can change (values never included)."""
     return [
-        W.ConfigSchemaSection(
+        workspace_wire.ConfigSchemaSection(
             section="Core",
             order=0,
             path=None,
             fields=[
-                W.ConfigSchemaField(
+                workspace_wire.ConfigSchemaField(
                     key="Provider",
                     display_name="Provider",
                     type="select",
@@ -157,7 +157,7 @@ def config_schema() -> list[W.ConfigSchemaSection]:
                     hint="Empty = openai when EndPoint or ApiKey is set, otherwise offline.",
                     reload="hot",
                 ),
-                W.ConfigSchemaField(
+                workspace_wire.ConfigSchemaField(
                     key="ApiKey",
                     display_name="API Key",
                     type="password",
@@ -166,14 +166,14 @@ def config_schema() -> list[W.ConfigSchemaSection]:
                     "OPENAI_API_KEY, ANTHROPIC_API_KEY).",
                     reload="hot",
                 ),
-                W.ConfigSchemaField(
+                workspace_wire.ConfigSchemaField(
                     key="Model",
                     display_name="Model",
                     type="text",
                     hint="Empty or 'Default' = the provider's default model.",
                     reload="hot",
                 ),
-                W.ConfigSchemaField(
+                workspace_wire.ConfigSchemaField(
                     key="EndPoint",
                     display_name="Endpoint",
                     type="text",
@@ -182,12 +182,12 @@ def config_schema() -> list[W.ConfigSchemaSection]:
                 ),
             ],
         ),
-        W.ConfigSchemaSection(
+        workspace_wire.ConfigSchemaSection(
             section="Permissions",
             order=25,
             path=["Permissions"],
             fields=[
-                W.ConfigSchemaField(
+                workspace_wire.ConfigSchemaField(
                     key="DefaultApprovalPolicy",
                     display_name="Default Approval Policy",
                     type="select",
@@ -231,28 +231,32 @@ class WorkspaceService:
             log.warning("model/list failed: %s", type(exc).__name__)
             return self._failure(provider, "Unknown", f"Model list request failed ({exc}).")
         items = [
-            W.ModelCatalogItem(id=m.id, owned_by=m.owned_by, created_at=m.created_at)
+            workspace_wire.ModelCatalogItem(id=m.id, owned_by=m.owned_by, created_at=m.created_at)
             for m in sorted(models, key=lambda m: m.id.lower())
         ]
-        return W.ModelListResult(success=True, models=items)
+        return workspace_wire.ModelListResult(success=True, models=items)
 
     @staticmethod
-    def _failure(provider: Provider, code: str, message: str) -> W.ModelListResult:
+    def _failure(provider: Provider, code: str, message: str) -> workspace_wire.ModelListResult:
         endpoint = getattr(provider, "base_url", None)
         text = message.strip() or "Model list request failed."
         if isinstance(endpoint, str) and endpoint.strip():
             text = f"{text} Endpoint: {endpoint.strip()}"
-        return W.ModelListResult(success=False, models=[], error_code=code, error_message=text)
+        return workspace_wire.ModelListResult(
+            success=False, models=[], error_code=code, error_message=text
+        )
 
     # --- workspace/config/* --------------------------------------------------------------
 
     async def schema(self, ctx: RequestContext, params: Empty) -> BaseModel:
-        return W.WorkspaceConfigSchemaResult(sections=config_schema())
+        return workspace_wire.WorkspaceConfigSchemaResult(sections=config_schema())
 
-    async def update(self, ctx: RequestContext, params: W.WorkspaceConfigUpdateParams) -> BaseModel:
+    async def update(
+        self, ctx: RequestContext, params: workspace_wire.WorkspaceConfigUpdateParams
+    ) -> BaseModel:
         given = [s for s in SETTINGS if s.field in params.model_fields_set]
         if not given:
-            raise E.invalid_params(
+            raise rpc_errors.invalid_params(
                 "At least one of 'model', 'apiKey', 'endPoint', 'defaultApprovalPolicy' "
                 "or 'provider' is required."
             )
@@ -280,7 +284,9 @@ class WorkspaceService:
                 result = self._result(view)
                 snapshot = copy.deepcopy(view)
         except ConfigFileError as exc:
-            raise RpcError(E.INTERNAL_ERROR, "Internal error", {"detail": str(exc)}) from None
+            raise RpcError(
+                rpc_errors.INTERNAL_ERROR, "Internal error", {"detail": str(exc)}
+            ) from None
         if changed:
             self._apply(snapshot, new_provider)
             self.server.announce_config_change(
@@ -299,7 +305,7 @@ class WorkspaceService:
             )
             provider = make_provider(settings)
         except ValueError as exc:
-            raise E.invalid_params(str(exc)) from None
+            raise rpc_errors.invalid_params(str(exc)) from None
         log.info("workspace config changed; provider is now %s", settings.describe())
         return provider
 
@@ -313,14 +319,16 @@ class WorkspaceService:
             self.server.provider = provider
 
     @staticmethod
-    def _result(document: dict[str, Any]) -> W.WorkspaceConfigUpdateResult:
+    def _result(document: dict[str, Any]) -> workspace_wire.WorkspaceConfigUpdateResult:
         values = {s.field: _stored(document, s) for s in SETTINGS}
         values["api_key"] = mask_secret(values["api_key"])
-        return W.WorkspaceConfigUpdateResult(**values)
+        return workspace_wire.WorkspaceConfigUpdateResult(**values)
 
     # --- workspace/trust ------------------------------------------------------------------
 
-    async def trust(self, ctx: RequestContext, params: W.WorkspaceTrustParams) -> BaseModel:
+    async def trust(
+        self, ctx: RequestContext, params: workspace_wire.WorkspaceTrustParams
+    ) -> BaseModel:
         trust = self.server.trust
         if params.trusted is True:
             if await trust.trust("trusted by a client (workspace/trust)"):
@@ -329,7 +337,7 @@ class WorkspaceService:
                     ctx.after_response(start)
         elif params.trusted is False:
             trust.revoke()
-        return W.WorkspaceTrustResult(
+        return workspace_wire.WorkspaceTrustResult(
             trusted=trust.trusted, reason=trust.reason, workspace_path=str(trust.workspace)
         )
 

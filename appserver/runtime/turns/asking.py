@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import anyio
 from pydantic import ValidationError
 
-from appserver.protocol import turns as W
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import WireModel
 from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
 from appserver.protocol.editor_fs import ReadTextFileParams, WriteTextFileParams
@@ -121,7 +121,7 @@ class ApprovalConversation:
         active.record.status = "waitingApproval"
         await self.repo.save_turn(active.record)
         await self.runtimes.approval_pending(active.thread_id, +1)
-        params = W.ApprovalRequestParams(
+        params = turn_wire.ApprovalRequestParams(
             thread_id=active.thread_id,
             turn_id=active.record.id,
             item_id=request_item.id,
@@ -157,7 +157,7 @@ class ApprovalConversation:
             await self.items.journal.emit(
                 active.thread_id,
                 "item/approval/resolved",
-                W.ApprovalResolvedNotification(
+                turn_wire.ApprovalResolvedNotification(
                     thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
                 ),
                 include=active.watchers,

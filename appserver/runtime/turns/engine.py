@@ -34,8 +34,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol import threads as T
-from appserver.protocol import turns as W
+from appserver.protocol import threads as thread_wire
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import Provider
@@ -187,7 +187,7 @@ class TurnEngine:
         self,
         thread: ThreadRecord,
         origin: Participant | None,
-        sender: W.SenderContext | None,
+        sender: turn_wire.SenderContext | None,
         prepare: Callable[[ActiveTurn], None] | None,
         *,
         opening: Callable[[ActiveTurn], Awaitable[None]] | None,
@@ -243,7 +243,10 @@ class TurnEngine:
                 log.exception("turn start listener failed on %s", active.thread_id)
 
     def _reserve(
-        self, thread: ThreadRecord, origin: Participant | None, sender: W.SenderContext | None
+        self,
+        thread: ThreadRecord,
+        origin: Participant | None,
+        sender: turn_wire.SenderContext | None,
     ) -> ActiveTurn:
         assert thread.id not in self.active
         last_turn, last_item = self._numbers.get(thread.id, (0, 0))
@@ -274,7 +277,7 @@ class TurnEngine:
         await active.done.wait()
         return active
 
-    def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> T.Turn:
+    def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> thread_wire.Turn:
         return turn_to_wire(active.record, active.items if include_items else [])
 
     # --- the turn ----------------------------------------------------------------------
@@ -324,7 +327,7 @@ class TurnEngine:
         await self.journal.emit(
             active.thread_id,
             "turn/started",
-            W.TurnNotification(thread_id=active.thread_id, turn=self.turn_wire(active)),
+            turn_wire.TurnNotification(thread_id=active.thread_id, turn=self.turn_wire(active)),
             include=active.watchers,
             turn=active.record,
             new_turn=True,
@@ -353,17 +356,17 @@ class TurnEngine:
             if record.status == "completed":
                 kind, params = (
                     "turn/completed",
-                    W.TurnNotification(thread_id=turn.thread_id, turn=turn),
+                    turn_wire.TurnNotification(thread_id=turn.thread_id, turn=turn),
                 )
             elif record.status == "failed":
                 kind = "turn/failed"
-                params = W.TurnFailedNotification(
+                params = turn_wire.TurnFailedNotification(
                     thread_id=turn.thread_id, turn=turn, error=record.error or "failed"
                 )
             else:
                 reason = active.cancel_reason or "interrupted"
                 kind = "turn/cancelled"
-                params = W.TurnCancelledNotification(
+                params = turn_wire.TurnCancelledNotification(
                     thread_id=turn.thread_id, turn=turn, reason=reason
                 )
             await self.journal.emit(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from appserver.protocol import turns as W
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.encoding import dumps, model_json
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolCallDelta, Usage
@@ -74,7 +74,7 @@ class ItemLog:
         await self.journal.emit(
             active.thread_id,
             kind,
-            W.ItemNotification(
+            turn_wire.ItemNotification(
                 thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
             ),
             include=active.watchers,
@@ -133,7 +133,7 @@ class ItemLog:
         last = self._delta_json
         if last is None or last[0] is not item:
             template = model_json(
-                W.DeltaNotification(
+                turn_wire.DeltaNotification(
                     thread_id=active.thread_id,
                     turn_id=active.record.id,
                     item_id=item.id,
@@ -202,7 +202,7 @@ class ItemLog:
             active.thread_id,
             item.id,
             kind,
-            W.DeltaNotification(
+            turn_wire.DeltaNotification(
                 thread_id=active.thread_id,
                 turn_id=active.record.id,
                 item_id=item.id,
@@ -220,7 +220,7 @@ class ItemLog:
         await self.journal.emit(
             active.thread_id,
             "item/usage/delta",
-            W.UsageDeltaNotification(
+            turn_wire.UsageDeltaNotification(
                 thread_id=active.thread_id,
                 turn_id=active.record.id,
                 input_tokens=usage.input_tokens,

@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol import turns as W
+from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message
 from appserver.runtime.engine_config import EngineConfig as EngineConfig  # (its home)
 from appserver.runtime.events import Participant
@@ -31,7 +31,7 @@ class UserInput:
     native_parts: list[dict[str, Any]]
     materialized_parts: list[dict[str, Any]]
     images: list[dict[str, Any]]
-    sender: W.SenderContext | None = None
+    sender: turn_wire.SenderContext | None = None
     delivery_mode: str = "normal"
     client_history: list[Message] | None = None
     # Extra userMessage payload fields (triggerKind, triggerLabel, channelName, ...).
@@ -44,7 +44,7 @@ class UserInput:
 class QueuedInput:
     """A ``turn/enqueue`` entry (kept in SQLite; ``origin`` only in memory)."""
 
-    wire: W.QueuedTurnInput
+    wire: turn_wire.QueuedTurnInput
     images: list[dict[str, Any]]
     materialized: list[dict[str, Any]]
     origin: Participant | None = None
@@ -106,7 +106,7 @@ class ActiveTurn:
 
 
 def initiator(
-    thread: ThreadRecord, sender: W.SenderContext | None, origin: Participant | None
+    thread: ThreadRecord, sender: turn_wire.SenderContext | None, origin: Participant | None
 ) -> dict[str, Any]:
     """The turn's ``initiator``: channel, and the sender or the starting client."""
     result: dict[str, Any] = {"channelName": thread.origin_channel}

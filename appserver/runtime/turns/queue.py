@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-from appserver.protocol import turns as W
+from appserver.protocol import turns as turn_wire
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns.model import QueuedInput
@@ -38,7 +38,7 @@ class InputQueues:
             for row in await self.journal.events.queue(thread_id):
                 queue.append(
                     QueuedInput(
-                        wire=W.QueuedTurnInput.model_validate(row["wire"]),
+                        wire=turn_wire.QueuedTurnInput.model_validate(row["wire"]),
                         images=list(row.get("images") or []),
                         materialized=list(row.get("materialized") or []),
                         instructions=list(row.get("instructions") or []),
@@ -71,7 +71,7 @@ class InputQueues:
         await self.journal.emit(
             thread_id,
             "thread/queue/updated",
-            W.QueueUpdatedNotification(
+            turn_wire.QueueUpdatedNotification(
                 thread_id=thread_id, queued_inputs=[entry.wire for entry in entries]
             ),
             include=include or [],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from appserver.protocol import turns as W
+from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.wire import item_to_wire, turn_to_wire
@@ -45,7 +45,9 @@ async def fail_interrupted(
         await journal.emit(
             turn.thread_id,
             "item/completed",
-            W.ItemNotification(thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)),
+            turn_wire.ItemNotification(
+                thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)
+            ),
             item=item,
         )
     turn.status = "failed"
@@ -55,7 +57,7 @@ async def fail_interrupted(
     await journal.emit(
         turn.thread_id,
         "turn/failed",
-        W.TurnFailedNotification(
+        turn_wire.TurnFailedNotification(
             thread_id=turn.thread_id, turn=turn_to_wire(turn, items), error=turn.error
         ),
         turn=turn,

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from appserver.protocol import channels as C
+from appserver.protocol import channels as channel_wire
 from appserver.protocol.initialize import InitializeParams
 from appserver.rpc.connection import RequestContext, ServerRequestError
 from appserver.runtime.events import Participant
@@ -67,7 +67,7 @@ class AdapterBinding:
     """What an attached adapter connection serves."""
 
     channel_name: str  # the configured spelling
-    capability: C.ChannelAdapterCapability
+    capability: channel_wire.ChannelAdapterCapability
 
     @property
     def structured_delivery(self) -> bool:
@@ -115,7 +115,7 @@ class AdapterHub:
             return
         connection = peer_of(ctx)
         try:
-            capability = C.ChannelAdapterCapability.model_validate(raw)
+            capability = channel_wire.ChannelAdapterCapability.model_validate(raw)
         except ValidationError:
             name = str(raw.get("channelName", "")) if isinstance(raw, dict) else ""
             message = "'channelAdapter.channelName' is required."
@@ -123,7 +123,9 @@ class AdapterHub:
             return
         ctx.after_response(lambda: self._admit(connection, capability))
 
-    async def _admit(self, connection: Peer, capability: C.ChannelAdapterCapability) -> None:
+    async def _admit(
+        self, connection: Peer, capability: channel_wire.ChannelAdapterCapability
+    ) -> None:
         name = capability.channel_name.strip()
         try:
             record = await self.repo.get(name) if name else None
@@ -152,13 +154,13 @@ class AdapterHub:
 
     @staticmethod
     def _declared_tools(
-        channel: str, capability: C.ChannelAdapterCapability
+        channel: str, capability: channel_wire.ChannelAdapterCapability
     ) -> dict[str, tuple[ClientTool, bool]]:
         """The adapter's ``channelTools``; an invalid descriptor is dropped (logged)."""
         tools: dict[str, tuple[ClientTool, bool]] = {}
         for raw in capability.channel_tools or []:
             try:
-                descriptor = C.ChannelToolDescriptor.model_validate(raw)
+                descriptor = channel_wire.ChannelToolDescriptor.model_validate(raw)
             except ValidationError as exc:
                 log.warning("%s adapter: invalid channel tool dropped: %s", channel, exc)
                 continue
@@ -196,7 +198,7 @@ class AdapterHub:
     def reject(self, connection: Peer, name: str, message: str) -> None:
         """``system/event channelRejected``, then close (code 1008)."""
         log.warning("rejected channel adapter %r: %s", name, message)
-        event = C.SystemEventNotification(
+        event = channel_wire.SystemEventNotification(
             kind="channelRejected", channel_name=name, message=message
         )
         connection.notify("system/event", event)
@@ -283,18 +285,18 @@ class AdapterHub:
 
     def channel_call_params(
         self, active: ActiveTurn, tool: ClientTool, call_id: str, arguments: dict[str, Any]
-    ) -> C.ChannelToolCallParams:
+    ) -> channel_wire.ChannelToolCallParams:
         initiator = active.record.initiator or {}
         same_channel = str(initiator.get("channelName") or "").lower() == str(tool.channel).lower()
         sender = initiator.get("userId") if same_channel else None
         group = initiator.get("groupId") if same_channel else None
-        return C.ChannelToolCallParams(
+        return channel_wire.ChannelToolCallParams(
             thread_id=active.thread_id,
             turn_id=active.record.id,
             call_id=call_id,
             tool=tool.name,
             arguments=arguments,
-            context=C.ChannelToolCallContext(
+            context=channel_wire.ChannelToolCallContext(
                 channel_name=str(tool.channel),
                 channel_context=active.thread.channel_context,
                 sender_id=str(sender) if sender else active.thread.user_id,
@@ -338,10 +340,10 @@ class AdapterHub:
             "senderId": sender_id,
             "groupId": group_id,
         }
-        params = C.ChannelSendParams(
+        params = channel_wire.ChannelSendParams(
             # DotCraft: the group is the delivery target; without one, the sender.
             target=str(group_id or sender_id or active.thread.user_id),
-            message=C.ChannelOutboundMessage(kind="text", text=text),
+            message=channel_wire.ChannelOutboundMessage(kind="text", text=text),
             metadata={k: v for k, v in metadata.items() if v is not None},
         )
         connection = self._target_connection(binding, active)
@@ -355,7 +357,9 @@ class AdapterHub:
             return
         try:
             raw = await connection.connection.request("ext/channel/send", params)
-            result = C.ChannelSendResult.model_validate(raw if isinstance(raw, dict) else {})
+            result = channel_wire.ChannelSendResult.model_validate(
+                raw if isinstance(raw, dict) else {}
+            )
         except (ServerRequestError, ValidationError) as exc:
             log.warning("ext/channel/send to %s failed: %s", binding.channel_name, exc)
             return

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from appserver.protocol import channels as C
-from appserver.protocol import errors as E
+from appserver.protocol import channels as channel_wire
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
@@ -39,18 +39,18 @@ REGION = "externalChannel"
 
 def validation_failed(detail: str) -> RpcError:
     return RpcError(
-        E.EXTERNAL_CHANNEL_VALIDATION_FAILED,
+        rpc_errors.EXTERNAL_CHANNEL_VALIDATION_FAILED,
         "External channel validation failed",
         {"detail": detail},
     )
 
 
 def not_found(name: str) -> RpcError:
-    return RpcError(E.EXTERNAL_CHANNEL_NOT_FOUND, f"External channel not found: {name}")
+    return RpcError(rpc_errors.EXTERNAL_CHANNEL_NOT_FOUND, f"External channel not found: {name}")
 
 
-def to_wire(record: ExternalChannelRecord) -> C.ExternalChannelConfig:
-    return C.ExternalChannelConfig(
+def to_wire(record: ExternalChannelRecord) -> channel_wire.ExternalChannelConfig:
+    return channel_wire.ExternalChannelConfig(
         name=record.name,
         enabled=record.enabled,
         transport=record.transport,
@@ -65,7 +65,7 @@ def _blank(value: str | None) -> bool:
     return value is None or not value.strip()
 
 
-def to_record(channel: C.ExternalChannelConfig) -> ExternalChannelRecord:
+def to_record(channel: channel_wire.ExternalChannelConfig) -> ExternalChannelRecord:
     """Validate (``-32081``) and normalise a wire config: trimmed strings,
     blank args dropped, empty lists and maps stored as absent."""
     if _blank(channel.name):
@@ -114,19 +114,21 @@ class ChannelManagement:
         router.register("externalChannel/upsert", self.upsert_external)
         router.register("externalChannel/remove", self.remove_external)
 
-    def native_channels(self) -> list[C.ChannelInfo]:
+    def native_channels(self) -> list[channel_wire.ChannelInfo]:
         """This server's own channel names (external channels may not take them)."""
-        channels = [C.ChannelInfo(name=name, category="builtin") for name in BUILTIN_CHANNELS]
+        channels = [
+            channel_wire.ChannelInfo(name=name, category="builtin") for name in BUILTIN_CHANNELS
+        ]
         for name, method in SYSTEM_CHANNELS:
             if method in self.server.router.handlers:
-                channels.append(C.ChannelInfo(name=name, category="system"))
+                channels.append(channel_wire.ChannelInfo(name=name, category="system"))
         return channels
 
     async def list_channels(self, ctx: RequestContext, params: Empty) -> BaseModel:
-        channels: list[C.ChannelInfo] = []
+        channels: list[channel_wire.ChannelInfo] = []
         seen: set[str] = set()
         external = [
-            C.ChannelInfo(name=r.name, category="external")
+            channel_wire.ChannelInfo(name=r.name, category="external")
             for r in await self.repo.list()
             if r.enabled
         ]
@@ -135,14 +137,14 @@ class ChannelManagement:
                 seen.add(info.name.lower())
                 channels.append(info)
         channels.sort(key=lambda c: (_CATEGORY_ORDER[c.category], c.name.lower()))
-        return C.ChannelListResult(channels=channels)
+        return channel_wire.ChannelListResult(channels=channels)
 
     async def status(self, ctx: RequestContext, params: Empty) -> BaseModel:
         # No native social channels here: only configured external ones, all of
         # them (disabled ones too), already in name order.
-        return C.ChannelStatusResult(
+        return channel_wire.ChannelStatusResult(
             channels=[
-                C.ChannelStatusInfo(
+                channel_wire.ChannelStatusInfo(
                     name=r.name,
                     category="external",
                     enabled=r.enabled,
@@ -153,23 +155,25 @@ class ChannelManagement:
         )
 
     async def list_external(self, ctx: RequestContext, params: Empty) -> BaseModel:
-        return C.ExternalChannelListResult(channels=[to_wire(r) for r in await self.repo.list()])
+        return channel_wire.ExternalChannelListResult(
+            channels=[to_wire(r) for r in await self.repo.list()]
+        )
 
     async def get_external(
-        self, ctx: RequestContext, params: C.ExternalChannelNameParams
+        self, ctx: RequestContext, params: channel_wire.ExternalChannelNameParams
     ) -> BaseModel:
         record = await self.repo.get(params.name)
         if record is None:
             raise not_found(params.name)
-        return C.ExternalChannelResult(channel=to_wire(record))
+        return channel_wire.ExternalChannelResult(channel=to_wire(record))
 
     async def upsert_external(
-        self, ctx: RequestContext, params: C.ExternalChannelUpsertParams
+        self, ctx: RequestContext, params: channel_wire.ExternalChannelUpsertParams
     ) -> BaseModel:
         record = to_record(params.channel)
         if any(n.name.lower() == record.name.lower() for n in self.native_channels()):
             raise RpcError(
-                E.EXTERNAL_CHANNEL_NAME_CONFLICT,
+                rpc_errors.EXTERNAL_CHANNEL_NAME_CONFLICT,
                 "External channel name conflict",
                 {"detail": f"'{record.name}' conflicts with a native channel name."},
             )
@@ -183,13 +187,13 @@ class ChannelManagement:
                 "WebSocket adapter attach is not supported.",
             )
         self.server.announce_config_change("externalChannel/upsert", [REGION])
-        return C.ExternalChannelResult(channel=to_wire(record))
+        return channel_wire.ExternalChannelResult(channel=to_wire(record))
 
     async def remove_external(
-        self, ctx: RequestContext, params: C.ExternalChannelNameParams
+        self, ctx: RequestContext, params: channel_wire.ExternalChannelNameParams
     ) -> BaseModel:
         if not await self.repo.remove(params.name):
             raise not_found(params.name)
         self.hub.detach_all(params.name, f"Channel '{params.name}' was removed.")
         self.server.announce_config_change("externalChannel/remove", [REGION])
-        return C.ExternalChannelRemoveResult(removed=True)
+        return channel_wire.ExternalChannelRemoveResult(removed=True)

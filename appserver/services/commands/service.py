@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from pydantic import BaseModel
 
-from appserver.protocol import commands as C
-from appserver.protocol import errors as E
+from appserver.protocol import commands as command_wire
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.errors import RpcError
 from appserver.protocol.turns import CommandRefPart
 from appserver.rpc.connection import RequestContext
@@ -45,24 +45,28 @@ if TYPE_CHECKING:
 _SERVICE_ATTRIBUTES = {"cronManagement": "cron", "heartbeatManagement": "heartbeat"}
 
 BuiltinHandler = Callable[
-    [RequestContext, ThreadRecord, list[str]], Awaitable[C.CommandExecuteResult]
+    [RequestContext, ThreadRecord, list[str]], Awaitable[command_wire.CommandExecuteResult]
 ]
 
 
 def command_not_found(name: str) -> RpcError:
-    return RpcError(E.COMMAND_NOT_FOUND, f"Command not found: {name}")
+    return RpcError(rpc_errors.COMMAND_NOT_FOUND, f"Command not found: {name}")
 
 
 def permission_denied(name: str, detail: str | None = None) -> RpcError:
     data = {"detail": detail} if detail else None
-    return RpcError(E.COMMAND_PERMISSION_DENIED, f"Permission denied for command: {name}", data)
+    return RpcError(
+        rpc_errors.COMMAND_PERMISSION_DENIED, f"Permission denied for command: {name}", data
+    )
 
 
 def service_unavailable(name: str) -> RpcError:
-    return RpcError(E.COMMAND_SERVICE_UNAVAILABLE, f"Service unavailable for command: {name}")
+    return RpcError(
+        rpc_errors.COMMAND_SERVICE_UNAVAILABLE, f"Service unavailable for command: {name}"
+    )
 
 
-def _is_admin(params: C.CommandExecuteParams) -> bool:
+def _is_admin(params: command_wire.CommandExecuteParams) -> bool:
     role = params.sender.sender_role if params.sender is not None else None
     return (role or "").lower() == "admin"
 
@@ -113,12 +117,14 @@ class CommandsService:
         wanted = catalog.command_name(name)
         return next((c for c in await self.custom_commands() if c.name == wanted), None)
 
-    async def infos(self, language: str | None, include_builtins: bool) -> list[C.CommandInfo]:
+    async def infos(
+        self, language: str | None, include_builtins: bool
+    ) -> list[command_wire.CommandInfo]:
         """What ``command/list`` shows: built-ins (in their fixed order), then custom."""
-        infos: list[C.CommandInfo] = []
+        infos: list[command_wire.CommandInfo] = []
         if include_builtins:
             infos += [
-                C.CommandInfo(
+                command_wire.CommandInfo(
                     name=command.name,
                     aliases=list(command.aliases),
                     description=command.description(language),
@@ -128,7 +134,7 @@ class CommandsService:
                 for command in self.visible_builtins()
             ]
         infos += [
-            C.CommandInfo(
+            command_wire.CommandInfo(
                 name=command.name,
                 aliases=[],
                 description=command.description,
@@ -142,15 +148,19 @@ class CommandsService:
 
     # --- handlers -----------------------------------------------------------------
 
-    async def list_commands(self, ctx: RequestContext, params: C.CommandListParams) -> BaseModel:
+    async def list_commands(
+        self, ctx: RequestContext, params: command_wire.CommandListParams
+    ) -> BaseModel:
         commands = await self.infos(params.language, params.include_builtins)
-        return C.CommandListResult(commands=commands)
+        return command_wire.CommandListResult(commands=commands)
 
-    async def execute(self, ctx: RequestContext, params: C.CommandExecuteParams) -> BaseModel:
+    async def execute(
+        self, ctx: RequestContext, params: command_wire.CommandExecuteParams
+    ) -> BaseModel:
         token, *words = params.command.split()
         name = catalog.command_name(token)
         if name == "/":
-            raise E.invalid_params("'command' must name a command")
+            raise rpc_errors.invalid_params("'command' must name a command")
         args = [*words, *(params.arguments or [])]
         command = catalog.builtin(name)
         if command is not None:
@@ -166,7 +176,7 @@ class CommandsService:
         if custom.requires_admin and not _is_admin(params):
             raise permission_denied(custom.name)
         await self.server.threads.get(params.thread_id)  # -32010 for an unknown thread
-        return C.CommandExecuteResult(
+        return command_wire.CommandExecuteResult(
             handled=True, is_markdown=False, expanded_prompt=custom.expand(" ".join(args))
         )
 
@@ -181,10 +191,10 @@ class CommandsService:
         """
         name, args_text = _ref_name_and_args(part)
         if name == "/":
-            raise E.invalid_params("commandRef: 'name' must not be empty")
+            raise rpc_errors.invalid_params("commandRef: 'name' must not be empty")
         command = catalog.builtin(name)
         if command is not None:
-            raise E.invalid_params(
+            raise rpc_errors.invalid_params(
                 f"Built-in slash command '{command.name}' cannot be sent as 'commandRef' in "
                 "'turn/start'. Use 'command/execute' instead."
             )
@@ -202,7 +212,7 @@ class CommandsService:
 
     async def _new(
         self, ctx: RequestContext, thread: ThreadRecord, args: list[str]
-    ) -> C.CommandExecuteResult:
+    ) -> command_wire.CommandExecuteResult:
         # Same identity, configuration and history mode as the thread the
         # command ran on. Nothing is archived: the newest thread already comes
         # first in thread/list, and clients with many threads keep them.
@@ -221,7 +231,7 @@ class CommandsService:
         started = await threads.view(created)
         # command/execute is not held back like writes are: announce after the answer.
         ctx.after_response(lambda: threads.announce_started(created))
-        return C.CommandExecuteResult(
+        return command_wire.CommandExecuteResult(
             handled=True,
             message="Started a new conversation.",
             is_markdown=False,
@@ -233,24 +243,24 @@ class CommandsService:
 
     async def _stop(
         self, ctx: RequestContext, thread: ThreadRecord, args: list[str]
-    ) -> C.CommandExecuteResult:
+    ) -> command_wire.CommandExecuteResult:
         active = self.server.runtime.engine.interrupt(thread.id)
         if active is None:
             cluster = self.server.runtime.cluster
             running = await cluster.store.running_turn(thread.id) if cluster else None
             if running is not None:  # on another node: that node is told to stop it
                 await self.server.runtime.turns.interrupt(thread.id, running[0])
-                return C.CommandExecuteResult(
+                return command_wire.CommandExecuteResult(
                     handled=True, message=f"Stopped the running turn ({running[0]})."
                 )
-            return C.CommandExecuteResult(handled=True, message="No turn is running.")
-        return C.CommandExecuteResult(
+            return command_wire.CommandExecuteResult(handled=True, message="No turn is running.")
+        return command_wire.CommandExecuteResult(
             handled=True, message=f"Stopped the running turn ({active.record.id})."
         )
 
     async def _help(
         self, ctx: RequestContext, thread: ThreadRecord, args: list[str]
-    ) -> C.CommandExecuteResult:
+    ) -> command_wire.CommandExecuteResult:
         infos = await self.infos(None, include_builtins=True)
         lines = ["**Commands**", ""]
         lines += [_help_line(info) for info in infos if info.category == "builtin"]
@@ -258,13 +268,15 @@ class CommandsService:
         if custom:
             lines += ["", "**Custom commands**", ""]
             lines += [_help_line(info) for info in custom]
-        return C.CommandExecuteResult(handled=True, message="\n".join(lines), is_markdown=True)
+        return command_wire.CommandExecuteResult(
+            handled=True, message="\n".join(lines), is_markdown=True
+        )
 
     async def _cron(
         self, ctx: RequestContext, thread: ThreadRecord, args: list[str]
-    ) -> C.CommandExecuteResult:
+    ) -> command_wire.CommandExecuteResult:
         if args and args[0].lower() != "list":
-            return C.CommandExecuteResult(handled=True, message="Usage: /cron [list]")
+            return command_wire.CommandExecuteResult(handled=True, message="Usage: /cron [list]")
         cron: Any = getattr(self.server, "cron", None)  # checked by service() before the call
         describe = getattr(cron, "describe_jobs", None)
         if describe is not None:  # the cron service's own Markdown rendering
@@ -272,24 +284,26 @@ class CommandsService:
         else:
             jobs = [_as_dict(job) for job in await _call(cron.list_jobs)]
             text = "\n".join(_cron_line(job) for job in jobs) or "No cron jobs."
-        return C.CommandExecuteResult(handled=True, message=text, is_markdown=True)
+        return command_wire.CommandExecuteResult(handled=True, message=text, is_markdown=True)
 
     async def _heartbeat(
         self, ctx: RequestContext, thread: ThreadRecord, args: list[str]
-    ) -> C.CommandExecuteResult:
+    ) -> command_wire.CommandExecuteResult:
         if args and args[0].lower() != "trigger":
-            return C.CommandExecuteResult(handled=True, message="Usage: /heartbeat [trigger]")
+            return command_wire.CommandExecuteResult(
+                handled=True, message="Usage: /heartbeat [trigger]"
+            )
         heartbeat: Any = getattr(self.server, "heartbeat", None)  # checked by service()
         outcome = _as_dict(await _call(heartbeat.trigger))
         if outcome.get("error"):
-            return C.CommandExecuteResult(
+            return command_wire.CommandExecuteResult(
                 handled=True, message=f"Heartbeat failed: {outcome['error']}"
             )
         if not outcome.get("result"):
-            return C.CommandExecuteResult(
+            return command_wire.CommandExecuteResult(
                 handled=True, message="Heartbeat finished: nothing to report."
             )
-        return C.CommandExecuteResult(
+        return command_wire.CommandExecuteResult(
             handled=True, message=f"Heartbeat result:\n\n{outcome['result']}", is_markdown=True
         )
 
@@ -303,7 +317,7 @@ def _ref_name_and_args(part: CommandRefPart) -> tuple[str, str]:
     return name, args.strip()
 
 
-def _help_line(info: C.CommandInfo) -> str:
+def _help_line(info: command_wire.CommandInfo) -> str:
     usage = f"{info.name} {info.argument_hint}" if info.argument_hint else info.name
     aliases = "".join(f", `{alias}`" for alias in info.aliases)
     admin = " (admin only)" if info.requires_admin else ""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from appserver.protocol import errors as E
+from appserver.protocol import errors as rpc_errors
 from appserver.protocol.errors import RpcError
 from appserver.protocol.mcp import McpServerConfig
 
@@ -30,18 +30,18 @@ _HTTP_ONLY = ("url", "bearer_token_env_var", "http_headers", "env_http_headers")
 def validation_failed(detail: str) -> RpcError:
     """``-32072`` with ``data.detail``."""
     return RpcError(
-        E.MCP_SERVER_VALIDATION_FAILED, "MCP server validation failed", {"detail": detail}
+        rpc_errors.MCP_SERVER_VALIDATION_FAILED, "MCP server validation failed", {"detail": detail}
     )
 
 
 def not_found(name: str) -> RpcError:
     """``-32070``."""
-    return RpcError(E.MCP_SERVER_NOT_FOUND, f"MCP server not found: {name}")
+    return RpcError(rpc_errors.MCP_SERVER_NOT_FOUND, f"MCP server not found: {name}")
 
 
 def read_only(name: str) -> RpcError:
     """``-32075``: plugin-origin servers are edited through their plugin, not here."""
-    return RpcError(E.MCP_SERVER_READ_ONLY, f"MCP server is read-only: {name}")
+    return RpcError(rpc_errors.MCP_SERVER_READ_ONLY, f"MCP server is read-only: {name}")
 
 
 def _wire(field_name: str) -> str:

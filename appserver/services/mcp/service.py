@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from appserver.protocol import mcp as M
+from appserver.protocol import mcp as mcp_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
@@ -97,19 +97,21 @@ class McpService:
             trusted = self.server.trust.trusted
             await self.runtime.reconcile(effective.servers if trusted else [], restart)
 
-    def _broadcast(self, status: M.McpServerStatus) -> None:
+    def _broadcast(self, status: mcp_wire.McpServerStatus) -> None:
         self.server.runtime.bus.publish(
-            "mcp/status/updated", M.McpStatusUpdatedNotification(server=status), broadcast=True
+            "mcp/status/updated",
+            mcp_wire.McpStatusUpdatedNotification(server=status),
+            broadcast=True,
         )
 
     # --- the effective list -----------------------------------------------------------
 
-    async def workspace_servers(self) -> list[M.McpServerConfig]:
+    async def workspace_servers(self) -> list[mcp_wire.McpServerConfig]:
         """Stored workspace servers (a row that no longer validates is skipped)."""
         configs = []
         for data in await self.repo.list():
             try:
-                configs.append(normalise(M.McpServerConfig.model_validate(data)))
+                configs.append(normalise(mcp_wire.McpServerConfig.model_validate(data)))
             except (ValidationError, RpcError) as exc:
                 log.warning("ignoring stored MCP server %r: %s", data.get("name"), exc)
         return configs
@@ -119,7 +121,7 @@ class McpService:
         declarations = await self.plugin_declarations() if self.plugin_declarations else []
         return merge(await self.workspace_servers(), declarations)
 
-    async def _find(self, name: str) -> M.McpServerConfig:
+    async def _find(self, name: str) -> mcp_wire.McpServerConfig:
         server = (await self.effective()).find(name)
         if server is None:
             raise not_found(name)
@@ -136,12 +138,12 @@ class McpService:
     # --- handlers -------------------------------------------------------------------
 
     async def list_servers(self, ctx: RequestContext, params: Empty) -> BaseModel:
-        return M.McpListResult(servers=(await self.effective()).servers)
+        return mcp_wire.McpListResult(servers=(await self.effective()).servers)
 
-    async def get(self, ctx: RequestContext, params: M.McpNameParams) -> BaseModel:
-        return M.McpServerResult(server=await self._find(params.name))
+    async def get(self, ctx: RequestContext, params: mcp_wire.McpNameParams) -> BaseModel:
+        return mcp_wire.McpServerResult(server=await self._find(params.name))
 
-    async def upsert(self, ctx: RequestContext, params: M.McpServerParams) -> BaseModel:
+    async def upsert(self, ctx: RequestContext, params: mcp_wire.McpServerParams) -> BaseModel:
         config = normalise(params.server)
         # After the first reconcile: it would otherwise pick this write up too and
         # start the server once more before the restart below.
@@ -151,34 +153,36 @@ class McpService:
             raise read_only(existing.name)
         await self.repo.upsert(config.name, config.to_wire())
         self._after_write(ctx, "mcp/upsert", restart=[config.name])
-        return M.McpServerResult(server=workspace_entry(config))
+        return mcp_wire.McpServerResult(server=workspace_entry(config))
 
-    async def remove(self, ctx: RequestContext, params: M.McpNameParams) -> BaseModel:
+    async def remove(self, ctx: RequestContext, params: mcp_wire.McpNameParams) -> BaseModel:
         await self._started.wait()
         existing = await self._find(params.name)
         if existing.read_only:
             raise read_only(existing.name)
         await self.repo.delete(existing.name)
         self._after_write(ctx, "mcp/remove", restart=())
-        return M.McpRemoveResult(removed=True)
+        return mcp_wire.McpRemoveResult(removed=True)
 
     async def status_list(self, ctx: RequestContext, params: Empty) -> BaseModel:
         await self._started.wait()
         if not self.server.trust.trusted:
-            return M.McpStatusListResult(servers=untrusted_statuses(await self.effective()))
-        return M.McpStatusListResult(servers=self.runtime.statuses())
+            return mcp_wire.McpStatusListResult(servers=untrusted_statuses(await self.effective()))
+        return mcp_wire.McpStatusListResult(servers=self.runtime.statuses())
 
-    async def test(self, ctx: RequestContext, params: M.McpServerParams) -> BaseModel:
+    async def test(self, ctx: RequestContext, params: mcp_wire.McpServerParams) -> BaseModel:
         config = normalise(params.server)
         if not config.enabled:
-            return M.McpTestResult(success=False)
+            return mcp_wire.McpTestResult(success=False)
         try:
             spec = launch_spec(config, self.server.workspace, os.environ, TEST_STARTUP_TIMEOUT)
             async with open_connection(spec) as connection:
                 tool_count = len(connection.tools)
         except (McpClientError, LaunchError) as exc:
-            return M.McpTestResult(success=False, error_code=TEST_FAILED, error_message=str(exc))
-        return M.McpTestResult(success=True, tool_count=tool_count)
+            return mcp_wire.McpTestResult(
+                success=False, error_code=TEST_FAILED, error_message=str(exc)
+            )
+        return mcp_wire.McpTestResult(success=True, tool_count=tool_count)
 
 
 UNTRUSTED = (
@@ -187,10 +191,10 @@ UNTRUSTED = (
 )
 
 
-def untrusted_statuses(effective: Effective) -> list[M.McpServerStatus]:
+def untrusted_statuses(effective: Effective) -> list[mcp_wire.McpServerStatus]:
     """What ``mcp/status/list`` says of servers held back by an untrusted workspace."""
     return [
-        M.McpServerStatus(
+        mcp_wire.McpServerStatus(
             name=config.name,
             enabled=config.enabled,
             startup_state="idle" if config.enabled else "disabled",

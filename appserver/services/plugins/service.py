@@ -24,8 +24,8 @@ import anyio.to_thread
 from pydantic import BaseModel
 
 from appserver import __version__
-from appserver.protocol import errors as E
-from appserver.protocol import plugins as P
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol import plugins as plugin_wire
 from appserver.protocol.mcp import McpServerConfig
 from appserver.rpc.connection import RequestContext
 from appserver.services.mcp.effective import Effective, PluginServerDeclaration, merge
@@ -52,8 +52,8 @@ CONFIG_REGIONS = ["plugins", "skills", "mcp"]
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", MARKER)
 
 
-def plugin_not_found(plugin_id: str) -> E.RpcError:
-    return E.invalid_params(f"Plugin '{plugin_id}' was not found.")
+def plugin_not_found(plugin_id: str) -> rpc_errors.RpcError:
+    return rpc_errors.invalid_params(f"Plugin '{plugin_id}' was not found.")
 
 
 class PluginService:
@@ -110,9 +110,9 @@ class PluginService:
 
     async def _declarations(
         self, found: Discovery
-    ) -> tuple[list[PluginServerDeclaration], list[P.PluginDiagnostic]]:
+    ) -> tuple[list[PluginServerDeclaration], list[plugin_wire.PluginDiagnostic]]:
         declarations: list[PluginServerDeclaration] = []
-        diagnostics: list[P.PluginDiagnostic] = []
+        diagnostics: list[plugin_wire.PluginDiagnostic] = []
         for plugin in sorted(found.plugins, key=lambda p: plugin_key(p.manifest.id)):
             if plugin.active:
                 found_here, noted = load_declarations(plugin.manifest, self.workspace)
@@ -127,7 +127,9 @@ class PluginService:
 
     # --- wire objects ------------------------------------------------------------
 
-    async def _infos(self, found: Discovery) -> tuple[list[P.PluginInfo], list[P.PluginDiagnostic]]:
+    async def _infos(
+        self, found: Discovery
+    ) -> tuple[list[plugin_wire.PluginInfo], list[plugin_wire.PluginDiagnostic]]:
         declarations, mcp_diagnostics = await self._declarations(found)
         effective = await self._effective(declarations)
         diagnostics = [*found.diagnostics, *mcp_diagnostics]
@@ -138,12 +140,12 @@ class PluginService:
         self,
         plugin: Plugin,
         effective: Effective | None,
-        diagnostics: list[P.PluginDiagnostic],
-    ) -> P.PluginInfo:
+        diagnostics: list[plugin_wire.PluginDiagnostic],
+    ) -> plugin_wire.PluginInfo:
         manifest = plugin.manifest
         key = plugin_key(manifest.id)
         own = [d for d in diagnostics if d.plugin_id and plugin_key(d.plugin_id) == key]
-        servers: list[P.PluginMcpServer] = []
+        servers: list[plugin_wire.PluginMcpServer] = []
         if manifest.mcp_path is not None:
             declared, noted = load_declarations(manifest, self.workspace)
             if not plugin.active:  # an active plugin's were collected already
@@ -155,7 +157,7 @@ class PluginService:
                     else None
                 )
                 servers.append(
-                    P.PluginMcpServer(
+                    plugin_wire.PluginMcpServer(
                         name=declaration.declared_name,
                         runtime_name=declaration.config.name,
                         transport=declaration.config.transport,
@@ -165,7 +167,7 @@ class PluginService:
                     )
                 )
         interface = manifest.interface
-        return P.PluginInfo(
+        return plugin_wire.PluginInfo(
             id=manifest.id,
             # As DotCraft: the interface's names, when given, are what users see.
             display_name=shown_name(manifest),
@@ -183,7 +185,7 @@ class PluginService:
             diagnostics=own,
         )
 
-    async def _skills(self, plugin: Plugin) -> list[P.PluginSkill]:
+    async def _skills(self, plugin: Plugin) -> list[plugin_wire.PluginSkill]:
         manifest = plugin.manifest
         if manifest.skills_path is None:
             return []
@@ -194,7 +196,7 @@ class PluginService:
             )
         infos = await skills.skills_under(manifest.skills_path, manifest.id, manifest.display_name)
         return [
-            P.PluginSkill(
+            plugin_wire.PluginSkill(
                 name=info.name,
                 description=info.description,
                 display_name=info.display_name,
@@ -204,7 +206,7 @@ class PluginService:
             for info in infos
         ]
 
-    async def info_of(self, plugin_id: str) -> P.PluginInfo | None:
+    async def info_of(self, plugin_id: str) -> plugin_wire.PluginInfo | None:
         """The current wire object of one plugin (``None`` if it is unknown)."""
         found = await self.discover()
         plugin = found.find(plugin_id)
@@ -214,7 +216,7 @@ class PluginService:
         effective = await self._effective(declarations)
         return await self._info(plugin, effective, [*found.diagnostics, *mcp_diagnostics])
 
-    async def _require(self, plugin_id: str) -> P.PluginInfo:
+    async def _require(self, plugin_id: str) -> plugin_wire.PluginInfo:
         info = await self.info_of(plugin_id)
         if info is None:
             raise plugin_not_found(plugin_id)
@@ -222,18 +224,22 @@ class PluginService:
 
     # --- handlers ----------------------------------------------------------------
 
-    async def list_plugins(self, ctx: RequestContext, params: P.PluginListParams) -> BaseModel:
+    async def list_plugins(
+        self, ctx: RequestContext, params: plugin_wire.PluginListParams
+    ) -> BaseModel:
         await self._synced.wait()
         infos, diagnostics = await self._infos(await self.discover())
         if not params.include_disabled:
             infos = [info for info in infos if info.enabled]
-        return P.PluginListResult(plugins=infos, diagnostics=diagnostics)
+        return plugin_wire.PluginListResult(plugins=infos, diagnostics=diagnostics)
 
-    async def view(self, ctx: RequestContext, params: P.PluginIdParams) -> BaseModel:
+    async def view(self, ctx: RequestContext, params: plugin_wire.PluginIdParams) -> BaseModel:
         await self._synced.wait()
-        return P.PluginResult(plugin=await self._require(params.id))
+        return plugin_wire.PluginResult(plugin=await self._require(params.id))
 
-    async def install_plugin(self, ctx: RequestContext, params: P.PluginIdParams) -> BaseModel:
+    async def install_plugin(
+        self, ctx: RequestContext, params: plugin_wire.PluginIdParams
+    ) -> BaseModel:
         await self._synced.wait()
         async with self._write_lock:
             found = await self.discover()
@@ -241,20 +247,22 @@ class PluginService:
             if entry is None:
                 if found.find(params.id) is None:
                     raise plugin_not_found(params.id)
-                raise E.invalid_params(f"Plugin '{params.id}' is not in the built-in catalog.")
+                raise rpc_errors.invalid_params(
+                    f"Plugin '{params.id}' is not in the built-in catalog."
+                )
             target = self.plugins_dir / entry.id
             current = found.find(entry.id)
             if current is not None and current.installed and not current.removable:
                 # A user-owned copy counts as installed; the server never overwrites it.
-                return P.PluginResult(plugin=await self._require(entry.id))
+                return plugin_wire.PluginResult(plugin=await self._require(entry.id))
             if not await anyio.to_thread.run_sync(_needs_copy, target, entry):
-                return P.PluginResult(plugin=await self._require(entry.id))
+                return plugin_wire.PluginResult(plugin=await self._require(entry.id))
             await anyio.to_thread.run_sync(_copy_entry, entry, target)
             await self.repo.set_enabled(entry.id, True)
             self._after_change(ctx, "plugin/install")
-            return P.PluginResult(plugin=await self._require(entry.id))
+            return plugin_wire.PluginResult(plugin=await self._require(entry.id))
 
-    async def remove(self, ctx: RequestContext, params: P.PluginIdParams) -> BaseModel:
+    async def remove(self, ctx: RequestContext, params: plugin_wire.PluginIdParams) -> BaseModel:
         await self._synced.wait()
         async with self._write_lock:
             found = await self.discover()
@@ -262,18 +270,22 @@ class PluginService:
             if plugin is None:
                 raise plugin_not_found(params.id)
             if not plugin.installed:
-                return P.PluginRemoveResult(plugin=await self._require(plugin.manifest.id))
+                return plugin_wire.PluginRemoveResult(
+                    plugin=await self._require(plugin.manifest.id)
+                )
             if not plugin.removable:
-                raise E.invalid_params(
+                raise rpc_errors.invalid_params(
                     f"Plugin '{plugin.manifest.id}' is user-owned and cannot be removed by the "
                     "server; delete its directory yourself."
                 )
             await anyio.to_thread.run_sync(_remove_dir, plugin.manifest.root, self.plugins_dir)
             await self.repo.forget(plugin.manifest.id)
             self._after_change(ctx, "plugin/remove")
-            return P.PluginRemoveResult(plugin=await self.info_of(plugin.manifest.id))
+            return plugin_wire.PluginRemoveResult(plugin=await self.info_of(plugin.manifest.id))
 
-    async def set_enabled(self, ctx: RequestContext, params: P.PluginSetEnabledParams) -> BaseModel:
+    async def set_enabled(
+        self, ctx: RequestContext, params: plugin_wire.PluginSetEnabledParams
+    ) -> BaseModel:
         await self._synced.wait()
         async with self._write_lock:
             found = await self.discover()
@@ -281,11 +293,11 @@ class PluginService:
             if plugin is None:
                 raise plugin_not_found(params.id)
             if not plugin.installed:
-                raise E.invalid_params(f"Plugin '{plugin.manifest.id}' is not installed.")
+                raise rpc_errors.invalid_params(f"Plugin '{plugin.manifest.id}' is not installed.")
             if plugin.enabled != params.enabled:
                 await self.repo.set_enabled(plugin.manifest.id, params.enabled)
                 self._after_change(ctx, "plugin/setEnabled")
-            return P.PluginResult(plugin=await self._require(plugin.manifest.id))
+            return plugin_wire.PluginResult(plugin=await self._require(plugin.manifest.id))
 
     def _after_change(self, ctx: RequestContext, source: str) -> None:
         async def apply() -> None:
@@ -331,7 +343,7 @@ def _needs_copy(target: Path, entry: Manifest) -> bool:
         return True
     marker = target / MARKER
     if not marker.is_file():
-        raise E.invalid_params(
+        raise rpc_errors.invalid_params(
             f"Plugin '{entry.id}' cannot be installed: {target} exists and is user-owned."
         )
     return marker.read_text("utf-8").strip() != __version__
@@ -355,13 +367,13 @@ def _copy_entry(entry: Manifest, target: Path) -> None:
 def _remove_dir(root: Path, plugins_dir: Path) -> None:
     """Delete an installed plugin directory, never anything outside ``plugins_dir``."""
     if root.parent != plugins_dir.resolve() or root.is_symlink():
-        raise E.invalid_params(f"{root} is not a plugin directory managed by the server.")
+        raise rpc_errors.invalid_params(f"{root} is not a plugin directory managed by the server.")
     shutil.rmtree(root)
 
 
-def _read_skills(skills_dir: Path, enabled: bool) -> list[P.PluginSkill]:
+def _read_skills(skills_dir: Path, enabled: bool) -> list[plugin_wire.PluginSkill]:
     """Minimal SKILL.md reading, used only when the skills family is off."""
-    skills: list[P.PluginSkill] = []
+    skills: list[plugin_wire.PluginSkill] = []
     if not skills_dir.is_dir():
         return skills
     for child in sorted(skills_dir.iterdir(), key=lambda path: path.name.lower()):
@@ -380,5 +392,7 @@ def _read_skills(skills_dir: Path, enabled: bool) -> list[P.PluginSkill]:
                 front = None
             if isinstance(front, dict) and isinstance(front.get("description"), str):
                 description = front["description"].strip() or child.name
-        skills.append(P.PluginSkill(name=child.name, description=description, enabled=enabled))
+        skills.append(
+            plugin_wire.PluginSkill(name=child.name, description=description, enabled=enabled)
+        )
     return skills

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import anyio
 from pydantic import BaseModel
 
-from appserver.protocol import errors as E
-from appserver.protocol import skills as S
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol import skills as skill_wire
 from appserver.protocol.errors import RpcError
 from appserver.protocol.turns import SkillRefPart
 from appserver.rpc.connection import RequestContext
@@ -30,7 +30,7 @@ UNINSTALLABLE = ("workspace", "user")
 
 def skill_not_found(name: str) -> RpcError:
     """``-32040 Skill not found: <name>``."""
-    return RpcError(E.SKILL_NOT_FOUND, f"Skill not found: {name}")
+    return RpcError(rpc_errors.SKILL_NOT_FOUND, f"Skill not found: {name}")
 
 
 def skill_instructions(skill: Skill) -> str:
@@ -94,7 +94,7 @@ class SkillsService:
 
     async def skills_under(
         self, root: Path, plugin_id: str, plugin_display_name: str | None = None
-    ) -> list[S.SkillInfo]:
+    ) -> list[skill_wire.SkillInfo]:
         """The skills in one plugin root, as wire objects (for ``PluginInfo.skills``),
         whether or not the plugin is currently a source."""
         source = SkillRoot("plugin", Path(root).absolute(), plugin_id, plugin_display_name)
@@ -124,9 +124,9 @@ class SkillsService:
             raise skill_not_found(name)
         return skill
 
-    def to_wire(self, skill: Skill, disabled: set[str]) -> S.SkillInfo:
+    def to_wire(self, skill: Skill, disabled: set[str]) -> skill_wire.SkillInfo:
         """The wire ``SkillInfo`` of ``skill`` given the disabled names."""
-        return S.SkillInfo(
+        return skill_wire.SkillInfo(
             name=skill.name,
             description=skill.description,
             display_name=skill.interface.get("display_name"),
@@ -146,45 +146,55 @@ class SkillsService:
 
     # --- handlers -----------------------------------------------------------------
 
-    async def list_skills(self, ctx: RequestContext, params: S.SkillsListParams) -> BaseModel:
+    async def list_skills(
+        self, ctx: RequestContext, params: skill_wire.SkillsListParams
+    ) -> BaseModel:
         skills = await self.catalog()
         disabled = await self.repo.disabled_keys()
         if not params.include_unavailable:
             skills = [skill for skill in skills if skill.available]
-        return S.SkillsListResult(skills=[self.to_wire(skill, disabled) for skill in skills])
+        return skill_wire.SkillsListResult(
+            skills=[self.to_wire(skill, disabled) for skill in skills]
+        )
 
-    async def read(self, ctx: RequestContext, params: S.SkillNameParams) -> BaseModel:
+    async def read(self, ctx: RequestContext, params: skill_wire.SkillNameParams) -> BaseModel:
         skill = await self.find(params.name)
         metadata = skill.front.flat if skill.front.fields is not None else None
-        return S.SkillsReadResult(name=skill.name, content=skill.content, metadata=metadata)
+        return skill_wire.SkillsReadResult(
+            name=skill.name, content=skill.content, metadata=metadata
+        )
 
-    async def view(self, ctx: RequestContext, params: S.SkillNameParams) -> BaseModel:
+    async def view(self, ctx: RequestContext, params: skill_wire.SkillNameParams) -> BaseModel:
         skill = await self.find(params.name)
-        return S.SkillsViewResult(name=skill.name, content=skill.front.body)
+        return skill_wire.SkillsViewResult(name=skill.name, content=skill.front.body)
 
-    async def restore_original(self, ctx: RequestContext, params: S.SkillNameParams) -> BaseModel:
+    async def restore_original(
+        self, ctx: RequestContext, params: skill_wire.SkillNameParams
+    ) -> BaseModel:
         # Skill variants are not implemented (skillVariants is never advertised),
         # so there is never a variant to restore.
         skill = await self.find(params.name)
-        return S.SkillsRestoreOriginalResult(name=skill.name, restored=False)
+        return skill_wire.SkillsRestoreOriginalResult(name=skill.name, restored=False)
 
-    async def set_enabled(self, ctx: RequestContext, params: S.SkillsSetEnabledParams) -> BaseModel:
+    async def set_enabled(
+        self, ctx: RequestContext, params: skill_wire.SkillsSetEnabledParams
+    ) -> BaseModel:
         skill = await self.find(params.name)
         if await self.repo.set_enabled(skill.name, params.enabled):
             self._announce(ctx, "skills/setEnabled")
         disabled = await self.repo.disabled_keys()
-        return S.SkillsSetEnabledResult(skill=self.to_wire(skill, disabled))
+        return skill_wire.SkillsSetEnabledResult(skill=self.to_wire(skill, disabled))
 
-    async def uninstall(self, ctx: RequestContext, params: S.SkillNameParams) -> BaseModel:
+    async def uninstall(self, ctx: RequestContext, params: skill_wire.SkillNameParams) -> BaseModel:
         skill = await self.find(params.name)
         if skill.source not in UNINSTALLABLE:
-            raise E.invalid_params(
+            raise rpc_errors.invalid_params(
                 f"Skill '{skill.name}' is {skill.source} and cannot be uninstalled directly."
             )
         await anyio.to_thread.run_sync(_remove_skill_dir, skill)
         await self.repo.forget(skill.name)
         self._announce(ctx, "skills/uninstall")
-        return S.SkillsUninstallResult(
+        return skill_wire.SkillsUninstallResult(
             name=skill.name,
             uninstalled=True,
             source=skill.source,
@@ -203,12 +213,12 @@ class SkillsService:
         skill's body in the turn's system prompt."""
         name = part.name.strip().lstrip("$").strip()
         if not name:
-            raise E.invalid_params("skillRef: 'name' must not be empty")
+            raise rpc_errors.invalid_params("skillRef: 'name' must not be empty")
         skill = await self.find(name)
         if skill_key(skill.name) in await self.repo.disabled_keys():
-            raise E.invalid_params(f"Skill '{skill.name}' is disabled in this workspace.")
+            raise rpc_errors.invalid_params(f"Skill '{skill.name}' is disabled in this workspace.")
         if not skill.available:
-            raise E.invalid_params(
+            raise rpc_errors.invalid_params(
                 f"Skill '{skill.name}' is unavailable: {skill.unavailable_reason}"
             )
         return Resolved(
@@ -238,6 +248,6 @@ def _remove_skill_dir(skill: Skill) -> None:
 
 
 def _outside(skill: Skill) -> RpcError:
-    return E.invalid_params(
+    return rpc_errors.invalid_params(
         f"Skill '{skill.name}' is outside the allowed {skill.source} skill root."
     )
