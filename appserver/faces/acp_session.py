@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from acp import RequestError
@@ -28,9 +29,11 @@ from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.events import QuestionRefused, QuestionUnanswered
 
 if TYPE_CHECKING:
-    from appserver.faces.acp_agent import AcpAgent
+    from acp.agent.connection import AgentSideConnection
+
     from appserver.protocol.base import WireModel
     from appserver.runtime.events import Event
+    from appserver.runtime.host import Runtime
     from appserver.runtime.turns.model import ActiveTurn
 
 log = logging.getLogger("appserver.faces.acp")
@@ -67,6 +70,25 @@ def request_error(error_code: int, message: str, **data: Any) -> RequestError:
     return RequestError(error_code, message, data or None)
 
 
+class SessionOwner(Protocol):
+    """What a session needs from the agent that holds it (``acp_agent.AcpAgent``)."""
+
+    conn: AgentSideConnection | None
+    closed: bool
+
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime the sessions' threads and turns live in."""
+
+    @property
+    def workspace(self) -> Path:
+        """The workspace, for the paths in tool call updates."""
+
+    @property
+    def connected(self) -> bool:
+        """The client is connected and can still be asked."""
+
+
 class AcpSeat(Seat):
     """A session's participant: gets the events of the turns its prompts start
     and answers their approvals with ``session/request_permission``."""
@@ -93,7 +115,7 @@ def _wider_key(request: ApprovalRequestParams) -> str:
 class Session:
     """One ACP session (= one thread) of this connection."""
 
-    def __init__(self, agent: AcpAgent, thread_id: str) -> None:
+    def __init__(self, agent: SessionOwner, thread_id: str) -> None:
         self.agent = agent
         self.id = thread_id
         self.seat = AcpSeat(self)

@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import IO, TYPE_CHECKING
+from typing import IO, Protocol
 
 import anyio
 from anyio.abc import Listener, SocketAttribute, SocketStream
@@ -29,9 +29,6 @@ from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClos
 from appserver.transport.peer_writer import PeerWriter
 from appserver.transport.stdio import LineReader, StdioTransport
 
-if TYPE_CHECKING:
-    from appserver.faces.codeswarm import TcpAddress
-
 log = logging.getLogger("appserver.faces.codeswarm")
 
 FLUSH_TIMEOUT = 3.0  # seconds to write the last events to clients at exit
@@ -40,13 +37,28 @@ _READ_CHUNK = 1 << 16
 Signals = AsyncIterator[signal.Signals]
 
 
+class ListenAddress(Protocol):
+    """Where the router listens over TCP: ``--listen``'s value (``codeswarm.TcpAddress``)."""
+
+    @property
+    def host(self) -> str:
+        """The loopback host to listen on."""
+
+    @property
+    def port(self) -> int:
+        """The port asked for (0: a free one)."""
+
+    def url(self, port: int | None = None) -> str:
+        """``tcp://HOST:PORT``, with ``port`` (the one bound) instead of the one asked for."""
+
+
 async def serve(
     args: argparse.Namespace,
     host: Callable[[], AbstractAsyncContextManager[Runtime]],
     stdin: IO[bytes],
     stdout: IO[bytes],
 ) -> int:
-    address: TcpAddress | None = args.listen
+    address: ListenAddress | None = args.listen
     # Signals are caught before anything is announced: a supervisor may signal
     # as soon as it sees "listening on" and must get a clean exit.
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -171,7 +183,7 @@ async def _read_stdio(router: Router, transport: StdioTransport) -> None:
 async def _serve_tcp(
     router: Router,
     listener: Listener[SocketStream],
-    address: TcpAddress,
+    address: ListenAddress,
     signals: Signals,
     backlog: int,
 ) -> int:

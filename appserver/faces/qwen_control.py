@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from appserver.faces.qwen_rules import MODES
 
 if TYPE_CHECKING:
-    from appserver.faces.qwen_session import Session
+    from appserver.faces.qwen_input import Job
+    from appserver.faces.qwen_output import Output
+    from appserver.runtime.host import Runtime
 
 log = logging.getLogger("appserver.faces.qwen")
 
@@ -31,10 +33,39 @@ class RequestError(Exception):
     """A control request answered with ``subtype: "error"``."""
 
 
+class ControlOwner(Protocol):
+    """What the handlers need from the session (``qwen_session.Session``)."""
+
+    runtime: Runtime
+    out: Output
+    session_id: str
+    current: Job | None
+    model: str | None
+    mode: str
+
+    def interactive(self) -> bool:
+        """The client reads control requests and can answer them."""
+
+    def policy(self) -> str:
+        """The thread's approval policy for the current mode and rules."""
+
+    async def respond(self, request_id: str, response: Frame) -> None:
+        """Answer a control request with ``subtype: "success"``."""
+
+    async def refuse(self, request_id: str, error: str) -> None:
+        """Answer a control request with ``subtype: "error"``."""
+
+    async def interrupt_turn(self, thread_id: str, turn_id: str) -> None:
+        """Cancel a running turn (quietly if it already ended)."""
+
+    async def configure(self, **changes: Any) -> None:
+        """Change the session's thread settings (nothing before the thread exists)."""
+
+
 class ControlRequests:
     """The handlers of one session."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: ControlOwner) -> None:
         self.session = session
 
     async def control_request(self, frame: Frame) -> None:
