@@ -234,7 +234,7 @@ async def test_a_reconnecting_adapter_is_asked_again(workspace: Path) -> None:
 
 def test_a_channel_tools_approval_hint_becomes_its_approval(workspace: Path) -> None:
     from appserver.protocol.channels import ChannelAdapterCapability
-    from appserver.runtime.turns.asking import client_tool_need
+    from appserver.runtime.turns.client_tools import client_tool_need
     from appserver.services.channels.adapters import AdapterHub
 
     capability = ChannelAdapterCapability.model_validate(
@@ -248,7 +248,7 @@ def test_a_channel_tools_approval_hint_becomes_its_approval(workspace: Path) -> 
     assert need is not None
     assert (need.kind, need.operation, need.target) == ("remoteResource", "PinMessage", "42")
     assert need.outside_workspace is False
-    from appserver.runtime.turns.asking import ClientTool
+    from appserver.runtime.turns.client_tools import ClientTool
 
     hint = {"kind": "file", "targetArgument": "path", "operationArgument": "mode"}
     save = ClientTool(None, "save", "", {}, approval=hint)

@@ -14,7 +14,7 @@ import pytest
 
 from appserver.providers.base import ModelRequest
 from appserver.runtime.turns import EngineConfig
-from appserver.runtime.turns.asking import model_text, parse_tool_result
+from appserver.runtime.turns.client_tools import model_text, parse_tool_result
 from tests.support.client import RpcClient
 from tests.support.helpers import IDENTITY, start_thread
 from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server

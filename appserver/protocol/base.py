@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 
@@ -36,3 +36,10 @@ class OpenWireModel(WireModel):
 
 class Empty(WireModel):
     """``{}`` params or result."""
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first error of a failed validation as ``loc: msg`` (``msg`` without a location)."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error.get("loc", ()))
+    return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", ""))

@@ -122,7 +122,8 @@ class PendingApproval(Generic[P]):
     """One request waiting for its first answer.
 
     The question itself is :meth:`_put` (an approval by default); client tool
-    calls (``runtime.turns.asking``) reuse the rest: asking each participant
+    calls (``runtime.turns.client_tools``) and editor requests
+    (``runtime.turns.editor_proxy``) reuse the rest: asking each participant
     once, first answer wins, the timeout and the reconnect grace.
     """
 

@@ -126,7 +126,7 @@ def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
                 )
             )
         elif item.type in ("dynamicToolCall", "pluginFunctionCall"):
-            # Offered to the model as `namespace__name` (runtime/turns/asking.py);
+            # Offered to the model as `namespace__name` (runtime/turns/client_tools.py);
             # a channel tool (pluginFunctionCall) under its `functionName`.
             tool = str(payload.get("toolName") or payload.get("functionName") or "")
             namespace = payload.get("namespace")

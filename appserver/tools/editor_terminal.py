@@ -4,7 +4,7 @@
 When the client bound to the thread runs terminals, an approved command is
 sent there instead of being run on the server's host: the user sees it run in
 their editor, with the editor's environment. The steps, each a server->client
-request (see ``runtime.turns.asking.ClientEditor``):
+request (see ``runtime.turns.editor_proxy.ClientEditor``):
 
 1. ``ext/acp/terminal/create {command, cwd}`` -> ``terminalId``;
 2. ``waitForExit {timeout}`` (the call's timeout, in seconds);

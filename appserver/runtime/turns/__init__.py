@@ -6,7 +6,11 @@
 - ``items``: creating, streaming, storing and announcing items;
 - ``agent``: the model/tool loop;
 - ``tooling``: running one tool call (with the shell's output stream);
-- ``asking``: the approval conversation of a gated tool call;
+- ``approval_conversation``: the approval conversation of a gated tool call;
+- ``client_tools``: tools clients provide (dynamic and channel tools) and
+  their calls, and each thread's bound client;
+- ``editor_proxy``: the tools' files and terminals through the bound
+  client's ``ext/acp/fs|terminal`` requests;
 - ``queue``: queued inputs per thread;
 - ``recovery``: failing turns a crashed process left running.
 """

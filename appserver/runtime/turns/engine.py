@@ -45,7 +45,7 @@ from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.agent import AgentLoop
-from appserver.runtime.turns.asking import ApprovalConversation
+from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import (
     ActiveTurn,

@@ -15,12 +15,8 @@ from typing import Any
 import anyio
 
 from appserver.providers.base import Message, ToolCall
-from appserver.runtime.turns.asking import (
-    ApprovalConversation,
-    ClientTool,
-    ClientToolCalls,
-    client_tool_need,
-)
+from appserver.runtime.turns.approval_conversation import ApprovalConversation
+from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome
@@ -93,7 +89,7 @@ class ToolRunner:
         tool = self.tools.get(call.name)
         if tool is None:
             return ToolOutcome(False, f"Error: unknown tool '{call.name}'")
-        editor = self.client_tools.editor(active)
+        editor = self.client_tools.editor_proxy.editor(active)
         ctx = ToolContext(
             workspace=self.workspace,
             thread_id=active.thread_id,

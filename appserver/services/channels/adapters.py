@@ -29,7 +29,7 @@ never affect the turn or the connection.
 
 Channel tools: the ``channelTools`` an adapter registers are offered to the
 model on the turns of the channel's threads (the hub is the runtime's
-:class:`~appserver.runtime.turns.asking.ChannelToolSource`); a call becomes
+:class:`~appserver.runtime.turns.client_tools.ChannelToolSource`); a call becomes
 ``ext/channel/toolCall`` to the adapter that started the turn, else the
 channel's newest attached adapter, with the approval machinery's timeout and
 reconnect grace (an adapter that attaches while a call waits is asked it).
@@ -49,7 +49,7 @@ from appserver.protocol.initialize import InitializeParams
 from appserver.rpc.connection import RequestContext, ServerRequestError
 from appserver.runtime.events import Participant
 from appserver.runtime.turns import ActiveTurn, UserInput
-from appserver.runtime.turns.asking import ClientTool
+from appserver.runtime.turns.client_tools import ClientTool
 from appserver.services.peer import Peer, peer_of
 from appserver.storage.channels import ExternalChannelRecord, ExternalChannelRepository
 

@@ -1,174 +1,43 @@
-"""Questions a turn asks its clients, as items and events.
+"""Tools that clients provide, and their calls.
 
-The approval conversation of a gated tool call: the broker
-(``runtime.approvals``) decides who is asked and how it ends; this module
-records it: an ``approvalRequest`` item, the turn's ``waitingApproval`` status
-and runtime flag, the ``item/approval/resolved`` event and the
-``approvalResponse`` item.
+A call of a tool the thread's client declared (``thread/start.dynamicTools``)
+is asked of that client (``item/tool/call``) with the approval machinery
+(:class:`PendingToolCall`: timeout, reconnect grace, asked again of a client
+that takes the seat) and recorded as a ``dynamicToolCall`` item; see
+docs/tools.md. A tool an external channel adapter registered
+(``channelAdapter.channelTools``, offered through a :class:`ChannelToolSource`)
+goes the same way as ``ext/channel/toolCall`` to the adapter and a
+``pluginFunctionCall`` item; see docs/channels.md. A tool's ``approval`` hint
+becomes an :class:`~appserver.tools.base.ApprovalNeed` (:func:`client_tool_need`).
 
-Client tools (:class:`ClientToolCalls`): a call of a tool the thread's client
-declared (``thread/start.dynamicTools``) is asked of that client with the
-same machinery (:class:`PendingToolCall`) and recorded as a
-``dynamicToolCall`` item; see docs/tools.md. A tool an external channel
-adapter registered (``channelAdapter.channelTools``, offered through a
-:class:`ChannelToolSource`) goes the same way as ``ext/channel/toolCall`` to
-the adapter and a ``pluginFunctionCall`` item; see docs/channels.md.
+:class:`ClientToolCalls` also keeps each thread's seat (its bound client),
+which the editor proxy (``runtime.turns.editor_proxy``) asks too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import anyio
 from pydantic import ValidationError
 
-from appserver.protocol import turns as turn_wire
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import WireModel, first_error
 from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
-from appserver.protocol.editor_fs import ReadTextFileParams, WriteTextFileParams
-from appserver.protocol.editor_terminal import (
-    EditorTerminalCreateParams,
-    EditorTerminalOutputResult,
-    EditorTerminalParams,
-    EditorTerminalWaitParams,
-)
-from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolSpec
-from appserver.runtime.approvals import ApprovalBroker, PendingApproval, Verdict, session_scopes
-from appserver.runtime.bus import EventBus
-from appserver.runtime.events import (
-    EditorClient,
-    Participant,
-    QuestionRefused,
-    QuestionUnanswered,
-    ToolCaller,
-)
+from appserver.runtime.approvals import ApprovalBroker, PendingApproval
+from appserver.runtime.events import Participant, ToolCaller
 from appserver.runtime.history import client_tool_text as model_text
-from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns.editor_proxy import EditorProxy
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
-from appserver.runtime.wire import item_to_wire
-from appserver.storage.threads import ItemRecord, ThreadRepository
-from appserver.tools.base import ApprovalNeed, TerminalOutput, ToolError
+from appserver.tools.base import ApprovalNeed, ToolError
 from appserver.tools.sandbox import Sandbox
 
 log = logging.getLogger("appserver.turns")
-
-
-class ApprovalConversation:
-    """Settles one :class:`ApprovalNeed` of a running turn."""
-
-    def __init__(
-        self,
-        items: ItemLog,
-        approvals: ApprovalBroker,
-        bus: EventBus,
-        runtimes: RuntimeStates,
-        repo: ThreadRepository,
-        default_policy: Callable[[], str],
-        workspace_trusted: Callable[[], bool] = lambda: True,
-    ) -> None:
-        self.items = items
-        self.approvals = approvals
-        self.bus = bus
-        self.runtimes = runtimes
-        self.repo = repo
-        self.default_policy = default_policy
-        self.workspace_trusted = workspace_trusted
-
-    async def settle(self, active: ActiveTurn, need: ApprovalNeed) -> Verdict:
-        """Decide by policy or grant, or ask the turn's watchers."""
-        config = active.thread.configuration or {}
-        policy = str(config.get("approvalPolicy") or "default")
-        if policy == "default":
-            policy = self.default_policy()
-        trusted = self.workspace_trusted()
-        if policy == "autoApprove" and not trusted:
-            # A policy stored in a database that came with the checkout is not
-            # the user's: until the workspace is trusted, a person is asked.
-            policy = "default"
-        require_outside = config.get("requireApprovalOutsideWorkspace")
-        verdict = await self.approvals.precheck(
-            active.thread_id, need, policy, require_outside is not False, trusted
-        )
-        if verdict is None:
-            verdict = await self._ask(active, need, policy)
-        elif verdict.fallback and verdict.decision == "decline":
-            await self.items.error(active, verdict.fallback, verdict.fallback_code or "", False)
-        return verdict
-
-    async def _ask(self, active: ActiveTurn, need: ApprovalNeed, policy: str) -> Verdict:
-        request_id = self.approvals.new_request_id()
-        scopes = session_scopes(need)
-        key = scopes[0].scope_key
-        request_item = await self.items.instant(
-            active,
-            "approvalRequest",
-            {
-                "approvalType": need.kind,
-                "operation": need.operation,
-                "target": need.target,
-                "requestId": request_id,
-                "scopeKey": key,
-                "reason": need.reason,
-            },
-        )
-        active.record.status = "waitingApproval"
-        await self.repo.save_turn(active.record)
-        await self.runtimes.approval_pending(active.thread_id, +1)
-        params = turn_wire.ApprovalRequestParams(
-            thread_id=active.thread_id,
-            turn_id=active.record.id,
-            item_id=request_item.id,
-            request_id=request_id,
-            approval_type=need.kind,
-            operation=need.operation,
-            target=need.target,
-            scope_key=key,
-            reason=need.reason,
-            session_scopes=scopes,
-            diff=need.diff,
-        )
-        askers = list(dict.fromkeys([*self.bus.subscribers(active.thread_id), *active.watchers]))
-        assert active.tg is not None
-        try:
-            verdict = await self.approvals.ask(params, askers, active.tg, policy)
-        finally:
-            with anyio.CancelScope(shield=True):
-                if active.record.status == "waitingApproval":
-                    active.record.status = "running"
-                    await self.repo.save_turn(active.record)
-                await self.runtimes.approval_pending(active.thread_id, -1)
-        if verdict.fallback:
-            await self.items.error(active, verdict.fallback, verdict.fallback_code or "", False)
-        await self.approvals.remember(
-            active.thread_id, need, verdict.decision, now_iso(), verdict.scope
-        )
-        await self._record_response(active, request_id, verdict)
-        return verdict
-
-    async def _record_response(self, active: ActiveTurn, request_id: str, verdict: Verdict) -> None:
-        async def resolved(item: ItemRecord) -> None:
-            await self.items.journal.emit(
-                active.thread_id,
-                "item/approval/resolved",
-                turn_wire.ApprovalResolvedNotification(
-                    thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
-                ),
-                include=active.watchers,
-            )
-
-        await self.items.instant(
-            active,
-            "approvalResponse",
-            {"requestId": request_id, "approved": verdict.approved, "decision": verdict.decision},
-            between=resolved,
-        )
 
 
 # --- client tools (thread/start.dynamicTools -> item/tool/call) ----------------------
@@ -326,11 +195,12 @@ class ClientToolCalls:
         self.tools: dict[str, dict[str, ClientTool]] = {}  # thread -> model name -> tool
         self.owners: dict[str, Participant] = {}
         self.pending: dict[str, PendingToolCall] = {}
-        self.editor_pending: dict[str, PendingEditorRequest] = {}  # ext/acp/* by thread
         self._loaded: set[str] = set()  # threads whose stored tools were read
         # The external channels' tools (set by the channel adapter hub).
         self.channel_source: ChannelToolSource | None = None
         approvals.offer_listeners.append(self._offered)
+        # The thread's editor (ext/acp/*): the same seat, asked the same way.
+        self.editor_proxy = EditorProxy(approvals, self.owners.get)
 
     # --- declaring, binding ----------------------------------------------------------
 
@@ -380,9 +250,7 @@ class ClientToolCalls:
             and can_call_tools(owner)
         ):
             pending.ask(owner)
-        asked = self.editor_pending.get(thread_id)
-        if asked is not None and not asked.live and serves(owner, asked.method):
-            asked.ask(owner)
+        self.editor_proxy.offer(thread_id, owner)
 
     def adapter_attached(self, channel: str, adapter: Participant) -> None:
         """An adapter of ``channel`` (re)connected: it is asked the channel's pending calls."""
@@ -404,62 +272,6 @@ class ClientToolCalls:
     def claim(self, thread_id: str, owner: Participant) -> None:
         """``owner`` started the thread (without tools): it is the thread's bound client."""
         self.owners.setdefault(thread_id, owner)
-
-    def editor(self, active: ActiveTurn) -> ClientEditor | None:
-        """The bound client's editor, when it serves the file system or
-        terminals (``acpExtensions``): the owner, or while the seat is empty
-        the client that started the turn. Its requests go through
-        :meth:`ask_editor`."""
-        owner = self.editor_owner(active)
-        if not isinstance(owner, EditorClient):
-            return None
-        can_read, can_write = owner.editor_fs()
-        can_run = owner.editor_terminal()
-        if not (can_read or can_write or can_run):
-            return None
-        return ClientEditor(self, active, can_read, can_write, can_run)
-
-    def editor_owner(self, active: ActiveTurn) -> Participant | None:
-        """The thread's bound client if it can be an editor (else the turn's
-        origin while the seat is empty)."""
-        owner = self.owners.get(active.thread_id)
-        if owner is None or owner.closed:
-            owner = active.origin
-        if owner is None or owner.closed or not isinstance(owner, EditorClient):
-            return None
-        return owner
-
-    async def ask_editor(
-        self, active: ActiveTurn, method: str, params: WireModel, timeout: float
-    ) -> tuple[Mapping[str, object], Participant | None]:
-        """Send one ``ext/acp/*`` request to the thread's editor with the
-        approval machinery: an owner that leaves and comes back (or another
-        editor that takes the seat) within the reconnect grace is asked again.
-        Its answer and who gave it; a :class:`ToolError` if it refused, did not
-        answer within ``timeout`` or did not come back."""
-        assert active.tg is not None
-        pending = PendingEditorRequest(
-            params, active.tg, timeout, self.approvals.reconnect_grace, method=method
-        )
-        self.editor_pending[active.thread_id] = pending
-        try:
-            owner = self.editor_owner(active)
-            if owner is not None and serves(owner, method):
-                pending.ask(owner)
-            decided, reason = await pending.wait()
-        finally:
-            if self.editor_pending.get(active.thread_id) is pending:
-                del self.editor_pending[active.thread_id]
-        if decided is None:
-            if reason == "approval_timeout":
-                raise EditorTimeout(f"the editor did not answer {method} within {timeout:g}s")
-            raise ToolError(
-                f"the editor did not answer {method}: it disconnected and did not come back "
-                f"within {self.approvals.reconnect_grace:g}s"
-            )
-        if decided == "refused":
-            raise ToolError(f"the editor refused {method}: {pending.error}")
-        return pending.answer or {}, pending.answered_by
 
     def forget_thread(self, thread_id: str) -> None:
         self.tools.pop(thread_id, None)
@@ -583,182 +395,6 @@ class ClientToolCalls:
         return parse_tool_result(pending.answer or {}, method)
 
 
-class EditorTimeout(ToolError):
-    """The editor did not answer an ``ext/acp/*`` request in time."""
-
-
-@dataclass
-class PendingEditorRequest(PendingApproval[WireModel]):
-    """An ``ext/acp/*`` request waiting for the editor's answer (asked once
-    per participant, timeout, reconnect grace)."""
-
-    method: str = ""
-    answer: Mapping[str, object] | None = None
-    error: str = ""
-
-    async def _put(self, participant: Participant) -> object:
-        assert isinstance(participant, EditorClient)
-        return await participant.editor_request(self.method, self.params, self.timeout)
-
-    def _refused(self, participant: Participant, message: str) -> None:
-        self.error = message
-        self.resolve("refused", participant)
-
-    def _answered(self, participant: Participant, answer: object) -> None:
-        self.answer = answer if isinstance(answer, Mapping) else {}
-        self.resolve("answered", participant)
-
-
-def serves(participant: Participant | None, method: str) -> bool:
-    """``participant`` is a ready editor that advertised ``method``'s capability."""
-    if participant is None or participant.closed or not isinstance(participant, EditorClient):
-        return False
-    if method.startswith("ext/acp/terminal/"):
-        return participant.editor_terminal()
-    can_read, can_write = participant.editor_fs()
-    return can_read if method == "ext/acp/fs/readTextFile" else can_write
-
-
-# Beyond the command's own timeout, for the editor to answer waitForExit.
-WAIT_MARGIN_S = 10.0
-# kill and release after an interrupted turn or a failure: short, best effort.
-CLEANUP_TIMEOUT_S = 5.0
-# ACP's outputByteLimit asked of the editor: its answers stay well under a frame.
-EDITOR_OUTPUT_BYTE_LIMIT = 1024 * 1024
-
-
-class ClientEditor:
-    """The tools' :class:`~appserver.tools.base.EditorFiles` and
-    :class:`~appserver.tools.base.EditorTerminals` through a client's
-    ``ext/acp/*`` (timeout: the approval timeout, or a command's own; any
-    failure is a :class:`ToolError`, so the tool call fails and the turn goes on)."""
-
-    def __init__(
-        self,
-        calls: ClientToolCalls,
-        active: ActiveTurn,
-        can_read: bool,
-        can_write: bool,
-        can_run: bool,
-    ) -> None:
-        self.calls = calls
-        self.active = active
-        self.thread_id = active.thread_id
-        self.timeout = calls.approvals.timeout
-        self.can_read = can_read
-        self.can_write = can_write
-        self.can_run = can_run
-        # The editor that created each terminal: kill and release go to it.
-        self._hosts: dict[str, Participant] = {}
-
-    async def _request(
-        self, method: str, params: WireModel, timeout: float | None = None
-    ) -> Mapping[str, object]:
-        answer, _ = await self._answered(method, params, timeout)
-        return answer
-
-    async def _answered(
-        self, method: str, params: WireModel, timeout: float | None = None
-    ) -> tuple[Mapping[str, object], Participant | None]:
-        return await self.calls.ask_editor(
-            self.active, method, params, self.timeout if timeout is None else timeout
-        )
-
-    # --- files -------------------------------------------------------------------------
-
-    async def read_text_file(self, path: str, line: int | None, limit: int | None) -> str:
-        params = ReadTextFileParams(
-            thread_id=self.thread_id, path=path, line=line, offset=line, limit=limit
-        )
-        answer = await self._request("ext/acp/fs/readTextFile", params)
-        content = answer.get("content")
-        if not isinstance(content, str):
-            raise ToolError("invalid answer to ext/acp/fs/readTextFile: `content` is required")
-        return content
-
-    async def write_text_file(self, path: str, content: str) -> None:
-        params = WriteTextFileParams(thread_id=self.thread_id, path=path, content=content)
-        await self._request("ext/acp/fs/writeTextFile", params)
-
-    # --- terminals ---------------------------------------------------------------------
-
-    def _terminal(self, terminal_id: str) -> EditorTerminalParams:
-        return EditorTerminalParams(thread_id=self.thread_id, terminal_id=terminal_id)
-
-    async def create_terminal(self, command: str, cwd: str) -> str:
-        params = EditorTerminalCreateParams(
-            thread_id=self.thread_id,
-            command=command,
-            cwd=cwd,
-            output_byte_limit=EDITOR_OUTPUT_BYTE_LIMIT,
-        )
-        answer, host = await self._answered("ext/acp/terminal/create", params)
-        terminal_id = answer.get("terminalId")
-        if not isinstance(terminal_id, str) or not terminal_id:
-            raise ToolError("invalid answer to ext/acp/terminal/create: `terminalId` is required")
-        if host is not None:
-            self._hosts[terminal_id] = host
-        return terminal_id
-
-    async def wait_for_terminal_exit(self, terminal_id: str, timeout_s: float) -> TerminalOutput:
-        params = EditorTerminalWaitParams(
-            thread_id=self.thread_id, terminal_id=terminal_id, timeout=max(1, round(timeout_s))
-        )
-        method = "ext/acp/terminal/waitForExit"
-        try:
-            answer = await self._request(method, params, timeout_s + WAIT_MARGIN_S)
-        except EditorTimeout:
-            # The editor did not say in time: the command counts as still running.
-            return TerminalOutput(output="", exited=False)
-        return _terminal_output(answer, method)
-
-    async def terminal_output(self, terminal_id: str) -> TerminalOutput:
-        method = "ext/acp/terminal/getOutput"
-        return _terminal_output(await self._request(method, self._terminal(terminal_id)), method)
-
-    async def kill_terminal(self, terminal_id: str) -> None:
-        await self._cleanup("ext/acp/terminal/kill", terminal_id)
-
-    async def release_terminal(self, terminal_id: str) -> None:
-        await self._cleanup("ext/acp/terminal/release", terminal_id)
-
-    async def _cleanup(self, method: str, terminal_id: str) -> None:
-        """Best effort, straight to the editor that created the terminal (else
-        the thread's editor now), also from an interrupted turn, whose task
-        group can no longer start the asking machinery."""
-        owner = self._hosts.get(terminal_id)
-        if owner is None or owner.closed:
-            owner = self.calls.editor_owner(self.active)
-        if not isinstance(owner, EditorClient) or not owner.editor_terminal():
-            return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
-            try:
-                await owner.editor_request(method, self._terminal(terminal_id), CLEANUP_TIMEOUT_S)
-            except (QuestionRefused, QuestionUnanswered) as exc:
-                log.info("%s of %s on %s failed: %s", method, terminal_id, self.thread_id, exc)
-
-
-def _terminal_output(answer: Mapping[str, object], method: str) -> TerminalOutput:
-    """An answer to ``getOutput`` / ``waitForExit`` in DotCraft's shape
-    (``{output, exitCode?}``) or ACP's (``exitStatus``, ``signal``, ``truncated``)."""
-    try:
-        result = EditorTerminalOutputResult.model_validate(dict(answer))
-    except ValidationError as exc:
-        raise ToolError(f"invalid answer to {method}: {_first_error(exc)}") from exc
-    exit_code, signal = result.exit_code, result.signal
-    if result.exit_status is not None:
-        exit_code = result.exit_status.exit_code if exit_code is None else exit_code
-        signal = result.exit_status.signal or signal
-    exited = exit_code is not None or signal is not None or result.exit_status is not None
-    return TerminalOutput(
-        output=result.output or "",
-        exited=exited,
-        exit_code=exit_code,
-        signal=signal,
-        truncated=bool(result.truncated),
-    )
-
-
 def channel_plugin_id(channel: str) -> str:
     """The ``pluginId`` of a channel tool's ``pluginFunctionCall`` item."""
     return f"channel:{channel}"
@@ -774,7 +410,7 @@ def parse_tool_result(answer: Mapping[str, object], method: str = DYNAMIC_METHOD
     try:
         result = ToolCallResult.model_validate(dict(answer))
     except ValidationError as exc:
-        return _failure("invalidResult", f"invalid answer to {method}: {_first_error(exc)}")
+        return _failure("invalidResult", f"invalid answer to {method}: {first_error(exc)}")
     if not isinstance(answer.get("success"), bool):
         return _failure("invalidResult", f"invalid answer to {method}: `success` is required")
     for part in result.content_items or []:
@@ -795,9 +431,3 @@ def parse_tool_result(answer: Mapping[str, object], method: str = DYNAMIC_METHOD
         for key in ("contentItems", "structuredResult", "success", "errorCode", "errorMessage")
         if key in fields
     }
-
-
-def _first_error(exc: ValidationError) -> str:
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error.get("loc", ()))
-    return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", ""))
