@@ -11,8 +11,9 @@ connection could not use is answered the JSON-RPC way, with ``id: null``:
 * a batch (JSON array), not an object, an ``id`` that is not a string,
   integer or null, a ``method`` that is not a non-empty string, or an object
   that is neither a request, a notification nor a response: ``-32600`` (an
-  object with an ``id`` and neither ``result`` nor ``error`` is taken as an
-  error answer to our request of that id, so a permission asked is refused);
+  object with an ``id`` and neither ``result`` nor ``error`` is also passed on
+  as an error answer to our request of that id, so a permission asked is
+  refused at once);
 * a line over the size cap: ``-32600`` (the line is skipped);
 * ``jsonrpc`` other than ``"2.0"``: ``-32600`` for a request (with its id),
   a notification or response is dropped.
@@ -69,7 +70,8 @@ def _valid_id(value: Any) -> bool:
 
 
 def check(line: str) -> tuple[Message | None, Message | None]:
-    """``(message for the connection, None)`` or ``(None, error reply or None)``."""
+    """``(message for the connection, None)``, ``(None, error reply or None)``, or
+    for an answer with neither result nor error, both."""
     try:
         # Numbers past a double's range (1e999) would become inf and fail deep
         # inside the schema models: refuse them as unparsable instead.
@@ -110,18 +112,20 @@ def check(line: str) -> tuple[Message | None, Message | None]:
         return value, None
     if has_id and ("result" in value or "error" in value):
         return value, None  # the answer to one of our requests
-    if has_id:
-        # An answer with neither: an error answer, so whatever waits on it (a
-        # permission request) ends now, as a refusal, instead of at its timeout.
-        log.warning("an answer to request %r had neither result nor error", request_id)
-        refused = {"code": INVALID_REQUEST, "message": "answer without result or error"}
-        return {"jsonrpc": "2.0", "id": request_id, "error": refused}, None
-    return None, error_reply(
+    invalid = error_reply(
         request_id,
         INVALID_REQUEST,
         "Invalid request",
         "not a request, a notification or a response",
     )
+    if has_id:
+        # An answer with neither: told so, and also an error answer, so whatever
+        # waits on that id (a permission request) ends now, as a refusal,
+        # instead of at its timeout.
+        log.warning("an answer to request %r had neither result nor error", request_id)
+        refused = {"code": INVALID_REQUEST, "message": "answer without result or error"}
+        return {"jsonrpc": "2.0", "id": request_id, "error": refused}, invalid
+    return None, invalid
 
 
 def _coalescing(message: Message) -> tuple[object, Merge] | None:
@@ -196,6 +200,8 @@ class LineTransport:
                 await self._reply(error_reply(None, exc.code, exc.message, exc.detail))
                 continue
             message, reply = check(line)
+            if reply is not None and message is not None:
+                await self._reply(reply)  # both: told, and passed on (see check)
             if message is not None:
                 if "method" in message and "id" in message:
                     self.unanswered.add(message["id"])
