@@ -65,11 +65,13 @@ PLACEHOLDERS = {
 
 
 def env(**extra: str) -> dict[str, str]:
-    """The child's environment: offline model, no provider settings inherited."""
+    """The child's environment: offline model, no provider settings inherited (the
+    user's directory, APPSERVER_HOME, is the test run's, never ~/.config/appserver)."""
     base = {
         name: value
         for name, value in child_env().items()
         if not name.startswith(("APPSERVER_", "OPENAI_", "ANTHROPIC_", "ZENE_"))
+        or name == "APPSERVER_HOME"
     }
     base.update(extra)
     return base
