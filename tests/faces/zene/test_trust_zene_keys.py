@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.test_face_zene import LongLived, clawbridge_request, line, open_long_lived
+from tests.faces.zene.test_face_zene import LongLived, clawbridge_request, line, open_long_lived
 
 
 async def test_a_nul_in_the_key_does_not_reach_another_sessions_reply(workspace: Path) -> None:

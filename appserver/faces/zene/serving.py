@@ -1,0 +1,257 @@
+"""One Zene host process: its stdio, the runtime it opens and the requests it serves.
+
+``--single-request`` reads one line, answers it and exits (a one-shot process per
+request: the workspace lock queues processes of one workspace). Without it the
+process serves one request per line until stdin closes: different sessions at
+once, one session's requests in arrival order. A runtime that cannot be opened
+still answers the request that was read (:class:`StartupFailure`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from appserver.faces.zene.session import Conversations
+from appserver.faces.zene.wire import (
+    EXIT_CONFIG,
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_RUNTIME,
+    EXIT_STALLED,
+    INTERNAL,
+    TIMEOUT,
+    Rejected,
+    Request,
+    encode,
+    failure,
+    invalid,
+    parse_request,
+)
+
+if TYPE_CHECKING:
+    from appserver.runtime.host import Runtime
+    from appserver.transport.stdio import StdioTransport
+
+log = logging.getLogger("appserver.faces.zene")
+
+# How long a long-lived process waits at start for another one to leave the workspace.
+LONG_LIVED_LOCK_WAIT = 5.0
+# A long-lived process reads no further request while this many are unanswered
+# (as many as a JSON-RPC connection may have in flight): the client's writes
+# wait instead, so a burst of requests cannot grow the process without bound.
+MAX_PENDING_REQUESTS = 32
+
+
+def _leaf(exc: Exception) -> Exception:
+    """The one exception inside (nested) single-member exception groups."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+@dataclass
+class StartupFailure:
+    exit_code: int
+    error_code: str
+    message: str
+
+
+class ZeneFace:
+    """One process: its stdio, its flags, the runtime once opened."""
+
+    def __init__(self, args: argparse.Namespace, transport: StdioTransport) -> None:
+        from appserver.transport.peer_writer import PeerWriter
+
+        self.args = args
+        self.transport = transport
+        self.bridge_compat: bool = args.bridge_compat
+        # Responses queue here (bounded) and one task writes them: a client
+        # that stops reading is dropped, it cannot grow the process.
+        self.writer = PeerWriter(
+            transport.send_batch, max_bytes=args.max_client_backlog, on_stall=self._stalled
+        )
+        self._serving: Any = None  # the long-lived loop's cancel scope
+
+    def _stalled(self) -> None:
+        if self._serving is not None:
+            self._serving.cancel()  # stop reading; the runtime cancels the turns in flight
+
+    async def write(self, message: dict[str, Any]) -> None:
+        """Queue one response line (never waits for the client)."""
+        if not self.writer.put(encode(message)):
+            why = self.writer.dropped or "stdout is closed"
+            log.warning("response to %s lost: %s", message.get("request_id"), why)
+
+    async def receive(self) -> str | Rejected | None:
+        """The next request line, a :class:`Rejected` for an unusable one, or
+        ``None`` at end of input."""
+        from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClosed
+
+        limit = self.args.max_input_bytes
+        try:
+            return await self.transport.receive()
+        except FrameTooLarge:
+            return Rejected(f"request exceeds --max-input-bytes ({limit} bytes)")
+        except FrameRejected as exc:
+            return Rejected(f"request is not valid UTF-8 JSON: {exc.detail}")
+        except TransportClosed:
+            return None
+
+    async def receive_first(self) -> str | Rejected | None:
+        """The first request line within --stdin-timeout-ms (``None``: none came)."""
+        import anyio
+
+        wait = self.args.stdin_timeout_ms
+        with anyio.move_on_after(wait / 1000 if wait else math.inf) as scope:
+            return await self.receive()
+        if scope.cancelled_caught:
+            log.error("no request on stdin within %d ms", wait)
+        return None
+
+    async def open(
+        self, host: Callable[[], Any], stack: Any, request: Request | None
+    ) -> Runtime | StartupFailure:
+        """Open the runtime into ``stack``, or say why it could not be."""
+        from appserver.providers.base import ProviderConfigError
+        from appserver.storage.failures import disk_failure
+        from appserver.storage.lock import WorkspaceLocked
+        from appserver.transport.base import ListenerError
+
+        try:
+            runtime: Runtime = await stack.enter_async_context(host())
+            return runtime
+        except Exception as error:
+            exc = _leaf(error)  # task groups wrap what fails inside them
+            if isinstance(exc, ProviderConfigError):
+                log.error("provider configuration: %s", exc)
+                message = f"provider configuration error: {exc}"
+                return StartupFailure(EXIT_CONFIG, INTERNAL, message)
+            if isinstance(exc, WorkspaceLocked):
+                log.error("%s", exc)
+                if request is not None and request.remaining() <= 0.05:
+                    message = f"request exceeded timeout_ms waiting for the workspace: {exc}"
+                    return StartupFailure(EXIT_OK, TIMEOUT, message)
+                return StartupFailure(EXIT_RUNTIME, INTERNAL, str(exc))
+            if isinstance(exc, ListenerError):  # e.g. the --websocket port is taken
+                log.error("%s", exc)
+                return StartupFailure(EXIT_RUNTIME, INTERNAL, f"host failure: {exc}")
+            disk = disk_failure(exc)
+            if disk is not None:  # a full or failing disk: one line, not a traceback
+                log.error("cannot start: %s", disk)
+                return StartupFailure(EXIT_RUNTIME, INTERNAL, f"cannot start: {disk}")
+            log.exception("could not open the workspace runtime")
+            message = f"host failure: {type(exc).__name__}: {exc}"
+            return StartupFailure(EXIT_RUNTIME, INTERNAL, message)
+
+    async def report(self, first: str | Rejected | None, fail: StartupFailure) -> int:
+        """Answer the request read (if any) with a startup failure."""
+        if first is None:
+            return fail.exit_code
+        if isinstance(first, Rejected):
+            await self.write(invalid(first))
+            return fail.exit_code
+        try:
+            request = parse_request(first, time.monotonic())
+        except Rejected as rejected:
+            await self.write(invalid(rejected))
+            return fail.exit_code
+        await self.write(failure(request, fail.error_code, fail.message))
+        return fail.exit_code
+
+    async def serve_one(self, options: Any, host: Callable[[], Any]) -> int:
+        """``--single-request``: read, validate, answer, exit."""
+        from contextlib import AsyncExitStack
+
+        line = await self.receive_first()
+        if line is None:
+            log.error("no request: end of input before a request line")
+            return EXIT_INPUT
+        try:
+            if isinstance(line, Rejected):
+                raise line
+            request = parse_request(line, time.monotonic())
+        except Rejected as rejected:
+            await self.write(invalid(rejected))
+            return EXIT_OK if self.bridge_compat else EXIT_INPUT
+        # One-shot processes of a workspace take turns on its lock: wait for
+        # it as long as the request may take.
+        options.lock_wait = request.remaining()
+        async with AsyncExitStack() as stack:
+            opened = await self.open(host, stack, request)
+            if isinstance(opened, StartupFailure):
+                await self.write(failure(request, opened.error_code, opened.message))
+                return opened.exit_code
+            await self.write(await Conversations(opened, self.args).answer(request))
+        return EXIT_OK
+
+    async def serve(self, options: Any, host: Callable[[], Any]) -> int:
+        """Long-lived: one request per line until stdin closes."""
+        from contextlib import AsyncExitStack
+
+        import anyio
+
+        options.lock_wait = LONG_LIVED_LOCK_WAIT
+        async with AsyncExitStack() as stack:
+            opened = await self.open(host, stack, None)
+            if isinstance(opened, StartupFailure):
+                return await self.report(await self.receive_first(), opened)
+            conversations = Conversations(opened, self.args)
+            # Each session's requests run in arrival order: a request waits
+            # for the one before it in its session (a chain of events).
+            tails: dict[str, anyio.Event] = {}
+            pending = anyio.Semaphore(MAX_PENDING_REQUESTS)
+            self._serving = anyio.CancelScope()
+
+            async def run(
+                request: Request, previous: anyio.Event | None, done: anyio.Event
+            ) -> None:
+                try:
+                    if previous is not None:
+                        # Waiting behind the session's earlier requests counts
+                        # towards this one's timeout_ms.
+                        with anyio.move_on_after(request.remaining()):
+                            await previous.wait()
+                        if not previous.is_set():
+                            limit = f"{request.timeout_ms:g} ms"
+                            await self.write(
+                                failure(request, TIMEOUT, f"request exceeded timeout_ms ({limit})")
+                            )
+                            return
+                    await self.write(await conversations.answer(request))
+                finally:
+                    if previous is not None and not previous.is_set():
+                        # Timed out while waiting: the next request of the
+                        # session still waits for the earlier ones.
+                        with anyio.CancelScope(shield=True):
+                            await previous.wait()
+                    done.set()
+                    if tails.get(request.session_id) is done:
+                        del tails[request.session_id]
+                    pending.release()
+
+            with self._serving:
+                async with anyio.create_task_group() as tg:
+                    while True:
+                        await pending.acquire()
+                        line = await self.receive()
+                        if line is None:
+                            break
+                        try:
+                            if isinstance(line, Rejected):
+                                raise line
+                            request = parse_request(line, time.monotonic())
+                        except Rejected as rejected:
+                            await self.write(invalid(rejected))
+                            pending.release()
+                            continue
+                        done = anyio.Event()
+                        previous = tails.get(request.session_id)
+                        tails[request.session_id] = done
+                        tg.start_soon(run, request, previous, done)
+        return EXIT_STALLED if self.writer.dropped is not None else EXIT_OK

@@ -1,0 +1,194 @@
+"""Answering Zene requests on an open runtime: what one client conversation holds.
+
+A request's ``session_id`` names an ordinary thread of the workspace (``face_sessions``:
+face ``zene``), made and bound on first use; its ``prompt`` becomes one turn there under
+the request's deadline, and the turn's last agent message is the response's ``text``.
+An ``idempotency_key`` replays a stored successful response (``face_replies``, kept for
+a TTL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+from appserver.faces.common import interrupt_quietly, session_thread
+from appserver.faces.zene.wire import (
+    INTERNAL,
+    PROVIDER_CODES,
+    TIMEOUT,
+    Request,
+    encode,
+    failure,
+    response,
+    token_usage,
+)
+
+if TYPE_CHECKING:
+    from appserver.faces.seat import Seat
+    from appserver.runtime.events import Event
+    from appserver.runtime.host import Runtime
+
+log = logging.getLogger("appserver.faces.zene")
+
+FACE = "zene"
+# After a timeout, how long to wait for the interrupted turn to wind down.
+INTERRUPT_GRACE = 5.0
+
+_TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
+
+
+def _iso_ago(seconds: float) -> str:
+    """``now_iso()`` of ``seconds`` ago (same fixed-width format, so it compares as text)."""
+    from datetime import UTC, datetime, timedelta
+
+    moment = datetime.now(UTC) - timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+class Conversations:
+    """Answers requests on one runtime: session -> thread, idempotent replays,
+    one turn per request under the request's deadline."""
+
+    def __init__(self, runtime: Runtime, args: argparse.Namespace) -> None:
+        from appserver.storage.faces import FaceRepository
+
+        self.runtime = runtime
+        self.faces = FaceRepository(runtime.db)
+        self.approval_policy: str | None = args.approval_policy
+        self.ttl: int = args.idempotency_ttl_sec
+
+    async def answer(self, request: Request) -> dict[str, Any]:
+        """The response to ``request`` (never raises but for cancellation)."""
+        try:
+            return await self._answer(request)
+        except Exception:
+            log.exception("request %s of session %s failed", request.request_id, request.session_id)
+            return failure(request, INTERNAL, "internal error (see the host's stderr log)")
+
+    def _reply_key(self, request: Request) -> str | None:
+        """The stored reply's key: the pair ``(session_id, idempotency_key)``
+        as a JSON array, so no characters in either can make another pair's key."""
+        if request.idempotency_key is None or self.ttl <= 0:
+            return None
+        return json.dumps([request.session_id, request.idempotency_key])
+
+    async def _answer(self, request: Request) -> dict[str, Any]:
+        reply_key = self._reply_key(request)
+        if reply_key is not None:
+            stored = await self.faces.reply(FACE, reply_key)
+            if stored is not None and stored[1] >= _iso_ago(self.ttl):
+                replay: dict[str, Any] = json.loads(stored[0])
+                replay["request_id"] = request.request_id
+                replay["replayed"] = True
+                return replay
+        from appserver.faces.seat import Seat
+
+        seat = Seat(FACE)
+        try:
+            thread_id = await self._thread(request, seat)
+            result = await self._run(request, thread_id, seat)
+        finally:
+            seat.close()
+        if reply_key is not None and result["ok"]:
+            from appserver.protocol.ids import now_iso
+
+            await self.faces.store_reply(FACE, reply_key, encode(result), now_iso())
+            await self.faces.forget_replies_before(FACE, _iso_ago(self.ttl))
+        return result
+
+    async def _thread(self, request: Request, seat: Seat) -> str:
+        """The session's thread (made and bound on first use, or when gone)."""
+        from appserver.runtime.threads import NewThread
+
+        policy = self.approval_policy
+        return await session_thread(
+            self.runtime,
+            self.faces,
+            FACE,
+            request.session_id,
+            seat,
+            {"approvalPolicy": policy} if policy is not None else {},
+            NewThread(
+                user_id=request.session_id,
+                channel_name=FACE,
+                channel_context=request.channel_id,
+                display_name=f"zene session {request.session_id}"[:200],
+                configuration={"approvalPolicy": policy} if policy else None,
+            ),
+        )
+
+    async def _run(self, request: Request, thread_id: str, seat: Seat) -> dict[str, Any]:
+        import anyio
+
+        from appserver.protocol.turns import TextPart
+        from appserver.runtime.errors import TurnInProgress
+
+        runtime = self.runtime
+        await runtime.threads.subscribe(thread_id, seat)
+        turn_id: str | None = None
+        terminal: Event | None = None
+        try:
+            with anyio.move_on_after(request.remaining()):
+                while turn_id is None:
+                    try:
+                        active = await runtime.turns.start(
+                            thread_id, [TextPart(type="text", text=request.prompt)], origin=seat
+                        )
+                    except TurnInProgress:
+                        # Someone else (a WebSocket client) runs a turn here: wait for it.
+                        other = runtime.engine.active.get(thread_id)
+                        if other is not None:
+                            await other.done.wait()
+                        continue
+                    turn_id = active.record.id
+                terminal = await _terminal(seat, turn_id)
+            if terminal is None:
+                if turn_id is not None:
+                    await interrupt_quietly(runtime, thread_id, turn_id)
+                    with anyio.move_on_after(INTERRUPT_GRACE):
+                        await _terminal(seat, turn_id)
+                return failure(
+                    request, TIMEOUT, f"request exceeded timeout_ms ({request.timeout_ms:g} ms)"
+                )
+        finally:
+            runtime.threads.unsubscribe(thread_id, seat)
+        return outcome(request, terminal)
+
+
+async def _terminal(seat: Seat, turn_id: str) -> Event:
+    """The terminal event of ``turn_id`` (skipping everything else)."""
+    while True:
+        event = await seat.next_event()
+        turn = getattr(event.params, "turn", None) if event.kind in _TERMINAL else None
+        if turn is not None and turn.id == turn_id:
+            return event
+
+
+def outcome(request: Request, terminal: Event) -> dict[str, Any]:
+    """The response for a turn's terminal event."""
+    turn: Any = terminal.params.turn  # type: ignore[attr-defined]
+    items = list(turn.items or [])
+    tokens = turn.token_usage
+    usage = token_usage(tokens.input_tokens, tokens.output_tokens) if tokens else token_usage()
+    if terminal.kind == "turn/failed":
+        errors = [item for item in items if item.type == "error"]
+        code = str(errors[-1].payload.get("code", "")) if errors else ""
+        message = str(getattr(terminal.params, "error", "") or "the turn failed")
+        return failure(request, PROVIDER_CODES.get(code, INTERNAL), message, usage)
+    if terminal.kind == "turn/cancelled":
+        reason = str(getattr(terminal.params, "reason", "") or "cancelled")
+        return failure(request, INTERNAL, f"the turn was cancelled ({reason})", usage)
+    texts = [str(item.payload.get("text") or "") for item in items if item.type == "agentMessage"]
+    text = next((t for t in reversed(texts) if t.strip()), "")
+    if not text:
+        return failure(request, INTERNAL, "empty response", usage)
+    if usage["total_tokens"] <= 0:
+        # The provider reported no usage: estimate (about 4 characters a token),
+        # since clawbridge refuses a success with zero tokens as suspicious.
+        prompt_tokens = max(1, math.ceil(len(request.prompt) / 4))
+        usage = token_usage(prompt_tokens, max(1, math.ceil(len(text) / 4)))
+    return response(request.request_id, request.session_id, text=text, usage=usage)
