@@ -29,7 +29,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 
 from appserver.cli import main as cli_main
-from appserver.faces.codeswarm_wire import COMMANDS, EVENTS
+from appserver.faces.codeswarm.wire import COMMANDS, EVENTS
 from tests.support.helpers import IDENTITY
 from tests.support.processes import ws_client
 from tests.support.servers import child_env

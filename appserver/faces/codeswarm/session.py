@@ -27,7 +27,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.faces.codeswarm_wire import (
+from appserver.faces.codeswarm.wire import (
     FACE,
     Command,
     NodeInject,
