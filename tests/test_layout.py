@@ -24,7 +24,6 @@ MAX_LINES = 500
 LONG_MODULES = {
     "appserver/faces/zot.py": 1078,
     "appserver/faces/zene.py": 737,
-    "appserver/faces/codeswarm/session.py": 672,
     "appserver/rpc/connection.py": 650,
     "appserver/storage/threads.py": 634,
     "appserver/tools/terminals.py": 628,
