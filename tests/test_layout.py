@@ -23,7 +23,6 @@ MAX_LINES = 500
 #: splits them: the faces into packages, the rest into rooms of one job).
 LONG_MODULES = {
     "appserver/faces/zot.py": 1078,
-    "appserver/faces/codeswarm_router.py": 672,
     "appserver/rpc/connection.py": 650,
     "appserver/storage/threads.py": 634,
     "appserver/tools/terminals.py": 628,

@@ -1,0 +1,1 @@
+"""Tests of the faces (appserver/faces/), one package per face."""

@@ -29,12 +29,12 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 
 from appserver.cli import main as cli_main
-from appserver.faces.codeswarm_wire import COMMANDS, EVENTS
+from appserver.faces.codeswarm.wire import COMMANDS, EVENTS
 from tests.support.helpers import IDENTITY
 from tests.support.processes import ws_client
 from tests.support.servers import child_env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((REPO / "schema" / "faces" / "codeswarm.router.v1.schema.json").read_text())
 PROTOCOL = "codeswarm.router.v1"
 TIMEOUT = 20
@@ -964,7 +964,7 @@ def test_the_schema_describes_every_command_and_event() -> None:
 
 # --- the documentation's example ------------------------------------------------------------------
 
-DOC_MARK = "<!-- tested: tests/test_face_codeswarm.py -->"
+DOC_MARK = "<!-- tested: tests/faces/codeswarm/test_face_codeswarm.py -->"
 
 
 async def test_the_documented_example_runs(workspace: Path) -> None:

@@ -1,4 +1,4 @@
-"""Serving the Codeswarm router on stdio or TCP (see :mod:`appserver.faces.codeswarm`).
+"""Serving the Codeswarm router on stdio or TCP (see :mod:`appserver.faces.codeswarm.command`).
 
 stdio: one client; at EOF the router waits for every accepted injection to
 run, writes the last events and exits 0. TCP: clients come and go; each has
@@ -20,8 +20,8 @@ from typing import IO, Protocol
 import anyio
 from anyio.abc import Listener, SocketAttribute, SocketStream
 
-from appserver.faces.codeswarm_router import Router
-from appserver.faces.codeswarm_wire import MAX_LINE_BYTES
+from appserver.faces.codeswarm.session import Router
+from appserver.faces.codeswarm.wire import MAX_LINE_BYTES
 from appserver.providers.base import ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.storage.lock import WorkspaceLocked
@@ -38,7 +38,7 @@ Signals = AsyncIterator[signal.Signals]
 
 
 class ListenAddress(Protocol):
-    """Where the router listens over TCP: ``--listen``'s value (``codeswarm.TcpAddress``)."""
+    """Where the router listens over TCP: ``--listen``'s value (``command.TcpAddress``)."""
 
     @property
     def host(self) -> str:

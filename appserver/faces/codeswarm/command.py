@@ -109,6 +109,6 @@ async def main(
     args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
 ) -> int:
     """Serve the protocol (stdio or TCP, per ``--listen``); returns the exit code."""
-    from appserver.faces.codeswarm_serve import serve
+    from appserver.faces.codeswarm.serve import serve
 
     return await serve(args, host, stdin, stdout)

@@ -1,33 +1,35 @@
-"""The Codeswarm router's state and behaviour, independent of the transport.
+"""The Codeswarm router: commands in, events out, independent of the transport.
 
-* A **node** is ``(job_id, node_id)``, bound to one thread through
-  :class:`~appserver.storage.faces.FaceRepository` (key ``"<job_id>/<node_id>"``),
-  made on first use. Each node has a mailbox: injections run as turns one
-  after another, in arrival order (as the real router's per-node inbox).
-* A **swarm** (``swarm_launch``) is a job id with N nodes, i.e. N threads
-  sharing instructions and a model; swarms are kept in memory and stored as
-  one JSON document among the face's replies, so a restart keeps them.
-* Every event goes to every connected client (:meth:`Router.broadcast`), as
-  the real router does; each client has a
-  :class:`~appserver.transport.peer_writer.PeerWriter` bounded in bytes (its
-  streamed deltas coalesce when it lags), and one that falls too far behind
-  is dropped, never waited for.
+:class:`Router` answers each command line (``inject``, ``providers_list``,
+``swarm_launch`` / ``swarm_list`` / ``swarm_status`` / ``swarm_terminate``) and
+runs each node's mailbox, one turn at a time, in arrival order. What it holds
+(nodes, injections, swarms) is :mod:`~appserver.faces.codeswarm.state`; the
+swarms are stored by :mod:`~appserver.faces.codeswarm.swarm_store`, so a restart
+keeps them; a node's thread is made by :mod:`~appserver.faces.codeswarm.node_threads`;
+a turn's events become router events in :mod:`~appserver.faces.codeswarm.relay`.
+
+Every event goes to every connected client (:meth:`Router.broadcast`), as
+the real router does; each client has a
+:class:`~appserver.transport.peer_writer.PeerWriter` bounded in bytes (its
+streamed deltas coalesce when it lags), and one that falls too far behind
+is dropped, never waited for.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.faces.codeswarm_wire import (
+from appserver.faces.codeswarm.node_threads import NodeThreads
+from appserver.faces.codeswarm.relay import relay
+from appserver.faces.codeswarm.state import PROVIDER_ID, Injection, Node, Swarm
+from appserver.faces.codeswarm.swarm_store import SwarmStore
+from appserver.faces.codeswarm.wire import (
     FACE,
     Command,
     NodeInject,
@@ -41,19 +43,9 @@ from appserver.faces.codeswarm_wire import (
 from appserver.faces.common import interrupt_quietly
 from appserver.faces.seat import Seat
 from appserver.protocol.ids import now_iso
-from appserver.protocol.threads import Item, TokenUsage
-from appserver.protocol.turns import (
-    DeltaNotification,
-    ItemNotification,
-    TextPart,
-    TurnCancelledNotification,
-    TurnFailedNotification,
-    TurnNotification,
-)
+from appserver.protocol.turns import TextPart
 from appserver.runtime.errors import Refusal, ThreadNotFound, TurnInProgress
-from appserver.runtime.events import Event
 from appserver.runtime.host import Runtime
-from appserver.runtime.threads import NewThread
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.storage.faces import FaceRepository
 from appserver.transport.outbox import text_merger
@@ -61,77 +53,10 @@ from appserver.transport.peer_writer import PeerWriter
 
 log = logging.getLogger("appserver.faces.codeswarm")
 
-PROVIDER_ID = "appserver"
-SWARMS_KEY = "swarms"  # the face reply that stores every swarm
 SHUTDOWN_GRACE = 10.0  # seconds turns get to end once cancelled at shutdown
 # Streamed text a lagging client may get in fewer, larger events.
 _DELTAS = frozenset({"assistant_delta", "reasoning_delta"})
 _MERGE_DELTAS = text_merger("data", "content")
-
-
-@dataclass
-class Injection:
-    request_id: str
-    injection_id: str
-    job_id: str
-    node_id: int
-    content: str
-
-
-@dataclass
-class Swarm:
-    swarm_id: str
-    job_id: str
-    node_count: int
-    system_prompt: str
-    instructions: list[str]
-    model: str
-    status: str = "running"  # running | terminating | terminated
-    created_at: str = field(default_factory=now_iso)
-    terminated_at: str | None = None
-    ended: anyio.Event = field(default_factory=anyio.Event)
-
-    def stored(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "node_count": self.node_count,
-            "system_prompt": self.system_prompt,
-            "instructions": self.instructions,
-            "model": self.model,
-            "status": self.status,
-            "created_at": self.created_at,
-            "terminated_at": self.terminated_at,
-        }
-
-    def listed(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "job_id": self.job_id,
-            "node_count": self.node_count,
-            "system_prompt": self.system_prompt,
-            "status": self.status,
-            "provider": PROVIDER_ID,
-            "provider_id": PROVIDER_ID,
-            "agent_model": self.model,
-            "created_at": self.created_at,
-        }
-        if self.terminated_at is not None:
-            entry["terminated_at"] = self.terminated_at
-        return entry
-
-
-@dataclass
-class Node:
-    job_id: str
-    node_id: int
-    mailbox: deque[Injection] = field(default_factory=deque)
-    busy: bool = False  # a worker is draining the mailbox
-    thread_id: str | None = None
-    current: Injection | None = None
-    turn_id: str | None = None  # the running turn of ``current``, once started
-
-    @property
-    def key(self) -> str:
-        return f"{self.job_id}/{self.node_id}"
 
 
 class Router:
@@ -147,8 +72,9 @@ class Router:
     ) -> None:
         self.runtime = runtime
         self.faces = FaceRepository(runtime.db)
+        self.store = SwarmStore(self.faces)
+        self.threads = NodeThreads(runtime, self.faces, approval_policy)
         self.tg = tg
-        self.approval_policy = approval_policy
         self.require_timestamp = require_timestamp
         self.outboxes: set[PeerWriter] = set()
         self.nodes: dict[tuple[str, int], Node] = {}
@@ -156,7 +82,6 @@ class Router:
         self.job_swarm: dict[str, str] = {}
         self.closing = False
         self._terminating = 0  # swarm_terminate tasks under way
-        self._save_lock = anyio.Lock()
         self._changed = anyio.Event()
 
     # --- clients and events ----------------------------------------------------------
@@ -189,42 +114,17 @@ class Router:
 
     async def load(self) -> None:
         """Read the swarms a previous process stored."""
-        stored = await self.faces.reply(FACE, SWARMS_KEY)
-        if stored is None:
-            return
-        try:
-            swarms = json.loads(stored[0])
-        except ValueError:
-            log.error("ignoring unreadable stored swarms")
-            return
-        for swarm_id, entry in swarms.items() if isinstance(swarms, dict) else ():
-            try:
-                swarm = Swarm(
-                    swarm_id=swarm_id,
-                    job_id=str(entry["job_id"]),
-                    node_count=int(entry["node_count"]),
-                    system_prompt=str(entry.get("system_prompt", "")),
-                    instructions=[str(text) for text in entry.get("instructions", [])],
-                    model=str(entry.get("model", "")),
-                    status=str(entry.get("status", "running")),
-                    created_at=str(entry.get("created_at") or now_iso()),
-                    terminated_at=entry.get("terminated_at"),
-                )
-            except (KeyError, TypeError, ValueError, AttributeError):
-                log.error("ignoring unreadable stored swarm %s", swarm_id)
-                continue
-            if swarm.status == "terminating":  # the process ended mid-way
-                swarm.status = "terminated"
-                swarm.terminated_at = swarm.terminated_at or now_iso()
-            if swarm.status == "terminated":
-                swarm.ended.set()
+        for swarm_id, swarm in (await self.store.load()).items():
             self.swarms[swarm_id] = swarm
             self.job_swarm[swarm.job_id] = swarm_id
 
     async def _save_swarms(self) -> None:
-        async with self._save_lock:  # saves land in order: the last one is the newest
-            document = {swarm_id: swarm.stored() for swarm_id, swarm in self.swarms.items()}
-            await self.faces.store_reply(FACE, SWARMS_KEY, json.dumps(document), now_iso())
+        await self.store.save(self.swarms)
+
+    def _swarm_of(self, job_id: str) -> Swarm | None:
+        """The swarm of ``job_id``, if it has one."""
+        swarm_id = self.job_swarm.get(job_id)
+        return self.swarms[swarm_id] if swarm_id is not None else None
 
     def idle(self) -> bool:
         return not self._terminating and not any(node.busy for node in self.nodes.values())
@@ -446,7 +346,7 @@ class Router:
             self.broadcast("inject_delivered", self._control(injection))
             if self._stopped(node.job_id) is not None:  # terminate or shutdown raced the start
                 await self._interrupt(node)
-            await self._relay(seat, injection)
+            await relay(seat, self._base(injection), self.broadcast)
         finally:
             seat.close()
 
@@ -460,7 +360,7 @@ class Router:
                 self.broadcast("inject_failed", self._control(injection, error=why))
                 return None
             try:
-                thread_id = await self._thread(node, fresh=rebound)
+                thread_id = await self.threads.of(node, self._swarm_of, fresh=rebound)
                 return await self.runtime.turns.start(thread_id, parts, origin=seat)
             except TurnInProgress:
                 # Someone else (a --websocket client) runs a turn here: queue behind it.
@@ -475,134 +375,10 @@ class Router:
                 self.broadcast("inject_failed", self._control(injection, error=exc.message))
                 return None
 
-    async def _thread(self, node: Node, fresh: bool = False) -> str:
-        """The node's thread, made (and bound) on first use."""
-        if node.thread_id is not None and not fresh:
-            return node.thread_id
-        thread_id = None if fresh else await self.faces.thread_of(FACE, node.key)
-        if thread_id is None:
-            swarm_id = self.job_swarm.get(node.job_id)
-            swarm = self.swarms[swarm_id] if swarm_id is not None else None
-            thread_id = await self._new_thread(node.job_id, node.node_id, swarm)
-        node.thread_id = thread_id
-        return thread_id
-
-    async def _new_thread(self, job_id: str, node_id: int, swarm: Swarm | None) -> str:
-        key = f"{job_id}/{node_id}"
-        configuration: dict[str, Any] = {}
-        if self.approval_policy:
-            configuration["approvalPolicy"] = self.approval_policy
-        if swarm is not None:
-            if swarm.instructions:
-                configuration["agentInstructions"] = "\n\n".join(swarm.instructions)
-            if swarm.model:
-                configuration["model"] = swarm.model
-        thread = await self.runtime.threads.create(
-            NewThread(
-                user_id=FACE,
-                channel_name=FACE,
-                channel_context=key,
-                display_name=f"codeswarm {key}",
-                configuration=configuration or None,
-            )
-        )
-        await self.faces.bind(FACE, key, thread.id, now_iso())
-        return thread.id
-
     async def _interrupt(self, node: Node) -> None:
         if node.thread_id is None or node.turn_id is None:
             return
         await interrupt_quietly(self.runtime, node.thread_id, node.turn_id)
-
-    async def _relay(self, seat: Seat, injection: Injection) -> None:
-        """Translate the turn's events until its terminal one."""
-        base = self._base(injection)
-        error_code = "turn_failed"
-        while True:
-            event = await seat.next_event()
-            kind, params = event.kind, event.params
-            if kind == "turn/started" and isinstance(params, TurnNotification):
-                self.broadcast(
-                    "turn_started",
-                    {**base, "thread_id": params.turn.thread_id, "turn_id": params.turn.id},
-                )
-            elif kind == "item/agentMessage/delta" and isinstance(params, DeltaNotification):
-                self.broadcast("assistant_delta", {**base, "content": params.delta})
-            elif kind == "item/reasoning/delta" and isinstance(params, DeltaNotification):
-                self.broadcast("reasoning_delta", {**base, "content": params.delta})
-            elif kind == "item/completed" and isinstance(params, ItemNotification):
-                error_code = self._item(params.item, base) or error_code
-            elif kind in ("turn/completed", "turn/failed", "turn/cancelled"):
-                self._finish(event, base, error_code)
-                return
-
-    def _item(self, item: Item, base: dict[str, Any]) -> str | None:
-        """Events for a completed item; an error item's code is returned."""
-        payload = item.payload
-        if item.type == "agentMessage" and payload.get("text"):
-            self.broadcast("assistant", {**base, "content": str(payload["text"])})
-        elif item.type == "reasoningContent" and payload.get("text"):
-            self.broadcast("reasoning", {**base, "content": str(payload["text"])})
-        elif item.type == "toolCall":
-            arguments = payload.get("arguments")
-            self.broadcast(
-                "tool_call",
-                {
-                    **base,
-                    "call_id": str(payload.get("callId", "")),
-                    "tool": str(payload.get("toolName", "")),
-                    "arguments": arguments if isinstance(arguments, dict) else {},
-                },
-            )
-        elif item.type == "toolResult":
-            self.broadcast(
-                "tool_result",
-                {
-                    **base,
-                    "call_id": str(payload.get("callId", "")),
-                    "success": bool(payload.get("success")),
-                    "result": str(payload.get("result", "")),
-                },
-            )
-        elif item.type == "error":
-            return str(payload.get("code") or "turn_failed")
-        return None
-
-    def _finish(self, event: Event, base: dict[str, Any], error_code: str) -> None:
-        params = event.params
-        status = "completed"
-        extra: dict[str, Any] = {}
-        if isinstance(params, TurnFailedNotification):
-            status = "failed"
-            self.broadcast(
-                "agent_error", {**base, "message": params.error, "error_code": error_code}
-            )
-        elif isinstance(params, TurnCancelledNotification):
-            status = "cancelled"
-            extra["reason"] = params.reason
-        assert isinstance(
-            params, TurnNotification | TurnFailedNotification | TurnCancelledNotification
-        )
-        usage = params.turn.token_usage or TokenUsage()
-        self.broadcast(
-            "usage",
-            {
-                **base,
-                "total_tokens": usage.total_tokens,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-            },
-        )
-        self.broadcast(
-            "turn_complete",
-            {
-                **base,
-                "thread_id": params.turn.thread_id,
-                "turn_id": params.turn.id,
-                "status": status,
-                **extra,
-            },
-        )
 
     # --- swarms ------------------------------------------------------------------------------
 
@@ -621,7 +397,7 @@ class Router:
             model=spec.model or provider.default_model,
         )
         # The threads first: the swarm is visible (and addressable) once complete.
-        threads = [await self._new_thread(job_id, node_id, swarm) for node_id in range(spec.nodes)]
+        threads = [await self.threads.new(job_id, node_id, swarm) for node_id in range(spec.nodes)]
         self.swarms[swarm_id] = swarm
         self.job_swarm[job_id] = swarm_id
         for node_id, thread_id in enumerate(threads):

@@ -1,0 +1,19 @@
+"""``appserver router``: the Codeswarm router protocol ``codeswarm.router.v1``.
+
+The face's rooms:
+
+* :mod:`~appserver.faces.codeswarm.command`: the command (``add_arguments``, ``main``,
+  ``--listen``'s address);
+* :mod:`~appserver.faces.codeswarm.wire`: the frames (checking commands, encoding events);
+* :mod:`~appserver.faces.codeswarm.serve`: serving the router on stdio or TCP;
+* :mod:`~appserver.faces.codeswarm.session`: the router (commands in, events out, one
+  mailbox per node), with its state, stored swarms, node threads and turn relay in rooms
+  of their own.
+
+Light at import (the CLI imports this package by name): the transport and the router
+load in :func:`main`.
+"""
+
+from appserver.faces.codeswarm.command import add_arguments, main
+
+__all__ = ["add_arguments", "main"]

@@ -1,0 +1,115 @@
+"""A turn's runtime events as Codeswarm router events.
+
+:func:`relay` reads one injection's turn from its :class:`~appserver.faces.seat.Seat`
+and hands each router event (``turn_started``, ``assistant_delta``, ``assistant``,
+``reasoning_delta``, ``reasoning``, ``tool_call``, ``tool_result``, ``agent_error``,
+``usage``, ``turn_complete``) to ``broadcast``, until the turn's terminal event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from appserver.faces.seat import Seat
+from appserver.protocol.threads import Item, TokenUsage
+from appserver.protocol.turns import (
+    DeltaNotification,
+    ItemNotification,
+    TurnCancelledNotification,
+    TurnFailedNotification,
+    TurnNotification,
+)
+from appserver.runtime.events import Event
+
+#: Sends one event (name, data) to every connected client.
+Broadcast = Callable[[str, dict[str, Any]], None]
+
+
+async def relay(seat: Seat, base: dict[str, Any], broadcast: Broadcast) -> None:
+    """Translate the turn's events until its terminal one; ``base`` is the fields
+    every event about the injection carries."""
+    error_code = "turn_failed"
+    while True:
+        event = await seat.next_event()
+        kind, params = event.kind, event.params
+        if kind == "turn/started" and isinstance(params, TurnNotification):
+            broadcast(
+                "turn_started",
+                {**base, "thread_id": params.turn.thread_id, "turn_id": params.turn.id},
+            )
+        elif kind == "item/agentMessage/delta" and isinstance(params, DeltaNotification):
+            broadcast("assistant_delta", {**base, "content": params.delta})
+        elif kind == "item/reasoning/delta" and isinstance(params, DeltaNotification):
+            broadcast("reasoning_delta", {**base, "content": params.delta})
+        elif kind == "item/completed" and isinstance(params, ItemNotification):
+            error_code = _item(params.item, base, broadcast) or error_code
+        elif kind in ("turn/completed", "turn/failed", "turn/cancelled"):
+            _finish(event, base, error_code, broadcast)
+            return
+
+
+def _item(item: Item, base: dict[str, Any], broadcast: Broadcast) -> str | None:
+    """Events for a completed item; an error item's code is returned."""
+    payload = item.payload
+    if item.type == "agentMessage" and payload.get("text"):
+        broadcast("assistant", {**base, "content": str(payload["text"])})
+    elif item.type == "reasoningContent" and payload.get("text"):
+        broadcast("reasoning", {**base, "content": str(payload["text"])})
+    elif item.type == "toolCall":
+        arguments = payload.get("arguments")
+        broadcast(
+            "tool_call",
+            {
+                **base,
+                "call_id": str(payload.get("callId", "")),
+                "tool": str(payload.get("toolName", "")),
+                "arguments": arguments if isinstance(arguments, dict) else {},
+            },
+        )
+    elif item.type == "toolResult":
+        broadcast(
+            "tool_result",
+            {
+                **base,
+                "call_id": str(payload.get("callId", "")),
+                "success": bool(payload.get("success")),
+                "result": str(payload.get("result", "")),
+            },
+        )
+    elif item.type == "error":
+        return str(payload.get("code") or "turn_failed")
+    return None
+
+
+def _finish(event: Event, base: dict[str, Any], error_code: str, broadcast: Broadcast) -> None:
+    params = event.params
+    status = "completed"
+    extra: dict[str, Any] = {}
+    if isinstance(params, TurnFailedNotification):
+        status = "failed"
+        broadcast("agent_error", {**base, "message": params.error, "error_code": error_code})
+    elif isinstance(params, TurnCancelledNotification):
+        status = "cancelled"
+        extra["reason"] = params.reason
+    assert isinstance(params, TurnNotification | TurnFailedNotification | TurnCancelledNotification)
+    usage = params.turn.token_usage or TokenUsage()
+    broadcast(
+        "usage",
+        {
+            **base,
+            "total_tokens": usage.total_tokens,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+        },
+    )
+    broadcast(
+        "turn_complete",
+        {
+            **base,
+            "thread_id": params.turn.thread_id,
+            "turn_id": params.turn.id,
+            "status": status,
+            **extra,
+        },
+    )

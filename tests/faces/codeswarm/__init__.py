@@ -1,0 +1,1 @@
+"""Tests of the Codeswarm router face (appserver/faces/codeswarm/)."""
