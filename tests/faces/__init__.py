@@ -1,0 +1,1 @@
+"""Tests of the front doors (faces), one package per face."""
