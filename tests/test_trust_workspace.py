@@ -300,7 +300,7 @@ async def test_an_untrusted_workspace_serves_and_says_why_on_stderr(
 async def test_a_face_in_an_untrusted_checkout_auto_approves_nothing(
     workspace: Path, tmp_path: Path
 ) -> None:
-    from tests.test_face_zot import of, zot, zot_env
+    from tests.faces.zot.test_zot import of, zot, zot_env
 
     await seeded_workspace(workspace)
     checkout = checkout_of(workspace, tmp_path)

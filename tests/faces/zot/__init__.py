@@ -1,0 +1,1 @@
+"""Tests of zot's RPC face (appserver/faces/zot/)."""
