@@ -63,8 +63,8 @@ SLOW = "?stream 1000\n?delay 20"  # ~20 s of text unless cancelled
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-DOC = Path(__file__).resolve().parents[1] / "docs" / "faces.md"
-DOC_MARK = "<!-- tested: tests/test_face_acp.py -->"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "faces.md"
+DOC_MARK = "<!-- tested: tests/faces/acp/test_acp.py -->"
 
 Json = dict[str, Any]
 
