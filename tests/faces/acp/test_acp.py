@@ -63,8 +63,8 @@ SLOW = "?stream 1000\n?delay 20"  # ~20 s of text unless cancelled
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-DOC = Path(__file__).resolve().parents[1] / "docs" / "faces.md"
-DOC_MARK = "<!-- tested: tests/test_face_acp.py -->"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "faces.md"
+DOC_MARK = "<!-- tested: tests/faces/acp/test_acp.py -->"
 
 Json = dict[str, Any]
 
@@ -803,7 +803,7 @@ async def test_bad_input_gets_json_rpc_errors_and_the_process_survives(workspace
 
 
 async def test_a_line_over_the_size_cap_is_refused(workspace: Path) -> None:
-    from appserver.faces.acp_agent import MAX_LINE_BYTES
+    from appserver.faces.acp.agent import MAX_LINE_BYTES
 
     huge = b'{"jsonrpc":"2.0","id":1,"method":"x","params":{"p":"' + b"a" * MAX_LINE_BYTES + b'"}}'
     ok = b'{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":1}}'
@@ -840,7 +840,7 @@ async def test_help_does_not_load_the_acp_package() -> None:
         "import sys\n"
         "from appserver.cli import build_parser\n"
         "build_parser()\n"
-        "print('acp' in sys.modules, 'appserver.faces.acp_agent' in sys.modules)\n"
+        "print('acp' in sys.modules, 'appserver.faces.acp.agent' in sys.modules)\n"
     )
     done = await anyio.run_process([sys.executable, "-c", code], env=child_env())
     assert done.stdout.decode().split() == ["False", "False"]

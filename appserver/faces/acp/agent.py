@@ -1,11 +1,11 @@
 """The ACP agent: sessions are threads, prompts are turns, approvals are
-``session/request_permission`` requests. Imported by ``acp.main`` only.
+``session/request_permission`` requests. Imported by ``command.main`` only.
 
 The ``acp`` package's connection dispatches requests (each in its own task,
 so ``session/cancel`` and permission answers arrive while a prompt runs),
 validates params with its schema models (``-32602`` on failure) and answers
 unknown methods with ``-32601``; :class:`AcpAgent` implements the methods we
-support. See ``appserver/faces/acp.py`` for the mapping.
+support. See the package docstring (``appserver/faces/acp/__init__.py``) for the mapping.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from acp.schema import (
     SessionListCapabilities,
 )
 
-from appserver.faces.acp_events import PromptError, input_parts
-from appserver.faces.acp_session import (
+from appserver.faces.acp.events import PromptError, input_parts
+from appserver.faces.acp.session import (
     CHANNEL,
     INVALID_PARAMS,
     SESSION_NOT_FOUND,
     Session,
     request_error,
 )
-from appserver.faces.acp_transport import LineTransport
+from appserver.faces.acp.wire import LineTransport
 
 if TYPE_CHECKING:
     from appserver.runtime.host import Runtime

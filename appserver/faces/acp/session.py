@@ -1,5 +1,5 @@
 """An ACP session: its seat at the runtime, its prompts and their permission
-questions. Imported (through ``acp_agent``) by ``acp.main`` only.
+questions. Imported (through ``agent``) by ``command.main`` only.
 
 A session is one thread. Its :class:`AcpSeat` is the origin of every turn
 its prompts start, so it receives exactly those turns' events (turns other
@@ -22,7 +22,7 @@ from acp import RequestError
 from acp.schema import DeniedOutcome, PermissionOption, PromptResponse, StopReason, ToolCallUpdate
 from pydantic import ValidationError
 
-from appserver.faces.acp_events import CANCELLED, Tool, TurnUpdates, text_content
+from appserver.faces.acp.events import CANCELLED, Tool, TurnUpdates, text_content
 from appserver.faces.common import turn_id_of
 from appserver.faces.seat import Seat
 from appserver.protocol.turns import ApprovalRequestParams
@@ -71,7 +71,7 @@ def request_error(error_code: int, message: str, **data: Any) -> RequestError:
 
 
 class SessionOwner(Protocol):
-    """What a session needs from the agent that holds it (``acp_agent.AcpAgent``)."""
+    """What a session needs from the agent that holds it (``agent.AcpAgent``)."""
 
     conn: AgentSideConnection | None
     closed: bool
