@@ -20,7 +20,7 @@ import pytest
 
 from appserver.faces.qwen.rules import TERMINAL_INPUT, Call, ToolRules, local_decision
 from appserver.faces.qwen.shell import allowed_by, excluded_by
-from tests.test_face_qwen import answer, of, qwen, run_once, tool_results, types
+from tests.faces.qwen.test_face_qwen import answer, of, qwen, run_once, tool_results, types
 
 KNOWN = ["shell", "read_file", "list_dir", "write_file", "edit_file"]
 
