@@ -4,7 +4,7 @@
 with the SDK's ``control_response`` lines. :class:`QwenSeat` is the face's
 participant: it receives the events of the turns the face starts, and when the
 runtime asks it about a gated tool call it first applies the approval mode and
-the tool rules (``qwen_rules``; in a workspace that is not trusted they only
+the tool rules (``rules``; in a workspace that is not trusted they only
 decline), then asks the SDK and maps its answer:
 ``allow`` -> ``accept``, ``deny`` -> ``decline`` (``cancel`` with
 ``interrupt: true``), an error answer -> :class:`QuestionRefused`, no answer
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from appserver.faces.qwen_rules import (
+from appserver.faces.qwen.rules import (
     FILE_TOOLS,
     TERMINAL_INPUT,
     Call,

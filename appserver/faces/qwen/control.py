@@ -16,11 +16,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from appserver.faces.qwen_rules import MODES
+from appserver.faces.qwen.rules import MODES
 
 if TYPE_CHECKING:
-    from appserver.faces.qwen_input import Job
-    from appserver.faces.qwen_output import Output
+    from appserver.faces.qwen.wire import Job, Output
     from appserver.runtime.host import Runtime
 
 log = logging.getLogger("appserver.faces.qwen")
@@ -34,7 +33,7 @@ class RequestError(Exception):
 
 
 class ControlOwner(Protocol):
-    """What the handlers need from the session (``qwen_session.Session``)."""
+    """What the handlers need from the session (``session.Session``)."""
 
     runtime: Runtime
     out: Output

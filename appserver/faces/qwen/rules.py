@@ -8,7 +8,7 @@ Tool names may be ours (``shell``, ``read_file``, ``list_dir``, ``write_file``,
 ``Read``, ``Edit``...), case-insensitively. A rule may carry a specifier:
 ``Bash(git *)`` matches shell commands, ``Edit(src/**)`` paths (absolute, or
 relative to the workspace), both as ``fnmatch`` patterns. A command rule is
-about one simple command (``qwen_shell``): an allow rule never covers a
+about one simple command (``shell``): an allow rule never covers a
 compound command, a substitution or a redirection, and an exclude rule declines
 a command if any simple command in it matches (a command that cannot be read
 reliably is asked, and refused under ``yolo``).
@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from appserver.faces.qwen_shell import allowed_by, excluded_by
+from appserver.faces.qwen.shell import allowed_by, excluded_by
 
 # Qwen Code's approval modes (``--approval-mode``, ``set_permission_mode``).
 MODES = ("plan", "default", "auto-edit", "auto", "yolo")

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from appserver.faces.common import interrupt_quietly, session_thread, turn_id_of
-from appserver.faces.qwen_control import SLASH_COMMANDS, ControlRequests
-from appserver.faces.qwen_input import Job, text_job, user_job
-from appserver.faces.qwen_output import Output, make_output, system_message
-from appserver.faces.qwen_rules import ToolRules, thread_policy
-from appserver.faces.qwen_seat import Control, QwenSeat
-from appserver.faces.qwen_turn import TERMINAL, TurnStream
+from appserver.faces.qwen.control import SLASH_COMMANDS, ControlRequests
+from appserver.faces.qwen.rules import ToolRules, thread_policy
+from appserver.faces.qwen.seat import Control, QwenSeat
+from appserver.faces.qwen.turn import TERMINAL, TurnStream
+from appserver.faces.qwen.wire import Job, Output, make_output, system_message, text_job, user_job
 from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.transport.peer_writer import DEFAULT_MAX_BYTES, PeerWriter
 

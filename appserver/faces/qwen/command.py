@@ -1,23 +1,10 @@
-"""Qwen Code's structured I/O: ``appserver --input-format stream-json
---output-format stream-json [...]`` (no subcommand), so ``@qwen-code/sdk``'s
-``query({pathToQwenExecutable})`` can drive this agent.
+"""The Qwen command (``appserver --input-format stream-json ...``, no subcommand):
+Qwen Code's flags (``add_arguments``), applying them to the host options and the
+face's settings (``configure``), and ``main``, which reads a ``--input-format text``
+prompt, opens the host and serves one session on stdin/stdout.
 
-NDJSON both ways, one process per SDK ``query()``. In: ``user`` messages
-(one turn each, queued in order), ``control_request``s (``initialize``,
-``interrupt``, ``set_model``, ``set_permission_mode``,
-``get_available_models``, ``supported_commands``, ...; each answered by a
-``control_response``) and the SDK's ``control_response``s to our
-``can_use_tool`` requests. Out: per turn a ``system`` ``init`` message,
-``assistant`` messages (``text``, ``thinking``, ``tool_use`` blocks),
-``user`` messages with ``tool_result`` blocks, ``stream_event`` partials with
-``--include-partial-messages``, and one ``result``. Sessions
-(``--session-id``, ``--resume``, ``--continue``) are ordinary threads that a
-later process continues. Also ``--output-format json``,
-``stream-chunk-json`` (OpenAI chunks) and text, and ``--input-format text``
-(stdin is the prompt). See docs/faces.md.
-
-Only argparse and the standard library are imported here; the rest loads in
-:func:`main`.
+Only argparse and the standard library are imported here (and the approval modes'
+names); the rest loads in :func:`main`.
 """
 
 from __future__ import annotations
@@ -29,7 +16,7 @@ import sys
 from typing import IO, Any
 
 from appserver.faces.common import add_backlog_argument
-from appserver.faces.qwen_rules import MODES
+from appserver.faces.qwen.rules import MODES
 
 log = logging.getLogger("appserver.faces.qwen")
 
@@ -120,9 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def configure(args: argparse.Namespace, options: Any) -> Any:
     """Apply the flags to the host options (before the host opens); the
-    face's :class:`~appserver.faces.qwen_session.Settings`."""
-    from appserver.faces.qwen_rules import ToolRules, split_list
-    from appserver.faces.qwen_session import Settings
+    face's :class:`~appserver.faces.qwen.session.Settings`."""
+    from appserver.faces.qwen.rules import ToolRules, split_list
+    from appserver.faces.qwen.session import Settings
     from appserver.tools.registry import default_tools
 
     options.lock_wait = max(options.lock_wait, LOCK_WAIT)
@@ -188,7 +175,7 @@ async def main(
     """Serve Qwen Code's structured I/O on stdin/stdout; the exit code."""
     from contextlib import AsyncExitStack
 
-    from appserver.faces.qwen_session import Session, SessionError
+    from appserver.faces.qwen.session import Session, SessionError
     from appserver.providers.base import ProviderConfigError
     from appserver.storage.lock import WorkspaceLocked
     from appserver.transport.stdio import StdioTransport

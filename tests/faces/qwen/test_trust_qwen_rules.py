@@ -3,7 +3,7 @@
 ``--allowed-tools 'Bash(git *)'`` used to be a plain glob on the whole command
 (``git --version; touch X`` ran unasked), and ``--exclude-tools 'Bash(touch *)'``
 under ``--yolo`` was bypassed by ``true && touch X``. The matcher is tested on its
-own (``appserver.faces.qwen_shell``, ``qwen_rules.local_decision``) and through
+own (``appserver.faces.qwen.shell``, ``qwen.rules.local_decision``) and through
 the real face process. So are the face's other local approvals: none accepts
 anything in a workspace that is not trusted, and input typed into a terminal is
 never taken for a command an allow rule covers.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from appserver.faces.qwen_rules import TERMINAL_INPUT, Call, ToolRules, local_decision
-from appserver.faces.qwen_shell import allowed_by, excluded_by
-from tests.test_face_qwen import answer, of, qwen, run_once, tool_results, types
+from appserver.faces.qwen.rules import TERMINAL_INPUT, Call, ToolRules, local_decision
+from appserver.faces.qwen.shell import allowed_by, excluded_by
+from tests.faces.qwen.test_face_qwen import answer, of, qwen, run_once, tool_results, types
 
 KNOWN = ["shell", "read_file", "list_dir", "write_file", "edit_file"]
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 if TYPE_CHECKING:
-    from appserver.faces.qwen_output import Output
+    from appserver.faces.qwen.wire import Output
     from appserver.runtime.events import Event
 
 Frame = dict[str, Any]

@@ -1,0 +1,1 @@
+"""Tests of the Qwen Code stream-json face (appserver/faces/qwen/)."""
