@@ -1,6 +1,6 @@
 """The ACP door: an answer with neither ``result`` nor ``error`` refuses at once
 (issue 24, "one answer per approval"; the JSON-RPC door's twin is in
-tests/test_trust_approvals.py)."""
+tests/runtime/test_trust_approvals.py)."""
 
 from __future__ import annotations
 

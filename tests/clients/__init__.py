@@ -1,0 +1,1 @@
+"""Tests of the clients (clients/python, clients/node) against real servers."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/cron/ (and what it serves end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/protocol/ (and what it serves end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/providers/ (and what it serves end to end)."""

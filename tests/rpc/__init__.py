@@ -1,0 +1,1 @@
+"""Tests of appserver/rpc/ (and what it serves end to end)."""

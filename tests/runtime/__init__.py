@@ -1,0 +1,1 @@
+"""Tests of appserver/runtime/ (and what it serves end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/services/ (and what it serves end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/storage/ (and what it serves end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/tools/ (and what it serves end to end)."""

@@ -1,0 +1,1 @@
+"""Tests of appserver/transport/ (and what it serves end to end)."""
