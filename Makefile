@@ -42,7 +42,7 @@ client-check: $(STAMP)
 pytest: $(STAMP) browser-deps postgres-deps
 	$(BIN)/pytest -q -n 2
 
-# The web client's tests (tests/test_web_browser.py) drive Debian's chromium with Playwright
+# The web client's tests (tests/transport/test_web_browser.py) drive Debian's chromium with Playwright
 # (the Python package comes with the dev extra; its own browser download is not used).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser-deps:
