@@ -264,7 +264,7 @@ def test_the_docs_name_tests_that_exist() -> None:
     """docs/web.md lists the browser tests: each one must exist, and each must be listed."""
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "web.md").read_text("utf-8")
-    source = (root / "tests" / "test_web_browser.py").read_text("utf-8")
+    source = (root / "tests" / "transport" / "test_web_browser.py").read_text("utf-8")
     listed = set(re.findall(r"^\| `(test_\w+)` \|", doc, re.M))
     defined = set(re.findall(r"^def (test_\w+)\(", source, re.M))
     assert listed == defined
