@@ -3,59 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 
 from appserver import __version__, logs, startup
+from appserver.command_line import (
+    TRUST_HELP,
+    Listen,
+    add_face_options,
+    configure_logs,
+    face_module,
+    leaf,
+    parse_listen,
+    read_token,
+)
+from appserver.face_command import face_command
 from appserver.process_secrets import hide_secrets
 
 log = logging.getLogger("appserver")
-
-
-@dataclass(frozen=True)
-class Listen:
-    stdio: bool
-    host: str | None = None
-    port: int | None = None
-
-
-def parse_listen(value: str) -> Listen:
-    """``stdio://``, ``ws://HOST:PORT`` or ``ws+stdio://HOST:PORT``."""
-    if value in ("stdio://", "stdio"):
-        return Listen(stdio=True)
-    url = urlsplit(value)
-    if url.scheme not in ("ws", "ws+stdio") or not url.hostname:
-        raise argparse.ArgumentTypeError(
-            f"expected stdio://, ws://HOST:PORT or ws+stdio://HOST:PORT, got {value!r}"
-        )
-    if url.path not in ("", "/", "/ws"):
-        raise argparse.ArgumentTypeError("the WebSocket path is always /ws")
-    try:
-        port = url.port if url.port is not None else 9100
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return Listen(stdio=url.scheme == "ws+stdio", host=url.hostname, port=port)
-
-
-def read_token(path: Path) -> str:
-    """The WebSocket token in ``path``; ``ValueError`` if unreadable or empty."""
-    try:
-        token = path.read_text("utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read the token file {path}: {exc}") from None
-    if not token:
-        raise ValueError(f"the token file {path} is empty")
-    return token
 
 
 # Front doors other than JSON-RPC: (command, module in appserver.faces, summary).
@@ -90,172 +61,6 @@ def qwen_command(argv: Sequence[str]) -> int:
         print(f"appserver: ignoring unsupported options: {' '.join(unknown)}", file=sys.stderr)
     args.face = "qwen"
     return face_command(args)
-
-
-def face_module(name: str) -> Any:
-    """``appserver.faces.<name>`` (light at import: its heavy parts load in ``main``)."""
-    return importlib.import_module(f"appserver.faces.{name}")
-
-
-TRUST_HELP = (
-    "trust this workspace's own files (.craft/: its database's MCP servers, cron jobs, "
-    "thread policies and grants, its plugins, its heartbeat), recorded in your settings for "
-    "later starts; an untrusted workspace serves but runs none of them (docs/security.md)"
-)
-
-
-def add_face_options(parser: argparse.ArgumentParser) -> None:
-    """The flags every face shares with ``app-server``."""
-    parser.add_argument(
-        "--workspace",
-        type=Path,
-        default=Path.cwd(),
-        metavar="DIR",
-        help="workspace root; state lives in DIR/.craft (default: current directory)",
-    )
-    parser.add_argument(
-        "--provider",
-        choices=["offline", "openai", "anthropic"],
-        help="model provider (default: $APPSERVER_PROVIDER, the workspace config, else offline)",
-    )
-    parser.add_argument(
-        "--model", help="model name (default: $APPSERVER_MODEL, the workspace config)"
-    )
-    parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible or Anthropic endpoint")
-    parser.add_argument(
-        "--api-key",
-        help="provider API key (default: the provider's variable); blanked from /proc once read",
-    )
-    parser.add_argument(
-        "--approval-policy",
-        choices=["default", "autoApprove", "interrupt"],
-        help=(
-            "approval policy of the threads this face creates (default: yours, set with "
-            "workspace/config/update or in your own config.json, never the workspace's). Under "
-            "`default` a gated tool call is asked of whoever can answer: this protocol's client "
-            "where it has approval frames (Qwen can_use_tool, ACP session/request_permission), "
-            "else a --websocket client watching the thread; with nobody to ask it is declined"
-        ),
-    )
-    parser.add_argument(
-        "--tool-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="pass this secret-looking environment variable on to tool commands (repeatable)",
-    )
-    parser.add_argument(
-        "--trust-workspace",
-        action="store_true",
-        help=TRUST_HELP,
-    )
-    parser.add_argument(
-        "--websocket",
-        type=parse_listen,
-        metavar="ws://HOST:PORT",
-        help=(
-            "also serve the AppServer JSON-RPC protocol to WebSocket clients on this address, "
-            "in this process (they can list and watch this face's threads)"
-        ),
-    )
-    parser.add_argument(
-        "--token-file",
-        type=Path,
-        metavar="FILE",
-        help="with --websocket: clients must connect with ?token=<this file's content>",
-    )
-    logs.add_arguments(parser, default_level="warning")
-
-
-def configure_logs(args: argparse.Namespace) -> bool:
-    """Set up stderr logging from ``--log-level``/``--log-format``; ``False`` (and
-    one line on stderr) when an environment variable gave an unusable value."""
-    try:
-        logs.configure(args.log_level, args.log_format)
-    except logs.LogConfigError as exc:
-        print(f"appserver: {exc}", file=sys.stderr)
-        return False
-    return True
-
-
-def face_command(args: argparse.Namespace) -> int:
-    """Run a face on this process's stdio (and the listeners its flags ask for)."""
-    if not configure_logs(args):
-        return 2
-    from appserver.hosting import HostOptions, open_host
-
-    if not args.workspace.is_dir():
-        print(f"appserver: workspace {args.workspace} is not a directory", file=sys.stderr)
-        return 2
-    token = None
-    if args.token_file is not None:
-        try:
-            token = read_token(args.token_file)
-        except ValueError as exc:
-            print(f"appserver: {exc}", file=sys.stderr)
-            return 2
-    hide_secrets(token, getattr(args, "api_key", None))
-    websocket = None
-    if args.websocket is not None:
-        from appserver.transport.base import ListenerError
-        from appserver.transport.websocket import ListenerOptions, check_options
-
-        websocket = ListenerOptions(
-            host=args.websocket.host, port=args.websocket.port or 0, token=token
-        )
-        try:
-            check_options(websocket)
-        except ListenerError as exc:
-            print(f"appserver: {exc}", file=sys.stderr)
-            return 2
-    provider_options = {
-        key: value
-        for key, value in (
-            ("provider", args.provider),
-            ("model", args.model),
-            ("base_url", args.base_url),
-            ("api_key", args.api_key),
-        )
-        if value
-    }
-    options = HostOptions(
-        workspace=args.workspace,
-        provider_options=provider_options,
-        tool_env=tuple(args.tool_env),
-        websocket=websocket,
-        trust_workspace=args.trust_workspace,
-    )
-    from appserver.transport.stdio import claim_stdio
-
-    stdin, stdout = claim_stdio()
-    module = face_module(args.face)
-
-    def host() -> Any:
-        return open_host(options)
-
-    try:
-        code: int = anyio.run(module.main, args, options, host, stdin, stdout)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as error:
-        from appserver.transport.base import AddressInUse, ListenerError
-
-        cause = leaf(error)  # a face that let its --websocket listener's failure through
-        if isinstance(cause, AddressInUse):
-            print(f"appserver: {cause.advice('--websocket')}", file=sys.stderr)
-            return 2
-        if isinstance(cause, ListenerError):
-            print(f"appserver: {cause}", file=sys.stderr)
-            return 2
-        from appserver.storage.failures import disk_failure
-
-        disk = disk_failure(cause)
-        if disk is not None:  # a full or failing disk, as app-server reports it
-            where = options.craft_dir
-            print(f"appserver: cannot start: {disk} (in {where})", file=sys.stderr)
-            return 1
-        raise
-    return code
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -613,13 +418,6 @@ def serve_command(args: argparse.Namespace) -> int:
             return 1
         raise
     return 0
-
-
-def leaf(error: BaseException) -> BaseException:
-    """The one exception inside (nested) single-member exception groups."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ LONG_MODULES = {
     "appserver/rpc/connection.py": 650,
     "appserver/storage/threads.py": 634,
     "appserver/tools/terminals.py": 628,
-    "appserver/cli.py": 630,
     "appserver/server.py": 609,
     "appserver/runtime/turns/engine.py": 520,
 }

@@ -1,0 +1,93 @@
+"""Running a face (``appserver host|rpc|router|acp``, and Qwen Code's flags) on
+this process's stdio."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import anyio
+
+from appserver.command_line import configure_logs, face_module, leaf, read_token
+from appserver.process_secrets import hide_secrets
+
+
+def face_command(args: argparse.Namespace) -> int:
+    """Run a face on this process's stdio (and the listeners its flags ask for)."""
+    if not configure_logs(args):
+        return 2
+    from appserver.hosting import HostOptions, open_host
+
+    if not args.workspace.is_dir():
+        print(f"appserver: workspace {args.workspace} is not a directory", file=sys.stderr)
+        return 2
+    token = None
+    if args.token_file is not None:
+        try:
+            token = read_token(args.token_file)
+        except ValueError as exc:
+            print(f"appserver: {exc}", file=sys.stderr)
+            return 2
+    hide_secrets(token, getattr(args, "api_key", None))
+    websocket = None
+    if args.websocket is not None:
+        from appserver.transport.base import ListenerError
+        from appserver.transport.websocket import ListenerOptions, check_options
+
+        websocket = ListenerOptions(
+            host=args.websocket.host, port=args.websocket.port or 0, token=token
+        )
+        try:
+            check_options(websocket)
+        except ListenerError as exc:
+            print(f"appserver: {exc}", file=sys.stderr)
+            return 2
+    provider_options = {
+        key: value
+        for key, value in (
+            ("provider", args.provider),
+            ("model", args.model),
+            ("base_url", args.base_url),
+            ("api_key", args.api_key),
+        )
+        if value
+    }
+    options = HostOptions(
+        workspace=args.workspace,
+        provider_options=provider_options,
+        tool_env=tuple(args.tool_env),
+        websocket=websocket,
+        trust_workspace=args.trust_workspace,
+    )
+    from appserver.transport.stdio import claim_stdio
+
+    stdin, stdout = claim_stdio()
+    module = face_module(args.face)
+
+    def host() -> Any:
+        return open_host(options)
+
+    try:
+        code: int = anyio.run(module.main, args, options, host, stdin, stdout)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        from appserver.transport.base import AddressInUse, ListenerError
+
+        cause = leaf(error)  # a face that let its --websocket listener's failure through
+        if isinstance(cause, AddressInUse):
+            print(f"appserver: {cause.advice('--websocket')}", file=sys.stderr)
+            return 2
+        if isinstance(cause, ListenerError):
+            print(f"appserver: {cause}", file=sys.stderr)
+            return 2
+        from appserver.storage.failures import disk_failure
+
+        disk = disk_failure(cause)
+        if disk is not None:  # a full or failing disk, as app-server reports it
+            where = options.craft_dir
+            print(f"appserver: cannot start: {disk} (in {where})", file=sys.stderr)
+            return 1
+        raise
+    return code
