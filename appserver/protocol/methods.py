@@ -19,6 +19,7 @@ from appserver.protocol import (
     mcp,
     plans,
     plugins,
+    prompt,
     skills,
     terminals,
     workspace,
@@ -46,6 +47,7 @@ _FAMILIES = (
     editor_terminal,
     plans,
     terminals,
+    prompt,
 )
 
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a coding agent working in the user's workspace. Use the tools to inspect and "
-    "change files and to run commands. Be concise."
-)
+from appserver.runtime.system_prompt import DEFAULT_SYSTEM_PROMPT
 
 
 @dataclass
@@ -16,6 +13,11 @@ class EngineConfig:
     """Tunables of the turn engine."""
 
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # Read AGENTS.md files into every request's instructions
+    # (runtime/instructions.py): the workspace's, and the user's own (in the
+    # user's appserver directory).
+    project_instructions: bool = True
+    user_instructions: bool = True
     max_model_calls: int = 32
     approval_timeout: float = 120.0
     reconnect_grace: float = 15.0

@@ -17,6 +17,7 @@ from appserver.services import (
     cron,
     mcp,
     plugins,
+    prompt,
     skills,
     terminals,
     workspace,
@@ -34,4 +35,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     cron.install,
     channels.install,
     terminals.install,
+    prompt.install,
 ]

@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--no-context-files",
         action="store_true",
-        help="accepted for zot's clients; has no effect (no context files are read)",
+        help="read no AGENTS.md (neither the project's nor the user's)",
     )
     add_backlog_argument(group)
 
@@ -101,6 +101,8 @@ def configure(args: argparse.Namespace, options: Any) -> None:
     }
     if args.max_steps is not None:
         changes["max_model_calls"] = args.max_steps
+    if args.no_context_files:
+        changes["project_instructions"] = changes["user_instructions"] = False
     if changes:
         options.engine = dataclasses.replace(options.engine, **changes)
     if args.no_tools:

@@ -4,8 +4,10 @@ items, run the tools it calls, repeat until it answers without tools."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from appserver.protocol.encoding import scrub_surrogates
 from appserver.providers.base import (
@@ -24,12 +26,21 @@ from appserver.providers.base import (
     Usage,
 )
 from appserver.runtime.history import SUMMARY_PREFIX, messages_from_items
+from appserver.runtime.instructions import (
+    INSTRUCTIONS_FILE,
+    Environment,
+    ProjectInstructions,
+    PromptSection,
+    compose,
+    system_text,
+)
 from appserver.runtime.turns.compaction import Compactor
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.tooling import ToolRunner
 from appserver.storage.threads import ItemRecord, ThreadRepository
+from appserver.storage.user_settings import user_home
 
 
 class AgentLoop:
@@ -51,6 +62,35 @@ class AgentLoop:
         self.config = config
         self.provider = provider  # read per call: the workspace may switch providers
         self.compactor = Compactor(items, config, provider)
+        self.project_instructions = ProjectInstructions(
+            tools.workspace, self._user_instructions, project=config.project_instructions
+        )
+
+    def _user_instructions(self) -> Path | None:
+        if not self.config.user_instructions:
+            return None
+        return user_home() / INSTRUCTIONS_FILE
+
+    def system_sections(
+        self, configuration: Mapping[str, Any], turn_instructions: Iterable[str] = ()
+    ) -> list[PromptSection]:
+        """The system text of a model request of a thread with this
+        configuration, in sections (``prompt/read`` shows them)."""
+        workspace = self.project_instructions.workspace
+        environment = Environment(
+            cwd=workspace,
+            workspace=workspace,
+            approval_policy=self.tools.approvals.effective_policy(configuration),
+            ask_outside_workspace=configuration.get("requireApprovalOutsideWorkspace") is not False,
+        )
+        agent_instructions = configuration.get("agentInstructions")
+        return compose(
+            self.config.system_prompt,
+            environment,
+            self.project_instructions.files(workspace),
+            str(agent_instructions) if agent_instructions else None,
+            turn_instructions,
+        )
 
     async def run(self, active: ActiveTurn, user: UserInput) -> None:
         active.instructions = list(user.instructions)
@@ -120,11 +160,7 @@ class AgentLoop:
     async def _model_call(self, active: ActiveTurn, history: list[Message]) -> list[ToolCall]:
         provider = self.provider()
         config = active.thread.configuration or {}
-        system = self.config.system_prompt
-        if config.get("agentInstructions"):
-            system += "\n\n" + str(config["agentInstructions"])
-        for extra in active.instructions:
-            system += "\n\n" + extra
+        system = system_text(self.system_sections(config, active.instructions))
         await self.tools.client_tools.load(active.thread_id)
         request = ModelRequest(
             model=str(config.get("model") or provider.default_model),

@@ -10,7 +10,8 @@ settled here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import anyio
 
@@ -47,17 +48,23 @@ class ApprovalConversation:
         self.default_policy = default_policy
         self.workspace_trusted = workspace_trusted
 
-    async def settle(self, active: ActiveTurn, need: ApprovalNeed) -> Verdict:
-        """Decide by policy or grant, or ask the turn's watchers."""
-        config = active.thread.configuration or {}
-        policy = str(config.get("approvalPolicy") or "default")
+    def effective_policy(self, configuration: Mapping[str, Any]) -> str:
+        """The policy a thread with this configuration runs under: its own,
+        else the user's default; ``autoApprove`` only in a trusted workspace."""
+        policy = str(configuration.get("approvalPolicy") or "default")
         if policy == "default":
             policy = self.default_policy()
-        trusted = self.workspace_trusted()
-        if policy == "autoApprove" and not trusted:
+        if policy == "autoApprove" and not self.workspace_trusted():
             # A policy stored in a database that came with the checkout is not
             # the user's: until the workspace is trusted, a person is asked.
             policy = "default"
+        return policy
+
+    async def settle(self, active: ActiveTurn, need: ApprovalNeed) -> Verdict:
+        """Decide by policy or grant, or ask the turn's watchers."""
+        config = active.thread.configuration or {}
+        policy = self.effective_policy(config)
+        trusted = self.workspace_trusted()
         require_outside = config.get("requireApprovalOutsideWorkspace")
         verdict = await self.approvals.precheck(
             active.thread_id, need, policy, require_outside is not False, trusted

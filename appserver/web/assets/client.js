@@ -31,6 +31,7 @@ var METHODS = [
   "plugin/remove",
   "plugin/setEnabled",
   "plugin/view",
+  "prompt/read",
   "skills/list",
   "skills/read",
   "skills/restoreOriginal",
@@ -139,6 +140,7 @@ var METHOD_INFO = {
   "plugin/remove": { capability: "pluginManagement", errors: [-32602] },
   "plugin/setEnabled": { capability: "pluginManagement", errors: [-32602] },
   "plugin/view": { capability: "pluginManagement", errors: [-32602] },
+  "prompt/read": { capability: "promptRead", errors: [-32010, -32602] },
   "skills/list": { capability: "skillsManagement", errors: [-32602] },
   "skills/read": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/restoreOriginal": { capability: "skillsManagement", errors: [-32040, -32602] },
@@ -417,6 +419,15 @@ var GeneratedMethods = class {
    */
   pluginView(params, options) {
     return this.request("plugin/view", params, options);
+  }
+  /**
+   * The system text of the thread's next model request (without a turn's own instructions): the server's prompt, the environment block and every `AGENTS.md` from the user's directory and the workspace root down, each headed by its path. Ours, not DotCraft's.
+   *
+   * Wire method `prompt/read`; capability `promptRead`; errors -32010, -32602.
+   * Params: {@link PromptReadParams}.
+   */
+  promptRead(params = {}, options) {
+    return this.request("prompt/read", params, options);
   }
   /**
    * Every skill the workspace can use (workspace > enabled plugins > built-in > user), with availability and enabled state.

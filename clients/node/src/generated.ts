@@ -1333,6 +1333,32 @@ export interface PluginSkill {
   enabled: boolean;
 }
 
+/** `prompt/read`: the system text for a thread, or for a new thread. */
+export interface PromptReadParams {
+  /** The thread whose configuration (approval policy, `agentInstructions`) applies; absent: a new thread with the defaults. */
+  threadId?: string | null;
+}
+
+/** The system text and its sections. */
+export interface PromptReadResult {
+  /** The whole system text, the sections joined by blank lines. */
+  text: string;
+  /** Its parts. */
+  sections: PromptSection[];
+  /** Project instructions were cut to fit their 32 KiB cap (the text says where). */
+  truncated: boolean;
+}
+
+/** One part of the system text, in the order the model reads them. */
+export interface PromptSection {
+  /** `base` (the server's prompt, or a face's replacement), `environment` (working directory, OS, shell, date, approval policy, workspace boundary), `projectInstructions` (one `AGENTS.md`) or `agentInstructions` (the thread's own). */
+  kind: "base" | "environment" | "projectInstructions" | "agentInstructions";
+  /** The section as the model reads it. */
+  text: string;
+  /** For `projectInstructions`: the file it came from. */
+  source?: string | null;
+}
+
 /** `QueueUpdatedNotification` on the wire. */
 export interface QueueUpdatedNotification {
   /** The thread. */
@@ -2471,6 +2497,13 @@ export interface Methods {
    */
   "plugin/view": { params: PluginIdParams; result: PluginResult };
   /**
+   * The system text of the thread's next model request (without a turn's own instructions): the server's prompt, the environment block and every `AGENTS.md` from the user's directory and the workspace root down, each headed by its path. Ours, not DotCraft's.
+   *
+   * Wire method `prompt/read`; capability `promptRead`; errors -32010, -32602.
+   * Params: {@link PromptReadParams}.
+   */
+  "prompt/read": { params: PromptReadParams; result: PromptReadResult };
+  /**
    * Every skill the workspace can use (workspace > enabled plugins > built-in > user), with availability and enabled state.
    *
    * Wire method `skills/list`; capability `skillsManagement`; errors -32602.
@@ -2955,6 +2988,7 @@ export const METHODS: readonly Method[] = [
   "plugin/remove",
   "plugin/setEnabled",
   "plugin/view",
+  "prompt/read",
   "skills/list",
   "skills/read",
   "skills/restoreOriginal",
@@ -3069,6 +3103,7 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "plugin/remove": { capability: "pluginManagement", errors: [-32602] },
   "plugin/setEnabled": { capability: "pluginManagement", errors: [-32602] },
   "plugin/view": { capability: "pluginManagement", errors: [-32602] },
+  "prompt/read": { capability: "promptRead", errors: [-32010, -32602] },
   "skills/list": { capability: "skillsManagement", errors: [-32602] },
   "skills/read": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/restoreOriginal": { capability: "skillsManagement", errors: [-32040, -32602] },
@@ -3392,6 +3427,16 @@ export abstract class GeneratedMethods {
    */
   pluginView(params: PluginIdParams, options?: RequestOptions): Promise<PluginResult> {
     return this.request("plugin/view", params, options);
+  }
+
+  /**
+   * The system text of the thread's next model request (without a turn's own instructions): the server's prompt, the environment block and every `AGENTS.md` from the user's directory and the workspace root down, each headed by its path. Ours, not DotCraft's.
+   *
+   * Wire method `prompt/read`; capability `promptRead`; errors -32010, -32602.
+   * Params: {@link PromptReadParams}.
+   */
+  promptRead(params: PromptReadParams = {}, options?: RequestOptions): Promise<PromptReadResult> {
+    return this.request("prompt/read", params, options);
   }
 
   /**

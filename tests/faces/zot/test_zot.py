@@ -26,6 +26,7 @@ import anyio
 import pytest
 from anyio.abc import Process
 
+from appserver.runtime.instructions import Environment
 from appserver.storage.user_settings import workspace_home
 from tests.support.processes import ws_client
 from tests.support.servers import child_env, read_listening_url
@@ -939,6 +940,7 @@ async def test_images_are_stored_and_passed_to_the_model(workspace: Path) -> Non
 async def test_zot_flags(workspace: Path, tmp_path: Path) -> None:
     other = tmp_path / "elsewhere"
     other.mkdir()
+    (other / "AGENTS.md").write_text("not read at all\n")
     flags = [
         "--cwd",
         str(other),
@@ -957,8 +959,12 @@ async def test_zot_flags(workspace: Path, tmp_path: Path) -> None:
         assert state["data"]["cwd"] == str(other.resolve())
         await proc.send({"id": "1", "type": "prompt", "message": "hi"})
         frames = await proc.until_type("done")
-        # The offline model counts the system prompt's words and the message's.
-        assert of(frames, "usage")[0]["input"] == 5
+        # The offline model counts the system prompt's words and the message's:
+        # the replaced prompt and the appended line, the environment block (always
+        # there), no AGENTS.md (--no-context-files), and "hi".
+        where = other.resolve()
+        environment = Environment(cwd=where, workspace=where, approval_policy="default")
+        assert of(frames, "usage")[0]["input"] == 5 + len(environment.render().split())
         await proc.send({"id": "2", "type": "prompt", "message": "!echo hi"})
         frames = await proc.until_type("done")
         (result,) = of(frames, "tool_result")  # shell is not among the tools

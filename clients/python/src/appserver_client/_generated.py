@@ -111,6 +111,9 @@ __all__ = [
     "PluginResult",
     "PluginSetEnabledParams",
     "PluginSkill",
+    "PromptReadParams",
+    "PromptReadResult",
+    "PromptSection",
     "QueueUpdatedNotification",
     "QueuedInputsResult",
     "QueuedTurnInput",
@@ -1081,6 +1084,28 @@ class PluginSkill(TypedDict):
     enabled: bool
 
 
+class PromptReadParams(TypedDict):
+    """``prompt/read``: the system text for a thread, or for a new thread."""
+
+    threadId: NotRequired[str | None]
+
+
+class PromptReadResult(TypedDict):
+    """The system text and its sections."""
+
+    text: str
+    sections: list[PromptSection]
+    truncated: bool
+
+
+class PromptSection(TypedDict):
+    """One part of the system text, in the order the model reads them."""
+
+    kind: Literal["base", "environment", "projectInstructions", "agentInstructions"]
+    text: str
+    source: NotRequired[str | None]
+
+
 class QueueUpdatedNotification(TypedDict):
     """``QueueUpdatedNotification`` on the wire."""
 
@@ -1776,6 +1801,7 @@ METHODS: Final[dict[str, str]] = {
     "plugin/remove": "plugin_remove",
     "plugin/setEnabled": "plugin_set_enabled",
     "plugin/view": "plugin_view",
+    "prompt/read": "prompt_read",
     "skills/list": "skills_list",
     "skills/read": "skills_read",
     "skills/restoreOriginal": "skills_restore_original",
@@ -2315,6 +2341,21 @@ class GeneratedMethods:
         params = _params({"id": id}, {})
         reply = await self.request("plugin/view", params, timeout=timeout)
         return cast(PluginResult, reply)
+
+    async def prompt_read(
+        self, *, thread_id: str | None = None, timeout: float | None = None
+    ) -> PromptReadResult:
+        """The system text of the thread's next model request (without a turn's own instructions):
+        the server's prompt, the environment block and every `AGENTS.md` from the user's
+        directory and the workspace root down, each headed by its path. Ours, not DotCraft's.
+
+        Wire method ``prompt/read``; capability ``promptRead``; errors -32010, -32602.
+        Params: :class:`PromptReadParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"threadId": thread_id})
+        reply = await self.request("prompt/read", params, timeout=timeout)
+        return cast(PromptReadResult, reply)
 
     async def skills_list(
         self, *, include_unavailable: bool | None = None, timeout: float | None = None
