@@ -58,12 +58,12 @@ def read_snapshot(path: Path, max_bytes: int = DIFF_INPUT_MAX_BYTES) -> Snapshot
         return Snapshot(True, links, why="it is not UTF-8 text")
 
 
-def links_note(snapshot: Snapshot) -> str:
+def links_note(links: int) -> str:
     """The prompt's note on a file with more than one hard link (empty for one)."""
-    if snapshot.links <= 1:
+    if links <= 1:
         return ""
     return (
-        f"; it has {snapshot.links} hard links: this changes the file under every one of its "
+        f"; it has {links} hard links: this changes the file under every one of its "
         "names, which may lie outside the workspace"
     )
 
@@ -81,7 +81,7 @@ def file_need(
         kind="file",
         operation=operation,
         target=str(target.path),
-        reason=reason + links_note(snapshot),
+        reason=reason + links_note(snapshot.links),
         # A hard-linked file may be one outside: asked as outside (see the module docstring).
         outside_workspace=not target.inside or snapshot.links > 1,
         diff=diff,
