@@ -59,6 +59,11 @@ def _side(prefix: str, shown: str) -> str:
     return _quoted(shown if shown.startswith("/") else f"{prefix}/{shown}")
 
 
+def path_label(prefix: str, shown: str) -> str:
+    """How a diff header names ``shown`` on side ``prefix`` (``a`` or ``b``)."""
+    return _side(prefix, shown)
+
+
 def not_diffable(shown: str, why: str) -> str:
     """The one-line "diff" of a file that cannot be diffed (binary, too large)."""
     return f"[no diff of {_quoted(shown)}: {why}]\n"

@@ -26,16 +26,13 @@ call fails and the file is not touched.
 from __future__ import annotations
 
 import os
-import stat
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import anyio.to_thread
 
 from appserver.tools.args import check_keys, get_bool, require_str
 from appserver.tools.base import (
-    ApprovalNeed,
     EditorFiles,
     ToolContext,
     ToolError,
@@ -51,98 +48,18 @@ from appserver.tools.file_common import (
     outside_note,
     resolved_plan,
 )
-from appserver.tools.file_diff import DIFF_INPUT_MAX_BYTES, not_diffable, unified_diff
+from appserver.tools.file_diff import not_diffable, unified_diff
+from appserver.tools.file_snapshot import (
+    Snapshot,
+    check_links,
+    file_need,
+    overwrite,
+    read_snapshot,
+)
 from appserver.tools.nofollow import PathChanged, open_file, open_regular
-from appserver.tools.sandbox import ResolvedPath, Sandbox
+from appserver.tools.sandbox import Sandbox
 
 EDIT_MAX_BYTES = 10 * 1024 * 1024
-
-
-# --- what the plan saw -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    """The file as the plan saw it."""
-
-    exists: bool
-    links: int  # st_nlink; 1 for a file that does not exist yet
-    text: str | None = None  # None: not shown (see ``why``), or no file
-    why: str = ""  # why ``text`` is not shown
-
-
-def _snapshot(path: Path, max_bytes: int = DIFF_INPUT_MAX_BYTES) -> _Snapshot:
-    """Read the file at ``path`` (no link followed), at most ``max_bytes``."""
-    try:
-        links = os.lstat(path).st_nlink
-    except FileNotFoundError:
-        return _Snapshot(exists=False, links=1)
-    except OSError as exc:
-        return _Snapshot(exists=True, links=1, why=exc.strerror or "unreadable")
-    try:
-        with open(open_regular(path, os.O_RDONLY), "rb") as handle:
-            links = os.fstat(handle.fileno()).st_nlink
-            raw = handle.read(max_bytes + 1)
-    except PathChanged:
-        return _Snapshot(exists=True, links=links, why="it changed (a symlink appeared)")
-    except OSError as exc:
-        return _Snapshot(exists=True, links=links, why=exc.strerror or "unreadable")
-    if len(raw) > max_bytes:
-        return _Snapshot(True, links, why=f"it is larger than {max_bytes // 1024} KiB")
-    if b"\0" in raw[:BINARY_SNIFF_BYTES]:
-        return _Snapshot(True, links, why="it looks like a binary file")
-    try:
-        return _Snapshot(True, links, text=raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return _Snapshot(True, links, why="it is not UTF-8 text")
-
-
-def _links_note(snapshot: _Snapshot) -> str:
-    if snapshot.links <= 1:
-        return ""
-    return (
-        f"; it has {snapshot.links} hard links: this changes the file under every one of its "
-        "names, which may lie outside the workspace"
-    )
-
-
-def _need(
-    operation: str,
-    target: ResolvedPath,
-    reason: str,
-    snapshot: _Snapshot,
-    diff: str,
-) -> ApprovalNeed:
-    return ApprovalNeed(
-        kind="file",
-        operation=operation,
-        target=str(target.path),
-        reason=reason + _links_note(snapshot),
-        # A hard-linked file may be one outside: asked as outside (see the module docstring).
-        outside_workspace=not target.inside or snapshot.links > 1,
-        diff=diff,
-    )
-
-
-def _check_links(fd: int, display: str, links_shown: int) -> None:
-    """Refuse a file with more hard links than the approval showed."""
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        raise FileFailure(f"{display} is not a regular file")
-    if info.st_nlink > links_shown:
-        shown = "did not mention them" if links_shown <= 1 else f"showed {links_shown}"
-        raise FileFailure(
-            f"{display} has {info.st_nlink} hard links and the approval {shown}: writing it "
-            "would change the file under its other names too, which may lie outside the "
-            "workspace. Refused; the file is unchanged."
-        )
-
-
-def _overwrite(handle: BinaryIO, data: bytes) -> None:
-    """Replace the content of the open file in place."""
-    handle.seek(0)
-    handle.truncate()
-    handle.write(data)
 
 
 # --- write_file --------------------------------------------------------------
@@ -164,8 +81,8 @@ def _write(path: Path, display: str, data: bytes, links_shown: int) -> bool:
     except PathChanged as exc:
         raise FileFailure(str(exc)) from None
     with open(fd, "wb") as handle:  # on a descriptor: truncates nothing by itself
-        _check_links(fd, display, links_shown)
-        _overwrite(handle, data)
+        check_links(fd, display, links_shown)
+        overwrite(handle, data)
     return created
 
 
@@ -198,13 +115,13 @@ class WriteFileTool:
             raise ToolError(f"{path} is a directory")
         data = content.encode("utf-8")
         display = sandbox.display(target)
-        snapshot = _snapshot(target.path)
+        snapshot = read_snapshot(target.path)
         if snapshot.exists and snapshot.text is None:
             diff = not_diffable(display, snapshot.why)
         else:
             diff = unified_diff(display, snapshot.text, content)
         reason = f"Write {len(data)} bytes to {display}{outside_note(target)}"
-        approval = _need("write", target, reason, snapshot, diff)
+        approval = file_need("write", target, reason, snapshot, diff)
         return resolved_plan(
             self.name, arguments, sandbox, target, approval, data=data, links=snapshot.links
         )
@@ -265,10 +182,10 @@ def _edit(
 ) -> int:
     # One descriptor for the read and the write: what is written is the file read.
     with open_planned(path, os.O_RDWR) as handle:
-        _check_links(handle.fileno(), display, links_shown)
+        check_links(handle.fileno(), display, links_shown)
         text = _decode_for_edit(handle.read(max_bytes + 1), display, max_bytes)
         updated, count = _replace(text, display, *strings)
-        _overwrite(handle, updated.encode("utf-8"))
+        overwrite(handle, updated.encode("utf-8"))
     return count
 
 
@@ -290,11 +207,11 @@ def _replace(text: str, display: str, old: str, new: str, replace_all: bool) -> 
 
 def _write_edited(path: Path, display: str, text: str, links_shown: int) -> None:
     with open_planned(path, os.O_WRONLY) as handle:
-        _check_links(handle.fileno(), display, links_shown)
-        _overwrite(handle, text.encode("utf-8"))
+        check_links(handle.fileno(), display, links_shown)
+        overwrite(handle, text.encode("utf-8"))
 
 
-def _edit_diff(display: str, snapshot: _Snapshot, old: str, new: str, replace_all: bool) -> str:
+def _edit_diff(display: str, snapshot: Snapshot, old: str, new: str, replace_all: bool) -> str:
     """The approval's diff of an edit; a line saying why when there is none."""
     if snapshot.text is None:
         return not_diffable(display, snapshot.why)
@@ -357,11 +274,11 @@ class EditFileTool:
         if target.path.is_dir():
             raise ToolError(f"{path} is a directory")
         display = sandbox.display(target)
-        snapshot = _snapshot(target.path)
+        snapshot = read_snapshot(target.path)
         what = "every occurrence of a string" if replace_all else "one string"
         reason = f"Edit {display}{outside_note(target)}: replace {what}"
         diff = _edit_diff(display, snapshot, old, new, replace_all)
-        approval = _need("edit", target, reason, snapshot, diff)
+        approval = file_need("edit", target, reason, snapshot, diff)
         strings = {"old": old, "new": new, "replace_all": replace_all}
         return resolved_plan(
             self.name, arguments, sandbox, target, approval, links=snapshot.links, **strings

@@ -6,6 +6,7 @@ import re
 from collections.abc import Collection, Iterable, Iterator
 
 from appserver.providers.base import ToolSpec
+from appserver.tools.apply_patch import ApplyPatchTool
 from appserver.tools.base import Tool
 from appserver.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
 from appserver.tools.plans import plan_tools
@@ -27,6 +28,7 @@ def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
         ListDirTool(),
         WriteFileTool(),
         EditFileTool(),
+        ApplyPatchTool(),
         *plan_tools(),  # write the thread's plan once the runtime attaches its store
     ]
 

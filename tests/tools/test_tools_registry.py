@@ -18,6 +18,7 @@ def test_default_tools_and_specs() -> None:
         "list_dir",
         "write_file",
         "edit_file",
+        "apply_patch",
         "CreatePlan",
         "UpdateTodos",
     ]
@@ -34,7 +35,7 @@ def test_default_tools_and_specs() -> None:
     assert shell is not None and shell.name == "shell"
     assert registry.get("nope") is None
     assert "read_file" in registry
-    assert len(registry) == 7
+    assert len(registry) == 8
 
 
 def test_duplicates_invalid_names_and_unregister() -> None:

@@ -380,6 +380,7 @@ async def test_sdk_handshake_and_a_plain_turn(workspace: Path) -> None:
             "list_dir",
             "write_file",
             "edit_file",
+            "apply_patch",
             "CreatePlan",
             "UpdateTodos",
         ]
