@@ -75,6 +75,11 @@ TOOL_KINDS: dict[str, ToolKind] = {
     "list_dir": "read",
     "write_file": "edit",
     "edit_file": "edit",
+    "apply_patch": "edit",
+    "grep": "search",
+    "find_files": "search",
+    "web_fetch": "fetch",
+    "view_image": "read",
 }
 
 

@@ -52,10 +52,20 @@ ALIASES = {
     "edit_file": "edit_file",
     "edit": "edit_file",
     "replace": "edit_file",
+    "apply_patch": "apply_patch",
 }
 # The tool behind a gated file operation (ApprovalRequestParams.operation).
-FILE_TOOLS = {"read": "read_file", "write": "write_file", "edit": "edit_file", "list": "list_dir"}
-EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+FILE_TOOLS = {
+    "read": "read_file",
+    "write": "write_file",
+    "edit": "edit_file",
+    "list": "list_dir",
+    "patch": "apply_patch",
+}
+EDIT_TOOLS = frozenset({"write_file", "edit_file", "apply_patch"})
+PATCH_TOOL = "apply_patch"
+# Exclude rules that name a patch (it writes and edits).
+_PATCH_RULES = frozenset({"write_file", "edit_file", PATCH_TOOL})
 # Input typed into a background terminal: its own tool, never a rule's ``shell``.
 TERMINAL_INPUT = "write_stdin"
 # Calls whose subject is a command line (what command exclude rules read).
@@ -149,6 +159,8 @@ class ToolRules:
         excluded, unknown = parse_rules(exclude)
         rules.ignored += unknown
         bare = {rule.tool for rule in excluded if rule.pattern is None}
+        if bare & _PATCH_RULES:
+            bare.add(PATCH_TOOL)  # a patch writes and edits: no way around the exclusion
         names = [name for name in names if name not in bare]
         rules.excluded = [rule for rule in excluded if rule.pattern is not None]
         rules.allowed, unknown = parse_rules(allow)
@@ -185,7 +197,12 @@ def thread_policy(mode: str, override: str | None, rules: ToolRules) -> str:
 def exclusion(call: Call, rules: ToolRules, workspace: Path) -> bool | None:
     """Whether an exclude rule names the call; ``None`` when the call is a
     shell command (or terminal input) that cannot be read reliably and a shell
-    rule might name it."""
+    rule might name it (or a patch a path rule of a write or an edit might)."""
+    if call.tool == PATCH_TOOL:
+        # A patch writes and edits files: a path rule of either might name one of
+        # its paths, which cannot be judged against the patch's several paths.
+        # (A bare exclusion of either took apply_patch off the tools: ToolRules.build.)
+        return None if any(rule.tool in _PATCH_RULES for rule in rules.excluded) else False
     if call.tool not in _COMMAND_TOOLS:
         return any(rule.matches(call.tool, call.subject, workspace) for rule in rules.excluded)
     patterns = [rule.pattern for rule in rules.excluded if rule.tool == "shell" and rule.pattern]

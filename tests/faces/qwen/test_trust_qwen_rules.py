@@ -249,6 +249,21 @@ def test_nothing_is_accepted_locally_in_an_untrusted_workspace() -> None:
     assert local_decision("plan", edit, rules, Path("/ws"), trusted=False) == "decline"
 
 
+def test_a_patch_is_an_edit_that_write_and_edit_exclusions_name() -> None:
+    """apply_patch: auto-edit accepts it like an edit; an exclude rule of write_file or
+    edit_file names it; a path pattern cannot be judged against several paths."""
+    patch = Call("apply_patch", "call_4", {"input": "..."}, "/ws/a.txt, /ws/b.txt", outside=False)
+    none = ToolRules.build(KNOWN, [], [], [])
+    assert local_decision("auto-edit", patch, none, Path("/ws"), trusted=True) == "accept"
+    assert local_decision("default", patch, none, Path("/ws"), trusted=True) is None
+    # A bare exclusion of write_file takes apply_patch off the tools too.
+    whole = ToolRules.build([*KNOWN, "apply_patch"], [], ["write_file"], [])
+    assert whole.registry == ["shell", "read_file", "list_dir", "edit_file"]
+    paths = ToolRules.build(KNOWN, [], ["Edit(secret/**)"], [])
+    assert local_decision("yolo", patch, paths, Path("/ws"), trusted=True) == "decline"
+    assert local_decision("auto-edit", patch, paths, Path("/ws"), trusted=True) is None
+
+
 def test_terminal_input_is_not_a_command_an_allow_rule_covers() -> None:
     allow = ToolRules.build(KNOWN, [], [], ["Bash(git *)", "Bash", "write_file"])
     assert _typed("default", "git push --force", allow) is None  # asked
