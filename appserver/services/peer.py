@@ -19,14 +19,9 @@ from typing import Any
 
 from appserver.protocol.base import WireModel
 from appserver.rpc import framing
-from appserver.rpc.connection import (
-    Connection,
-    PeerClosed,
-    PeerErrorResponse,
-    PeerTimeout,
-    RequestContext,
-)
+from appserver.rpc.connection import Connection, RequestContext
 from appserver.rpc.outbox import Merge
+from appserver.rpc.server_requests import PeerClosed, PeerErrorResponse, PeerTimeout
 from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
 from appserver.transport.outbox import text_merger
 

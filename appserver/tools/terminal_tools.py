@@ -34,8 +34,8 @@ from appserver.tools.base import (
     one_line,
 )
 from appserver.tools.sandbox import Sandbox
+from appserver.tools.terminal_snapshots import DEFAULT_MAX_OUTPUT_CHARS
 from appserver.tools.terminals import (
-    DEFAULT_MAX_OUTPUT_CHARS,
     DEFAULT_YIELD_MS,
     MAX_YIELD_MS,
     TerminalError,

@@ -20,8 +20,8 @@ from appserver.protocol import errors as rpc_errors
 from appserver.tools.base import ToolContext, ToolError
 from appserver.tools.reaper import group_alive
 from appserver.tools.shell import ShellTool
+from appserver.tools.terminal_snapshots import limit_output
 from appserver.tools.terminal_tools import StopTerminalTool, WriteStdinTool
-from appserver.tools.terminals import limit_output
 from tests.support.client import RpcClient
 from tests.support.servers import (
     ProcessStream,

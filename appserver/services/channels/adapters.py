@@ -46,7 +46,8 @@ from pydantic import ValidationError
 
 from appserver.protocol import channels as channel_wire
 from appserver.protocol.initialize import InitializeParams
-from appserver.rpc.connection import RequestContext, ServerRequestError
+from appserver.rpc.connection import RequestContext
+from appserver.rpc.server_requests import ServerRequestError
 from appserver.runtime.events import Participant
 from appserver.runtime.turns import ActiveTurn, UserInput
 from appserver.runtime.turns.client_tools import ClientTool
