@@ -23,10 +23,9 @@ MAX_LINES = 500
 #: splits them: the faces into packages, the rest into rooms of one job).
 LONG_MODULES = {
     "appserver/rpc/connection.py": 650,
-    "appserver/storage/threads.py": 634,
     "appserver/tools/terminals.py": 628,
     "appserver/server.py": 609,
-    "appserver/runtime/turns/engine.py": 520,
+    "appserver/runtime/turns/engine.py": 521,  # its storage imports: records, threads
 }
 
 #: Circles still to break: the method families and the context they are given
