@@ -24,7 +24,6 @@ MAX_LINES = 500
 LONG_MODULES = {
     "appserver/rpc/connection.py": 650,
     "appserver/tools/terminals.py": 628,
-    "appserver/server.py": 609,
     "appserver/runtime/turns/engine.py": 521,  # its storage imports: records, threads
 }
 

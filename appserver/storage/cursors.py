@@ -28,7 +28,8 @@ def turns_cursor(seq: int) -> str:
 
 
 def decode_cursor(cursor: str, arity: int) -> list[Any]:
-    """The ``arity`` scalars a cursor from :func:`encode_cursor` holds; raises :class:`BadCursor`."""
+    """The ``arity`` scalars a cursor from :func:`encode_cursor` holds.
+    Raises :class:`BadCursor` for anything else."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
