@@ -194,19 +194,27 @@ class AppServer:
 
     @property
     def skills(self) -> SkillsService | None:
-        return self.families.skills
+        from appserver.services.skills import skills_of
+
+        return skills_of(self.families)
 
     @property
     def plugins(self) -> PluginService | None:
-        return self.families.plugins
+        from appserver.services.plugins import plugins_of
+
+        return plugins_of(self.families)
 
     @property
     def mcp(self) -> McpService | None:
-        return self.families.mcp
+        from appserver.services.mcp import mcp_of
+
+        return mcp_of(self.families)
 
     @property
     def commands(self) -> CommandsService | None:
-        return self.families.commands
+        from appserver.services.commands import commands_of
+
+        return commands_of(self.families)
 
     @property
     def heartbeat(self) -> HeartbeatService | None:
