@@ -356,7 +356,9 @@ def serve_command(args: argparse.Namespace) -> int:
     # Imported here: other commands (a face, `schema`) do not pay for them.
     from appserver.rpc.connection import Limits
     from appserver.runtime.engine_config import EngineConfig
-    from appserver.server import AppServer, ServerConfig, run
+    from appserver.server.app import AppServer
+    from appserver.server.config import ServerConfig
+    from appserver.server.process import run
     from appserver.storage.lock import UnsafeLockFile, WorkspaceLocked
 
     config = ServerConfig(

@@ -162,7 +162,8 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
 @asynccontextmanager
 async def _full_server(options: HostOptions, tools: ToolRegistry) -> AsyncIterator[Runtime]:
     # Imported here: the method families cost start-up time a lean face saves.
-    from appserver.server import AppServer, ServerConfig
+    from appserver.server.app import AppServer
+    from appserver.server.config import ServerConfig
 
     websocket = options.websocket
     assert websocket is not None

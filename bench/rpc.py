@@ -39,13 +39,8 @@ from _common import (
 )
 
 from appserver.storage.db import Database
-from appserver.storage.threads import (
-    ItemRecord,
-    ThreadRecord,
-    ThreadRepository,
-    TurnRecord,
-    workspace_key,
-)
+from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord, workspace_key
+from appserver.storage.threads import ThreadRepository
 
 WINDOW = 30  # outstanding requests when pipelining (the server's gate is 32)
 LATENCY_TARGET = 2.0  # appserver latency <= 2x the echo floor

@@ -181,7 +181,7 @@ def test_start_up_holds_the_collector_off_until_ready() -> None:
 
 async def test_the_wire_models_build_in_the_background() -> None:
     from appserver.protocol.methods import models_in_first_use_order
-    from appserver.server import build_wire_models
+    from appserver.server.background import build_wire_models
 
     await build_wire_models()
     models = models_in_first_use_order()

@@ -15,9 +15,10 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver import server as server_module
 from appserver.protocol.methods import FEATURE_FLAGS, METHODS
-from appserver.server import AppServer, ServerConfig
+from appserver.server import app as server_app
+from appserver.server.app import AppServer
+from appserver.server.config import ServerConfig
 from appserver.services import families
 from appserver.services.advertised import (
     CORE,
@@ -155,7 +156,7 @@ def test_initialize_is_answered_before_the_runtime_and_families_load(tmp_path: P
 async def test_a_deferred_server_completes_itself_without_initialize(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_module, "COMPLETE_WHEN_IDLE_AFTER", 0.01)
+    monkeypatch.setattr(server_app, "COMPLETE_WHEN_IDLE_AFTER", 0.01)
     async with AppServer.open(ServerConfig(workspace=tmp_path), defer=True) as server:
         assert not server.ready
         with anyio.fail_after(30):

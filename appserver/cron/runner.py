@@ -22,7 +22,7 @@ from typing import Any
 from appserver.protocol.cron import JobTokenUsage
 from appserver.runtime.threads import NewThread, Threads
 from appserver.runtime.turns import TurnEngine, UserInput
-from appserver.storage.threads import ThreadRecord
+from appserver.storage.records import ThreadRecord
 
 
 @dataclass(frozen=True)

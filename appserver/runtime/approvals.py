@@ -50,7 +50,7 @@ from appserver.runtime.grant_keys import (  # the keys are importable from here 
     shell_command_key,
     stored_grant,
 )
-from appserver.storage.threads import EventRepository
+from appserver.storage.events import EventRepository
 from appserver.tools.base import ApprovalNeed, one_line
 
 log = logging.getLogger("appserver.approvals")

@@ -23,7 +23,7 @@ from typing import Any
 from appserver.protocol.turns import ChatMessage
 from appserver.providers.base import Message, ToolCall
 from appserver.runtime.inputs import load_image
-from appserver.storage.threads import ItemRecord
+from appserver.storage.records import ItemRecord
 
 INTERRUPTED_RESULT = "The tool call did not complete (the turn ended first)."
 SUMMARY_PREFIX = (

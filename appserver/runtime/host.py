@@ -26,7 +26,8 @@ from appserver.runtime.threads import Threads
 from appserver.runtime.turn_cases import Turns
 from appserver.runtime.turns import EngineConfig, TurnEngine
 from appserver.storage.db import Database
-from appserver.storage.threads import EventRepository, ThreadRepository
+from appserver.storage.events import EventRepository
+from appserver.storage.threads import ThreadRepository
 from appserver.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:

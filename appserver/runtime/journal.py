@@ -29,12 +29,8 @@ from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.bus import EventBus
 from appserver.runtime.events import Event, Participant
-from appserver.storage.threads import (
-    EventRepository,
-    ItemRecord,
-    TurnRecord,
-    companion_statements,
-)
+from appserver.storage.events import EventRepository, companion_statements
+from appserver.storage.records import ItemRecord, TurnRecord
 
 if TYPE_CHECKING:
     from appserver.runtime.shared_log import SharedLog

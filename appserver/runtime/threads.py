@@ -36,15 +36,11 @@ from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns import TurnEngine
 from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.runtime.wire import turn_to_wire
+from appserver.storage.cursors import BadCursor, list_cursor
+from appserver.storage.cursors import turns_cursor as thread_turns_cursor
 from appserver.storage.plans import PlanRepository
-from appserver.storage.threads import (
-    BadCursor,
-    ThreadQuery,
-    ThreadRecord,
-    ThreadRepository,
-    list_cursor,
-)
-from appserver.storage.threads import turns_cursor as thread_turns_cursor
+from appserver.storage.records import ThreadRecord
+from appserver.storage.threads import ThreadQuery, ThreadRepository
 from appserver.tools.plans import attach_plan_store
 
 # `replayRecent` replays the events among the thread's last N seqs.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from appserver.protocol import threads as thread_wire
-from appserver.storage.threads import ItemRecord, TurnRecord
+from appserver.storage.records import ItemRecord, TurnRecord
 
 
 def item_to_wire(item: ItemRecord) -> thread_wire.Item:

@@ -6,7 +6,9 @@ the runtime's use cases, may add agent tools (``runtime.engine.tools``) and
 input resolvers (``runtime.materializer.resolvers``), and runs background
 work with ``start_background``. Families that others use are kept here
 (``skills``, ``plugins``, ``mcp``, ``commands``, ``cron``, ``heartbeat``), set by
-their own ``install``; nothing is attached to the server object.
+their own ``install``; nothing is attached to the server object. The context
+imports none of the families: it holds the first four by the protocols of
+``services/shared_families.py`` (each family's ``<family>_of`` gives its class).
 """
 
 from __future__ import annotations
@@ -28,10 +30,7 @@ from appserver.storage.trust import WorkspaceTrust
 if TYPE_CHECKING:
     from appserver.cron.heartbeat import HeartbeatService
     from appserver.cron.service import CronService
-    from appserver.services.commands.service import CommandsService
-    from appserver.services.mcp.service import McpService
-    from appserver.services.plugins.service import PluginService
-    from appserver.services.skills.service import SkillsService
+    from appserver.services.shared_families import PluginsFamily, SharedFamily
 
 
 class FamilyContext:
@@ -69,10 +68,12 @@ class FamilyContext:
         self.is_ready = is_ready
         self.background: list[Callable[[], Awaitable[Any]]] = []
         self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
-        self.skills: SkillsService | None = None
-        self.plugins: PluginService | None = None
-        self.mcp: McpService | None = None
-        self.commands: CommandsService | None = None
+        # Typed by what others use of them (services/shared_families.py): the
+        # families import this module, so it imports none of them.
+        self.skills: SharedFamily | None = None
+        self.plugins: PluginsFamily | None = None
+        self.mcp: SharedFamily | None = None
+        self.commands: SharedFamily | None = None
         self.cron: CronService | None = None
         self.heartbeat: HeartbeatService | None = None
 

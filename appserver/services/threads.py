@@ -24,7 +24,8 @@ from appserver.rpc.framing import RawJSON
 from appserver.runtime.threads import NewThread, Threads
 from appserver.services.peer import Peer, peer_of
 from appserver.services.router import Router
-from appserver.storage.threads import ThreadQuery, ThreadRecord
+from appserver.storage.records import ThreadRecord
+from appserver.storage.threads import ThreadQuery
 
 # Room for `{"data":[`, `],"nextCursor":"<cursor>"}` around the summaries.
 _LIST_ENVELOPE_BYTES = 256

@@ -17,7 +17,7 @@ default approval policy needs no rebuild: the engine reads it from
 
 Settings still follow the provider precedence of :mod:`appserver.providers`
 (CLI flags and ``APPSERVER_*`` variables beat the workspace file), and a
-provider object injected into :class:`~appserver.server.ServerConfig`
+provider object injected into :class:`~appserver.server.config.ServerConfig`
 (tests) is never replaced.
 
 Secrets never leave the server in clear: the schema carries no values, the

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from appserver_client import AppServerClient, ConnectionLost, Notification
 
-from appserver.server import AppServer
+from appserver.server.app import AppServer
 from tests.support.servers import running_server
 
 IDENTITY: Any = {"channelName": "cli", "userId": "local"}

@@ -26,7 +26,7 @@ from appserver.protocol.limits import (
 )
 from appserver.protocol.methods import METHODS, SERVER_REQUESTS
 from appserver.protocol.schema import build_schema
-from appserver.storage.threads import ThreadRecord
+from appserver.storage.records import ThreadRecord
 from tests.support.client import RpcClient
 from tests.support.helpers import IDENTITY, identity, start_thread
 from tests.support.servers import ServerUnderTest, running_server

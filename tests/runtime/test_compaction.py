@@ -14,7 +14,7 @@ from appserver.providers.base import Message, ModelEvent, ModelRequest, Provider
 from appserver.providers.offline import compaction_summary
 from appserver.runtime.history import SUMMARY_PREFIX, messages_from_items
 from appserver.runtime.turns import EngineConfig
-from appserver.storage.threads import ItemRecord
+from appserver.storage.records import ItemRecord
 from tests.support.servers import ServerUnderTest, running_server
 from tests.support.skills_provider import RecordingProvider
 from tests.support.turns import (

@@ -356,7 +356,7 @@ async def test_with_no_owner_the_client_starting_the_turn_is_asked(workspace: Pa
 
 def test_later_turns_see_client_tool_calls_and_their_answers() -> None:
     from appserver.runtime.history import messages_from_items
-    from appserver.storage.threads import ItemRecord
+    from appserver.storage.records import ItemRecord
 
     def item(seq: int, kind: str, payload: dict[str, Any]) -> ItemRecord:
         return ItemRecord("t", "turn_1", f"i{seq}", seq, kind, "completed", "now", payload=payload)

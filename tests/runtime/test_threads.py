@@ -10,7 +10,7 @@ from typing import Any
 
 from appserver.protocol import errors as rpc_errors
 from appserver.protocol.ids import now_iso
-from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
+from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
 from tests.conftest import BOTH_STORES
 from tests.support.client import RpcClient
 from tests.support.helpers import (

@@ -13,7 +13,8 @@ import pytest
 from appserver.protocol.ids import now_iso
 from appserver.storage.db import Database, load_migrations, migrations_dir
 from appserver.storage.lock import WorkspaceLock, WorkspaceLocked
-from appserver.storage.threads import ItemRecord, ThreadRecord, ThreadRepository, TurnRecord
+from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
+from appserver.storage.threads import ThreadRepository
 
 
 async def scalar(db: Database, sql: str) -> object:

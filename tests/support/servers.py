@@ -18,7 +18,8 @@ from websockets.exceptions import ConnectionClosed
 
 from appserver.rpc.connection import Limits
 from appserver.runtime.turns import EngineConfig
-from appserver.server import AppServer, ServerConfig
+from appserver.server.app import AppServer
+from appserver.server.config import ServerConfig
 from appserver.transport.websocket import ListenerOptions
 from tests.support.client import RpcClient
 

@@ -27,7 +27,8 @@ from websockets.asyncio.server import Server, ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from appserver.rpc.connection import Connection, Limits
-from appserver.server import AppServer, ServerConfig
+from appserver.server.app import AppServer
+from appserver.server.config import ServerConfig
 from appserver.transport.websocket import DEFAULT_CLOSE_TIMEOUT, ListenerOptions
 
 FRAME_BYTES = 50_000  # each flood frame is answered with a frame as large

@@ -17,7 +17,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from appserver.server import AppServer, ServerConfig
+from appserver.server.app import AppServer
+from appserver.server.config import ServerConfig
 from appserver.storage.lock import WorkspaceLock
 from appserver.transport.base import ListenerError
 from appserver.transport.websocket import ListenerOptions, is_loopback

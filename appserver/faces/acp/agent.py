@@ -206,7 +206,8 @@ class AcpAgent:
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
     ) -> ListSessionsResponse:
         """The workspace's threads (any front door's), most recently active first."""
-        from appserver.storage.threads import BadCursor, ThreadQuery
+        from appserver.storage.cursors import BadCursor
+        from appserver.storage.threads import ThreadQuery
 
         if cwd is not None and self._inside(cwd) is None:
             return ListSessionsResponse(sessions=[])  # another directory: none of ours

@@ -6,9 +6,10 @@ The face's rooms:
   ``--listen``'s address);
 * :mod:`~appserver.faces.codeswarm.wire`: the frames (checking commands, encoding events);
 * :mod:`~appserver.faces.codeswarm.serve`: serving the router on stdio or TCP;
-* :mod:`~appserver.faces.codeswarm.session`: the router (commands in, events out, one
-  mailbox per node), with its state, stored swarms, node threads and turn relay in rooms
-  of their own.
+* :mod:`~appserver.faces.codeswarm.session`: the router (commands in, events out), with
+  its other jobs in rooms of their own: :mod:`~appserver.faces.codeswarm.mailboxes` (one
+  mailbox per node, run a turn at a time) and :mod:`~appserver.faces.codeswarm.swarms`
+  (launch, status, terminate); its state, stored swarms, node threads and turn relay too.
 
 Light at import (the CLI imports this package by name): the transport and the router
 load in :func:`main`.

@@ -88,3 +88,20 @@ class Node:
     @property
     def key(self) -> str:
         return f"{self.job_id}/{self.node_id}"
+
+
+@dataclass
+class SwarmIndex:
+    """The swarms by id, and the swarm each job id belongs to."""
+
+    by_id: dict[str, Swarm] = field(default_factory=dict)
+    job_swarm: dict[str, str] = field(default_factory=dict)  # job id -> swarm id
+
+    def add(self, swarm: Swarm) -> None:
+        self.by_id[swarm.swarm_id] = swarm
+        self.job_swarm[swarm.job_id] = swarm.swarm_id
+
+    def of_job(self, job_id: str) -> Swarm | None:
+        """The swarm of ``job_id``, if it has one."""
+        swarm_id = self.job_swarm.get(job_id)
+        return self.by_id[swarm_id] if swarm_id is not None else None

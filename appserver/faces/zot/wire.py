@@ -17,7 +17,7 @@ from appserver.transport.outbox import text_merger
 
 if TYPE_CHECKING:
     from appserver.providers.base import Message
-    from appserver.storage.threads import ItemRecord
+    from appserver.storage.records import ItemRecord
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 16 * 1024 * 1024  # zot's scanner limit

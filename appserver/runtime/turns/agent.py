@@ -39,7 +39,8 @@ from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.tooling import ToolRunner
-from appserver.storage.threads import ItemRecord, ThreadRepository
+from appserver.storage.records import ItemRecord
+from appserver.storage.threads import ThreadRepository
 from appserver.storage.user_settings import user_home
 
 

@@ -23,7 +23,8 @@ from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.wire import item_to_wire
-from appserver.storage.threads import ItemRecord, ThreadRepository
+from appserver.storage.records import ItemRecord
+from appserver.storage.threads import ThreadRepository
 from appserver.tools.base import ApprovalNeed
 
 

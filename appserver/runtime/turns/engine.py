@@ -60,7 +60,8 @@ from appserver.runtime.turns.recovery import recover
 from appserver.runtime.turns.tooling import ToolRunner
 from appserver.runtime.wire import turn_to_wire
 from appserver.storage.db import IntegrityError
-from appserver.storage.threads import ThreadRecord, ThreadRepository, TurnRecord
+from appserver.storage.records import ThreadRecord, TurnRecord
+from appserver.storage.threads import ThreadRepository
 from appserver.tools.registry import ToolRegistry
 
 log = logging.getLogger("appserver.turns")

@@ -17,7 +17,8 @@ from appserver.providers.base import ToolCallDelta, Usage
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.runtime.wire import item_to_wire
-from appserver.storage.threads import ItemRecord, ThreadRepository
+from appserver.storage.records import ItemRecord
+from appserver.storage.threads import ThreadRepository
 
 DELTA_KINDS = {
     "agentMessage": ("item/agentMessage/delta", "agentMessage"),

@@ -12,7 +12,7 @@ from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message
 from appserver.runtime.engine_config import EngineConfig as EngineConfig  # (its home)
 from appserver.runtime.events import Participant
-from appserver.storage.threads import ItemRecord, ThreadRecord, TurnRecord
+from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
 
 
 class TurnFailure(Exception):

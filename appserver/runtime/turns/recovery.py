@@ -8,7 +8,8 @@ from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.wire import item_to_wire, turn_to_wire
-from appserver.storage.threads import ThreadRepository, TurnRecord
+from appserver.storage.records import TurnRecord
+from appserver.storage.threads import ThreadRepository
 
 log = logging.getLogger("appserver.turns")
 

@@ -36,7 +36,7 @@ from appserver.runtime.threads import NewThread
 from appserver.services.commands import catalog
 from appserver.services.commands.catalog import BuiltinCommand, CustomCommand
 from appserver.services.router import Router
-from appserver.storage.threads import ThreadRecord
+from appserver.storage.records import ThreadRecord
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext

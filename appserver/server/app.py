@@ -1,37 +1,30 @@
-"""Composition root: storage + runtime + services + transports for one workspace."""
+"""``AppServer``: one workspace's server, composing storage, the runtime, the JSON-RPC
+front door and its transports, and living from open (lock, database, recovery) through
+a deferred start to the drain."""
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import IO, TYPE_CHECKING
 
 import anyio
 
 from appserver import __version__, startup
 from appserver.protocol.errors import INTERNAL_ERROR, RpcError
-from appserver.protocol.initialize import InitializeParams
-from appserver.providers import (
-    ProviderSettings,
-    make_provider,
-    missing_key_warning,
-    resolve_settings,
-)
-from appserver.rpc.connection import Connection, Limits, RequestContext
+from appserver.providers import make_provider
+from appserver.rpc.connection import Connection
 from appserver.runtime.bus import EventBus
-from appserver.runtime.engine_config import EngineConfig
+from appserver.server.background import build_wire_models, run_logging_failure
+from appserver.server.config import ServerConfig, provider_settings
+from appserver.server.connections import Connections
+from appserver.server.store import open_store
 from appserver.services.advertised import advertised_capabilities
 from appserver.services.router import Router
-from appserver.storage.db import Database, Preparation, locked_database, parse_store
+from appserver.storage.db import Database, Preparation
 from appserver.storage.failures import StorageFailed, disk_failure
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.nodes import new_node_id
-from appserver.storage.stores import shared_database
 from appserver.storage.trust import WorkspaceTrust, settle_trust
 from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import (
@@ -72,48 +65,6 @@ log = logging.getLogger("appserver.server")
 COMPLETE_WHEN_IDLE_AFTER = 0.5
 
 
-@dataclass
-class ServerConfig:
-    """Everything that shapes one server process."""
-
-    workspace: Path
-    limits: Limits = field(default_factory=Limits)
-    db_path: Path | None = None  # default: <workspace>/.craft/appserver.db
-    # --store: sqlite:///path (db_path) or postgresql://... shared by several nodes.
-    store: str | None = None
-    node_id: str = field(default_factory=new_node_id)  # this server among those nodes
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    # CLI-level provider choices (provider, model, base_url, api_key); merged
-    # with the environment and the workspace config by resolve_settings.
-    provider_options: dict[str, Any] = field(default_factory=dict)
-    provider: Provider | None = None  # an already-built provider wins (tests)
-    allow_private_image_urls: bool = False
-    # Secret environment variables tool commands may see all the same (--tool-env).
-    tool_env: tuple[str, ...] = ()
-    # --trust-workspace: the user trusts this workspace's own files (storage/trust.py).
-    trust_workspace: bool = False
-
-    @property
-    def craft_dir(self) -> Path:
-        return self.workspace / ".craft"
-
-    @property
-    def database_path(self) -> Path:
-        if self.db_path is None and self.store:
-            kind, location = parse_store(self.store, self.workspace)
-            if kind == "sqlite":
-                return Path(location)
-        return self.db_path or self.craft_dir / "appserver.db"
-
-    @property
-    def shared_store(self) -> str | None:
-        """The PostgreSQL URL when nodes share a database, else ``None``."""
-        if not self.store:
-            return None
-        kind, location = parse_store(self.store, self.workspace)
-        return location if kind == "postgresql" else None
-
-
 class AppServer:
     """One workspace's server: open with :meth:`open`, then serve transports.
 
@@ -145,29 +96,13 @@ class AppServer:
         self.user_settings = load_user_settings(config.workspace)
         # Settings are checked now (a bad one fails the start); the provider is
         # built with the runtime (building one never fails).
-        self._settings: ProviderSettings | None = None
-        if config.provider is None:
-            settings = resolve_settings(
-                config.provider_options,
-                os.environ,
-                self.workspace_config,
-                user=self.user_settings,
-                trusted=self.trust.trusted,
-            )
-            log.debug("workspace %s; %s", config.workspace, settings.describe())
-            # Said at start, not at the first turn; the server still starts, so
-            # the key can be set (workspace/config/update) without a restart.
-            warning = missing_key_warning(settings)
-            if warning is not None:
-                log.warning("%s", warning)
-            self._settings = settings
+        self._settings = provider_settings(
+            config, self.workspace_config, self.user_settings, trusted=self.trust.trusted
+        )
         self._tools = tools
         self._bus = EventBus()
         self.router = Router(self._bus)
-        self._clients: dict[int, str] = {}  # connection id -> "name version", for the logs
-        self.router.initialize_hooks.append(self._log_client)
-        self.connections: set[Connection] = set()
-        self._connections_changed = anyio.Event()  # set when a connection ends
+        self._connections = Connections(self.router, config.limits)
         self.ready = False
         self.endpoints: dict[str, str] = {}
         self._built = False
@@ -259,19 +194,27 @@ class AppServer:
 
     @property
     def skills(self) -> SkillsService | None:
-        return self.families.skills
+        from appserver.services.skills import skills_of
+
+        return skills_of(self.families)
 
     @property
     def plugins(self) -> PluginService | None:
-        return self.families.plugins
+        from appserver.services.plugins import plugins_of
+
+        return plugins_of(self.families)
 
     @property
     def mcp(self) -> McpService | None:
-        return self.families.mcp
+        from appserver.services.mcp import mcp_of
+
+        return mcp_of(self.families)
 
     @property
     def commands(self) -> CommandsService | None:
-        return self.families.commands
+        from appserver.services.commands import commands_of
+
+        return commands_of(self.families)
 
     @property
     def heartbeat(self) -> HeartbeatService | None:
@@ -310,25 +253,8 @@ class AppServer:
         ``prepared``: the workspace's lock and database, already being taken
         and created in a thread (the CLI starts it before importing this module)."""
         config.workspace = config.workspace.resolve()
-        info = {"workspacePath": str(config.workspace), "version": __version__}
-        shared = config.shared_store
-        if shared is not None:
-            if prepared is not None:
-                raise ValueError("a shared store is not prepared ahead")
-            node_lock = WorkspaceLock(config.craft_dir / "nodes" / f"{config.node_id}.lock")
-            async with (
-                shared_database(shared, node_lock, info) as db,
-                cls._serving(config, db, node_lock, tools, defer) as server,
-            ):
-                yield server
-            return
-        lock = WorkspaceLock(config.craft_dir / "appserver.lock")
-        if prepared is not None:
-            if (prepared.lock.path, prepared.path) != (lock.path, config.database_path):
-                raise ValueError("prepared for another workspace or database")
-            lock = prepared.lock
         async with (
-            locked_database(lock, config.database_path, info, lock_wait, prepared) as db,
+            open_store(config, lock_wait, prepared) as (db, lock),
             cls._serving(config, db, lock, tools, defer) as server,
         ):
             yield server
@@ -391,16 +317,16 @@ class AppServer:
             tg = self._tg
             await tg.start(self.runtime.run)
             for run in self.families.background:
-                tg.start_soon(_background, run)
+                tg.start_soon(run_logging_failure, run)
             self.ready = True
             startup.ready()
             # A provider whose SDK is heavy to load (openai) loads it
             # now, off the event loop, rather than in the first turn.
             warm = getattr(self.runtime.engine.provider, "warm", None)
             if warm is not None:
-                tg.start_soon(_background, warm)
+                tg.start_soon(run_logging_failure, warm)
             router = self.router
-            tg.start_soon(_background, lambda: build_wire_models(router.wait_idle))
+            tg.start_soon(run_logging_failure, lambda: build_wire_models(router.wait_idle))
             # Only now: an `initialize` answered meanwhile still waits for all of the above.
             self.router.completed()
         except Exception as error:
@@ -439,71 +365,20 @@ class AppServer:
         self.ready = False
         if self._built:
             await self._shutdown()
-        for connection in list(self.connections):
-            connection.close("server shutting down", code=1001)
-        with anyio.move_on_after(3):
-            while self.connections:
-                self._connections_changed = anyio.Event()
-                await self._connections_changed.wait()
+        await self._connections.close_all()
+
+    @property
+    def connections(self) -> set[Connection]:
+        """The connections being served."""
+        return self._connections.open
 
     async def serve_transport(self, transport: Transport) -> Connection:
         """Serve one peer until it leaves."""
-        connection = Connection(transport, self.router, self.config.limits)
-        self.router.attach(connection)
-        self.connections.add(connection)
-        where = str(getattr(transport, "peer", transport.kind))
-        fields = {"connection": connection.id, "peer": where}
-        log.info("connection #%d opened (%s)", connection.id, where, extra=fields)
-        try:
-            await connection.serve()
-        finally:
-            self.connections.discard(connection)
-            self._connections_changed.set()
-            client = self._clients.pop(connection.id, "")
-            log.info(
-                "connection #%d closed (%s%s): %s (code %d)",
-                connection.id,
-                where,
-                f", {client}" if client else "",
-                connection.close_reason or "closed",
-                connection.close_code,
-                extra={
-                    **fields,
-                    "client": client,
-                    "reason": connection.close_reason,
-                    "code": connection.close_code,
-                },
-            )
-        return connection
+        return await self._connections.serve(transport)
 
-    def _log_client(self, ctx: RequestContext, request: InitializeParams) -> None:
-        """Who is behind a connection, once it says (``initialize``)."""
-        info = request.client_info
-        client = f"{info.name} {info.version}"
-        self._clients[ctx.connection.id] = client
-        log.info(
-            "connection #%d is %s",
-            ctx.connection.id,
-            client,
-            extra={
-                "connection": ctx.connection.id,
-                "clientName": info.name,
-                "clientVersion": info.version,
-            },
-        )
-
-    @asynccontextmanager
-    async def connect_memory(self) -> AsyncIterator[MemoryTransport]:
+    def connect_memory(self) -> AbstractAsyncContextManager[MemoryTransport]:
         """An in-process client end, served until the context exits (tests)."""
-        from appserver.transport.memory import memory_pair
-
-        client, server_end = memory_pair()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self.serve_transport, server_end)
-            try:
-                yield client
-            finally:
-                await client.close()
+        return self._connections.connect_memory()
 
     async def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         """Serve the one stdio client until EOF."""
@@ -539,71 +414,3 @@ class AppServer:
             server.close(close_connections=True)
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await server.wait_closed()
-
-
-async def build_wire_models(idle: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Build the wire models' validators (deferred at import to keep start-up
-    short) one at a time between requests, in the order a session first
-    needs them; a request that comes first builds what it needs itself.
-
-    ``idle``: waits until no request is being handled, so the first requests
-    of a session (``thread/start`` sent right after ``initialize``) are not
-    slowed down by models they do not need."""
-    from appserver.protocol.methods import models_in_first_use_order
-
-    for model in models_in_first_use_order():
-        if not model.__pydantic_complete__:
-            if idle is not None:
-                await idle()
-            model.model_rebuild()
-        await anyio.sleep(0)
-
-
-async def _background(run: Callable[[], Awaitable[Any]]) -> None:
-    try:
-        await run()
-    except Exception:
-        log.exception("background task %r failed", run)
-
-
-async def run(
-    config: ServerConfig,
-    *,
-    stdio: tuple[IO[bytes], IO[bytes]] | None,
-    websocket: ListenerOptions | None,
-    on_ready: Callable[[AppServer], None] | None = None,
-    prepared: Preparation | None = None,
-) -> None:
-    """Serve until stdio EOF (when stdio is on) or a signal."""
-    async with AsyncExitStack() as stack:
-        # Catch SIGINT/SIGTERM before announcing readiness: a supervisor may
-        # signal as soon as it sees the "listening" line and must still get a
-        # clean shutdown (exit 0, lock file removed), not the default death.
-        signals = stack.enter_context(anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
-        # A stdio-only server answers `initialize` before it builds the rest.
-        defer = websocket is None and stdio is not None
-        server = await stack.enter_async_context(
-            AppServer.open(config, defer=defer, prepared=prepared)
-        )
-        if websocket is not None:
-            await stack.enter_async_context(server.listen_websocket(websocket))
-        if on_ready is not None:
-            on_ready(server)
-        async with anyio.create_task_group() as tg:
-
-            async def stop_on_signal() -> None:
-                signum = 0
-                async for received in signals:
-                    signum = int(received)
-                    break
-                log.info("received signal %d; shutting down", signum)
-                await server.drain()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(stop_on_signal)
-            if stdio is not None:
-                # stdio mode ends when the one client closes its input.
-                await server.serve_stdio(*stdio)
-                if server.failure is not None:
-                    raise StorageFailed(server.failure)
-                tg.cancel_scope.cancel()

@@ -1,0 +1,38 @@
+"""Work a server runs beside its requests: building the wire models between them,
+and background tasks whose failure is logged rather than ending the server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+log = logging.getLogger("appserver.server")
+
+
+async def build_wire_models(idle: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Build the wire models' validators (deferred at import to keep start-up
+    short) one at a time between requests, in the order a session first
+    needs them; a request that comes first builds what it needs itself.
+
+    ``idle``: waits until no request is being handled, so the first requests
+    of a session (``thread/start`` sent right after ``initialize``) are not
+    slowed down by models they do not need."""
+    from appserver.protocol.methods import models_in_first_use_order
+
+    for model in models_in_first_use_order():
+        if not model.__pydantic_complete__:
+            if idle is not None:
+                await idle()
+            model.model_rebuild()
+        await anyio.sleep(0)
+
+
+async def run_logging_failure(run: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``run``; its failure is logged, not raised (the server goes on)."""
+    try:
+        await run()
+    except Exception:
+        log.exception("background task %r failed", run)
