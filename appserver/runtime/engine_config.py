@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a coding agent working in the user's workspace. Use the tools to inspect and "
     "change files and to run commands. Be concise."
@@ -29,3 +31,6 @@ class EngineConfig:
     # Nodes sharing a PostgreSQL database (runtime/cluster.py): a node that has
     # not heartbeated for this long is dead, and its running turns are failed.
     node_lease: float = 10.0
+    # How much of each tool's output the model reads (runtime/tool_output.py):
+    # head and tail of this many UTF-8 bytes, a marker between; 0: all of it.
+    tool_output_max_bytes: int = DEFAULT_TOOL_OUTPUT_MAX_BYTES

@@ -18,6 +18,8 @@ def test_default_tools_and_specs() -> None:
         "list_dir",
         "write_file",
         "edit_file",
+        "view_image",
+        "web_fetch",
         "CreatePlan",
         "UpdateTodos",
     ]
