@@ -380,6 +380,8 @@ async def test_sdk_handshake_and_a_plain_turn(workspace: Path) -> None:
             "list_dir",
             "write_file",
             "edit_file",
+            "view_image",
+            "web_fetch",
             "CreatePlan",
             "UpdateTodos",
         ]
