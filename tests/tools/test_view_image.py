@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from appserver.providers.anthropic_provider import AnthropicProvider, to_anthropic_messages
-from appserver.providers.base import ImagePart, Message, ModelRequest, ToolCall
+from appserver.providers.base import ImagePart, Message, ModelRequest, TextDelta, ToolCall
+from appserver.providers.offline import OfflineProvider
 from appserver.providers.openai_compat import OpenAIProvider, to_chat_messages
 from appserver.runtime.history import IMAGE_GONE
 from appserver.tools.base import ToolContext, ToolError
@@ -176,3 +177,10 @@ async def test_anthropic_model_sees_the_image_in_the_tool_result(tmp_path: Path)
     result = body["messages"][-1]["content"][0]
     assert result["type"] == "tool_result"
     assert result["content"][1]["source"]["data"] == base64.b64encode(PNG).decode()
+
+
+async def test_the_offline_model_notes_the_image() -> None:
+    request = ModelRequest("offline", conversation(ImagePart("image/png", "AAAA")))
+    events = [event async for event in OfflineProvider().stream(request)]
+    text = "".join(event.text for event in events if isinstance(event, TextDelta))
+    assert "view_image returned: a.png attached [1 image attached]" in text
