@@ -66,7 +66,8 @@ async def store_image(workspace: Path, data: bytes) -> tuple[str, str]:
     WebP image within the size cap."""
     import anyio
 
-    from appserver.runtime.inputs import MAX_IMAGE_BYTES, sniff_image
+    from appserver.runtime.inputs import MAX_IMAGE_BYTES
+    from appserver.tools.images import sniff_image
 
     if len(data) > MAX_IMAGE_BYTES:
         raise ValueError(f"images are limited to {MAX_IMAGE_BYTES} bytes")

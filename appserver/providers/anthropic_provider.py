@@ -35,6 +35,7 @@ from typing import Any
 from appserver import __version__
 from appserver.providers._common import ToolCallAssembler, server_sent_events, unavailable_code
 from appserver.providers.base import (
+    ImagePart,
     Message,
     ModelEvent,
     ModelInfo,
@@ -344,11 +345,16 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
     if message.role == "tool":
+        content: str | list[dict[str, Any]] = message.content
+        if message.images:
+            # A tool result may hold images: the text, then each image.
+            content = [{"type": "text", "text": message.content or "(no output)"}]
+            content += [_image_block(image) for image in message.images]
         return [
             {
                 "type": "tool_result",
                 "tool_use_id": _tool_id(message.tool_call_id or ""),
-                "content": message.content,
+                "content": content,
             }
         ]
     if message.role == "assistant":
@@ -361,18 +367,17 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
             for c in message.tool_calls
         ]
         return blocks
-    images: list[dict[str, Any]] = [
-        {
-            "type": "image",
-            "source": {"type": "base64", "media_type": i.media_type, "data": i.data_base64},
-        }
-        for i in message.images
-    ]
+    images = [_image_block(image) for image in message.images]
     if message.content.strip() or not images:
         # Images go first (Anthropic's recommendation); an empty user message still
         # needs a non-empty text block to be accepted.
         images.append({"type": "text", "text": message.content or "(empty message)"})
     return images
+
+
+def _image_block(image: ImagePart) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": image.media_type, "data": image.data_base64}
+    return {"type": "image", "source": source}
 
 
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:

@@ -25,7 +25,7 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ImagePart:
-    """An image attached to a user message."""
+    """An image attached to a user message or to a tool result (``view_image``)."""
 
     media_type: str  # e.g. "image/png"
     data_base64: str
@@ -35,8 +35,10 @@ class ImagePart:
 class Message:
     """One conversation message, provider-neutral.
 
-    ``role="tool"`` carries one tool result (``tool_call_id`` + ``content``).
-    ``role="assistant"`` may carry ``tool_calls``.
+    ``role="tool"`` carries one tool result (``tool_call_id`` + ``content``),
+    and the images the tool returned in ``images``: a provider whose API
+    cannot put an image in a tool result sends them in a user message right
+    after the results. ``role="assistant"`` may carry ``tool_calls``.
     """
 
     role: Literal["system", "user", "assistant", "tool"]

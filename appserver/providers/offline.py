@@ -314,7 +314,11 @@ def _summarise_tool_results(messages: list[Message]) -> str:
     for result in trailing:
         call = calls.get(result.tool_call_id or "")
         name = result.tool_name or (call.name if call else "tool")
-        summaries.append(_summarise(name, call.arguments if call else {}, result.content))
+        summary = _summarise(name, call.arguments if call else {}, result.content)
+        if result.images:
+            count = len(result.images)
+            summary += f" [{count} image{'s' if count > 1 else ''} attached]"
+        summaries.append(summary)
     return " ".join(summaries)
 
 

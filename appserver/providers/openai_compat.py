@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from appserver import __version__
 from appserver.providers._common import ToolCallAssembler, server_sent_events, unavailable_code
 from appserver.providers.base import (
+    ImagePart,
     Message,
     ModelEvent,
     ModelInfo,
@@ -290,8 +291,26 @@ def to_chat_messages(request: ModelRequest) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if request.system:
         out.append({"role": "system", "content": request.system})
-    out.extend(_chat_message(m) for m in request.messages)
+    images: list[ImagePart] = []  # of the tool results just sent
+    for message in request.messages:
+        if message.role != "tool" and images:
+            out.append(_tool_images_message(images))
+            images = []
+        out.append(_chat_message(message))
+        if message.role == "tool":
+            images.extend(message.images)
+    if images:
+        out.append(_tool_images_message(images))
     return out
+
+
+def _tool_images_message(images: list[ImagePart]) -> dict[str, Any]:
+    """A tool message holds only text: the images the tool results returned
+    follow them in one user message (after all of them, since every result
+    must directly follow the assistant message that made the calls)."""
+    return _chat_message(
+        Message("user", "The images the tool results above returned:", images=images)
+    )
 
 
 def _chat_message(message: Message) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from appserver.runtime.system_prompt import DEFAULT_SYSTEM_PROMPT
+from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES
 
 
 @dataclass
@@ -31,3 +32,6 @@ class EngineConfig:
     # Nodes sharing a PostgreSQL database (runtime/cluster.py): a node that has
     # not heartbeated for this long is dead, and its running turns are failed.
     node_lease: float = 10.0
+    # How much of each tool's output the model reads (runtime/tool_output.py):
+    # head and tail of this many UTF-8 bytes, a marker between; 0: all of it.
+    tool_output_max_bytes: int = DEFAULT_TOOL_OUTPUT_MAX_BYTES

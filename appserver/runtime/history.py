@@ -23,9 +23,13 @@ from typing import Any
 from appserver.protocol.turns import ChatMessage
 from appserver.providers.base import Message, ToolCall
 from appserver.runtime.inputs import load_image
+from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.storage.records import ItemRecord
+from appserver.tools.images import viewed_image
+from appserver.tools.view_image import VIEW_IMAGE_MAX_BYTES
 
 INTERRUPTED_RESULT = "The tool call did not complete (the turn ended first)."
+IMAGE_GONE = "[the image is no longer available as it was viewed]"
 SUMMARY_PREFIX = (
     "The conversation so far was compacted into this summary; it replaces the earlier messages:\n\n"
 )
@@ -67,8 +71,26 @@ def client_tool_text(result: Mapping[str, Any]) -> str:
     return ""
 
 
-def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
-    """The conversation the stored items describe, oldest first."""
+def tool_result_message(
+    payload: Mapping[str, Any], call_id: str, name: str, max_bytes: int
+) -> Message:
+    """A stored ``toolResult``'s message: its output under the truncation rule
+    (``runtime.tool_output``), and the images it names read again (a gone or
+    changed image becomes a note: the model is never shown another one)."""
+    output = str(payload.get("result", ""))
+    entries = payload.get("images") or []
+    images = [viewed_image(entry, VIEW_IMAGE_MAX_BYTES) for entry in entries]
+    if any(image is None for image in images):
+        output += "\n" + IMAGE_GONE
+    kept = [image for image in images if image is not None]
+    return tool_message(call_id, name, output, max_bytes, kept)
+
+
+def messages_from_items(
+    items: Iterable[ItemRecord], tool_output_max_bytes: int = DEFAULT_TOOL_OUTPUT_MAX_BYTES
+) -> list[Message]:
+    """The conversation the stored items describe, oldest first; each tool
+    result cut to ``tool_output_max_bytes`` (``runtime.tool_output``)."""
     messages: list[Message] = []
     open_calls: dict[str, str] = {}  # call id -> tool name, awaiting a result
 
@@ -138,24 +160,14 @@ def messages_from_items(items: Iterable[ItemRecord]) -> list[Message]:
             add_call(call)
             if "success" in payload:  # answered (or failed): the model read this
                 del open_calls[call.call_id]
-                messages.append(
-                    Message(
-                        "tool",
-                        client_tool_text(payload),
-                        tool_call_id=call.call_id,
-                        tool_name=call.name,
-                    )
-                )
+                text = client_tool_text(payload)
+                messages.append(tool_message(call.call_id, call.name, text, tool_output_max_bytes))
         elif item.type == "toolResult":
             call_id = str(payload.get("callId", ""))
             name = open_calls.pop(call_id, None)
             if name is None:
                 continue  # a result without its call: nothing to attach it to
-            messages.append(
-                Message(
-                    "tool", str(payload.get("result", "")), tool_call_id=call_id, tool_name=name
-                )
-            )
+            messages.append(tool_result_message(payload, call_id, name, tool_output_max_bytes))
     close_open_calls()
     return messages
 

@@ -19,7 +19,6 @@ as in DotCraft, so a bad attachment never fails the turn.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import os
@@ -41,6 +40,7 @@ from appserver.protocol.turns import (
 from appserver.providers.base import ImagePart
 from appserver.runtime.errors import InvalidInput
 from appserver.tools.base import ToolError
+from appserver.tools.images import image_part, read_image, sniff_image
 from appserver.tools.nofollow import PathChanged, open_regular
 from appserver.tools.sandbox import ResolvedPath, Sandbox
 
@@ -49,23 +49,6 @@ log = logging.getLogger("appserver.inputs")
 MAX_FILE_BYTES = 256 * 1024
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 IMAGE_TIMEOUT = 15.0
-
-_MAGIC = [
-    (b"\x89PNG\r\n\x1a\n", "image/png", "png"),
-    (b"\xff\xd8\xff", "image/jpeg", "jpg"),
-    (b"GIF87a", "image/gif", "gif"),
-    (b"GIF89a", "image/gif", "gif"),
-]
-
-
-def sniff_image(data: bytes) -> tuple[str, str] | None:
-    """``(media_type, extension)`` for PNG/JPEG/GIF/WebP bytes, else ``None``."""
-    for magic, media_type, ext in _MAGIC:
-        if data.startswith(magic):
-            return media_type, ext
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp", "webp"
-    return None
 
 
 @dataclass
@@ -190,15 +173,10 @@ class InputMaterializer:
         path = self._image_path(part.path)
         if path is None:
             return None
-        try:
-            with open(open_regular(path, os.O_RDONLY), "rb") as handle:
-                data = handle.read(MAX_IMAGE_BYTES + 1)
-        except (PathChanged, OSError):
+        read = read_image(path, MAX_IMAGE_BYTES)  # only real images: no way to read other files
+        if read is None:
             return None
-        sniffed = sniff_image(data)
-        if len(data) > MAX_IMAGE_BYTES or sniffed is None:
-            return None  # only real images, so this is no way to read arbitrary files
-        image: dict[str, Any] = {"path": str(path), "mimeType": sniffed[0]}
+        image: dict[str, Any] = {"path": str(path), "mimeType": read[1]}
         if part.file_name:
             image["fileName"] = part.file_name
         return image
@@ -206,10 +184,10 @@ class InputMaterializer:
     async def _remote_image(self, url: str) -> dict[str, Any] | None:
         # Imported on first use: the HTTP stack costs start-up time that turns
         # without image URLs (and one-shot faces) need not pay.
-        from appserver.runtime.fetching import FetchRefused, fetch_public
+        from appserver.tools.fetching import FetchRefused, fetch_public
 
         try:
-            data = await fetch_public(
+            fetched = await fetch_public(
                 url,
                 timeout=IMAGE_TIMEOUT,
                 max_bytes=MAX_IMAGE_BYTES,
@@ -218,6 +196,7 @@ class InputMaterializer:
         except FetchRefused as exc:
             log.info("image %s not fetched: %s", url, exc)
             return None
+        data = fetched.data
         sniffed = sniff_image(data)
         if sniffed is None:
             return None
@@ -242,4 +221,4 @@ def load_image(image: dict[str, Any]) -> ImagePart | None:
     sniffed = sniff_image(data)
     if sniffed is None:
         return None
-    return ImagePart(media_type=sniffed[0], data_base64=base64.b64encode(data).decode())
+    return image_part(data, sniffed[0])

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from appserver.providers.base import ImagePart
+
 
 class ToolError(Exception):
     """Bad arguments or a refused operation; becomes ``toolResult {success: false}``."""
@@ -140,7 +142,11 @@ class ToolOutcome:
     success: bool
     output: str  # the text the model sees as the tool result
     # Extra facts for items: exit_code, duration_ms, truncated, bytes_written, ...
+    # ``images``: what the ``toolResult`` item stores of the images below
+    # (``{path, mimeType, sha256}``: never their bytes).
     details: dict[str, Any] = field(default_factory=dict)
+    # Images the model sees with the result (``view_image``); not stored.
+    images: list[ImagePart] = field(default_factory=list)
 
 
 class Tool(Protocol):

@@ -11,6 +11,8 @@ from appserver.tools.base import Tool
 from appserver.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
 from appserver.tools.plans import plan_tools
 from appserver.tools.shell import ShellTool
+from appserver.tools.view_image import ViewImageTool
+from appserver.tools.web_fetch import WebFetchTool
 
 # What both the Anthropic and the OpenAI APIs accept as a tool name.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -29,6 +31,8 @@ def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
         WriteFileTool(),
         EditFileTool(),
         ApplyPatchTool(),
+        ViewImageTool(),
+        WebFetchTool(),
         *plan_tools(),  # write the thread's plan once the runtime attaches its store
     ]
 

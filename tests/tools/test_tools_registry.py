@@ -19,6 +19,8 @@ def test_default_tools_and_specs() -> None:
         "write_file",
         "edit_file",
         "apply_patch",
+        "view_image",
+        "web_fetch",
         "CreatePlan",
         "UpdateTodos",
     ]
@@ -35,7 +37,7 @@ def test_default_tools_and_specs() -> None:
     assert shell is not None and shell.name == "shell"
     assert registry.get("nope") is None
     assert "read_file" in registry
-    assert len(registry) == 8
+    assert len(registry) == 10
 
 
 def test_duplicates_invalid_names_and_unregister() -> None:

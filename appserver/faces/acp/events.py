@@ -382,7 +382,8 @@ def user_blocks(payload: dict[str, Any]) -> list[ContentBlock]:
 
 
 def _image_block(path: str) -> ContentBlock:
-    from appserver.runtime.inputs import MAX_IMAGE_BYTES, sniff_image
+    from appserver.runtime.inputs import MAX_IMAGE_BYTES
+    from appserver.tools.images import sniff_image
 
     try:
         with open(path, "rb") as handle:
@@ -418,7 +419,8 @@ def inside(workspace: Path, path: str) -> Path | None:
 async def save_image(workspace: Path, data: bytes, where: str) -> Any:
     """Store image bytes under ``.craft/attachments/images/<sha256>.<ext>``; a LocalImagePart."""
     from appserver.protocol.turns import LocalImagePart
-    from appserver.runtime.inputs import MAX_IMAGE_BYTES, sniff_image
+    from appserver.runtime.inputs import MAX_IMAGE_BYTES
+    from appserver.tools.images import sniff_image
 
     if len(data) > MAX_IMAGE_BYTES:
         raise PromptError(f"{where}: images are limited to {MAX_IMAGE_BYTES} bytes")

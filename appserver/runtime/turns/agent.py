@@ -63,6 +63,8 @@ class AgentLoop:
         self.config = config
         self.provider = provider  # read per call: the workspace may switch providers
         self.compactor = Compactor(items, config, provider)
+        # The runner is built before the config reaches it (turns/engine.py).
+        tools.output_limit = config.tool_output_max_bytes
         self.project_instructions = ProjectInstructions(
             tools.workspace, self._user_instructions, project=config.project_instructions
         )
@@ -129,14 +131,15 @@ class AgentLoop:
         else:
             history = await self._earlier_messages(active)
         earlier = len(history)
-        history.extend(messages_from_items(active.items))
+        history.extend(messages_from_items(active.items, self.config.tool_output_max_bytes))
         return history, earlier
 
     async def _earlier_messages(self, active: ActiveTurn) -> list[Message]:
         turns, _ = await self.repo.turns(active.thread_id)
         prior = [turn.id for turn in turns if turn.id != active.record.id]
         stored = await self.repo.items(active.thread_id, prior)
-        return messages_from_items(item for turn_id in prior for item in stored[turn_id])
+        earlier = (item for turn_id in prior for item in stored[turn_id])
+        return messages_from_items(earlier, self.config.tool_output_max_bytes)
 
     async def _take_guidance(self, active: ActiveTurn, history: list[Message]) -> None:
         """Steered inputs join the running turn at this safe boundary."""
@@ -154,7 +157,7 @@ class AgentLoop:
                 queue.remove(entry)
                 active.instructions.extend(entry.instructions)
                 await self.items.user_message(active, entry.to_user_input("guidance"))
-                history.extend(messages_from_items(active.items[-1:]))
+                history.extend(messages_from_items(active.items[-1:]))  # a user message
             active.guidance.clear()
             await self.queues.changed(active.thread_id, include=active.watchers)
 

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from appserver.providers.base import Message, ToolCall
+from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
 from appserver.runtime.turns.items import ItemLog
@@ -34,11 +35,14 @@ class ToolRunner:
         approvals: ApprovalConversation,
         tools: ToolRegistry,
         workspace: Path,
+        output_limit: int = DEFAULT_TOOL_OUTPUT_MAX_BYTES,
     ) -> None:
         self.items = items
         self.approvals = approvals
         self.tools = tools
         self.workspace = workspace
+        # How much of each output the model reads (EngineConfig.tool_output_max_bytes).
+        self.output_limit = output_limit
         # The tools clients declared (thread/start.dynamicTools) and the external
         # channels' adapters registered (channelTools), run by the client.
         self.client_tools = ClientToolCalls(items, approvals.approvals)
@@ -50,23 +54,29 @@ class ToolRunner:
     async def call(self, active: ActiveTurn, call: ToolCall, history: list[Message]) -> None:
         """Run ``call``, store a ``toolResult`` item and add the result to ``history``.
 
-        A client's tool is asked of the client instead; its ``dynamicToolCall``
-        (a channel tool: ``pluginFunctionCall``) item is the call's only
+        The item keeps the whole output (and only the path, media type and
+        digest of an image); the model's copy is cut by the one truncation
+        rule (``runtime.tool_output``) and carries the images. A client's
+        tool is asked of the client instead; its ``dynamicToolCall`` (a
+        channel tool: ``pluginFunctionCall``) item is the call's only
         projection (no ``toolResult``).
         """
         client_tool = self.client_tools.find(active, call.name)
         if client_tool is not None and call.name not in self.tools:
             output = await self._call_client_tool(active, client_tool, call)
-            history.append(Message("tool", output, tool_call_id=call.call_id, tool_name=call.name))
+            history.append(tool_message(call.call_id, call.name, output, self.output_limit))
             return
         outcome = await self._run(active, call)
-        await self.items.instant(
-            active,
-            "toolResult",
-            {"callId": call.call_id, "result": outcome.output, "success": outcome.success},
-        )
+        payload: dict[str, Any] = {
+            "callId": call.call_id,
+            "result": outcome.output,
+            "success": outcome.success,
+        }
+        if outcome.details.get("images"):
+            payload["images"] = outcome.details["images"]
+        await self.items.instant(active, "toolResult", payload)
         history.append(
-            Message("tool", outcome.output, tool_call_id=call.call_id, tool_name=call.name)
+            tool_message(call.call_id, call.name, outcome.output, self.output_limit, outcome.images)
         )
 
     async def _call_client_tool(self, active: ActiveTurn, tool: ClientTool, call: ToolCall) -> str:

@@ -381,6 +381,8 @@ async def test_sdk_handshake_and_a_plain_turn(workspace: Path) -> None:
             "write_file",
             "edit_file",
             "apply_patch",
+            "view_image",
+            "web_fetch",
             "CreatePlan",
             "UpdateTodos",
         ]
