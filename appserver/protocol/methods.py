@@ -16,6 +16,7 @@ from appserver.protocol import (
     dynamic_tools,
     editor_fs,
     editor_terminal,
+    grants,
     mcp,
     plans,
     plugins,
@@ -48,6 +49,7 @@ _FAMILIES = (
     plans,
     terminals,
     prompt,
+    grants,
 )
 
 

@@ -219,6 +219,9 @@ class ApprovalBroker:
         self.timeout = timeout
         self.reconnect_grace = reconnect_grace
         self._session_grants: dict[str, set[str]] = {}
+        # What each acceptAlways added to a thread's session grants, by the stored
+        # grant: revoking that grant takes these back too.
+        self._always_keys: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
         self.pending: dict[str, PendingApproval[ApprovalRequestParams]] = {}  # by thread id
         # Called by :meth:`offer` too: other pending questions (client tool calls).
         self.offer_listeners: list[Callable[[str, Participant], None]] = []
@@ -344,8 +347,18 @@ class ApprovalBroker:
         if decision == "acceptForSession":
             self._session_grants.setdefault(thread_id, set()).add(grant_key(need, scope))
         if decision == "acceptAlways":
-            self._session_grants.setdefault(thread_id, set()).add(scope_key(need))
-            await self.events.grant(*stored_grant(need), now)
+            key = scope_key(need)
+            self._session_grants.setdefault(thread_id, set()).add(key)
+            stored = stored_grant(need)
+            self._always_keys.setdefault(stored, set()).add((thread_id, key))
+            await self.events.grant(*stored, now)
+
+    async def revoke(self, kind: str, operation: str, target: str) -> bool:
+        """Forget a remembered (``acceptAlways``) grant, in the database and in
+        the sessions it was given in; whether it was remembered."""
+        for thread_id, key in self._always_keys.pop((kind, operation, target), set()):
+            self._session_grants.get(thread_id, set()).discard(key)
+        return await self.events.revoke_grant(kind, operation, target)
 
     def forget_thread(self, thread_id: str) -> None:
         self._session_grants.pop(thread_id, None)

@@ -64,6 +64,8 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.cron": _cron,
     "appserver.services.channels": Declared(flags=("channelStatus", "externalChannelManagement")),
     "appserver.services.terminals": Declared(flags=("backgroundTerminals",)),
+    "appserver.services.prompt": Declared(flags=("promptRead",)),
+    "appserver.services.grants": Declared(flags=("approvalGrants",)),
 }
 
 

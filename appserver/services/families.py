@@ -15,6 +15,7 @@ from appserver.services import (
     channels,
     commands,
     cron,
+    grants,
     mcp,
     plugins,
     prompt,
@@ -36,4 +37,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     channels.install,
     terminals.install,
     prompt.install,
+    grants.install,
 ]

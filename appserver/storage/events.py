@@ -114,6 +114,25 @@ class EventRepository:
         sql = "SELECT 1 FROM approval_grants WHERE kind = ? AND operation = ? AND target = ?"
         return bool(await self.db.lookup_or_fetch(sql, (kind, operation, target)))
 
+    async def grants(self) -> list[tuple[str, str, str, str]]:
+        """Every remembered grant, ``(kind, operation, target, created_at)``, oldest first."""
+        sql = (
+            "SELECT kind, operation, target, created_at FROM approval_grants"
+            " ORDER BY created_at, kind, operation, target"
+        )
+        return [
+            (str(row[0]), str(row[1]), str(row[2]), str(row[3])) for row in await self.db.fetch(sql)
+        ]
+
+    async def revoke_grant(self, kind: str, operation: str, target: str) -> bool:
+        """Forget one remembered grant; whether there was one."""
+        async with self.db.transaction() as conn:
+            changed = await conn.execute(
+                "DELETE FROM approval_grants WHERE kind = ? AND operation = ? AND target = ?",
+                (kind, operation, target),
+            )
+        return changed > 0
+
     # --- crash recovery --------------------------------------------------------
 
     async def unfinished_turns(self) -> list[TurnRecord]:

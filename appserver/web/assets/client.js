@@ -17,6 +17,8 @@ var METHODS = [
   "externalChannel/list",
   "externalChannel/remove",
   "externalChannel/upsert",
+  "grant/list",
+  "grant/revoke",
   "heartbeat/trigger",
   "initialize",
   "mcp/get",
@@ -126,6 +128,8 @@ var METHOD_INFO = {
   "externalChannel/list": { capability: "externalChannelManagement", errors: [] },
   "externalChannel/remove": { capability: "externalChannelManagement", errors: [-32602, -32080] },
   "externalChannel/upsert": { capability: "externalChannelManagement", errors: [-32602, -32081, -32082] },
+  "grant/list": { capability: "approvalGrants", errors: [] },
+  "grant/revoke": { capability: "approvalGrants", errors: [-32602] },
   "heartbeat/trigger": { capability: "heartbeatManagement", errors: [] },
   "initialize": { capability: null, errors: [-32003] },
   "mcp/get": { capability: "mcpManagement", errors: [-32070, -32602] },
@@ -293,6 +297,24 @@ var GeneratedMethods = class {
    */
   externalChannelUpsert(params, options) {
     return this.request("externalChannel/upsert", params, options);
+  }
+  /**
+   * The approvals remembered for good (`acceptAlways`), oldest first. Ours, not DotCraft's.
+   *
+   * Wire method `grant/list`; capability `approvalGrants`.
+   * Params: {@link Empty}.
+   */
+  grantList(params = {}, options) {
+    return this.request("grant/list", params, options);
+  }
+  /**
+   * Forget one remembered approval: the next such operation asks again, in sessions already running too. Ours, not DotCraft's.
+   *
+   * Wire method `grant/revoke`; capability `approvalGrants`; errors -32602.
+   * Params: {@link GrantRevokeParams}.
+   */
+  grantRevoke(params, options) {
+    return this.request("grant/revoke", params, options);
   }
   /**
    * Run the heartbeat now: a turn in the heartbeat thread with `.craft/HEARTBEAT.md` as the task, unless that file is missing or empty (then `{}`). Failures are `{error}`, not JSON-RPC errors. Long-running.

@@ -42,6 +42,18 @@ export interface AcpExtensionsCapability {
   [key: string]: unknown;
 }
 
+/** One remembered approval: what it covers, exactly. */
+export interface ApprovalGrant {
+  /** `shell`, `file`, `network`, a client tool's kind, or a variant that keeps one grant from covering another (`shell+background`, `shell+interactive`, `shell+stdin`, `file+outside`). */
+  kind: string;
+  /** The command (shell), `read`/`write`/`edit`/`patch`/`list` (file), `fetch` (network). */
+  operation: string;
+  /** The working directory, path, origin or terminal it applies to. */
+  target: string;
+  /** When it was remembered (ISO 8601). */
+  createdAt: string;
+}
+
 /** A gated tool call waits for the client's approval (`item/approval/request`). */
 export interface ApprovalRequestParams {
   /** The thread. */
@@ -855,6 +867,30 @@ export interface FileRefPart {
   path: string;
   /** How to show it. */
   displayPath?: string | null;
+}
+
+/** Every remembered grant, oldest first. */
+export interface GrantListResult {
+  /** The grants. */
+  grants: ApprovalGrant[];
+  /** `false` while the workspace is not trusted: remembered grants then ask again. */
+  honoured: boolean;
+}
+
+/** `grant/revoke`: forget one remembered grant (as `grant/list` names it). */
+export interface GrantRevokeParams {
+  /** The grant's `kind`. */
+  kind: string;
+  /** The grant's `operation`. */
+  operation: string;
+  /** The grant's `target`. */
+  target: string;
+}
+
+/** Whether it was remembered. */
+export interface GrantRevokeResult {
+  /** `false`: no such grant (already revoked, or never remembered). */
+  revoked: boolean;
 }
 
 /** `{}` when HEARTBEAT.md is missing or empty (nothing ran). */
@@ -2399,6 +2435,20 @@ export interface Methods {
    */
   "externalChannel/upsert": { params: ExternalChannelUpsertParams; result: ExternalChannelResult };
   /**
+   * The approvals remembered for good (`acceptAlways`), oldest first. Ours, not DotCraft's.
+   *
+   * Wire method `grant/list`; capability `approvalGrants`.
+   * Params: {@link Empty}.
+   */
+  "grant/list": { params: Empty; result: GrantListResult };
+  /**
+   * Forget one remembered approval: the next such operation asks again, in sessions already running too. Ours, not DotCraft's.
+   *
+   * Wire method `grant/revoke`; capability `approvalGrants`; errors -32602.
+   * Params: {@link GrantRevokeParams}.
+   */
+  "grant/revoke": { params: GrantRevokeParams; result: GrantRevokeResult };
+  /**
    * Run the heartbeat now: a turn in the heartbeat thread with `.craft/HEARTBEAT.md` as the task, unless that file is missing or empty (then `{}`). Failures are `{error}`, not JSON-RPC errors. Long-running.
    *
    * Wire method `heartbeat/trigger`; capability `heartbeatManagement`.
@@ -2974,6 +3024,8 @@ export const METHODS: readonly Method[] = [
   "externalChannel/list",
   "externalChannel/remove",
   "externalChannel/upsert",
+  "grant/list",
+  "grant/revoke",
   "heartbeat/trigger",
   "initialize",
   "mcp/get",
@@ -3089,6 +3141,8 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "externalChannel/list": { capability: "externalChannelManagement", errors: [] },
   "externalChannel/remove": { capability: "externalChannelManagement", errors: [-32602, -32080] },
   "externalChannel/upsert": { capability: "externalChannelManagement", errors: [-32602, -32081, -32082] },
+  "grant/list": { capability: "approvalGrants", errors: [] },
+  "grant/revoke": { capability: "approvalGrants", errors: [-32602] },
   "heartbeat/trigger": { capability: "heartbeatManagement", errors: [] },
   "initialize": { capability: null, errors: [-32003] },
   "mcp/get": { capability: "mcpManagement", errors: [-32070, -32602] },
@@ -3287,6 +3341,26 @@ export abstract class GeneratedMethods {
    */
   externalChannelUpsert(params: ExternalChannelUpsertParams, options?: RequestOptions): Promise<ExternalChannelResult> {
     return this.request("externalChannel/upsert", params, options);
+  }
+
+  /**
+   * The approvals remembered for good (`acceptAlways`), oldest first. Ours, not DotCraft's.
+   *
+   * Wire method `grant/list`; capability `approvalGrants`.
+   * Params: {@link Empty}.
+   */
+  grantList(params: Empty = {}, options?: RequestOptions): Promise<GrantListResult> {
+    return this.request("grant/list", params, options);
+  }
+
+  /**
+   * Forget one remembered approval: the next such operation asks again, in sessions already running too. Ours, not DotCraft's.
+   *
+   * Wire method `grant/revoke`; capability `approvalGrants`; errors -32602.
+   * Params: {@link GrantRevokeParams}.
+   */
+  grantRevoke(params: GrantRevokeParams, options?: RequestOptions): Promise<GrantRevokeResult> {
+    return this.request("grant/revoke", params, options);
   }
 
   /**

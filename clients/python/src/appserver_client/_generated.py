@@ -16,6 +16,7 @@ __all__ = [
     "NOTIFICATIONS",
     "SERVER_REQUESTS",
     "AcpExtensionsCapability",
+    "ApprovalGrant",
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
@@ -73,6 +74,9 @@ __all__ = [
     "ExternalChannelUpsertParams",
     "FileRefPart",
     "GeneratedMethods",
+    "GrantListResult",
+    "GrantRevokeParams",
+    "GrantRevokeResult",
     "HeartbeatTriggerResult",
     "ImageUrlPart",
     "InitializeParams",
@@ -204,6 +208,15 @@ class AcpExtensionsCapability(TypedDict):
     fsWriteTextFile: NotRequired[bool]  # default: false
     terminalCreate: NotRequired[bool]  # default: false
     extensions: NotRequired[list[str]]
+
+
+class ApprovalGrant(TypedDict):
+    """One remembered approval: what it covers, exactly."""
+
+    kind: str
+    operation: str
+    target: str
+    createdAt: str
 
 
 class ApprovalRequestParams(TypedDict):
@@ -751,6 +764,27 @@ class FileRefPart(TypedDict):
     type: Literal["fileRef"]
     path: str
     displayPath: NotRequired[str | None]
+
+
+class GrantListResult(TypedDict):
+    """Every remembered grant, oldest first."""
+
+    grants: list[ApprovalGrant]
+    honoured: bool
+
+
+class GrantRevokeParams(TypedDict):
+    """``grant/revoke``: forget one remembered grant (as `grant/list` names it)."""
+
+    kind: str
+    operation: str
+    target: str
+
+
+class GrantRevokeResult(TypedDict):
+    """Whether it was remembered."""
+
+    revoked: bool
 
 
 class HeartbeatTriggerResult(TypedDict):
@@ -1787,6 +1821,8 @@ METHODS: Final[dict[str, str]] = {
     "externalChannel/list": "external_channel_list",
     "externalChannel/remove": "external_channel_remove",
     "externalChannel/upsert": "external_channel_upsert",
+    "grant/list": "grant_list",
+    "grant/revoke": "grant_revoke",
     "heartbeat/trigger": "heartbeat_trigger",
     "initialize": "initialize",
     "mcp/get": "mcp_get",
@@ -2164,6 +2200,31 @@ class GeneratedMethods:
         params = _params({"channel": channel}, {})
         reply = await self.request("externalChannel/upsert", params, timeout=timeout)
         return cast(ExternalChannelResult, reply)
+
+    async def grant_list(self, *, timeout: float | None = None) -> GrantListResult:
+        """The approvals remembered for good (`acceptAlways`), oldest first. Ours, not DotCraft's.
+
+        Wire method ``grant/list``; capability ``approvalGrants``.
+        Params: :class:`Empty` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {})
+        reply = await self.request("grant/list", params, timeout=timeout)
+        return cast(GrantListResult, reply)
+
+    async def grant_revoke(
+        self, *, kind: str, operation: str, target: str, timeout: float | None = None
+    ) -> GrantRevokeResult:
+        """Forget one remembered approval: the next such operation asks again, in sessions already
+        running too. Ours, not DotCraft's.
+
+        Wire method ``grant/revoke``; capability ``approvalGrants``; errors -32602.
+        Params: :class:`GrantRevokeParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({"kind": kind, "operation": operation, "target": target}, {})
+        reply = await self.request("grant/revoke", params, timeout=timeout)
+        return cast(GrantRevokeResult, reply)
 
     async def heartbeat_trigger(self, *, timeout: float | None = None) -> HeartbeatTriggerResult:
         """Run the heartbeat now: a turn in the heartbeat thread with `.craft/HEARTBEAT.md` as the

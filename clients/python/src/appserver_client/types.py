@@ -13,6 +13,7 @@ docs/protocol.md describes every type and field (its Types section).
 
 from appserver_client._generated import (
     AcpExtensionsCapability,
+    ApprovalGrant,
     ApprovalRequestParams,
     ApprovalRequestResult,
     ApprovalResolvedNotification,
@@ -69,6 +70,9 @@ from appserver_client._generated import (
     ExternalChannelResult,
     ExternalChannelUpsertParams,
     FileRefPart,
+    GrantListResult,
+    GrantRevokeParams,
+    GrantRevokeResult,
     HeartbeatTriggerResult,
     ImageUrlPart,
     InitializeParams,
@@ -191,6 +195,7 @@ from appserver_client._generated import (
 
 __all__ = [
     "AcpExtensionsCapability",
+    "ApprovalGrant",
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
@@ -247,6 +252,9 @@ __all__ = [
     "ExternalChannelResult",
     "ExternalChannelUpsertParams",
     "FileRefPart",
+    "GrantListResult",
+    "GrantRevokeParams",
+    "GrantRevokeResult",
     "HeartbeatTriggerResult",
     "ImageUrlPart",
     "InitializeParams",
