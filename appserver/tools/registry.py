@@ -9,6 +9,7 @@ from appserver.providers.base import ToolSpec
 from appserver.tools.base import Tool
 from appserver.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
 from appserver.tools.plans import plan_tools
+from appserver.tools.search import FindFilesTool, GrepTool
 from appserver.tools.shell import ShellTool
 
 # What both the Anthropic and the OpenAI APIs accept as a tool name.
@@ -25,6 +26,8 @@ def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
         ShellTool(pass_env=pass_env),
         ReadFileTool(),
         ListDirTool(),
+        GrepTool(),
+        FindFilesTool(),
         WriteFileTool(),
         EditFileTool(),
         *plan_tools(),  # write the thread's plan once the runtime attaches its store

@@ -16,6 +16,8 @@ def test_default_tools_and_specs() -> None:
         "shell",
         "read_file",
         "list_dir",
+        "grep",
+        "find_files",
         "write_file",
         "edit_file",
         "CreatePlan",
@@ -34,7 +36,7 @@ def test_default_tools_and_specs() -> None:
     assert shell is not None and shell.name == "shell"
     assert registry.get("nope") is None
     assert "read_file" in registry
-    assert len(registry) == 7
+    assert len(registry) == 9
 
 
 def test_duplicates_invalid_names_and_unregister() -> None:

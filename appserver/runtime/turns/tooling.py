@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from appserver.providers.base import Message, ToolCall
+from appserver.runtime.read_only_setting import read_only_unasked
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
 from appserver.runtime.turns.items import ItemLog
@@ -98,6 +99,9 @@ class ToolRunner:
             editor=editor,
             editor_terminals=editor if editor is not None and editor.can_run else None,
         )
+        if call.name == "shell":  # whether known read-only commands run unasked
+            ctx.read_only_unasked = read_only_unasked(active.thread.configuration, self.workspace)
+            ctx.workspace_trusted = self.approvals.workspace_trusted()
         try:
             plan = tool.plan(call.arguments, ctx)
         except ToolError as exc:
@@ -129,7 +133,7 @@ class ToolRunner:
             "commandExecution",
             {
                 "command": plan.arguments.get("command", ""),
-                "workingDirectory": plan.approval.target if plan.approval else str(self.workspace),
+                "workingDirectory": str(plan.resolved.get("cwd", self.workspace)),
                 # "editor": the command runs in the IDE's terminal (ext/acp/terminal/*).
                 # (A run_in_background command always runs on the host.)
                 "source": "editor" if _in_editor(ctx, plan) else "host",
