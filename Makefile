@@ -64,6 +64,8 @@ test: lint typecheck schema-check client-check pytest node-test qwen-sdk-test
 # The servers the Node and Qwen SDK tests start keep the user's settings and workspace trust
 # (docs/security.md#workspace-trust) here, not in ~/.config/appserver (pytest sets its own).
 node-test qwen-sdk-test: export APPSERVER_HOME := $(CURDIR)/test-artifacts/appserver-home
+# Their scenarios expect `!echo hi` to be asked: read-only commands ask there (docs/approvals.md).
+node-test qwen-sdk-test: export APPSERVER_READ_ONLY_COMMANDS := ask
 
 # The Node client (clients/node): npm ci when node_modules is missing or the lock changed,
 # then check src/generated.ts against the schema, build with tsc, and run `node --test`

@@ -16,6 +16,10 @@ from tests.support.servers import TRANSPORTS, ServerUnderTest, running_server
 # directory of this test run, never the developer's ~/.config/appserver; servers the
 # tests start inherit it.
 os.environ["APPSERVER_HOME"] = tempfile.mkdtemp(prefix="appserver-home-")
+# Known read-only shell commands (`ls`, `echo hi`) are asked like any other in the servers
+# the tests start, as the tests written before they ran unasked expect; the tests of
+# running them unasked (tests/tools/test_read_only_unasked.py) remove this.
+os.environ["APPSERVER_READ_ONLY_COMMANDS"] = "ask"
 
 # Real PostgreSQL: postgres_cluster (one per xdist worker) and postgres_url (a fresh database).
 pytest_plugins = ("tests.support.postgres",)

@@ -73,6 +73,9 @@ class ThreadConfiguration(OpenWireModel):
     """Directory of an automation's task files."""
     require_approval_outside_workspace: bool | None = None
     """Ask before touching files outside the workspace."""
+    auto_approve_read_only_commands: bool | None = None
+    """Run shell commands known to only read (`ls`, `git status`, ...) without asking (default
+    true); `false` asks for them too."""
 
 
 class ThreadRuntimeState(WireModel):

@@ -37,6 +37,14 @@ def default_approval_policy(user_settings: dict[str, Any]) -> str:
     return policy if policy in ("default", "autoApprove") else "default"
 
 
+def read_only_commands_unasked(workspace_config: dict[str, Any]) -> bool:
+    """``Permissions.AutoApproveReadOnlyCommands``: ``false`` makes known
+    read-only shell commands ask like any other. Only turning it off is taken
+    from the workspace file (it may arrive with a checkout, and asking more is
+    always safe), so anything but ``false`` leaves it on."""
+    return lookup(workspace_config, "Permissions", "AutoApproveReadOnlyCommands") is not False
+
+
 def warn_ignored(workspace_config: dict[str, Any]) -> None:
     """Say once at start what the workspace file sets that is no longer taken from it."""
     policy = lookup(workspace_config, "Permissions", "DefaultApprovalPolicy")

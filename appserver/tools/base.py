@@ -135,6 +135,12 @@ class ToolContext:
     editor: EditorFiles | None = None
     # The client's editor when it runs commands in its terminals (shell uses it).
     editor_terminals: EditorTerminals | None = None
+    # Shell commands known to only read (tools.safe_commands) run unasked; the
+    # thread's autoApproveReadOnlyCommands or the workspace's setting turns it off.
+    read_only_unasked: bool = True
+    # The user trusts the workspace's own files (storage/trust.py); git, which
+    # runs programs named in the repository's config, is unasked only then.
+    workspace_trusted: bool = True
 
 
 @dataclass

@@ -10,6 +10,7 @@ from appserver.tools.apply_patch import ApplyPatchTool
 from appserver.tools.base import Tool
 from appserver.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
 from appserver.tools.plans import plan_tools
+from appserver.tools.search import FindFilesTool, GrepTool
 from appserver.tools.shell import ShellTool
 from appserver.tools.view_image import ViewImageTool
 from appserver.tools.web_fetch import WebFetchTool
@@ -28,6 +29,8 @@ def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
         ShellTool(pass_env=pass_env),
         ReadFileTool(),
         ListDirTool(),
+        GrepTool(),
+        FindFilesTool(),
         WriteFileTool(),
         EditFileTool(),
         ApplyPatchTool(),

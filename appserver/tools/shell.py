@@ -60,6 +60,7 @@ from appserver.tools.environment import tool_environment
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group
 from appserver.tools.nofollow import PathChanged, open_directory
 from appserver.tools.reaper import REAPER
+from appserver.tools.safe_commands import why_asked
 from appserver.tools.sandbox import Sandbox
 from appserver.tools.terminal_tools import format_terminal
 from appserver.tools.terminals import TerminalError, TerminalManager
@@ -244,7 +245,8 @@ class ShellTool:
     uses_terminals = True
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
-        """Resolve the working directory; every command needs a shell approval."""
+        """Resolve the working directory; a command is asked unless it is known to
+        only read (``tools.safe_commands``), and the approval says why it is."""
         check_keys(arguments, _ARGUMENTS)
         command = require_str(arguments, "command", allow_empty=False)
         if "\0" in command:
@@ -276,14 +278,17 @@ class ShellTool:
         elif background:
             outside += ", as a background terminal (it keeps running after this call)"
         display = sandbox.display(cwd)
+        asked = why_asked(command, cwd.path, sandbox.root, ctx, background=background)
         return ToolPlan(
             tool=self.name,
             arguments=arguments,
-            approval=ApprovalNeed(
+            approval=None
+            if asked is None
+            else ApprovalNeed(
                 kind="shell",
                 operation=command,
                 target=str(cwd.path),
-                reason=f"Run a shell command in {display}{outside}",
+                reason=f"Run a shell command in {display}{outside} — {asked}",
                 outside_workspace=not cwd.inside,
                 background=background,
                 interactive=interactive,

@@ -16,6 +16,8 @@ def test_default_tools_and_specs() -> None:
         "shell",
         "read_file",
         "list_dir",
+        "grep",
+        "find_files",
         "write_file",
         "edit_file",
         "apply_patch",
@@ -37,7 +39,7 @@ def test_default_tools_and_specs() -> None:
     assert shell is not None and shell.name == "shell"
     assert registry.get("nope") is None
     assert "read_file" in registry
-    assert len(registry) == 10
+    assert len(registry) == 12
 
 
 def test_duplicates_invalid_names_and_unregister() -> None:

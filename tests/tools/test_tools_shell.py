@@ -74,7 +74,11 @@ async def test_killed_by_signal_is_named(workspace: Path) -> None:
 async def test_workdir_and_approval(workspace: Path) -> None:
     (workspace / "sub").mkdir()
     tool = ShellTool()
-    plan = tool.plan({"command": "pwd", "workdir": "sub"}, make_ctx(workspace))
+    # The approval's shape, for commands that would otherwise run unasked
+    # (tests/tools/test_safe_commands.py covers those).
+    asking = make_ctx(workspace)
+    asking.read_only_unasked = False
+    plan = tool.plan({"command": "pwd", "workdir": "sub"}, asking)
     assert plan.approval is not None
     assert plan.approval.kind == "shell"
     assert plan.approval.operation == "pwd"
@@ -87,7 +91,7 @@ async def test_workdir_and_approval(workspace: Path) -> None:
     assert outside is not None
     assert outside.outside_workspace
     assert outside.target == os.path.realpath(workspace.parent)
-    default = tool.plan({"command": "ls"}, make_ctx(workspace)).approval
+    default = tool.plan({"command": "ls"}, asking).approval
     assert default is not None
     assert default.target == os.path.realpath(workspace)
 

@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 
 from appserver.providers.base import Message, ToolCall
+from appserver.runtime.read_only_setting import read_only_unasked
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
@@ -108,6 +109,9 @@ class ToolRunner:
             editor=editor,
             editor_terminals=editor if editor is not None and editor.can_run else None,
         )
+        if call.name == "shell":  # whether known read-only commands run unasked
+            ctx.read_only_unasked = read_only_unasked(active.thread.configuration, self.workspace)
+            ctx.workspace_trusted = self.approvals.workspace_trusted()
         try:
             plan = tool.plan(call.arguments, ctx)
         except ToolError as exc:
@@ -139,7 +143,7 @@ class ToolRunner:
             "commandExecution",
             {
                 "command": plan.arguments.get("command", ""),
-                "workingDirectory": plan.approval.target if plan.approval else str(self.workspace),
+                "workingDirectory": str(plan.resolved.get("cwd", self.workspace)),
                 # "editor": the command runs in the IDE's terminal (ext/acp/terminal/*).
                 # (A run_in_background command always runs on the host.)
                 "source": "editor" if _in_editor(ctx, plan) else "host",

@@ -1816,6 +1816,8 @@ export interface ThreadConfiguration {
   automationTaskDirectory?: string | null;
   /** Ask before touching files outside the workspace. */
   requireApprovalOutsideWorkspace?: boolean | null;
+  /** Run shell commands known to only read (`ls`, `git status`, ...) without asking (default true); `false` asks for them too. */
+  autoApproveReadOnlyCommands?: boolean | null;
   [key: string]: unknown;
 }
 

@@ -378,6 +378,8 @@ async def test_sdk_handshake_and_a_plain_turn(workspace: Path) -> None:
             "shell",
             "read_file",
             "list_dir",
+            "grep",
+            "find_files",
             "write_file",
             "edit_file",
             "apply_patch",

@@ -1435,6 +1435,7 @@ class ThreadConfiguration(TypedDict):
     approvalPolicy: NotRequired[Literal["default", "autoApprove", "interrupt"] | None]
     automationTaskDirectory: NotRequired[str | None]
     requireApprovalOutsideWorkspace: NotRequired[bool | None]
+    autoApproveReadOnlyCommands: NotRequired[bool | None]
 
 
 class ThreadDeletedNotification(TypedDict):
