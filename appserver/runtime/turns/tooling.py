@@ -14,11 +14,13 @@ from typing import Any
 
 import anyio
 
+from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message, ToolCall
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
+from appserver.runtime.turns.turn_diff import TurnDiff, wire_changes
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome
 from appserver.tools.registry import ToolRegistry
 
@@ -60,13 +62,33 @@ class ToolRunner:
             history.append(Message("tool", output, tool_call_id=call.call_id, tool_name=call.name))
             return
         outcome = await self._run(active, call)
-        await self.items.instant(
-            active,
-            "toolResult",
-            {"callId": call.call_id, "result": outcome.output, "success": outcome.success},
-        )
+        result: dict[str, Any] = {
+            "callId": call.call_id,
+            "result": outcome.output,
+            "success": outcome.success,
+        }
+        changes = wire_changes(outcome.details)
+        if changes:
+            result["changes"] = changes
+        await self.items.instant(active, "toolResult", result)
+        if changes:
+            await self._diff_updated(active, changes)
         history.append(
             Message("tool", outcome.output, tool_call_id=call.call_id, tool_name=call.name)
+        )
+
+    async def _diff_updated(self, active: ActiveTurn, changes: list[dict[str, str]]) -> None:
+        """Add ``changes`` to the turn's diff and send the whole of it."""
+        if active.file_changes is None:
+            active.file_changes = TurnDiff(self.workspace)
+        diff = await active.file_changes.record(changes)
+        await self.items.journal.emit(
+            active.thread_id,
+            "turn/diff/updated",
+            turn_wire.TurnDiffUpdatedNotification(
+                thread_id=active.thread_id, turn_id=active.record.id, diff=diff
+            ),
+            include=active.watchers,
         )
 
     async def _call_client_tool(self, active: ActiveTurn, tool: ClientTool, call: ToolCall) -> str:
