@@ -315,6 +315,12 @@ _CORE_NOTIFICATIONS: list[NotificationSpec] = [
         "threadDeleted).",
     ),
     NotificationSpec(
+        "turn/diff/updated",
+        turn_wire.TurnDiffUpdatedNotification,
+        "thread subscribers and the turn's originator",
+        "The turn's aggregate diff after each file change (Codex's shape; the whole diff).",
+    ),
+    NotificationSpec(
         "item/started",
         turn_wire.ItemNotification,
         "thread subscribers and the turn's originator",

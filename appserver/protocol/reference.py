@@ -318,6 +318,10 @@ def render_reference() -> str:
             *_fields(spec["result"], defs),
             "",
         ]
+    out += ["## Item payloads", "", "`Item.payload` is open; these item types' are typed:", ""]
+    for kind, ref in schema["x-itemPayloads"].items():
+        out.append(f"- `{kind}`: {_type_cell(ref, defs)}")
+    out += [""]
     out += _types(defs)
     out += [
         "## Error codes",

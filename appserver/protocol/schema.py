@@ -20,6 +20,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json
 
 from appserver import __version__
 from appserver.protocol.methods import METHODS, NOTIFICATIONS, SERVER_REQUESTS
+from appserver.protocol.turns import ITEM_PAYLOADS
 
 SCHEMA_FILE = "protocol.schema.json"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -109,6 +110,8 @@ def build_schema() -> dict[str, Any]:
     for request in SERVER_REQUESTS.values():
         want(request.params, "serialization")
         want(request.result, "validation")
+    for payload in ITEM_PAYLOADS.values():
+        want(payload, "serialization")
     refs, top = models_json_schema(
         wanted, by_alias=True, ref_template="#/$defs/{model}", schema_generator=_Generator
     )
@@ -143,6 +146,7 @@ def build_schema() -> dict[str, Any]:
         }
         for name, spec in sorted(SERVER_REQUESTS.items())
     }
+    payloads = {kind: ref(model, "serialization") for kind, model in sorted(ITEM_PAYLOADS.items())}
     return {
         "$schema": DIALECT,
         "$id": "urn:appserver:protocol:1",
@@ -154,6 +158,7 @@ def build_schema() -> dict[str, Any]:
         "x-methods": methods,
         "x-notifications": notifications,
         "x-serverRequests": requests,
+        "x-itemPayloads": payloads,
         "$defs": dict(sorted(top.get("$defs", {}).items())),
     }
 

@@ -316,6 +316,56 @@ class ApprovalResolvedNotification(WireModel):
     """The `approvalResponse` item with the decision."""
 
 
+class TurnDiffUpdatedNotification(WireModel):
+    """`turn/diff/updated` (Codex's shape): the turn's file changes so far, as one diff."""
+
+    thread_id: str
+    """The thread."""
+    turn_id: str
+    """The turn."""
+    diff: str
+    """The unified diff of every file the turn changed: each file as it was before the turn's
+    first change against its content now (a file changed twice is one diff; a file changed back
+    is left out). Whole each time, not a delta; capped at 256 KiB."""
+
+
+# --- item payloads ----------------------------------------------------------------
+
+
+class FileChange(WireModel):
+    """What one tool call applied to one file (`toolResult.changes`)."""
+
+    path: str
+    """The file, relative to the workspace (absolute outside it); for a move, its old name."""
+    kind: Literal["add", "update", "delete", "move"]
+    """`add` (created), `update`, `delete` or `move` (renamed, maybe changed too)."""
+    diff: str
+    """Unified diff of what was applied against the file as it was just before (git's headers;
+    `/dev/null` for a new or deleted file). A file that cannot be diffed (binary, over 1 MiB)
+    has a one-line note instead; a diff over 64 KiB is cut with a note."""
+    move_path: str | None = None
+    """For `move`: the file's new name."""
+
+
+class ToolResultPayload(WireModel):
+    """The payload of a `toolResult` item."""
+
+    call_id: str
+    """The tool call it answers (the `toolCall` item's `callId`)."""
+    result: str
+    """What the model is told."""
+    success: bool
+    """Whether the call succeeded (a failure's reason is in `result`)."""
+    changes: list[FileChange] | None = None
+    """For file tools that changed files (`write_file`, `edit_file`, `apply_patch`): what
+    each file got, as applied. The approval showed the proposed diff (`item/approval/request`
+    `diff`); this is the real one."""
+
+
+# Typed payloads of item types, in the schema as `x-itemPayloads` (Item.payload stays open).
+ITEM_PAYLOADS: dict[str, type[WireModel]] = {"toolResult": ToolResultPayload}
+
+
 # --- server -> client requests ---------------------------------------------------
 
 Decision = Literal["accept", "acceptForSession", "acceptAlways", "decline", "cancel"]

@@ -178,3 +178,12 @@ def unified_diff(
         out.append(text)
         used += size
     return "".join(out)
+
+
+def file_header(before: str | None, after: str | None) -> str:
+    """The two header lines of a file's diff: ``before`` and ``after`` are
+    the paths as shown (``None``: ``/dev/null``, the file is new or gone);
+    they differ when the file was moved."""
+    old = "/dev/null" if before is None else _side("a", before)
+    new = "/dev/null" if after is None else _side("b", after)
+    return f"--- {old}\n+++ {new}\n"

@@ -48,14 +48,27 @@ def read_snapshot(path: Path, max_bytes: int = DIFF_INPUT_MAX_BYTES) -> Snapshot
         return Snapshot(exists=True, links=links, why="it changed (a symlink appeared)")
     except OSError as exc:
         return Snapshot(exists=True, links=links, why=exc.strerror or "unreadable")
+    text, why = diffable_text(raw, max_bytes)
+    return Snapshot(True, links, text=text, why=why)
+
+
+def diffable_text(raw: bytes, max_bytes: int = DIFF_INPUT_MAX_BYTES) -> tuple[str | None, str]:
+    """``raw`` (read up to ``max_bytes + 1``) as text to diff, or ``None`` and why not."""
     if len(raw) > max_bytes:
-        return Snapshot(True, links, why=f"it is larger than {max_bytes // 1024} KiB")
+        return None, f"it is larger than {max_bytes // 1024} KiB"
     if b"\0" in raw[:BINARY_SNIFF_BYTES]:
-        return Snapshot(True, links, why="it looks like a binary file")
+        return None, "it looks like a binary file"
     try:
-        return Snapshot(True, links, text=raw.decode("utf-8"))
+        return raw.decode("utf-8"), ""
     except UnicodeDecodeError:
-        return Snapshot(True, links, why="it is not UTF-8 text")
+        return None, "it is not UTF-8 text"
+
+
+def file_change(display: str, kind: str, diff: str) -> dict[str, str]:
+    """One entry of an outcome's ``details["changes"]`` (the ``toolResult``
+    item's ``changes``): what a call applied to one file, diffed against the
+    file as it was just before."""
+    return {"path": display, "kind": kind, "diff": diff}
 
 
 def links_note(links: int) -> str:

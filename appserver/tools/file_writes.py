@@ -3,7 +3,9 @@
 Both always ask (the approval policy decides whether that means a prompt).
 When planned they read the file once, bounded, so the approval can show a
 unified diff of the file as it is against what the call would write
-(``ApprovalNeed.diff``, see ``tools.file_diff``).
+(``ApprovalNeed.diff``, see ``tools.file_diff``). When run they diff what
+they applied against the file as it was just before, in the outcome's
+``details["changes"]`` (:func:`file_change`; ``apply_patch`` gives the same).
 
 At run time the planned path is opened without following any symlink
 (``tools.nofollow``): a directory or the file swapped for a link fails the
@@ -48,10 +50,12 @@ from appserver.tools.file_common import (
     outside_note,
     resolved_plan,
 )
-from appserver.tools.file_diff import not_diffable, unified_diff
+from appserver.tools.file_diff import DIFF_INPUT_MAX_BYTES, not_diffable, unified_diff
 from appserver.tools.file_snapshot import (
     Snapshot,
     check_links,
+    diffable_text,
+    file_change,
     file_need,
     overwrite,
     read_snapshot,
@@ -65,25 +69,39 @@ EDIT_MAX_BYTES = 10 * 1024 * 1024
 # --- write_file --------------------------------------------------------------
 
 
-def _open_for_write(path: Path) -> tuple[int, bool]:
-    """The file at ``path`` opened for writing, and whether it was created."""
+def _open_for_write(path: Path) -> tuple[int, bool, bool]:
+    """The file at ``path`` opened for writing, whether it was created, and
+    whether it can be read (for the diff of what the write replaced)."""
     try:
-        return open_regular(path, os.O_WRONLY), False
+        return open_regular(path, os.O_RDWR), False, True
+    except (PermissionError, FileNotFoundError):
+        pass  # write-only (written all the same, without a diff), or missing
+    try:
+        return open_regular(path, os.O_WRONLY), False, False
     except FileNotFoundError:
-        pass  # the file or a parent directory is missing
+        pass
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    return open_file(path, flags, create_parents=True), True
+    return open_file(path, flags, create_parents=True), True, False
 
 
-def _write(path: Path, display: str, data: bytes, links_shown: int) -> bool:
+def _write(path: Path, display: str, content: str, links_shown: int) -> tuple[bool, str]:
+    """Write ``content``; whether the file was created, and the diff applied."""
     try:
-        fd, created = _open_for_write(path)
+        fd, created, readable = _open_for_write(path)
     except PathChanged as exc:
         raise FileFailure(str(exc)) from None
-    with open(fd, "wb") as handle:  # on a descriptor: truncates nothing by itself
+    # On a descriptor: "r+b"/"wb" truncate nothing by themselves.
+    with open(fd, "r+b" if readable else "wb") as handle:
         check_links(fd, display, links_shown)
-        overwrite(handle, data)
-    return created
+        before, why = (None, "")
+        if readable:
+            before, why = diffable_text(handle.read(DIFF_INPUT_MAX_BYTES + 1))
+        elif not created:
+            why = "it is not readable"
+        overwrite(handle, content.encode("utf-8"))
+    if why:
+        return created, not_diffable(display, why)
+    return created, unified_diff(display, before, content)
 
 
 class WriteFileTool:
@@ -131,16 +149,29 @@ class WriteFileTool:
         path: Path = plan.resolved["path"]
         display: str = plan.resolved["display"]
         data: bytes = plan.resolved["data"]
+        content = data.decode("utf-8")
         if ctx.editor is not None and ctx.editor.can_write:
-            await ctx.editor.write_text_file(str(path), data.decode("utf-8"))
+            # The editor's buffer is not read back: the diff is against the disk.
+            snapshot = await anyio.to_thread.run_sync(read_snapshot, path)
+            await ctx.editor.write_text_file(str(path), content)
+            kind = "update" if snapshot.exists else "add"
+            if snapshot.exists and snapshot.text is None:
+                diff = not_diffable(display, snapshot.why)
+            else:
+                diff = unified_diff(display, snapshot.text, content)
             return ToolOutcome(
                 success=True,
                 output=f"Wrote {len(data)} bytes to {display} (in the editor)",
-                details={"path": display, "bytes_written": len(data), "source": "editor"},
+                details={
+                    "path": display,
+                    "bytes_written": len(data),
+                    "source": "editor",
+                    "changes": [file_change(display, kind, diff)],
+                },
             )
         try:
-            created = await anyio.to_thread.run_sync(
-                _write, path, display, data, plan.resolved["links"]
+            created, diff = await anyio.to_thread.run_sync(
+                _write, path, display, content, plan.resolved["links"]
             )
         except FileFailure as exc:
             return ToolOutcome(success=False, output=str(exc))
@@ -149,7 +180,12 @@ class WriteFileTool:
         return ToolOutcome(
             success=True,
             output=f"Wrote {len(data)} bytes to {display}",
-            details={"path": display, "bytes_written": len(data), "created": created},
+            details={
+                "path": display,
+                "bytes_written": len(data),
+                "created": created,
+                "changes": [file_change(display, "add" if created else "update", diff)],
+            },
         )
 
 
@@ -179,14 +215,15 @@ def _edit(
     strings: tuple[str, str, bool],
     max_bytes: int,
     links_shown: int,
-) -> int:
+) -> tuple[int, str]:
+    """Apply the replacement; how many were replaced, and the diff applied."""
     # One descriptor for the read and the write: what is written is the file read.
     with open_planned(path, os.O_RDWR) as handle:
         check_links(handle.fileno(), display, links_shown)
         text = _decode_for_edit(handle.read(max_bytes + 1), display, max_bytes)
         updated, count = _replace(text, display, *strings)
         overwrite(handle, updated.encode("utf-8"))
-    return count
+    return count, unified_diff(display, text, updated)
 
 
 def _replace(text: str, display: str, old: str, new: str, replace_all: bool) -> tuple[str, int]:
@@ -294,7 +331,7 @@ class EditFileTool:
         if ctx.editor is not None and (ctx.editor.can_read or ctx.editor.can_write):
             return await self._edit_in_editor(plan, ctx.editor)
         try:
-            count = await anyio.to_thread.run_sync(
+            count, diff = await anyio.to_thread.run_sync(
                 _edit, path, display, self._strings(plan), self.max_bytes, plan.resolved["links"]
             )
         except FileFailure as exc:
@@ -305,7 +342,11 @@ class EditFileTool:
         return ToolOutcome(
             success=True,
             output=f"Edited {display}: replaced {count} {noun}",
-            details={"path": display, "replacements": count},
+            details={
+                "path": display,
+                "replacements": count,
+                "changes": [file_change(display, "update", diff)],
+            },
         )
 
     async def _edit_in_editor(self, plan: ToolPlan, editor: EditorFiles) -> ToolOutcome:
@@ -334,8 +375,14 @@ class EditFileTool:
         except OSError as exc:
             return os_failure("edit", display, exc)
         noun = "occurrence" if count == 1 else "occurrences"
+        diff = await anyio.to_thread.run_sync(unified_diff, display, text, updated)
         return ToolOutcome(
             success=True,
             output=f"Edited {display}: replaced {count} {noun} (in the editor)",
-            details={"path": display, "replacements": count, "source": "editor"},
+            details={
+                "path": display,
+                "replacements": count,
+                "source": "editor",
+                "changes": [file_change(display, "update", diff)],
+            },
         )

@@ -218,7 +218,14 @@ async def test_write_inside_asks_and_creates_parents(workspace: Path) -> None:
     outcome = await call(tool, workspace, path="sub/dir/f.txt", content="héllo")
     assert outcome.success
     assert outcome.output == "Wrote 6 bytes to sub/dir/f.txt"
-    assert outcome.details == {"path": "sub/dir/f.txt", "bytes_written": 6, "created": True}
+    added = "--- /dev/null\n+++ b/sub/dir/f.txt\n@@ -0,0 +1 @@\n+héllo\n"
+    added += "\\ No newline at end of file\n"
+    assert outcome.details == {
+        "path": "sub/dir/f.txt",
+        "bytes_written": 6,
+        "created": True,
+        "changes": [{"path": "sub/dir/f.txt", "kind": "add", "diff": added}],
+    }
     assert (workspace / "sub" / "dir" / "f.txt").read_text(encoding="utf-8") == "héllo"
     outcome = await call(tool, workspace, path="sub/dir/f.txt", content="")
     assert outcome.details["created"] is False
@@ -283,7 +290,12 @@ async def test_edit_replaces_a_unique_string(workspace: Path) -> None:
     outcome = await call(tool, workspace, path="m.py", old_string="return 1", new_string="return 2")
     assert outcome.success
     assert outcome.output == "Edited m.py: replaced 1 occurrence"
-    assert outcome.details == {"path": "m.py", "replacements": 1}
+    applied = "--- a/m.py\n+++ b/m.py\n@@ -1,2 +1,2 @@\n def f():\n-    return 1\n+    return 2\n"
+    assert outcome.details == {
+        "path": "m.py",
+        "replacements": 1,
+        "changes": [{"path": "m.py", "kind": "update", "diff": applied}],
+    }
     assert (workspace / "m.py").read_text() == "def f():\n    return 2\n"
 
 

@@ -320,20 +320,20 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     dialog.locator('[data-decision="decline"]').click()
     wait_turn(page, 2, "completed")
     assert agent_text(page, 2) == "The shell call was declined."
-    # An edit is shown as a diff; a plan as its todos.
+    # An edit is shown as the server's diff of what it applied; a plan as its todos.
     say(page, ">notes.md\nfirst line\nsecond line")
     dialog.wait_for(state="visible")
     dialog.locator('[data-decision="acceptForSession"]').click()
     wait_turn(page, 3, "completed")
-    diff = page.locator(f"{turn(page, 3)} .tool-call pre").inner_text()
-    assert diff.splitlines()[1:] == ["+first line", "+second line"]
+    diff = page.locator(f"{turn(page, 3)} .change-diff").inner_text()
+    assert diff.splitlines()[3:] == ["+first line", "+second line"]
     assert (server.workspace / "notes.md").read_text() == "first line\nsecond line\n"
     edit = {"path": "notes.md", "old_string": "second line", "new_string": "2nd line"}
     say(page, f"?tool edit_file {json.dumps(edit)}")
     dialog.wait_for(state="visible")
     dialog.locator('[data-decision="accept"]').click()
     wait_turn(page, 4, "completed")
-    diff = page.locator(f"{turn(page, 4)} .tool-call pre").inner_text()
+    diff = page.locator(f"{turn(page, 4)} .change-diff").inner_text()
     assert "-second line" in diff.splitlines() and "+2nd line" in diff.splitlines()
     say(page, "?plan Ship the web client")
     wait_turn(page, 5, "completed")

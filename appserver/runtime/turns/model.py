@@ -12,6 +12,7 @@ from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message
 from appserver.runtime.engine_config import EngineConfig as EngineConfig  # (its home)
 from appserver.runtime.events import Participant
+from appserver.runtime.turns.turn_diff import TurnDiff
 from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
 
 
@@ -82,6 +83,8 @@ class ActiveTurn:
     open_items: dict[str, ItemRecord] = field(default_factory=dict)
     checkpoints: dict[str, float] = field(default_factory=dict)  # item id -> last save time
     instructions: list[str] = field(default_factory=list)  # extra system text for this turn
+    # What the turn's file tools changed (turn/diff/updated); made at the first change.
+    file_changes: TurnDiff | None = None
 
     @property
     def thread_id(self) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 
+from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message, ToolCall
 from appserver.runtime.read_only_setting import read_only_unasked
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
@@ -21,6 +22,7 @@ from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
+from appserver.runtime.turns.turn_diff import TurnDiff, wire_changes
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome
 from appserver.tools.registry import ToolRegistry
 
@@ -75,9 +77,28 @@ class ToolRunner:
         }
         if outcome.details.get("images"):
             payload["images"] = outcome.details["images"]
+        changes = wire_changes(outcome.details)
+        if changes:
+            payload["changes"] = changes
         await self.items.instant(active, "toolResult", payload)
+        if changes:
+            await self._diff_updated(active, changes)
         history.append(
             tool_message(call.call_id, call.name, outcome.output, self.output_limit, outcome.images)
+        )
+
+    async def _diff_updated(self, active: ActiveTurn, changes: list[dict[str, str]]) -> None:
+        """Add ``changes`` to the turn's diff and send the whole of it."""
+        if active.file_changes is None:
+            active.file_changes = TurnDiff(self.workspace)
+        diff = await active.file_changes.record(changes)
+        await self.items.journal.emit(
+            active.thread_id,
+            "turn/diff/updated",
+            turn_wire.TurnDiffUpdatedNotification(
+                thread_id=active.thread_id, turn_id=active.record.id, diff=diff
+            ),
+            include=active.watchers,
         )
 
     async def _call_client_tool(self, active: ActiveTurn, tool: ClientTool, call: ToolCall) -> str:

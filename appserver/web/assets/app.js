@@ -8,7 +8,7 @@
 
 import { AppServerClient, DECISIONS } from "./client.js";
 import { showApproval } from "./approval-view.js";
-import { revealedText } from "./exact-text.js";
+import { revealedText, showDiff } from "./exact-text.js";
 import { codeBlock, renderMarkdown } from "./markdown.js";
 
 const PAGE_SIZE = 30;
@@ -160,6 +160,20 @@ class ThreadView {
     if (state.current === this) updateComposer();
   }
 
+  /** `turn/diff/updated`: the turn's whole diff so far, in one fold above its footer. */
+  setTurnDiff(turnId, diff) {
+    const turn = this.turn(turnId);
+    if (!turn.diff) {
+      turn.diff = details("", "turn-diff");
+      turn.section.insertBefore(turn.diff, turn.footer);
+    }
+    const files = (String(diff).match(/^\+\+\+ /gm) ?? []).length;
+    turn.diff.hidden = !diff;
+    turn.diff.querySelector("summary").textContent = `Changes in this turn (${files} file${files === 1 ? "" : "s"})`;
+    turn.diff.querySelector("pre")?.remove();
+    turn.diff.append(diffBlock(diff, "turn-diff-text"));
+  }
+
   setUsage(turn, input, output) {
     turn.usage.textContent = `${input ?? 0} in · ${output ?? 0} out tokens`;
   }
@@ -270,6 +284,7 @@ class ThreadView {
         const fold = details(ok ? "Result" : "Failed", ok ? "tool-result" : "tool-result failed");
         fold.append(el("pre", "result-text", typeof payload.result === "string" ? payload.result : pretty(payload.result)));
         box.append(fold);
+        if (Array.isArray(payload.changes) && payload.changes.length) box.append(changesView(payload.changes));
         break;
       }
       case "approvalRequest":
@@ -310,7 +325,8 @@ class ThreadView {
   }
 }
 
-/** A tool call: its name and arguments; edits are shown as a diff. */
+/** A tool call: its name and arguments (what a file tool changed is shown from the
+ * server's diff, on its result). */
 function toolCallView(entry) {
   const name = entry.toolName || "tool";
   let args = null;
@@ -321,21 +337,29 @@ function toolCallView(entry) {
   }
   const target = args && typeof args.path === "string" ? ` ${args.path}` : args && typeof args.command === "string" ? ` ${args.command}` : "";
   const summary = revealedText(`${name}${target}`); // what ran, hidden characters shown
-  const fold = details(summary, "tool-call", name === "write_file" || name === "edit_file");
-  if (args && name === "edit_file" && typeof args.old_string === "string") {
-    fold.append(codeBlock(diffText(args.old_string, args.new_string ?? ""), "diff"));
-  } else if (args && name === "write_file" && typeof args.content === "string") {
-    fold.append(codeBlock(diffText("", args.content), "diff"));
-  } else {
-    fold.append(codeBlock(args ? JSON.stringify(args, null, 2) : entry.args, args ? "json" : ""));
-  }
+  const fold = details(summary, "tool-call");
+  fold.append(codeBlock(args ? JSON.stringify(args, null, 2) : entry.args, args ? "json" : ""));
   return fold;
 }
 
-function diffText(before, after) {
-  const old = before ? before.replace(/\n$/, "").split("\n") : [];
-  const now = after ? after.replace(/\n$/, "").split("\n") : [];
-  return [`@@ -${old.length ? 1 : 0},${old.length} +${now.length ? 1 : 0},${now.length} @@`, ...old.map((l) => `-${l}`), ...now.map((l) => `+${l}`)].join("\n");
+/** A unified diff from the server, one coloured line each (hidden characters revealed). */
+function diffBlock(diff, className) {
+  const pre = el("pre", `diff ${className}`);
+  showDiff(pre, diff);
+  return pre;
+}
+
+/** What a file tool applied (`toolResult.changes`): each file's diff, open. */
+function changesView(changes) {
+  const box = el("div", "changes");
+  for (const change of changes) {
+    const moved = change.movePath ? ` → ${change.movePath}` : "";
+    const fold = details(revealedText(`${change.kind} ${change.path}${moved}`), "file-change", true);
+    fold.dataset.path = change.path;
+    fold.append(diffBlock(change.diff ?? "", "change-diff"));
+    box.append(fold);
+  }
+  return box;
 }
 
 /** Follow new output, unless the reader scrolled up to read. */
@@ -383,6 +407,9 @@ function onNotification(event) {
       break;
     case "item/commandExecution/outputDelta":
       view.delta(params, "output");
+      break;
+    case "turn/diff/updated":
+      view.setTurnDiff(params.turnId, params.diff ?? "");
       break;
     case "item/usage/delta":
       view.setUsage(view.turn(params.turnId), params.totalInputTokens ?? params.inputTokens, params.totalOutputTokens ?? params.outputTokens);

@@ -97,6 +97,7 @@ var NOTIFICATION_METHODS = [
   "thread/statusChanged",
   "turn/cancelled",
   "turn/completed",
+  "turn/diff/updated",
   "turn/failed",
   "turn/started",
   "workspace/configChanged"

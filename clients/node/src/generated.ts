@@ -859,6 +859,18 @@ export interface ExternalChannelUpsertParams {
   channel: ExternalChannelConfig;
 }
 
+/** What one tool call applied to one file (`toolResult.changes`). */
+export interface FileChange {
+  /** The file, relative to the workspace (absolute outside it); for a move, its old name. */
+  path: string;
+  /** `add` (created), `update`, `delete` or `move` (renamed, maybe changed too). */
+  kind: "add" | "update" | "delete" | "move";
+  /** Unified diff of what was applied against the file as it was just before (git's headers; `/dev/null` for a new or deleted file). A file that cannot be diffed (binary, over 1 MiB) has a one-line note instead; a diff over 64 KiB is cut with a note. */
+  diff: string;
+  /** For `move`: the file's new name. */
+  movePath?: string | null;
+}
+
 /** Input part: a reference to a file the agent should look at. */
 export interface FileRefPart {
   /** Always `fileRef`. */
@@ -2123,6 +2135,18 @@ export interface ToolCallResult {
   [key: string]: unknown;
 }
 
+/** The payload of a `toolResult` item. */
+export interface ToolResultPayload {
+  /** The tool call it answers (the `toolCall` item's `callId`). */
+  callId: string;
+  /** What the model is told. */
+  result: string;
+  /** Whether the call succeeded (a failure's reason is in `result`). */
+  success: boolean;
+  /** For file tools that changed files (`write_file`, `edit_file`, `apply_patch`): what each file got, as applied. The approval showed the proposed diff (`item/approval/request` `diff`); this is the real one. */
+  changes?: FileChange[] | null;
+}
+
 /** One exchange: the user's input and everything the agent did in answer. */
 export interface Turn {
   /** The turn's id (`turn_001`), unique in its thread. */
@@ -2155,6 +2179,16 @@ export interface TurnCancelledNotification {
   turn: Turn;
   /** Why it was cancelled (e.g. `turn/interrupt`). */
   reason: string;
+}
+
+/** `turn/diff/updated` (Codex's shape): the turn's file changes so far, as one diff. */
+export interface TurnDiffUpdatedNotification {
+  /** The thread. */
+  threadId: string;
+  /** The turn. */
+  turnId: string;
+  /** The unified diff of every file the turn changed: each file as it was before the turn's first change against its content now (a file changed twice is one diff; a file changed back is left out). Whole each time, not a delta; capped at 256 KiB. */
+  diff: string;
 }
 
 /** `TurnEnqueueParams` on the wire. */
@@ -2960,6 +2994,12 @@ export interface Notifications {
    */
   "turn/completed": WithSeq<TurnNotification>;
   /**
+   * The turn's aggregate diff after each file change (Codex's shape; the whole diff).
+   *
+   * Delivery: thread subscribers and the turn's originator.
+   */
+  "turn/diff/updated": WithSeq<TurnDiffUpdatedNotification>;
+  /**
    * Terminal: the turn failed (after an `error` item).
    *
    * Delivery: thread subscribers and the turn's originator.
@@ -3108,6 +3148,7 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "thread/statusChanged",
   "turn/cancelled",
   "turn/completed",
+  "turn/diff/updated",
   "turn/failed",
   "turn/started",
   "workspace/configChanged",

@@ -72,6 +72,7 @@ __all__ = [
     "ExternalChannelRemoveResult",
     "ExternalChannelResult",
     "ExternalChannelUpsertParams",
+    "FileChange",
     "FileRefPart",
     "GeneratedMethods",
     "GrantListResult",
@@ -175,8 +176,10 @@ __all__ = [
     "TokenUsage",
     "ToolCallParams",
     "ToolCallResult",
+    "ToolResultPayload",
     "Turn",
     "TurnCancelledNotification",
+    "TurnDiffUpdatedNotification",
     "TurnEnqueueParams",
     "TurnEnqueueResult",
     "TurnFailedNotification",
@@ -756,6 +759,15 @@ class ExternalChannelUpsertParams(TypedDict):
     """``ExternalChannelUpsertParams`` on the wire."""
 
     channel: ExternalChannelConfig
+
+
+class FileChange(TypedDict):
+    """What one tool call applied to one file (`toolResult.changes`)."""
+
+    path: str
+    kind: Literal["add", "update", "delete", "move"]
+    diff: str
+    movePath: NotRequired[str | None]
 
 
 class FileRefPart(TypedDict):
@@ -1635,6 +1647,15 @@ class ToolCallResult(TypedDict):
     errorMessage: NotRequired[str | None]
 
 
+class ToolResultPayload(TypedDict):
+    """The payload of a `toolResult` item."""
+
+    callId: str
+    result: str
+    success: bool
+    changes: NotRequired[list[FileChange] | None]
+
+
 class Turn(TypedDict):
     """One exchange: the user's input and everything the agent did in answer."""
 
@@ -1656,6 +1677,14 @@ class TurnCancelledNotification(TypedDict):
     threadId: str
     turn: Turn
     reason: str
+
+
+class TurnDiffUpdatedNotification(TypedDict):
+    """`turn/diff/updated` (Codex's shape): the turn's file changes so far, as one diff."""
+
+    threadId: str
+    turnId: str
+    diff: str
 
 
 class TurnEnqueueParams(TypedDict):
@@ -1904,6 +1933,7 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "thread/statusChanged": "ThreadStatusChangedNotification",
     "turn/cancelled": "TurnCancelledNotification",
     "turn/completed": "TurnNotification",
+    "turn/diff/updated": "TurnDiffUpdatedNotification",
     "turn/failed": "TurnFailedNotification",
     "turn/started": "TurnNotification",
     "workspace/configChanged": "ConfigChangedNotification",
@@ -1953,6 +1983,7 @@ NotificationMethod: TypeAlias = Literal[
     "thread/statusChanged",
     "turn/cancelled",
     "turn/completed",
+    "turn/diff/updated",
     "turn/failed",
     "turn/started",
     "workspace/configChanged",

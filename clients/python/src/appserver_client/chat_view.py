@@ -1,6 +1,7 @@
 """How the chat prints a turn: streamed text and reasoning, tool calls, command
 output as it arrives, results, and numbered outputs that ``/show N`` prints
-in full.
+in full. A file tool's call is its name and path; what it changed is the
+server's diff of what it applied (``toolResult.changes``), not its arguments.
 
 Long outputs are cut at :data:`SHOWN_LINES` lines with a note naming the
 ``/show`` command; :attr:`View.activity` says what the turn is doing, for the
@@ -13,10 +14,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from appserver_client.chat_exact import reveal
+from appserver_client.chat_exact import diff_lines, reveal
 from appserver_client.notifications import Notification
 
 SHOWN_LINES = 20  # lines of a command's output or a tool result printed at once
+FILE_TOOLS = frozenset({"write_file", "edit_file", "apply_patch"})
 
 
 def one_line(text: str, limit: int = 160) -> str:
@@ -30,9 +32,12 @@ def one_line(text: str, limit: int = 160) -> str:
 class View:
     """Renders one session's notifications through ``write``."""
 
-    def __init__(self, write: Callable[[str], None], shown_lines: int = SHOWN_LINES) -> None:
+    def __init__(
+        self, write: Callable[[str], None], shown_lines: int = SHOWN_LINES, colour: bool = False
+    ) -> None:
         self._write = write
         self.shown_lines = shown_lines
+        self.colour = colour  # diffs in colour (a terminal)
         self.line_start = True
         self.activity = "thinking"
         self.outputs: dict[int, str] = {}  # /show N -> the full text
@@ -140,10 +145,15 @@ class View:
             elif self._streaming == item_id:
                 self.line()  # end the streamed reasoning's line
         elif kind == "toolCall":
-            arguments = json.dumps(payload.get("arguments") or {}, ensure_ascii=False)
-            self.line(
-                f"[tool] {reveal(str(payload.get('toolName', '?')))} {one_line(reveal(arguments))}"
-            )
+            name = str(payload.get("toolName", "?"))
+            arguments = payload.get("arguments") or {}
+            if name in FILE_TOOLS and isinstance(arguments, dict):
+                path = arguments.get("path")
+                where = f" {reveal(path)}" if isinstance(path, str) else ""
+                self.line(f"[tool] {reveal(name)}{where}")
+            else:
+                shown = json.dumps(arguments, ensure_ascii=False)
+                self.line(f"[tool] {reveal(name)} {one_line(reveal(shown))}")
             self.activity = f"running {payload.get('toolName', 'a tool')}"
         elif kind == "commandExecution":
             self._command_done(item_id, payload)
@@ -185,6 +195,31 @@ class View:
         self.line(f"[#{output.number} exit code {code}{timing}]")
 
     def _result(self, payload: dict[str, Any]) -> None:
+        self._result_text(payload)
+        changes = payload.get("changes")
+        for change in changes if isinstance(changes, list) else []:
+            if isinstance(change, dict) and isinstance(change.get("diff"), str):
+                self._change(change)
+
+    def _change(self, change: dict[str, Any]) -> None:
+        """One file's applied diff; a long one cut, the whole by ``/show N``."""
+        diff: str = change["diff"]
+        moved = f" -> {change['movePath']}" if isinstance(change.get("movePath"), str) else ""
+        what = f"{change.get('kind', '?')} {reveal(str(change.get('path')))}{reveal(moved)}"
+        lines = diff_lines(diff, colour=self.colour, indent="  ")
+        if len(lines) <= self.shown_lines:
+            self.line(f"[{what}]")
+            for text_line in lines:
+                self.line(text_line)
+            return
+        number = len(self.outputs) + 1
+        self.outputs[number] = diff
+        self.line(f"[#{number} {what}]")
+        for text_line in lines[: self.shown_lines]:
+            self.line(text_line)
+        self.line(f"  … {len(lines) - self.shown_lines} more line(s): /show {number}")
+
+    def _result_text(self, payload: dict[str, Any]) -> None:
         text = str(payload.get("result", ""))
         if str(payload.get("callId")) in self._command_calls:
             # Its output was shown as it ran: the result's first line is enough.

@@ -77,7 +77,7 @@ class Chat:
         self.input: PlainInput | EditorInput = (
             EditorInput(history_path()) if editor else PlainInput(self.out)
         )
-        self.view = View(self._emit)
+        self.view = View(self._emit, colour=wants_colour(self.out))
         self.identity: SessionIdentity = {"channelName": "cli", "userId": args.user}
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
