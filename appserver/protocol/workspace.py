@@ -165,7 +165,38 @@ class WorkspaceTrustResult(WireModel):
     """The workspace."""
 
 
+# --- workspace/status -----------------------------------------------------------------
+
+
+class WorkspaceStatusResult(WireModel):
+    """What the server works on and with: for a header, a status line, `/status`."""
+
+    workspace_path: str
+    """The workspace."""
+    provider: str
+    """The model provider in use (`offline`, `openai`, `anthropic`)."""
+    model: str
+    """The model new threads use unless they set one (`thread/start` `config.model`)."""
+    endpoint: str | None = None
+    """The provider's API address, when it has one."""
+    default_approval_policy: str
+    """The approval policy of threads that set none (`default`, `autoApprove`, `interrupt`)."""
+    trusted: bool
+    """Whether the workspace's own files may run code (`workspace/trust`)."""
+    version: str
+    """The server's version."""
+
+
 METHOD_SPECS: list[MethodSpec] = [
+    MethodSpec(
+        "workspace/status",
+        Empty,
+        WorkspaceStatusResult,
+        "workspaceConfigManagement",
+        "The workspace, the provider and model in use, the default approval policy and trust, in "
+        "one answer. Ours, not DotCraft's.",
+        access="read",
+    ),
     MethodSpec(
         "model/list",
         Empty,

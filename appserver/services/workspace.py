@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 
+from appserver import __version__
 from appserver.protocol import errors as rpc_errors
 from appserver.protocol import workspace as workspace_wire
 from appserver.protocol.base import Empty
@@ -47,7 +48,7 @@ from appserver.providers.base import Provider, ProviderUnavailable
 from appserver.rpc.connection import RequestContext
 from appserver.storage.user_settings import merged, user_home, workspace_home
 from appserver.storage.workspace import ConfigFileError, WorkspaceConfigFile, get_value, set_value
-from appserver.storage.workspace_config import load_workspace_config
+from appserver.storage.workspace_config import default_approval_policy, load_workspace_config
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
@@ -217,6 +218,7 @@ class WorkspaceService:
         router.register("workspace/config/schema", self.schema)
         router.register("workspace/config/update", self.update)
         router.register("workspace/trust", self.trust)
+        router.register("workspace/status", self.status)
         self.server.shutdown_hooks.append(self._close_providers)
 
     # --- model/list ---------------------------------------------------------------
@@ -339,6 +341,21 @@ class WorkspaceService:
             trust.revoke()
         return workspace_wire.WorkspaceTrustResult(
             trusted=trust.trusted, reason=trust.reason, workspace_path=str(trust.workspace)
+        )
+
+    # --- workspace/status -----------------------------------------------------------------
+
+    async def status(self, ctx: RequestContext, params: Empty) -> BaseModel:
+        provider = self.server.provider
+        endpoint = getattr(provider, "base_url", None)
+        return workspace_wire.WorkspaceStatusResult(
+            workspace_path=str(self.server.workspace),
+            provider=provider.name,
+            model=provider.default_model,
+            endpoint=str(endpoint) if endpoint else None,
+            default_approval_policy=default_approval_policy(self.server.user_settings),
+            trusted=self.server.trust.trusted,
+            version=__version__,
         )
 
     async def _close_providers(self) -> None:

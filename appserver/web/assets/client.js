@@ -67,6 +67,7 @@ var METHODS = [
   "turn/steer",
   "workspace/config/schema",
   "workspace/config/update",
+  "workspace/status",
   "workspace/trust"
 ];
 var NOTIFICATION_METHODS = [
@@ -179,6 +180,7 @@ var METHOD_INFO = {
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
+  "workspace/status": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/trust": { capability: "workspaceConfigManagement", errors: [] }
 };
 var GeneratedMethods = class {
@@ -748,6 +750,15 @@ var GeneratedMethods = class {
    */
   workspaceConfigUpdate(params = {}, options) {
     return this.request("workspace/config/update", params, options);
+  }
+  /**
+   * The workspace, the provider and model in use, the default approval policy and trust, in one answer. Ours, not DotCraft's.
+   *
+   * Wire method `workspace/status`; capability `workspaceConfigManagement`.
+   * Params: {@link Empty}.
+   */
+  workspaceStatus(params = {}, options) {
+    return this.request("workspace/status", params, options);
   }
   /**
    * Read or set whether this workspace's own files (`.craft/`: its database's MCP servers, cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's settings, outside the workspace; trusting starts what waited for it.

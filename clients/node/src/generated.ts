@@ -2337,6 +2337,24 @@ export interface WorkspaceConfigUpdateResult {
   provider?: string | null;
 }
 
+/** What the server works on and with: for a header, a status line, `/status`. */
+export interface WorkspaceStatusResult {
+  /** The workspace. */
+  workspacePath: string;
+  /** The model provider in use (`offline`, `openai`, `anthropic`). */
+  provider: string;
+  /** The model new threads use unless they set one (`thread/start` `config.model`). */
+  model: string;
+  /** The provider's API address, when it has one. */
+  endpoint?: string | null;
+  /** The approval policy of threads that set none (`default`, `autoApprove`, `interrupt`). */
+  defaultApprovalPolicy: string;
+  /** Whether the workspace's own files may run code (`workspace/trust`). */
+  trusted: boolean;
+  /** The server's version. */
+  version: string;
+}
+
 /** `workspace/trust`: read the workspace's trust, or change it. */
 export interface WorkspaceTrustParams {
   /** `true` trusts the workspace (recorded in the user's settings, outside it), `false` withdraws that from the next start on; absent only reads. */
@@ -2821,6 +2839,13 @@ export interface Methods {
    */
   "workspace/config/update": { params: WorkspaceConfigUpdateParams; result: WorkspaceConfigUpdateResult };
   /**
+   * The workspace, the provider and model in use, the default approval policy and trust, in one answer. Ours, not DotCraft's.
+   *
+   * Wire method `workspace/status`; capability `workspaceConfigManagement`.
+   * Params: {@link Empty}.
+   */
+  "workspace/status": { params: Empty; result: WorkspaceStatusResult };
+  /**
    * Read or set whether this workspace's own files (`.craft/`: its database's MCP servers, cron jobs and thread policies, its plugins) may run code. Trust is kept in the user's settings, outside the workspace; trusting starts what waited for it.
    *
    * Wire method `workspace/trust`; capability `workspaceConfigManagement`.
@@ -3116,6 +3141,7 @@ export const METHODS: readonly Method[] = [
   "turn/steer",
   "workspace/config/schema",
   "workspace/config/update",
+  "workspace/status",
   "workspace/trust",
 ];
 
@@ -3234,6 +3260,7 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
+  "workspace/status": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/trust": { capability: "workspaceConfigManagement", errors: [] },
 };
 
@@ -3884,6 +3911,16 @@ export abstract class GeneratedMethods {
    */
   workspaceConfigUpdate(params: WorkspaceConfigUpdateParams = {}, options?: RequestOptions): Promise<WorkspaceConfigUpdateResult> {
     return this.request("workspace/config/update", params, options);
+  }
+
+  /**
+   * The workspace, the provider and model in use, the default approval policy and trust, in one answer. Ours, not DotCraft's.
+   *
+   * Wire method `workspace/status`; capability `workspaceConfigManagement`.
+   * Params: {@link Empty}.
+   */
+  workspaceStatus(params: Empty = {}, options?: RequestOptions): Promise<WorkspaceStatusResult> {
+    return this.request("workspace/status", params, options);
   }
 
   /**

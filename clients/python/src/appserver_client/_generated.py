@@ -194,6 +194,7 @@ __all__ = [
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
+    "WorkspaceStatusResult",
     "WorkspaceTrustParams",
     "WorkspaceTrustResult",
     "WriteTextFileParams",
@@ -1808,6 +1809,18 @@ class WorkspaceConfigUpdateResult(TypedDict):
     provider: NotRequired[str | None]
 
 
+class WorkspaceStatusResult(TypedDict):
+    """What the server works on and with: for a header, a status line, `/status`."""
+
+    workspacePath: str
+    provider: str
+    model: str
+    endpoint: NotRequired[str | None]
+    defaultApprovalPolicy: str
+    trusted: bool
+    version: str
+
+
 class WorkspaceTrustParams(TypedDict):
     """``workspace/trust``: read the workspace's trust, or change it."""
 
@@ -1901,6 +1914,7 @@ METHODS: Final[dict[str, str]] = {
     "turn/steer": "turn_steer",
     "workspace/config/schema": "workspace_config_schema",
     "workspace/config/update": "workspace_config_update",
+    "workspace/status": "workspace_status",
     "workspace/trust": "workspace_trust",
 }
 """Every client->server method and the name of its method on the client."""
@@ -3029,6 +3043,18 @@ class GeneratedMethods:
         )
         reply = await self.request("workspace/config/update", params, timeout=timeout)
         return cast(WorkspaceConfigUpdateResult, reply)
+
+    async def workspace_status(self, *, timeout: float | None = None) -> WorkspaceStatusResult:
+        """The workspace, the provider and model in use, the default approval policy and trust, in
+        one answer. Ours, not DotCraft's.
+
+        Wire method ``workspace/status``; capability ``workspaceConfigManagement``.
+        Params: :class:`Empty` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {})
+        reply = await self.request("workspace/status", params, timeout=timeout)
+        return cast(WorkspaceStatusResult, reply)
 
     async def workspace_trust(
         self, *, trusted: bool | None = None, timeout: float | None = None
