@@ -17,9 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-import subprocess
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from anyio.abc import Process
 from appserver.transport.base import TransportClosed
 from appserver.transport.outbox import text_merger
 from appserver.transport.peer_writer import PeerWriter
+from tests.support.json_lines import piped_process
 from tests.support.line_peer import appserver_command, face_env, line_peer
 
 BACKLOG = 64 * 1024
@@ -137,26 +137,9 @@ async def test_close_writes_everything_queued_then_ends() -> None:
 # --- each face with a client that never reads -----------------------------------------
 
 
-@asynccontextmanager
-async def never_read(argv: list[str], cwd: Path, stderr: Path) -> AsyncIterator[Process]:
+def never_read(argv: list[str], cwd: Path, stderr: Path) -> AbstractAsyncContextManager[Process]:
     """A face process whose stdout nobody reads."""
-    with open(stderr, "ab") as log:
-        process = await anyio.open_process(
-            argv,
-            cwd=cwd,
-            env=face_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-        )
-        async with process:
-            try:
-                yield process
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                with anyio.fail_after(TIMEOUT):
-                    await process.wait()
+    return piped_process(argv, cwd, face_env(), stderr, timeout=TIMEOUT)
 
 
 async def feed_until_exit(process: Process, lines: list[Any]) -> int:

@@ -21,7 +21,7 @@ import pytest
 from anyio.abc import Process
 
 from tests.support.client import RpcClient
-from tests.support.processes import ws_client, ws_server
+from tests.support.processes import alive, ws_client, ws_server
 from tests.support.turns import is_notification, new_thread, read_turn, run_turn, start_turn
 
 STREAMING = {"commandExecutionStreaming": True}
@@ -53,16 +53,6 @@ def terminal_counts(events: list[dict[str, Any]]) -> dict[str, int]:
             turn_id = event["params"]["turn"]["id"]
             counts[turn_id] = counts.get(turn_id, 0) + 1
     return counts
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for an init that never reaps does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
 
 
 async def eventually(condition: Callable[[], bool], timeout: float = 10) -> None:

@@ -4,7 +4,6 @@ whatever its protocol (JSON-RPC or a face's)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,6 +13,7 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
+from tests.support.json_lines import JsonLines, json_object, piped_process
 from tests.support.servers import child_env
 
 TIMEOUT = 30.0
@@ -38,9 +38,10 @@ class LinePeer:
     """One process: write lines to its stdin, read its stdout line by line."""
 
     def __init__(self, process: Process, stderr_path: Path) -> None:
+        assert process.stdout is not None
         self.process = process
         self.stderr_path = stderr_path
-        self._buffer = b""
+        self.lines = JsonLines(process.stdout.receive, json_object, TIMEOUT)
 
     async def send(self, line: str | bytes | Frame) -> None:
         assert self.process.stdin is not None
@@ -51,23 +52,11 @@ class LinePeer:
 
     async def frame(self, timeout: float = TIMEOUT) -> Frame:
         """The next stdout line, parsed (each must be one JSON object)."""
-        assert self.process.stdout is not None
-        with anyio.fail_after(timeout):
-            while b"\n" not in self._buffer:
-                chunk = await self.process.stdout.receive()
-                self._buffer += chunk
-        raw, _, self._buffer = self._buffer.partition(b"\n")
-        message = json.loads(raw)
-        assert isinstance(message, dict), raw
-        return message
+        return await self.lines.next(timeout)
 
     async def until(self, wanted: Callable[[Frame], bool], timeout: float = TIMEOUT) -> Frame:
         """The first frame ``wanted`` accepts (others are skipped)."""
-        with anyio.fail_after(timeout):
-            while True:
-                message = await self.frame()
-                if wanted(message):
-                    return message
+        return (await self.lines.until(wanted, timeout))[-1]
 
     async def finish(self, timeout: float = TIMEOUT) -> int:
         """Close stdin and wait for the exit code."""
@@ -91,20 +80,5 @@ async def line_peer(
     argv: list[str], cwd: Path, stderr_path: Path, env: dict[str, str] | None = None
 ) -> AsyncIterator[LinePeer]:
     """Run ``argv`` with pipes on stdin and stdout (stderr to ``stderr_path``)."""
-    with open(stderr_path, "ab") as stderr:
-        process = await anyio.open_process(
-            argv,
-            cwd=cwd,
-            env=env or face_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-        )
-        async with process:
-            try:
-                yield LinePeer(process, stderr_path)
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                with anyio.fail_after(TIMEOUT):
-                    await process.wait()
+    async with piped_process(argv, cwd, env or face_env(), stderr_path, timeout=TIMEOUT) as process:
+        yield LinePeer(process, stderr_path)

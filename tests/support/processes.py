@@ -1,4 +1,5 @@
-"""A real ``appserver`` process over WebSocket, and a client of it."""
+"""A real ``appserver`` process over WebSocket, a client of it, and whether a
+process still runs."""
 
 from __future__ import annotations
 
@@ -52,3 +53,13 @@ async def ws_client(
             yield client
         finally:
             tg.cancel_scope.cancel()
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for an init that never reaps does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")

@@ -132,6 +132,23 @@ async def wait_terminal(
     )
 
 
+async def watched_turn(client: RpcClient, thread_id: str, start: int) -> tuple[dict[str, Any], str]:
+    """What a client watching ``thread_id`` saw from message ``start`` on: the
+    first ``turn/completed`` of the thread, and the agent text streamed since."""
+    completed = await client.wait(
+        lambda m: (
+            m.get("method") == "turn/completed" and m["params"]["turn"]["threadId"] == thread_id
+        ),
+        start=start,
+    )
+    text = "".join(
+        m["params"]["delta"]
+        for m in client.messages[start:]
+        if m.get("method") == "item/agentMessage/delta"
+    )
+    return completed, text
+
+
 async def wait_event(
     client: RpcClient,
     method: str,

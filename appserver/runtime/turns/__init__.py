@@ -1,8 +1,11 @@
 """Turns: the engine and its parts, one job per module.
 
 - ``model``: the turn's data (config, inputs, the running turn, failures);
-- ``engine``: lifecycle (reserve, run, finish with one terminal event,
-  interrupt, shutdown) and starting queued inputs;
+- ``engine``: lifecycle (launch, interrupt, shutdown) and starting queued
+  inputs;
+- ``reservations``: one running turn per thread, and turn and item numbers;
+- ``ending``: running a launched turn to its one terminal event, and the
+  log line of its end;
 - ``items``: creating, streaming, storing and announcing items;
 - ``agent``: the model/tool loop;
 - ``tooling``: running one tool call (with the shell's output stream);

@@ -1,16 +1,16 @@
 """The turn engine: one user input becomes a turn; the agent calls the model,
 streams its answer, calls tools (pausing on approvals) and ends the turn.
 
+This module launches turns (reserve the thread, store the turn, schedule its
+task), interrupts them and starts a thread's queued inputs; ``reservations``
+numbers turns and keeps one per thread, and ``ending`` runs a launched turn
+to its one terminal event (``turn/completed``, ``turn/failed`` or
+``turn/cancelled``, on every path).
+
 A turn belongs to the runtime, not to the client that started it: it runs
 in the engine's task group, every participant subscribed to the thread (plus
 the one that started it) sees its events, and a vanished client changes
 nothing but who can answer approvals.
-
-Every turn ends with exactly one terminal event — ``turn/completed``,
-``turn/failed`` or ``turn/cancelled`` — on every path: provider error, tool
-crash, interrupt, approval cancel, client gone, server shutdown. The
-``_finish`` step runs shielded in a ``finally`` and is the only place a
-terminal event is emitted.
 
 A turn that :meth:`TurnEngine.start` returned is durable: its row (status
 ``running``), its ``turn/started`` event, the thread's turn counter and the
@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,6 @@ from anyio.abc import TaskGroup
 
 from appserver.protocol import threads as thread_wire
 from appserver.protocol import turns as turn_wire
-from appserver.protocol.base import WireModel
-from appserver.protocol.ids import now_iso
 from appserver.providers.base import Provider
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.errors import TurnInProgress
@@ -46,21 +44,21 @@ from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.agent import AgentLoop
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
+from appserver.runtime.turns.ending import TurnEnding
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import (
     ActiveTurn,
     EngineConfig,
     QueuedInput,
-    TurnFailure,
     UserInput,
-    initiator,
 )
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.recovery import recover
+from appserver.runtime.turns.reservations import TurnReservations
 from appserver.runtime.turns.tooling import ToolRunner
 from appserver.runtime.wire import turn_to_wire
 from appserver.storage.db import IntegrityError
-from appserver.storage.records import ThreadRecord, TurnRecord
+from appserver.storage.records import ThreadRecord
 from appserver.storage.threads import ThreadRepository
 from appserver.tools.registry import ToolRegistry
 
@@ -91,13 +89,10 @@ class TurnEngine:
         self.provider = provider  # replaceable: the workspace may switch providers
         self.workspace = workspace
         self.config = config or EngineConfig()
-        self.active: dict[str, ActiveTurn] = {}
+        self.reservations = TurnReservations()
+        self.active = self.reservations.active  # the running turn of each busy thread
         # Set when nodes share a database: whether another node runs a turn there.
         self.busy_elsewhere: Callable[[str], Awaitable[bool]] | None = None
-        # The highest turn and item numbers handed out per thread in this
-        # process. A caller's thread record may be stale (read before another
-        # turn started and ended), so numbering never trusts it alone.
-        self._numbers: dict[str, tuple[int, int]] = {}
         self.inputs = InputQueues(journal)
         self.items = ItemLog(journal, repo, self.config.checkpoint_interval)
         asking = ApprovalConversation(
@@ -120,6 +115,16 @@ class TurnEngine:
         self._tg: TaskGroup | None = None
         # Called with every finished turn (after its terminal event).
         self.turn_listeners: list[Callable[[ActiveTurn], Any]] = []
+        self.ending = TurnEnding(
+            self.items,
+            journal,
+            runtimes,
+            self.inputs,
+            self.reservations,
+            self.turn_listeners,
+            self._spawn,
+            self._after_success,
+        )
         # Called with every user turn about to start, and its input (the thread
         # use cases name an untitled thread from it), before turn/started.
         self.start_listeners: list[Callable[[ActiveTurn, UserInput], Awaitable[None]]] = []
@@ -134,6 +139,11 @@ class TurnEngine:
             self._tg = tg
             task_status.started()
             await anyio.sleep_forever()
+
+    def _spawn(self, task: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Run ``task`` in the engine's task group (dropped if it is not running)."""
+        if self._tg is not None:
+            self._tg.start_soon(task)
 
     async def shutdown(self) -> None:
         """Cancel every running turn (``turn/cancelled`` reason ``serverShutdown``)."""
@@ -196,7 +206,7 @@ class TurnEngine:
         user: UserInput | None = None,
     ) -> ActiveTurn:
         assert self._tg is not None, "engine is not running"
-        active = self._reserve(thread, origin, sender)
+        active = self.reservations.reserve(thread, origin, sender)
         failure: Exception | None = None
         # Shielded: a caller that goes away mid-way must not leave a stored
         # turn with no task to finish it.
@@ -211,7 +221,7 @@ class TurnEngine:
                 await self._start(active)
             except BaseException as exc:
                 # Nothing was acknowledged: free the thread (its numbers stay used).
-                self.active.pop(thread.id, None)
+                self.reservations.withdraw(thread.id)
                 if isinstance(exc, IntegrityError):
                     # Nodes sharing a database: another node started a turn on
                     # the thread first (one running turn per thread, enforced
@@ -233,7 +243,7 @@ class TurnEngine:
                     await opening(active)  # the userMessage: committed with the turn
             except Exception as exc:
                 failure = exc  # stored and announced: the turn ends as failed
-        self._tg.start_soon(self._run_turn, active, work, failure, started)
+        self._tg.start_soon(self.ending.run, active, work, failure, started)
         return active
 
     async def _announce_start(self, active: ActiveTurn, user: UserInput) -> None:
@@ -242,32 +252,6 @@ class TurnEngine:
                 await listener(active, user)
             except Exception:
                 log.exception("turn start listener failed on %s", active.thread_id)
-
-    def _reserve(
-        self,
-        thread: ThreadRecord,
-        origin: Participant | None,
-        sender: turn_wire.SenderContext | None,
-    ) -> ActiveTurn:
-        assert thread.id not in self.active
-        last_turn, last_item = self._numbers.get(thread.id, (0, 0))
-        seq = max(thread.turn_serial, last_turn) + 1
-        thread.turn_serial = seq
-        thread.item_serial = max(thread.item_serial, last_item)
-        self._numbers[thread.id] = (seq, thread.item_serial)
-        record = TurnRecord(
-            thread_id=thread.id,
-            id=f"turn_{seq:03d}",
-            seq=seq,
-            status="running",
-            started_at=now_iso(),
-            origin_channel=thread.origin_channel,
-            initiator=initiator(thread, sender, origin),
-        )
-        active = ActiveTurn(thread=thread, record=record, origin=origin)
-        active.next_item_seq = thread.item_serial
-        self.active[thread.id] = active
-        return active
 
     async def run_turn(self, thread: ThreadRecord, user: UserInput) -> ActiveTurn:
         """Start a turn with no client behind it (cron, heartbeat) and wait for
@@ -281,48 +265,6 @@ class TurnEngine:
     def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> thread_wire.Turn:
         return turn_to_wire(active.record, active.items if include_items else [])
 
-    # --- the turn ----------------------------------------------------------------------
-
-    async def _run_turn(
-        self,
-        active: ActiveTurn,
-        work: Callable[[ActiveTurn], Awaitable[None]],
-        failure: Exception | None,
-        started: float,
-    ) -> None:
-        error_kind: str | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                active.tg = tg  # approval questions run here
-                try:
-                    with active.scope:
-                        if failure is not None:
-                            raise failure
-                        await work(active)
-                        active.record.status = "completed"
-                except TurnFailure as exc:
-                    error_kind = exc.code
-                    await self._fail(active, str(exc), exc.code)
-                except Exception as exc:
-                    log.exception("turn %s on %s crashed", active.record.id, active.thread_id)
-                    error_kind = "internal"
-                    await self._fail(active, f"internal error: {type(exc).__name__}", "internal")
-                finally:
-                    tg.cancel_scope.cancel()  # stop approval askers still waiting
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._finish(active)
-            _log_end(active, started, error_kind)
-
-    async def _fail(self, active: ActiveTurn, message: str, code: str) -> None:
-        active.record.status = "failed"
-        active.record.error = message
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.items.error(active, message, code, fatal=True)
-            except Exception:
-                log.exception("could not record the failure of %s", active.record.id)
-
     async def _start(self, active: ActiveTurn) -> None:
         await self.runtimes.set_running(active.thread_id, True)
         await self.journal.emit(
@@ -334,76 +276,6 @@ class TurnEngine:
             new_turn=True,
         )
 
-    async def _finish(self, active: ActiveTurn) -> None:
-        """Close open items, persist, emit the one terminal event."""
-        try:
-            record = active.record
-            if record.status == "running":
-                record.status = "cancelled"  # the scope was cancelled (interrupt, shutdown)
-            for item in list(active.open_items.values()):
-                await self.items.complete(active, item)  # keep the text streamed so far
-            record.completed_at = now_iso()
-            record.token_usage = {
-                "inputTokens": active.input_tokens,
-                "outputTokens": active.output_tokens,
-                "totalTokens": active.input_tokens + active.output_tokens,
-            }
-            # One event goes to every watcher, so leave out the opt-in item type:
-            # clients that asked for commandExecution items got them as events.
-            turn = turn_to_wire(
-                active.record, [i for i in active.items if i.type != "commandExecution"]
-            )
-            params: WireModel
-            if record.status == "completed":
-                kind, params = (
-                    "turn/completed",
-                    turn_wire.TurnNotification(thread_id=turn.thread_id, turn=turn),
-                )
-            elif record.status == "failed":
-                kind = "turn/failed"
-                params = turn_wire.TurnFailedNotification(
-                    thread_id=turn.thread_id, turn=turn, error=record.error or "failed"
-                )
-            else:
-                reason = active.cancel_reason or "interrupted"
-                kind = "turn/cancelled"
-                params = turn_wire.TurnCancelledNotification(
-                    thread_id=turn.thread_id, turn=turn, reason=reason
-                )
-            await self.journal.emit(
-                active.thread_id, kind, params, include=active.watchers, turn=record
-            )
-        except Exception:
-            log.exception("could not finish turn %s", active.record.id)
-        finally:
-            self.active.pop(active.thread_id, None)
-            # Items this turn numbered: the next turn goes on from here.
-            last_turn, last_item = self._numbers.get(active.thread_id, (0, 0))
-            self._numbers[active.thread_id] = (last_turn, max(last_item, active.next_item_seq))
-            try:
-                await self.journal.flush_seq(active.thread_id)
-                await self.runtimes.set_running(active.thread_id, False)
-                if active.guidance:
-                    # Steered inputs the turn never reached go back to the queue.
-                    async with self.inputs.lock(active.thread_id):
-                        for entry in await self.inputs.load(active.thread_id):
-                            if entry.wire.id in active.guidance:
-                                entry.wire.status = "queued"
-                        active.guidance.clear()
-                        await self.inputs.changed(active.thread_id, include=active.watchers)
-            except Exception:
-                log.exception("could not clear runtime state of %s", active.thread_id)
-            active.done.set()
-            if active.record.status == "completed" and self._tg is not None:
-                self._tg.start_soon(self._after_success, active.thread_id)
-            for listener in self.turn_listeners:
-                try:
-                    outcome = listener(active)
-                    if outcome is not None and self._tg is not None:
-                        self._tg.start_soon(_await, outcome)
-                except Exception:
-                    log.exception("turn listener failed")
-
     # --- interrupt, queue ----------------------------------------------------------------
 
     def interrupt(self, thread_id: str) -> ActiveTurn | None:
@@ -414,7 +286,7 @@ class TurnEngine:
         return active
 
     def forget_thread(self, thread_id: str) -> None:
-        self._numbers.pop(thread_id, None)
+        self.reservations.forget(thread_id)
         self.inputs.forget(thread_id)
         self.approvals.forget_thread(thread_id)
 
@@ -468,54 +340,3 @@ class TurnEngine:
                 await self.start_next(thread)
         except Exception:
             log.exception("could not start the next queued input of %s", thread_id)
-
-
-def _log_end(active: ActiveTurn, started: float, error_kind: str | None) -> None:
-    """One line per finished turn: info, or warning when it failed (the
-    operator's only trace of a bad key or a crashed tool)."""
-    record = active.record
-    duration = round((time.monotonic() - started) * 1000)
-    fields: dict[str, Any] = {
-        "threadId": active.thread_id,
-        "turnId": record.id,
-        "status": record.status,
-        "durationMs": duration,
-    }
-    if record.status == "failed":
-        fields |= {"errorKind": error_kind or "failed", "error": record.error or ""}
-        log.warning(
-            "turn %s on %s failed after %d ms: %s: %s",
-            record.id,
-            active.thread_id,
-            duration,
-            fields["errorKind"],
-            fields["error"],
-            extra=fields,
-        )
-        return
-    if record.status == "cancelled":
-        fields["reason"] = active.cancel_reason or "interrupted"
-        log.info(
-            "turn %s on %s cancelled after %d ms (%s)",
-            record.id,
-            active.thread_id,
-            duration,
-            fields["reason"],
-            extra=fields,
-        )
-        return
-    log.info(
-        "turn %s on %s %s after %d ms",
-        record.id,
-        active.thread_id,
-        record.status,
-        duration,
-        extra=fields,
-    )
-
-
-async def _await(awaitable: Any) -> None:
-    try:
-        await awaitable
-    except Exception:
-        log.exception("turn listener failed")

@@ -31,6 +31,7 @@ from referencing import Registry, Resource
 from appserver.cli import main as cli_main
 from appserver.faces.codeswarm.wire import COMMANDS, EVENTS
 from tests.support.helpers import IDENTITY
+from tests.support.json_lines import JsonLines
 from tests.support.processes import ws_client
 from tests.support.servers import child_env
 
@@ -100,51 +101,9 @@ def inject(job_id: str, node_id: int, content: str, request_id: str | None = Non
 # --- reading frames -------------------------------------------------------------------------------
 
 
-class Frames:
+def event_lines(receive: Callable[[], Awaitable[bytes]]) -> JsonLines:
     """The router's events from one byte stream, each checked on arrival."""
-
-    def __init__(self, receive: Callable[[], Awaitable[bytes]]) -> None:
-        self._receive = receive
-        self._buffer = b""
-        self.seen: list[dict[str, Any]] = []
-        self.bytes = 0
-
-    async def next(self, timeout: float = TIMEOUT) -> dict[str, Any]:
-        with anyio.fail_after(timeout):
-            while b"\n" not in self._buffer:
-                try:
-                    chunk = await self._receive()
-                except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-                    raise EOFError(self._buffer) from exc
-                self.bytes += len(chunk)
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        message = check_event(line)
-        self.seen.append(message)
-        return message
-
-    async def until(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = TIMEOUT
-    ) -> list[dict[str, Any]]:
-        """Events up to and including the first that matches."""
-        found = []
-        with anyio.fail_after(timeout):
-            while True:
-                event = await self.next()
-                found.append(event)
-                if predicate(event):
-                    return found
-
-    async def rest(self, timeout: float = TIMEOUT) -> list[dict[str, Any]]:
-        """Every event until the stream ends."""
-        found = []
-        with anyio.fail_after(timeout):
-            while True:
-                try:
-                    found.append(await self.next())
-                except EOFError as exc:
-                    assert exc.args[0] == b"", f"a partial line at the end: {exc.args[0]!r}"
-                    return found
+    return JsonLines(receive, check_event, TIMEOUT, wait_timeout=TIMEOUT)
 
 
 def is_event(name: str, **data: Any) -> Callable[[dict[str, Any]], bool]:
@@ -162,7 +121,7 @@ class RouterProcess:
     def __init__(self, process: Process) -> None:
         self.process = process
         assert process.stdout is not None
-        self.frames = Frames(process.stdout.receive)
+        self.frames = event_lines(process.stdout.receive)
         self.stderr = b""
         self._stderr_changed = anyio.Event()
 
@@ -242,7 +201,7 @@ async def router(workspace: Path, *extra: str, tcp: bool = False) -> AsyncIterat
 class TcpClient:
     def __init__(self, stream: SocketStream) -> None:
         self.stream = stream
-        self.frames = Frames(lambda: stream.receive(1 << 16))
+        self.frames = event_lines(lambda: stream.receive(1 << 16))
 
     async def send(self, message: Any) -> None:
         errors = [e.message for e in COMMAND.iter_errors(message)]

@@ -24,8 +24,10 @@ from typing import Any
 import anyio
 from anyio.abc import Process
 
+from tests.support.json_lines import JsonLinesProcess, piped_process
 from tests.support.processes import ws_client
 from tests.support.servers import child_env, read_listening_url
+from tests.support.turns import watched_turn
 
 TIMEOUT = 20.0
 SLOW = "?stream 1000\n?delay 20"  # ~20 s of text unless interrupted
@@ -163,47 +165,13 @@ def check_frame(line: bytes) -> Frame:
 # --- the process ------------------------------------------------------------------------
 
 
-class Qwen:
+class Qwen(JsonLinesProcess):
     """One face process, read line by line."""
 
+    separators = (",", ":")  # as the SDK writes
+
     def __init__(self, process: Process, check: Callable[[bytes], Frame] = check_frame) -> None:
-        self.process = process
-        self.check = check
-        self.frames: list[Frame] = []
-        self._buffer = b""
-
-    async def send(self, frame: Frame | str | bytes) -> None:
-        assert self.process.stdin is not None
-        if isinstance(frame, dict):
-            data = json.dumps(frame, separators=(",", ":")).encode() + b"\n"
-        elif isinstance(frame, str):
-            data = frame.encode() + b"\n"
-        else:
-            data = frame
-        await self.process.stdin.send(data)
-
-    async def next(self) -> Frame:
-        assert self.process.stdout is not None
-        with anyio.fail_after(TIMEOUT):
-            while b"\n" not in self._buffer:
-                try:
-                    chunk = await self.process.stdout.receive()
-                except anyio.EndOfStream:
-                    assert not self._buffer.strip(), self._buffer  # no partial line
-                    raise EOFError from None
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        frame = self.check(line)
-        self.frames.append(frame)
-        return frame
-
-    async def until(self, predicate: Callable[[Frame], bool]) -> list[Frame]:
-        seen = []
-        while True:
-            frame = await self.next()
-            seen.append(frame)
-            if predicate(frame):
-                return seen
+        super().__init__(process, check, TIMEOUT)
 
     async def result(self) -> list[Frame]:
         return await self.until(lambda f: f["type"] == "result")
@@ -240,23 +208,6 @@ class Qwen:
             }
         )
 
-    async def close(self) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.aclose()
-
-    async def finish(self) -> tuple[list[Frame], int]:
-        """Close stdin; the rest of stdout and the exit code."""
-        await self.close()
-        rest = []
-        while True:
-            try:
-                rest.append(await self.next())
-            except EOFError:
-                break
-        with anyio.fail_after(TIMEOUT):
-            code = await self.process.wait()
-        return rest, code
-
 
 def qwen_env() -> dict[str, str]:
     env = child_env()
@@ -274,21 +225,10 @@ async def qwen(
     check: Callable[[bytes], Frame] = check_frame,
 ) -> AsyncIterator[Qwen]:
     argv = [sys.executable, "-m", "appserver", *(SDK_ARGS if base is None else base), *flags]
-    log = open(workspace.parent / "stderr.log", "ab")  # noqa: SIM115
-    process = await anyio.open_process(
-        argv, env=qwen_env(), cwd=workspace, stderr=stderr if stderr is not None else log
-    )
-    try:
-        async with process:
-            try:
-                yield Qwen(process, check)
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                with anyio.fail_after(TIMEOUT):
-                    await process.wait()
-    finally:
-        log.close()
+    async with piped_process(
+        argv, workspace, qwen_env(), workspace.parent / "stderr.log", stderr, TIMEOUT
+    ) as process:
+        yield Qwen(process, check)
 
 
 async def run_once(
@@ -1012,21 +952,6 @@ async def test_a_websocket_client_watches_the_qwen_session(workspace: Path) -> N
             mark = len(ws.messages)
             await proc.prompt("?stream 5")
             frames = await proc.result()
-            completed = await ws.wait(
-                lambda m: (
-                    m.get("method") == "turn/completed"
-                    and m["params"]["turn"]["threadId"] == thread["id"]
-                ),
-                start=mark,
-            )
-            deltas = [
-                m["params"]["delta"]
-                for m in ws.messages[mark:]
-                if m.get("method") == "item/agentMessage/delta"
-            ]
-            assert (
-                "".join(deltas)
-                == frames[-1]["result"]
-                == "chunk 1 chunk 2 chunk 3 chunk 4 chunk 5 "
-            )
+            completed, watched = await watched_turn(ws, thread["id"], mark)
+            assert watched == frames[-1]["result"] == "chunk 1 chunk 2 chunk 3 chunk 4 chunk 5 "
             assert completed["params"]["turn"]["initiator"]["channelName"] == "qwen"

@@ -35,7 +35,8 @@ from tests.support.fake_models import (
     openai_stream,
     openai_text_reply,
 )
-from tests.support.processes import ws_client
+from tests.support.json_lines import JsonLines
+from tests.support.processes import alive, ws_client
 from tests.support.servers import child_env, read_listening_url
 
 RESPONSE_KEYS = {
@@ -140,6 +141,11 @@ def parse_stdout(stdout: bytes) -> list[dict[str, Any]]:
     return [check_response(json.loads(raw)) for raw in stdout.decode().splitlines()]
 
 
+def check_line(raw: bytes) -> dict[str, Any]:
+    """One stdout line (without its newline): one response object."""
+    return parse_stdout(raw + b"\n")[0]
+
+
 def accepted_by_clawbridge(code: int, responses: list[dict[str, Any]]) -> bool:
     """clawbridge's decode rules for a zene-host-v1 success."""
     if code != 0 or not responses:
@@ -191,47 +197,28 @@ def session_turns(workspace: Path, session_id: str) -> list[tuple[str, str]]:
         ]
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 :].split()[0] not in (b"Z", b"X")
-
-
 class LongLived:
     """A host process without --single-request: requests in, responses out."""
 
     def __init__(self, process: Process) -> None:
         assert process.stdin is not None and process.stdout is not None
         self.process = process
-        self._buffer = b""
+        self.lines = JsonLines(process.stdout.receive, check_line, timeout=15)
 
     async def send(self, data: bytes) -> None:
         assert self.process.stdin is not None
         await self.process.stdin.send(data)
 
     async def receive(self, timeout: float = 15) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        with anyio.fail_after(timeout):
-            while b"\n" not in self._buffer:
-                self._buffer += await self.process.stdout.receive()
-        raw, _, self._buffer = self._buffer.partition(b"\n")
-        return parse_stdout(raw + b"\n")[0]
+        return await self.lines.next(timeout)
 
     async def finish(self, timeout: float = 15) -> int:
         """Close stdin; the process answers what it has and exits."""
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
         await self.process.stdin.aclose()
         with anyio.fail_after(timeout):
-            rest = b""
-            try:
-                while True:
-                    rest += await self.process.stdout.receive()
-            except anyio.EndOfStream:
-                pass
-            assert self._buffer + rest == b"", "unexpected output after the last response"
+            left = await self.lines.rest()
+            assert left == [], "unexpected output after the last response"
             return await self.process.wait()
 
 
@@ -822,12 +809,7 @@ async def test_long_lived_process_holds_the_workspace(workspace: Path) -> None:
 
 
 async def test_a_websocket_client_watches_the_session_thread(workspace: Path) -> None:
-    process = await anyio.open_process(
-        host_command(
-            workspace, "--protocol", "v1", "--bridge-compat", "--websocket", "ws://127.0.0.1:0"
-        ),
-        env=env(),
-    )
+    process = await open_long_lived(workspace, "--websocket", "ws://127.0.0.1:0")
     async with process:
         host = LongLived(process)
         url = await read_listening_url(process)
@@ -865,12 +847,7 @@ async def test_a_websocket_client_watches_the_session_thread(workspace: Path) ->
 async def test_paused_archived_and_deleted_session_threads(workspace: Path) -> None:
     """A paused session thread is resumed; an archived or deleted one is
     replaced by a new thread for the session."""
-    process = await anyio.open_process(
-        host_command(
-            workspace, "--protocol", "v1", "--bridge-compat", "--websocket", "ws://127.0.0.1:0"
-        ),
-        env=env(),
-    )
+    process = await open_long_lived(workspace, "--websocket", "ws://127.0.0.1:0")
     async with process:
         host = LongLived(process)
         url = await read_listening_url(process)

@@ -28,9 +28,10 @@ from anyio.abc import Process
 
 from appserver.runtime.instructions import Environment
 from appserver.storage.user_settings import workspace_home
+from tests.support.json_lines import JsonLinesProcess, piped_process
 from tests.support.processes import ws_client
 from tests.support.servers import child_env, read_listening_url
-from tests.support.turns import Approver, start_turn
+from tests.support.turns import Approver, start_turn, watched_turn
 
 TIMEOUT = 20.0
 SLOW = "?stream 1000\n?delay 20"  # ~20 s of text unless aborted
@@ -121,49 +122,11 @@ def check_frame(line: bytes) -> Frame:
     return frame
 
 
-class Zot:
+class Zot(JsonLinesProcess):
     """One ``appserver rpc`` (or ``zot rpc`` through the shim) process."""
 
     def __init__(self, process: Process) -> None:
-        self.process = process
-        self.frames: list[Frame] = []
-        self._buffer = b""
-        self.eof = False
-
-    async def send(self, command: Frame | str | bytes) -> None:
-        assert self.process.stdin is not None
-        if isinstance(command, dict):
-            data = json.dumps(command).encode() + b"\n"
-        elif isinstance(command, str):
-            data = command.encode() + b"\n"
-        else:
-            data = command
-        await self.process.stdin.send(data)
-
-    async def next(self) -> Frame:
-        assert self.process.stdout is not None
-        with anyio.fail_after(TIMEOUT):
-            while b"\n" not in self._buffer:
-                try:
-                    chunk = await self.process.stdout.receive()
-                except anyio.EndOfStream:
-                    self.eof = True
-                    assert not self._buffer.strip(), self._buffer  # no partial line
-                    raise EOFError from None
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        frame = check_frame(line)
-        self.frames.append(frame)
-        return frame
-
-    async def until(self, predicate: Callable[[Frame], bool]) -> list[Frame]:
-        """Frames up to and including the first matching one."""
-        seen = []
-        while True:
-            frame = await self.next()
-            seen.append(frame)
-            if predicate(frame):
-                return seen
+        super().__init__(process, check_frame, TIMEOUT)
 
     async def until_type(self, kind: str) -> list[Frame]:
         return await self.until(lambda f: f["type"] == kind)
@@ -176,23 +139,6 @@ class Zot:
         """Send a quick command and return its response."""
         await self.send(command)
         return await self.response(command["id"])
-
-    async def close(self) -> None:
-        assert self.process.stdin is not None
-        await self.process.stdin.aclose()
-
-    async def finish(self) -> tuple[list[Frame], int]:
-        """Close stdin; the rest of stdout and the exit code."""
-        await self.close()
-        rest = []
-        while True:
-            try:
-                rest.append(await self.next())
-            except EOFError:
-                break
-        with anyio.fail_after(TIMEOUT):
-            code = await self.process.wait()
-        return rest, code
 
 
 def zot_env(**extra: str) -> dict[str, str]:
@@ -220,24 +166,10 @@ async def zot(
         str(workspace),
         *flags,
     ]
-    log = open(workspace.parent / "stderr.log", "ab")  # noqa: SIM115
-    process = await anyio.open_process(
-        argv,
-        env=env or zot_env(),
-        cwd=workspace,
-        stderr=stderr if stderr is not None else log,
-    )
-    try:
-        async with process:
-            try:
-                yield Zot(process)
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                with anyio.fail_after(TIMEOUT):
-                    await process.wait()
-    finally:
-        log.close()
+    async with piped_process(
+        argv, workspace, env or zot_env(), workspace.parent / "stderr.log", stderr, TIMEOUT
+    ) as process:
+        yield Zot(process)
 
 
 def of(frames: list[Frame], kind: str) -> list[Frame]:
@@ -1003,19 +935,11 @@ async def test_bad_flags_exit_2(workspace: Path) -> None:
 
 # --- another front door on the same thread ----------------------------------------------------
 
+WEBSOCKET = ("--websocket", "ws://127.0.0.1:0")
+
 
 async def test_a_websocket_client_watches_and_approves_the_zot_thread(workspace: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "appserver",
-        "rpc",
-        "--workspace",
-        str(workspace),
-        "--websocket",
-        "ws://127.0.0.1:0",
-    ]
-    async with zot(workspace, command=command, stderr=subprocess.PIPE) as proc:
+    async with zot(workspace, *WEBSOCKET, stderr=subprocess.PIPE) as proc:
         url = await read_listening_url(proc.process, timeout=TIMEOUT)
         await proc.send({"id": "1", "type": "prompt", "message": "make the thread"})
         await proc.until_type("done")
@@ -1040,19 +964,8 @@ async def test_a_websocket_client_watches_and_approves_the_zot_thread(workspace:
             await proc.send({"id": "2", "type": "prompt", "message": "?stream 5"})
             frames = await proc.until_type("done")
             assert text(frames) == "chunk 1 chunk 2 chunk 3 chunk 4 chunk 5 "
-            completed = await ws.wait(
-                lambda m: (
-                    m.get("method") == "turn/completed"
-                    and m["params"]["turn"]["threadId"] == thread["id"]
-                ),
-                start=mark,
-            )
-            deltas = [
-                m["params"]["delta"]
-                for m in ws.messages[mark:]
-                if m.get("method") == "item/agentMessage/delta"
-            ]
-            assert "".join(deltas) == text(frames)
+            completed, watched = await watched_turn(ws, thread["id"], mark)
+            assert watched == text(frames)
             assert completed["params"]["turn"]["initiator"]["channelName"] == "zot"
             # Under the default policy the WebSocket client may answer the approval.
             await proc.send({"id": "3", "type": "prompt", "message": "!touch approved.txt"})
@@ -1065,17 +978,7 @@ async def test_a_websocket_client_watches_and_approves_the_zot_thread(workspace:
 async def test_turns_other_clients_run_on_the_thread_are_not_reported(workspace: Path) -> None:
     """A prompt sent while a WebSocket client's turn runs waits for it, and zot
     reports only its own turn."""
-    command = [
-        sys.executable,
-        "-m",
-        "appserver",
-        "rpc",
-        "--workspace",
-        str(workspace),
-        "--websocket",
-        "ws://127.0.0.1:0",
-    ]
-    async with zot(workspace, command=command, stderr=subprocess.PIPE) as proc:
+    async with zot(workspace, *WEBSOCKET, stderr=subprocess.PIPE) as proc:
         url = await read_listening_url(proc.process, timeout=TIMEOUT)
         await proc.send({"id": "1", "type": "prompt", "message": "mine"})
         await proc.until_type("done")

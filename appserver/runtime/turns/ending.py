@@ -1,0 +1,230 @@
+"""Running a launched turn to its end, and the one terminal event it ends with.
+
+Every turn ends with exactly one terminal event — ``turn/completed``,
+``turn/failed`` or ``turn/cancelled`` — on every path: provider error, tool
+crash, interrupt, approval cancel, client gone, server shutdown.
+:meth:`TurnEnding.finish` runs shielded in a ``finally`` and is the only
+place a terminal event is emitted. After it the thread is free, steered
+inputs the turn never reached go back to the queue, the turn listeners run
+and a completed turn hands the thread to the next queued input. One log line
+per finished turn says how it ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
+from typing import Any
+
+import anyio
+
+from appserver.protocol import turns as turn_wire
+from appserver.protocol.base import WireModel
+from appserver.protocol.ids import now_iso
+from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns.items import ItemLog
+from appserver.runtime.turns.model import ActiveTurn, TurnFailure
+from appserver.runtime.turns.queue import InputQueues
+from appserver.runtime.turns.reservations import TurnReservations
+from appserver.runtime.wire import turn_to_wire
+
+log = logging.getLogger("appserver.turns")
+
+#: Runs a task in the engine's task group (dropped when the engine is not running).
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, Any]]], None]
+
+
+class TurnEnding:
+    """Runs a launched turn's work and ends it with its one terminal event."""
+
+    def __init__(
+        self,
+        items: ItemLog,
+        journal: ThreadJournal,
+        runtimes: RuntimeStates,
+        inputs: InputQueues,
+        reservations: TurnReservations,
+        listeners: list[Callable[[ActiveTurn], Any]],
+        spawn: Spawn,
+        next_input: Callable[[str], Coroutine[Any, Any, None]],
+    ) -> None:
+        self.items = items
+        self.journal = journal
+        self.runtimes = runtimes
+        self.inputs = inputs
+        self.reservations = reservations
+        # Called with every finished turn (after its terminal event); the
+        # engine's list, which others append to.
+        self.listeners = listeners
+        self.spawn = spawn
+        # Starts a thread's next queued input after a completed turn.
+        self.next_input = next_input
+
+    async def run(
+        self,
+        active: ActiveTurn,
+        work: Callable[[ActiveTurn], Awaitable[None]],
+        failure: Exception | None,
+        started: float,
+    ) -> None:
+        """Run ``work`` (or fail with the launch's ``failure``), then finish the
+        turn; ``started`` is when it started (``time.monotonic``)."""
+        error_kind: str | None = None
+        try:
+            async with anyio.create_task_group() as tg:
+                active.tg = tg  # approval questions run here
+                try:
+                    with active.scope:
+                        if failure is not None:
+                            raise failure
+                        await work(active)
+                        active.record.status = "completed"
+                except TurnFailure as exc:
+                    error_kind = exc.code
+                    await self._fail(active, str(exc), exc.code)
+                except Exception as exc:
+                    log.exception("turn %s on %s crashed", active.record.id, active.thread_id)
+                    error_kind = "internal"
+                    await self._fail(active, f"internal error: {type(exc).__name__}", "internal")
+                finally:
+                    tg.cancel_scope.cancel()  # stop approval askers still waiting
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.finish(active)
+            log_turn_end(active, started, error_kind)
+
+    async def _fail(self, active: ActiveTurn, message: str, code: str) -> None:
+        active.record.status = "failed"
+        active.record.error = message
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.items.error(active, message, code, fatal=True)
+            except Exception:
+                log.exception("could not record the failure of %s", active.record.id)
+
+    async def finish(self, active: ActiveTurn) -> None:
+        """Close open items, persist, emit the one terminal event, free the thread."""
+        try:
+            await self._emit_end(active)
+        except Exception:
+            log.exception("could not finish turn %s", active.record.id)
+        finally:
+            self.reservations.release(active)
+            try:
+                await self.journal.flush_seq(active.thread_id)
+                await self.runtimes.set_running(active.thread_id, False)
+                if active.guidance:
+                    await self._requeue_guidance(active)
+            except Exception:
+                log.exception("could not clear runtime state of %s", active.thread_id)
+            active.done.set()
+            if active.record.status == "completed":
+                self.spawn(partial(self.next_input, active.thread_id))
+            for listener in self.listeners:
+                try:
+                    outcome = listener(active)
+                    if outcome is not None:
+                        self.spawn(partial(_await, outcome))
+                except Exception:
+                    log.exception("turn listener failed")
+
+    async def _emit_end(self, active: ActiveTurn) -> None:
+        record = active.record
+        if record.status == "running":
+            record.status = "cancelled"  # the scope was cancelled (interrupt, shutdown)
+        for item in list(active.open_items.values()):
+            await self.items.complete(active, item)  # keep the text streamed so far
+        record.completed_at = now_iso()
+        record.token_usage = {
+            "inputTokens": active.input_tokens,
+            "outputTokens": active.output_tokens,
+            "totalTokens": active.input_tokens + active.output_tokens,
+        }
+        # One event goes to every watcher, so leave out the opt-in item type:
+        # clients that asked for commandExecution items got them as events.
+        turn = turn_to_wire(
+            active.record, [i for i in active.items if i.type != "commandExecution"]
+        )
+        params: WireModel
+        if record.status == "completed":
+            kind, params = (
+                "turn/completed",
+                turn_wire.TurnNotification(thread_id=turn.thread_id, turn=turn),
+            )
+        elif record.status == "failed":
+            kind = "turn/failed"
+            params = turn_wire.TurnFailedNotification(
+                thread_id=turn.thread_id, turn=turn, error=record.error or "failed"
+            )
+        else:
+            reason = active.cancel_reason or "interrupted"
+            kind = "turn/cancelled"
+            params = turn_wire.TurnCancelledNotification(
+                thread_id=turn.thread_id, turn=turn, reason=reason
+            )
+        await self.journal.emit(
+            active.thread_id, kind, params, include=active.watchers, turn=record
+        )
+
+    async def _requeue_guidance(self, active: ActiveTurn) -> None:
+        """Steered inputs the turn never reached go back to the queue."""
+        async with self.inputs.lock(active.thread_id):
+            for entry in await self.inputs.load(active.thread_id):
+                if entry.wire.id in active.guidance:
+                    entry.wire.status = "queued"
+            active.guidance.clear()
+            await self.inputs.changed(active.thread_id, include=active.watchers)
+
+
+def log_turn_end(active: ActiveTurn, started: float, error_kind: str | None) -> None:
+    """One line per finished turn: info, or warning when it failed (the
+    operator's only trace of a bad key or a crashed tool)."""
+    record = active.record
+    duration = round((time.monotonic() - started) * 1000)
+    fields: dict[str, Any] = {
+        "threadId": active.thread_id,
+        "turnId": record.id,
+        "status": record.status,
+        "durationMs": duration,
+    }
+    if record.status == "failed":
+        fields |= {"errorKind": error_kind or "failed", "error": record.error or ""}
+        log.warning(
+            "turn %s on %s failed after %d ms: %s: %s",
+            record.id,
+            active.thread_id,
+            duration,
+            fields["errorKind"],
+            fields["error"],
+            extra=fields,
+        )
+        return
+    if record.status == "cancelled":
+        fields["reason"] = active.cancel_reason or "interrupted"
+        log.info(
+            "turn %s on %s cancelled after %d ms (%s)",
+            record.id,
+            active.thread_id,
+            duration,
+            fields["reason"],
+            extra=fields,
+        )
+        return
+    log.info(
+        "turn %s on %s %s after %d ms",
+        record.id,
+        active.thread_id,
+        record.status,
+        duration,
+        extra=fields,
+    )
+
+
+async def _await(awaitable: Any) -> None:
+    try:
+        await awaitable
+    except Exception:
+        log.exception("turn listener failed")
