@@ -1,5 +1,6 @@
 """Small pieces several faces need the same way: flag types, images sent as
-bytes, a conversation name's thread, interrupting a turn that may be ending.
+bytes, a conversation name's thread, interrupting a turn that may be ending,
+waiting out another client's turn.
 
 Imports stay light at the top (faces pay for every import on every start).
 """
@@ -91,6 +92,21 @@ async def interrupt_quietly(runtime: Runtime, thread_id: str, turn_id: str) -> N
 
     with contextlib.suppress(Refusal):
         await runtime.turns.interrupt(thread_id, turn_id)
+
+
+async def wait_out_turn(runtime: Runtime, thread_id: str) -> None:
+    """After ``TurnInProgress``: wait until the turn another client runs on
+    ``thread_id`` has ended, then let the caller try again. A turn that is
+    already finishing (no longer active) gets a moment, so the retry does not
+    spin. Callers that must be able to stop waiting wrap this in their own
+    cancel scope."""
+    import anyio
+
+    other = runtime.engine.active.get(thread_id)
+    if other is None:
+        await anyio.sleep(0.01)  # it is finishing: try again
+        return
+    await other.done.wait()
 
 
 async def session_thread(

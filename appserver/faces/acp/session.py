@@ -23,7 +23,7 @@ from acp.schema import DeniedOutcome, PermissionOption, PromptResponse, StopReas
 from pydantic import ValidationError
 
 from appserver.faces.acp.events import CANCELLED, Tool, TurnUpdates, text_content
-from appserver.faces.common import turn_id_of
+from appserver.faces.common import turn_id_of, wait_out_turn
 from appserver.faces.seat import Seat
 from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.events import QuestionRefused, QuestionUnanswered
@@ -267,12 +267,8 @@ class PromptRun:
             try:
                 return await runtime.turns.start(session.id, parts, origin=session.seat)
             except TurnInProgress:
-                other = runtime.engine.active.get(session.id)
-                if other is None:
-                    await anyio.sleep(0.01)  # it is finishing: try again
-                    continue
                 with anyio.CancelScope() as self.waiting:
-                    await other.done.wait()
+                    await wait_out_turn(runtime, session.id)
                 self.waiting = None
             except ThreadNotFound:
                 raise request_error(

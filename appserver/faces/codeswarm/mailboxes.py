@@ -18,7 +18,7 @@ from appserver.faces.codeswarm.node_threads import NodeThreads
 from appserver.faces.codeswarm.relay import relay
 from appserver.faces.codeswarm.state import Injection, Node, SwarmIndex
 from appserver.faces.codeswarm.wire import FACE, Command, NodeInject, Rejected, parse_inject
-from appserver.faces.common import interrupt_quietly
+from appserver.faces.common import interrupt_quietly, wait_out_turn
 from appserver.faces.seat import Seat
 from appserver.protocol.turns import TextPart
 from appserver.runtime.errors import Refusal, ThreadNotFound, TurnInProgress
@@ -194,9 +194,7 @@ class Mailboxes:
                 return await self.runtime.turns.start(thread_id, parts, origin=seat)
             except TurnInProgress:
                 # Someone else (a --websocket client) runs a turn here: queue behind it.
-                other = self.runtime.engine.active.get(thread_id)
-                if other is not None:
-                    await other.done.wait()
+                await wait_out_turn(self.runtime, thread_id)
             except ThreadNotFound:
                 if rebound:
                     raise

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.faces.common import interrupt_quietly, session_thread, turn_id_of
+from appserver.faces.common import interrupt_quietly, session_thread, turn_id_of, wait_out_turn
 from appserver.faces.qwen.control import SLASH_COMMANDS, ControlRequests
 from appserver.faces.qwen.rules import ToolRules, thread_policy
 from appserver.faces.qwen.seat import Control, QwenSeat
@@ -431,12 +431,8 @@ class Session:
                 else:
                     active = await self.runtime.turns.start(thread_id, job.parts, origin=self.seat)
             except TurnInProgress:
-                other = self.runtime.engine.active.get(thread_id)
-                if other is None:
-                    await anyio.sleep(0.01)  # it is finishing: try again
-                    continue
                 with anyio.CancelScope() as job.waiting:
-                    await other.done.wait()
+                    await wait_out_turn(self.runtime, thread_id)
                 job.waiting = None
                 continue
             except ThreadNotFound:

@@ -15,7 +15,7 @@ import logging
 import math
 from typing import TYPE_CHECKING, Any
 
-from appserver.faces.common import interrupt_quietly, session_thread
+from appserver.faces.common import interrupt_quietly, session_thread, wait_out_turn
 from appserver.faces.zene.wire import (
     INTERNAL,
     PROVIDER_CODES,
@@ -140,9 +140,7 @@ class Conversations:
                         )
                     except TurnInProgress:
                         # Someone else (a WebSocket client) runs a turn here: wait for it.
-                        other = runtime.engine.active.get(thread_id)
-                        if other is not None:
-                            await other.done.wait()
+                        await wait_out_turn(runtime, thread_id)
                         continue
                     turn_id = active.record.id
                 terminal = await _terminal(seat, turn_id)

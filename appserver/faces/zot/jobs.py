@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from appserver.faces.common import wait_out_turn
 from appserver.faces.zot.events import CompactStream, PromptStream
 
 if TYPE_CHECKING:
@@ -123,13 +124,9 @@ class Jobs:
                 else:
                     active = await runtime.turns.compact(thread_id, origin=session.seat)
             except TurnInProgress:
-                other = runtime.engine.active.get(thread_id)
-                if other is not None:
-                    with anyio.CancelScope() as job.waiting:
-                        await other.done.wait()
-                    job.waiting = None
-                else:
-                    await anyio.sleep(0.01)  # it is finishing: try again
+                with anyio.CancelScope() as job.waiting:
+                    await wait_out_turn(runtime, thread_id)
+                job.waiting = None
                 continue
             except ThreadNotFound:
                 if recreated:
