@@ -77,7 +77,9 @@ class Chat:
         self.input: PlainInput | EditorInput = (
             EditorInput(history_path()) if editor else PlainInput(self.out)
         )
-        self.view = View(self._emit, colour=wants_colour(self.out))
+        # With the editor, streamed text is held and shown inside the spinner
+        # prompt until its line is complete: a redraw erases partial lines.
+        self.view = View(self._emit, colour=wants_colour(self.out), live=editor)
         self.identity: SessionIdentity = {"channelName": "cli", "userId": args.user}
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
@@ -377,6 +379,7 @@ class Chat:
                     break
         finally:
             await self.stop_typeahead()
+            self.view.commit_live()
             self.turn_active = False
             self.turn_id = None
             await stream.aclose()
@@ -384,10 +387,13 @@ class Chat:
     # --- typing while a turn runs (the editor only) -------------------------
 
     def busy_prompt(self) -> str:
-        """The prompt while a turn runs: a spinner, what it does, for how long."""
+        """The prompt while a turn runs: the text streaming in (not yet a whole
+        line or message), then a spinner, what the turn does, for how long."""
         elapsed = time.monotonic() - self.turn_started_at
         frame = SPINNER[int(elapsed * 10) % len(SPINNER)]
-        return f"{frame} {self.view.activity} {elapsed:.0f}s  (Ctrl-C interrupts) > "
+        status = f"{frame} {self.view.activity} {elapsed:.0f}s  (Ctrl-C interrupts) > "
+        live = self.view.live_text
+        return f"{live}\n{status}" if live else status
 
     def start_typeahead(self) -> None:
         """On a terminal, keep a prompt open while the turn runs: its spinner
