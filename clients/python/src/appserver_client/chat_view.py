@@ -293,7 +293,7 @@ class View:
         text = str(payload.get("result", ""))
         if str(payload.get("callId")) in self._command_calls:
             # Its output was shown as it ran: the result's first line is enough.
-            self.line(f"[result] {one_line(reveal(text))}", "result")
+            self.line(f"[result] {reveal(one_line(text))}", "result")
             return
         lines = text.rstrip("\n").splitlines() or [""]
         if len(lines) == 1 and len(lines[0]) <= 160:
