@@ -170,3 +170,69 @@ def test_an_interrupted_command_says_it_was_interrupted(workspace: Path) -> None
         assert "exit code None" not in done
         screen.send("\x04")
         assert finish(screen.child) == 0
+
+
+def test_a_finished_reply_is_rendered_as_markdown_in_colour(workspace: Path) -> None:
+    with terminal(workspace) as screen:
+        screen.wait_text("you>")
+        screen.send("some **bold** and `code`\r")
+        done = screen.wait_for(
+            lambda text: "You said: some bold and code" in text and prompt_shown(text), "it"
+        )
+        assert "You said: some bold and code" in done.splitlines()  # no ** nor `
+        row = next(
+            number
+            for number, line in enumerate(screen.screen.display)
+            if "You said: some bold" in line
+        )
+        cells = screen.screen.buffer[row]
+        column = screen.screen.display[row].index("bold")
+        assert cells[column].bold  # emphasis, as a person sees it
+        screen.send("\x04")
+        assert finish(screen.child) == 0
+
+
+def test_no_color_keeps_the_reply_as_written(workspace: Path) -> None:
+    with terminal(workspace, NO_COLOR="1") as screen:
+        screen.wait_text("you>")
+        screen.send("some **bold** text\r")
+        done = screen.wait_for(
+            lambda text: "You said: some **bold** text" in text and prompt_shown(text), "it"
+        )
+        assert not any(frame in done for frame in SPINNER)
+        screen.send("\x04")
+        assert finish(screen.child) == 0
+
+
+def test_markdown_renders_code_blocks_lists_and_emphasis() -> None:
+    from appserver_client.chat_render import markdown
+
+    shown = markdown("# Plan\n\n- *one*\n- two\n\n```python\nprint(1)\n```\n\x1b[2J", 60)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    assert "• one" in plain and "• two" in plain
+    assert "print(1)" in plain and "```" not in plain
+    assert "\x1b[3m" in shown  # italics
+    assert "\x1b[2J" not in shown and "⟨U+001B⟩[2J" in plain  # no raw control from the model
+    assert all(len(line) < 60 for line in plain.splitlines())
+
+
+def test_tool_calls_results_and_errors_are_coloured_only_with_colour() -> None:
+    from appserver_client.chat_view import View
+    from appserver_client.notifications import Notification
+
+    def shown(colour: bool) -> str:
+        written: list[str] = []
+        view = View(written.append, colour=colour)
+        for kind, payload in [
+            ("toolCall", {"toolName": "grep", "arguments": {"pattern": "x"}}),
+            ("toolResult", {"callId": "c", "result": "found"}),
+            ("error", {"message": "it broke"}),
+        ]:
+            item = {"id": kind, "type": kind, "payload": payload}
+            view.render(Notification("item/completed", {"item": item}))
+        return "".join(written)
+
+    assert shown(False) == '[tool] grep {"pattern": "x"}\n[result] found\n[error] it broke\n'
+    coloured = shown(True)
+    assert "\x1b[36m[tool] grep" in coloured and "\x1b[32m[result] found" in coloured
+    assert "\x1b[1;31m[error] it broke" in coloured
