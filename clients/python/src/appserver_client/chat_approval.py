@@ -14,6 +14,7 @@ lines numbered when there are several, hidden and control characters as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,10 +85,45 @@ def choices(params: Mapping[str, Any]) -> list[Choice]:
     return found
 
 
-def header(params: Mapping[str, Any], offered: list[Choice], *, colour: bool = False) -> str:
+_SHELL_REASON = "Run a shell command in "
+
+
+def place(target: str, workspace: str | None) -> str:
+    """Where an approval applies, said plainly: ``/w (the workspace)``,
+    ``src/app (in the workspace)`` or ``/etc (outside the workspace)``; the
+    target as given when the workspace is not known or it is not a path."""
+    if not workspace or not os.path.isabs(target):
+        return target
+    root, path = os.path.normpath(workspace), os.path.normpath(target)
+    if path == root:
+        return f"{target} (the workspace)"
+    if path.startswith(root.rstrip(os.sep) + os.sep):
+        return f"{os.path.relpath(path, root)} (in the workspace)"
+    return f"{target} (outside the workspace)"
+
+
+def why(reason: str) -> str:
+    """The server's reason without what the prompt already shows: a shell
+    command's "Run a shell command in DIR — WHY" reads as WHY, keeping how it
+    runs (", as a background terminal ...")."""
+    head, dash, asked = reason.partition(" — ")
+    if not dash or not head.startswith(_SHELL_REASON):
+        return reason
+    _, comma, how = head.partition(", as ")
+    return f"{asked}; runs as {how}" if comma else asked
+
+
+def header(
+    params: Mapping[str, Any],
+    offered: list[Choice],
+    *,
+    colour: bool = False,
+    workspace: str | None = None,
+) -> str:
     """The lines shown before the prompt: what would run (exactly: a command of
     several lines numbered line by line, hidden characters as ``⟨U+XXXX⟩``),
-    where, why, the file change as a diff, and what each answer covers.
+    where (relative to ``workspace`` inside it), why, the file change as a
+    diff, and what each answer covers.
 
     Nothing from the server is written raw: each field but the command's own
     lines is one line, so no text can pose as another part of the prompt."""
@@ -99,9 +135,10 @@ def header(params: Mapping[str, Any], offered: list[Choice], *, colour: bool = F
         lines += exact.command_lines(operation, colour=colour)
     else:
         lines = [f"Approval needed ({kind}): {exact.reveal(operation, colour=colour)}"]
-    lines.append(f"  in:  {exact.reveal(str(params.get('target', '')), colour=colour)}")
+    where = place(str(params.get("target", "")), workspace)
+    lines.append(f"  in:  {exact.reveal(where, colour=colour)}")
     if params.get("reason"):
-        lines.append(f"  why: {exact.reveal(str(params['reason']), colour=colour)}")
+        lines.append(f"  why: {exact.reveal(why(str(params['reason'])), colour=colour)}")
     diff = params.get("diff")
     if isinstance(diff, str) and diff:
         lines.append("  the change:")

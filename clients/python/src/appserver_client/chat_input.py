@@ -222,6 +222,8 @@ class EditorInput:
         """A message from the editor (the draft from an abandoned read pre-filled)."""
         self._single_line = single_line
         draft, self.draft = ("", self.draft) if single_line else (self.draft, "")
+        # A prompt that redraws itself (the spinner) leaves nothing behind.
+        self.session.app.erase_when_done = refresh is not None
         task = asyncio.get_running_loop().create_task(
             self.session.prompt_async(
                 prompt,
@@ -232,6 +234,7 @@ class EditorInput:
         finished = await _first(task, cancel)
         if not finished:
             kept = self.session.default_buffer.text
+            self.session.app.erase_when_done = True  # an abandoned prompt leaves no trace
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, _CtrlC, EOFError):
                 await task

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from appserver_client import __version__
 from appserver_client import chat_approval as approval
 from appserver_client._generated import ApprovalRequestParams, SessionIdentity, ThreadSummary
+from appserver_client.chat_commands import SettingsCommands
 from appserver_client.chat_exact import wants_colour
 from appserver_client.chat_input import (
     CANCELLED,
@@ -59,8 +60,15 @@ Commands:
   /resume X           switch to a thread: its number in /threads, its id, or its name
   /new                start a new thread
   /show N             all of output #N (long outputs are cut at 20 lines)
+  /model [N|NAME]     list the provider's models; switch this thread to one
+  /status             workspace, provider, model, endpoint, approval policy, trust
+  /grants             approvals remembered for good (an [a]lways answer)
+  /revoke N           forget remembered approval N of /grants
   /help               this help
   /quit               leave (also Ctrl-D, or Ctrl-C twice at the prompt)
+Approvals: y once, s this thread (the scope shown), w wider (every command there, this
+  thread), a always (this exact call, remembered for good: /grants, /revoke), n no,
+  c cancel the turn.
 Ctrl-C while the agent works interrupts the turn; at an approval prompt it cancels it.
 On a terminal, what you type while the agent works is sent when the turn ends.
 """
@@ -77,10 +85,13 @@ class Chat:
         self.input: PlainInput | EditorInput = (
             EditorInput(history_path()) if editor else PlainInput(self.out)
         )
-        self.view = View(self._emit, colour=wants_colour(self.out))
+        # With the editor, streamed text is held and shown inside the spinner
+        # prompt until its line is complete: a redraw erases partial lines.
+        self.view = View(self._emit, colour=wants_colour(self.out), live=editor)
         self.identity: SessionIdentity = {"channelName": "cli", "userId": args.user}
         self.client: AppServerClient | None = None
         self.thread_id: str | None = None
+        self.workspace_path: str | None = None  # the thread's, for approval prompts
         self.listing: list[str] = []
         self.quit = asyncio.Event()
         self.turn_active = False
@@ -91,6 +102,7 @@ class Chat:
         self.approval_open = False
         self.idle_interrupts = 0  # Ctrl-C presses at an idle prompt in a row
         self.queued: list[str] = []  # typed while a turn ran; sent after it
+        self.settings: SettingsCommands | None = None
         self._typeahead: asyncio.Task[None] | None = None
         self._typeahead_stop = asyncio.Event()
         self._approval_lock = asyncio.Lock()
@@ -262,6 +274,7 @@ class Chat:
         assert self.client is not None
         thread = (await self.client.thread_start(identity=self.identity))["thread"]
         self.thread_id = thread["id"]
+        self.workspace_path = thread.get("workspacePath")
         self.line(f"New thread {thread['id']}. Type a message.")
 
     async def resume_choice(self, choice: str) -> bool:
@@ -287,6 +300,7 @@ class Chat:
         assert self.client is not None
         thread = (await self.client.thread_resume(thread_id=thread_id))["thread"]
         self.thread_id = thread["id"]
+        self.workspace_path = thread.get("workspacePath")
         turns = thread.get("turns") or []
         name = thread.get("displayName") or "(untitled)"
         self.line(f"Resumed {one_line(name, 60)} ({thread['id']}, {len(turns)} turn(s)).")
@@ -345,6 +359,8 @@ class Chat:
                 self.line("Usage: /resume N | ID | NAME (N from /threads).")
         elif name == "/new":
             await self.new_thread()
+        elif name in ("/model", "/status", "/grants", "/revoke"):
+            await self.settings_command(name, rest)
         elif name == "/show":
             if not (rest.isdigit() and self.view.show(int(rest))):
                 known = len(self.view.outputs)
@@ -352,6 +368,20 @@ class Chat:
         else:
             self.line(f"Unknown command {name}; /help lists them.")
         return True
+
+    async def settings_command(self, name: str, rest: str) -> None:
+        """``/model``, ``/status``, ``/grants``, ``/revoke`` (chat_commands)."""
+        assert self.client is not None and self.thread_id is not None
+        if self.settings is None:
+            self.settings = SettingsCommands(self.client, self.line)
+        if name == "/model":
+            await self.settings.model(self.thread_id, rest)
+        elif name == "/status":
+            await self.settings.status(self.thread_id)
+        elif name == "/grants":
+            await self.settings.list_grants()
+        else:
+            await self.settings.revoke(rest)
 
     async def turn(self, text: str) -> None:
         assert self.client is not None and self.thread_id is not None
@@ -377,6 +407,7 @@ class Chat:
                     break
         finally:
             await self.stop_typeahead()
+            self.view.commit_live()
             self.turn_active = False
             self.turn_id = None
             await stream.aclose()
@@ -384,10 +415,13 @@ class Chat:
     # --- typing while a turn runs (the editor only) -------------------------
 
     def busy_prompt(self) -> str:
-        """The prompt while a turn runs: a spinner, what it does, for how long."""
+        """The prompt while a turn runs: the text streaming in (not yet a whole
+        line or message), then a spinner, what the turn does, for how long."""
         elapsed = time.monotonic() - self.turn_started_at
         frame = SPINNER[int(elapsed * 10) % len(SPINNER)]
-        return f"{frame} {self.view.activity} {elapsed:.0f}s  (Ctrl-C interrupts) > "
+        status = f"{frame} {self.view.activity} {elapsed:.0f}s  (Ctrl-C interrupts) > "
+        live = self.view.live_text
+        return f"{live}\n{status}" if live else status
 
     def start_typeahead(self) -> None:
         """On a terminal, keep a prompt open while the turn runs: its spinner
@@ -430,7 +464,10 @@ class Chat:
             self.approval_open = True
             offered = approval.choices(params)
             try:
-                self.line(approval.header(params, offered, colour=wants_colour(self.out)))
+                shown = approval.header(
+                    params, offered, colour=wants_colour(self.out), workspace=self.workspace_path
+                )
+                self.line(shown)
                 while True:
                     answer = await self.input.read(
                         approval.prompt(offered), cancel=self.approval_cancel, single_line=True
