@@ -68,8 +68,9 @@ class Mailboxes:
         """Whether any node still has injections to run."""
         return any(node.busy for node in self.nodes.values())
 
-    def inject(self, command: Command) -> None:
-        """``inject``: queue the content for each node it addresses (``inject_ack`` each)."""
+    def inject(self, command: Command, owner: object | None = None) -> None:
+        """``inject``: queue the content for each node it addresses (``inject_ack`` each);
+        ``owner`` is the connection that sent it (see :meth:`runs_for`)."""
         request_id = command.request_id
         target = parse_inject(command)
         if isinstance(target, NodeInject):
@@ -98,6 +99,7 @@ class Mailboxes:
                 job_id=job_id,
                 node_id=node_id,
                 content=target.content,
+                owner=owner,
             )
             self.broadcast("inject_ack", self._control(injection))
             node = self.node(job_id, node_id)
@@ -105,6 +107,14 @@ class Mailboxes:
             if not node.busy:
                 node.busy = True
                 self.tg.start_soon(self._work, node)
+
+    def runs_for(self, owner: object) -> bool:
+        """Whether an injection ``owner`` sent is still queued or running."""
+        return any(
+            (node.current is not None and node.current.owner is owner)
+            or any(injection.owner is owner for injection in node.mailbox)
+            for node in self.nodes.values()
+        )
 
     def node(self, job_id: str, node_id: int) -> Node:
         """The node ``(job_id, node_id)``, made on first use."""

@@ -114,7 +114,7 @@ async def _cancel_when(event: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def _line(router: Router, line: bytes) -> None:
+async def _line(router: Router, line: bytes, owner: object = None) -> None:
     """One raw line: blank lines are skipped, bad UTF-8 is rejected."""
     line = line.rstrip(b"\r")
     if not line.strip():
@@ -124,7 +124,7 @@ async def _line(router: Router, line: bytes) -> None:
     except UnicodeDecodeError:
         router.reject(None, "message is not valid UTF-8")
         return
-    await router.handle_line(text)
+    await router.handle_line(text, owner)
 
 
 # --- stdio --------------------------------------------------------------------------------
@@ -230,8 +230,9 @@ def _peer(stream: SocketStream) -> str:
 async def _client(router: Router, stream: SocketStream, backlog: int) -> None:
     """One TCP client: its commands in, every event out, until either side ends.
 
-    A client that closes its sending side (half-close) still gets events;
-    one that is gone is noticed when a write fails.
+    At the end of the client's input (half-close or close) the replies to every
+    command read are sent (a ``swarm_terminate`` under way is waited for), then the
+    connection is closed; a client that is gone is noticed when a write fails.
     """
     name = _peer(stream)
     log.info("client %s connected", name)
@@ -244,8 +245,18 @@ async def _client(router: Router, stream: SocketStream, backlog: int) -> None:
             send_batch, name=name, max_bytes=backlog, on_stall=tg.cancel_scope.cancel
         )
         router.outboxes.add(outbox)
+
+        async def read() -> None:
+            await _read_tcp(router, stream, outbox)
+            # End of the client's commands (a half-close, as the Codeswarm CLI does
+            # after its last command, or a full close): once what it asked for is
+            # answered (its injections run, its terminations done) and those events
+            # are out, close, so a client waiting for EOF ends.
+            await router.settled(outbox)
+            outbox.close()  # the writer ends once the queued events are out
+
         try:
-            tg.start_soon(_read_tcp, router, stream)
+            tg.start_soon(read)
             await outbox.run()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             log.info("client %s gone: %s", name, exc)
@@ -256,7 +267,7 @@ async def _client(router: Router, stream: SocketStream, backlog: int) -> None:
     log.info("client %s disconnected", name)
 
 
-async def _read_tcp(router: Router, stream: SocketStream) -> None:
+async def _read_tcp(router: Router, stream: SocketStream, owner: object) -> None:
     lines = LineReader(MAX_LINE_BYTES)
     while True:
         try:
@@ -272,11 +283,11 @@ async def _read_tcp(router: Router, stream: SocketStream) -> None:
                 continue
             if line is None:
                 break
-            await _line(router, line)
+            await _line(router, line, owner)
     try:
         rest = lines.rest()  # a last line without newline
     except FrameTooLarge as exc:
         router.reject(None, exc.detail)
         return
     if rest is not None:
-        await _line(router, rest)
+        await _line(router, rest, owner)

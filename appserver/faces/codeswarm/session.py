@@ -2,7 +2,9 @@
 transport.
 
 :class:`Router` answers each command line (``inject``, ``providers_list``,
-``swarm_launch`` / ``swarm_list`` / ``swarm_status`` / ``swarm_terminate``) and sends
+``swarm_launch`` / ``swarm_list`` / ``swarm_status`` / ``swarm_terminate``, and the
+polled ``approvals_list`` / ``queue_list`` / ``project_list`` of
+:mod:`~appserver.faces.codeswarm.polled`) and sends
 every event to every connected client (:meth:`Router.broadcast`), as the real router
 does; each client has a :class:`~appserver.transport.peer_writer.PeerWriter` bounded in
 bytes (its streamed deltas coalesce when it lags), and one that falls too far behind
@@ -25,6 +27,7 @@ from anyio.abc import TaskGroup
 
 from appserver.faces.codeswarm.mailboxes import Mailboxes
 from appserver.faces.codeswarm.node_threads import NodeThreads
+from appserver.faces.codeswarm.polled import PendingApprovals
 from appserver.faces.codeswarm.state import PROVIDER_ID, Swarm, SwarmIndex
 from appserver.faces.codeswarm.swarms import SwarmControl
 from appserver.faces.codeswarm.wire import (
@@ -68,6 +71,7 @@ class Router:
         self.swarm_control = SwarmControl(
             runtime, tg, faces, threads, self.swarms, self.mailboxes, self.broadcast, self.reject
         )
+        self.approvals = PendingApprovals(runtime, faces, self.swarms, self.mailboxes)
 
     # --- clients and events ----------------------------------------------------------
 
@@ -93,6 +97,14 @@ class Router:
     def idle(self) -> bool:
         return not self.swarm_control.terminating and not self.mailboxes.busy()
 
+    async def settled(self, owner: object) -> None:
+        """Wait until what ``owner`` (a connection) asked for is answered: its
+        injections have run and its ``swarm_terminate`` commands are done."""
+        control = self.swarm_control
+        await self.mailboxes.until(
+            lambda: not control.terminating_for[owner] and not self.mailboxes.runs_for(owner)
+        )
+
     async def drain(self) -> None:
         """Wait until every accepted injection has run (stdin closed)."""
         await self.mailboxes.until(self.idle)
@@ -109,15 +121,16 @@ class Router:
 
     # --- commands ------------------------------------------------------------------------
 
-    async def handle_line(self, line: str) -> None:
-        """Answer one command line (every outcome is at least one event)."""
+    async def handle_line(self, line: str, owner: object = None) -> None:
+        """Answer one command line (every outcome is at least one event); ``owner``
+        is the connection that sent it (see :meth:`settled`)."""
         try:
             command = parse_command(line, require_timestamp=self.require_timestamp)
         except Rejected as exc:
             self.reject(exc.request_id, exc.reason)
             return
         try:
-            await self.handle(command)
+            await self.handle(command, owner)
         except Rejected as exc:
             self.reject(exc.request_id, exc.reason)
         except Exception:
@@ -125,12 +138,12 @@ class Router:
             log.exception("command %s failed (ref %s)", command.command, ref)
             self.reject(command.request_id, f"internal error (see the router's log, ref {ref})")
 
-    async def handle(self, command: Command) -> None:
+    async def handle(self, command: Command, owner: object = None) -> None:
         request_id = command.request_id
         if self.mailboxes.closing:
             raise Rejected("router shutting down", request_id)
         if command.command == "inject":
-            self.mailboxes.inject(command)
+            self.mailboxes.inject(command, owner)
         elif command.command == "providers_list":
             self.broadcast(
                 "providers_list", {"request_id": request_id, "providers": [self._provider()]}
@@ -145,7 +158,14 @@ class Router:
             await self.swarm_control.announce_status(request_id, swarm)
         elif command.command == "swarm_terminate":
             swarm = self._swarm(command)
-            self.swarm_control.start_terminating(request_id, swarm)
+            self.swarm_control.start_terminating(request_id, swarm, owner)
+        elif command.command == "approvals_list":
+            snapshot = await self.approvals.snapshot()
+            self.broadcast("approvals_list", {"request_id": request_id, **snapshot})
+        elif command.command == "queue_list":  # no inter-swarm queue here: always empty
+            self.broadcast("queue_list", {"request_id": request_id, "items": []})
+        elif command.command == "project_list":  # no orchestrated projects here
+            self.broadcast("project_list", {"request_id": request_id, "projects": {}})
         else:  # parse_command admits only COMMANDS
             raise Rejected(f"unknown command: {command.command}", request_id)
 

@@ -32,6 +32,7 @@ class Injection:
     job_id: str
     node_id: int
     content: str
+    owner: object | None = None  # the connection that sent it (TCP), if any
 
 
 @dataclass

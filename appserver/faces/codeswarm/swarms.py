@@ -1,12 +1,14 @@
 """Swarms, the Codeswarm router's third job: ``swarm_launch`` (a thread per node, made
-at once), ``swarm_list``, ``swarm_status`` and ``swarm_terminate`` (queued injections
-fail, running turns are interrupted; threads and history stay), kept across restarts
+at once), ``swarm_list`` (live swarms only), ``swarm_status`` and ``swarm_terminate``
+(queued injections fail, running turns are interrupted, ``swarm_terminated`` then
+``swarm_removed``; threads and history stay), kept across restarts
 by :mod:`~appserver.faces.codeswarm.swarm_store`."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +50,7 @@ class SwarmControl:
         self.broadcast = broadcast
         self.reject = reject
         self.terminating = 0  # swarm_terminate tasks under way
+        self.terminating_for: Counter[object] = Counter()  # ... by the connection that asked
 
     async def load(self) -> None:
         """Read the swarms a previous process stored."""
@@ -58,8 +61,16 @@ class SwarmControl:
         await self.store.save(self.swarms.by_id)
 
     def listed(self) -> dict[str, Any]:
-        """``swarms`` of ``swarm_list``."""
-        return {swarm_id: swarm.listed() for swarm_id, swarm in self.swarms.by_id.items()}
+        """``swarms`` of ``swarm_list``: the live ones. A terminated swarm is pruned
+        from the list once ``swarm_terminated`` is out (as the Codeswarm router removes
+        a user-terminated swarm at once): the web backend takes ``swarm_list`` as the
+        whole truth and would show it again. It is still known by id, so
+        ``swarm_status`` answers and ``inject`` is refused, not run."""
+        return {
+            swarm_id: swarm.listed()
+            for swarm_id, swarm in self.swarms.by_id.items()
+            if swarm.status != "terminated"
+        }
 
     async def announce_status(self, request_id: str, swarm: Swarm) -> None:
         """``swarm_status``."""
@@ -122,15 +133,18 @@ class SwarmControl:
             },
         )
 
-    def start_terminating(self, request_id: str, swarm: Swarm) -> None:
-        """``swarm_terminate``, run beside the next commands (it waits for turns)."""
+    def start_terminating(self, request_id: str, swarm: Swarm, owner: object = None) -> None:
+        """``swarm_terminate``, run beside the next commands (it waits for turns);
+        ``owner`` is the connection that asked."""
         self.terminating += 1
-        self.tg.start_soon(self.terminate, request_id, swarm)
+        self.terminating_for[owner] += 1
+        self.tg.start_soon(self.terminate, request_id, swarm, owner)
 
-    async def terminate(self, request_id: str, swarm: Swarm) -> None:
+    async def terminate(self, request_id: str, swarm: Swarm, owner: object = None) -> None:
         """Queued injections fail, running turns are interrupted, then
         ``swarm_terminated``. Threads and history stay."""
         mailboxes = self.mailboxes
+        pruned = False  # this call ended the swarm (a repeated terminate only waits)
         try:
             if swarm.status == "running":
                 swarm.status = "terminating"
@@ -145,15 +159,25 @@ class SwarmControl:
                 swarm.terminated_at = now_iso()
                 await self._save()
                 swarm.ended.set()
+                pruned = True
             else:
                 await self.announce_status(request_id, swarm)
                 await swarm.ended.wait()
             self.broadcast(
                 "swarm_terminated", {"request_id": request_id, "swarm_id": swarm.swarm_id}
             )
+            if pruned:
+                # Gone from swarm_list now; said the way the Codeswarm router says a
+                # swarm left its list (clients that missed swarm_terminated drop it).
+                self.broadcast(
+                    "swarm_removed", {"swarm_id": swarm.swarm_id, "reason": "terminated"}
+                )
         except Exception:
             log.exception("terminating swarm %s failed", swarm.swarm_id)
             self.reject(request_id, "internal error while terminating")
         finally:
             self.terminating -= 1
+            self.terminating_for[owner] -= 1
+            if not self.terminating_for[owner]:
+                del self.terminating_for[owner]
             mailboxes.notify()

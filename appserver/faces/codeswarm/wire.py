@@ -28,8 +28,11 @@ MAX_NODE_ID = 2**31 - 1
 MAX_ID_CHARS = 256  # job_id, swarm_id
 
 COMMANDS = (
+    "approvals_list",
     "inject",
+    "project_list",
     "providers_list",
+    "queue_list",
     "swarm_launch",
     "swarm_list",
     "swarm_status",
@@ -56,6 +59,10 @@ EVENTS = (
     "swarm_list",
     "swarm_status",
     "swarm_terminated",
+    "swarm_removed",
+    "approvals_list",
+    "queue_list",
+    "project_list",
 )
 
 # RFC 3339 date-time in UTC: "Z" (any case) or "+00:00"; 1 to 9 fraction digits.
