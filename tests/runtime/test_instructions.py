@@ -171,8 +171,24 @@ async def test_every_request_carries_prompt_environment_and_agents_md(
     assert shown["text"] == later
     assert shown["truncated"] is False
     # The tools the model is offered include the new ones' schemas as they are.
-    offered = [tool["function"]["name"] for tool in first["tools"]]
-    assert "shell" in offered and "read_file" in offered
+    offered = {tool["function"]["name"]: tool["function"] for tool in first["tools"]}
+    assert list(offered)[:10] == [
+        "shell",
+        "read_file",
+        "list_dir",
+        "grep",
+        "find_files",
+        "write_file",
+        "edit_file",
+        "apply_patch",
+        "view_image",
+        "web_fetch",
+    ]
+    assert offered["apply_patch"]["parameters"]["required"] == ["input"]
+    assert "*** Begin Patch" in offered["apply_patch"]["description"]
+    assert {"pattern", "path"} <= set(offered["grep"]["parameters"]["properties"])
+    assert "pattern" in offered["find_files"]["parameters"]["properties"]
+    assert offered["web_fetch"]["parameters"]["required"] == ["url"]
 
 
 async def test_prompt_read_without_a_thread(workspace: Path) -> None:
