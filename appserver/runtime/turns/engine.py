@@ -383,14 +383,7 @@ class TurnEngine:
             try:
                 await self.journal.flush_seq(active.thread_id)
                 await self.runtimes.set_running(active.thread_id, False)
-                if active.guidance:
-                    # Steered inputs the turn never reached go back to the queue.
-                    async with self.inputs.lock(active.thread_id):
-                        for entry in await self.inputs.load(active.thread_id):
-                            if entry.wire.id in active.guidance:
-                                entry.wire.status = "queued"
-                        active.guidance.clear()
-                        await self.inputs.changed(active.thread_id, include=active.watchers)
+                await self.inputs.after_turn(active)  # steered inputs back; a paused queue said
             except Exception:
                 log.exception("could not clear runtime state of %s", active.thread_id)
             active.done.set()
