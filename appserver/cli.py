@@ -332,10 +332,10 @@ def serve_command(args: argparse.Namespace) -> int:
         except ListenerError as exc:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
-    from appserver.storage.db import parse_store
+    from appserver.storage.db import check_store
 
     try:
-        parse_store(args.store, workspace)
+        check_store(args.store, workspace)
     except ValueError as exc:
         print(f"appserver: {exc}", file=sys.stderr)
         return 2

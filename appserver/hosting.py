@@ -30,6 +30,7 @@ from appserver.providers import ProviderSettings, key_variables, make_provider, 
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
+from appserver.storage.craft_ignore import write_craft_gitignore
 from appserver.storage.db import locked_database
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.trust import settle_trust
@@ -129,6 +130,7 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
     lock = WorkspaceLock(options.craft_dir / "appserver.lock")
     info = {"workspacePath": str(options.workspace), "version": __version__}
     database = options.craft_dir / "appserver.db"
+    write_craft_gitignore(options.craft_dir)  # its machine state stays out of the user's git
     async with locked_database(lock, database, info, options.lock_wait) as db:
         trust = await settle_trust(db, options.workspace, flag=options.trust_workspace)
         provider = options.provider

@@ -300,11 +300,25 @@ class UsageDeltaNotification(WireModel):
     """Completion tokens of the turn so far."""
 
 
+class QueuePause(WireModel):
+    """Why the queue waits with no turn running: the turn before it ended
+    without completing, and only a completed turn hands the thread on."""
+
+    turn_id: str
+    """The turn that ended."""
+    reason: str
+    """`interrupted`, `approvalCancelled` (its `turn/cancelled` reason) or `failed`."""
+
+
 class QueueUpdatedNotification(WireModel):
     thread_id: str
     """The thread."""
     queued_inputs: list[QueuedTurnInput]
     """The whole queue as it is now."""
+    paused: QueuePause | None = None
+    """Set when the queue waits for the user after a turn that did not complete: its
+    inputs start after the next completed turn, or at once on `turn/enqueue` (first in
+    line first); `turn/queue/remove` drops them."""
 
 
 class ApprovalResolvedNotification(WireModel):

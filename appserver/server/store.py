@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from appserver import __version__
 from appserver.server.config import ServerConfig
+from appserver.storage.craft_ignore import write_craft_gitignore
 from appserver.storage.db import Database, Preparation, locked_database
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.stores import shared_database
@@ -24,6 +25,7 @@ async def open_store(
     ``prepared``: the workspace's lock and database, already being taken and
     created in a thread (never for a shared store)."""
     info = {"workspacePath": str(config.workspace), "version": __version__}
+    write_craft_gitignore(config.craft_dir)  # its machine state stays out of the user's git
     shared = config.shared_store
     if shared is not None:
         if prepared is not None:

@@ -158,6 +158,22 @@ def parse_store(url: str | None, workspace: Path) -> tuple[str, str]:
     )
 
 
+def check_store(url: str | None, workspace: Path) -> tuple[str, str]:
+    """:func:`parse_store`, refusing (``ValueError``, one line naming the path) a
+    SQLite file the user named whose directory does not exist: a mistyped path
+    would otherwise become new directories in the workspace (the default
+    ``.craft/`` is the server's own and is still made)."""
+    kind, location = parse_store(url, workspace)
+    if url and kind == "sqlite":
+        directory = Path(location).parent
+        if not directory.is_dir():
+            raise ValueError(
+                f"--store {url}: no directory {directory} for the database file "
+                "(create it first; the server makes no directories for a store you name)"
+            )
+    return kind, location
+
+
 class SqliteDatabase(Database):
     """One aiosqlite connection (WAL, foreign keys on) shared by repositories.
 

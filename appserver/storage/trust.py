@@ -40,9 +40,11 @@ log = logging.getLogger("appserver.trust")
 
 TRUST_FILE = "trusted.json"
 
-# What the server itself makes in .craft/ before it decides on trust.
+# What the server itself makes in .craft/ before it decides on trust. The
+# .gitignore (storage/craft_ignore.py) is inert: whoever wrote it, it starts nothing.
 _SERVER_FILES = frozenset(
     (
+        ".gitignore",
         "appserver.lock",
         "appserver.db",
         "appserver.db-wal",

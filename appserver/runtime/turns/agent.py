@@ -39,6 +39,7 @@ from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.tooling import ToolRunner
+from appserver.runtime.turns.usage import counted
 from appserver.storage.records import ItemRecord
 from appserver.storage.threads import ThreadRepository
 from appserver.storage.user_settings import user_home
@@ -179,7 +180,10 @@ class AgentLoop:
         calls: list[ToolCall] = []
         items = self.items
         # aclosing: leaving early (interrupt, error) closes the HTTP stream at once.
-        async with contextlib.aclosing(provider.stream(request)) as events:
+        # counted: a call cut short still counts what it streamed (turns/usage.py).
+        async with contextlib.aclosing(
+            counted(active, request, provider.stream(request))
+        ) as events:
             async for raw_event in events:
                 event = text_safe(raw_event)
                 if isinstance(event, TextDelta):

@@ -116,8 +116,7 @@ class TurnEnding:
             try:
                 await self.journal.flush_seq(active.thread_id)
                 await self.runtimes.set_running(active.thread_id, False)
-                if active.guidance:
-                    await self._requeue_guidance(active)
+                await self.inputs.after_turn(active)  # steered inputs back; a paused queue said
             except Exception:
                 log.exception("could not clear runtime state of %s", active.thread_id)
             active.done.set()
@@ -168,15 +167,6 @@ class TurnEnding:
         await self.journal.emit(
             active.thread_id, kind, params, include=active.watchers, turn=record
         )
-
-    async def _requeue_guidance(self, active: ActiveTurn) -> None:
-        """Steered inputs the turn never reached go back to the queue."""
-        async with self.inputs.lock(active.thread_id):
-            for entry in await self.inputs.load(active.thread_id):
-                if entry.wire.id in active.guidance:
-                    entry.wire.status = "queued"
-            active.guidance.clear()
-            await self.inputs.changed(active.thread_id, include=active.watchers)
 
 
 def log_turn_end(active: ActiveTurn, started: float, error_kind: str | None) -> None:

@@ -1,7 +1,10 @@
 """Queued inputs of each thread (``turn/enqueue``), stored in SQLite.
 
 Entries wait for the running turn to end (then start as the next turn) or
-are steered into it as guidance at the next safe boundary.
+are steered into it as guidance at the next safe boundary. Only a completed
+turn hands the thread to the queue (DotCraft's rule): after an interrupted or
+failed turn the queue waits for the user, and ``thread/queue/updated`` says
+so (``paused``) instead of leaving the entries "queued" with no word.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from appserver.protocol import turns as turn_wire
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
-from appserver.runtime.turns.model import QueuedInput
+from appserver.runtime.turns.model import ActiveTurn, QueuedInput
+
+# Ends after which nobody is left to tell: the thread is gone, or the server stops
+# (its next start finds the queue waiting, as thread/read shows: idle with inputs).
+_SILENT_ENDS = {"threadDeleted", "serverShutdown"}
 
 
 class InputQueues:
@@ -50,8 +57,34 @@ class InputQueues:
     def find(self, thread_id: str, entry_id: str) -> QueuedInput | None:
         return next((e for e in self.queues.get(thread_id, []) if e.wire.id == entry_id), None)
 
-    async def changed(self, thread_id: str, include: list[Participant] | None = None) -> None:
-        """Save the queue and announce ``thread/queue/updated``."""
+    async def after_turn(self, active: ActiveTurn) -> None:
+        """A turn ended: steered inputs it never reached go back to the queue,
+        and a turn that did not complete leaves the queue paused, announced."""
+        pause = pause_after(active)
+        if not active.guidance and pause is None:
+            return
+        async with self.lock(active.thread_id):
+            queue = await self.load(active.thread_id)
+            for entry in queue:
+                if entry.wire.id in active.guidance:
+                    entry.wire.status = "queued"
+            steered = bool(active.guidance)
+            active.guidance.clear()
+            waiting = any(entry.wire.status == "queued" for entry in queue)
+            if steered or waiting:
+                await self.changed(
+                    active.thread_id,
+                    include=active.watchers,
+                    paused=pause if waiting else None,
+                )
+
+    async def changed(
+        self,
+        thread_id: str,
+        include: list[Participant] | None = None,
+        paused: turn_wire.QueuePause | None = None,
+    ) -> None:
+        """Save the queue and announce ``thread/queue/updated`` (``paused``: why it waits)."""
         entries = self.queues.get(thread_id, [])
         await self.journal.events.save_queue(
             thread_id,
@@ -72,13 +105,29 @@ class InputQueues:
             thread_id,
             "thread/queue/updated",
             turn_wire.QueueUpdatedNotification(
-                thread_id=thread_id, queued_inputs=[entry.wire for entry in entries]
+                thread_id=thread_id,
+                queued_inputs=[entry.wire for entry in entries],
+                paused=paused,
             ),
             include=include or [],
         )
 
     def forget(self, thread_id: str) -> None:
         self.queues.pop(thread_id, None)
+
+
+def pause_after(active: ActiveTurn) -> turn_wire.QueuePause | None:
+    """Why the queue waits after ``active`` ended (``None``: it does not, or
+    nobody is left to tell)."""
+    record = active.record
+    if record.status == "completed":
+        return None
+    if record.status == "failed":
+        return turn_wire.QueuePause(turn_id=record.id, reason="failed")
+    reason = active.cancel_reason or "interrupted"
+    return (
+        None if reason in _SILENT_ENDS else turn_wire.QueuePause(turn_id=record.id, reason=reason)
+    )
 
 
 @asynccontextmanager

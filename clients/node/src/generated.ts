@@ -1407,12 +1407,25 @@ export interface PromptSection {
   source?: string | null;
 }
 
+/**
+ * Why the queue waits with no turn running: the turn before it ended
+ * without completing, and only a completed turn hands the thread on.
+ */
+export interface QueuePause {
+  /** The turn that ended. */
+  turnId: string;
+  /** `interrupted`, `approvalCancelled` (its `turn/cancelled` reason) or `failed`. */
+  reason: string;
+}
+
 /** `QueueUpdatedNotification` on the wire. */
 export interface QueueUpdatedNotification {
   /** The thread. */
   threadId: string;
   /** The whole queue as it is now. */
   queuedInputs: QueuedTurnInput[];
+  /** Set when the queue waits for the user after a turn that did not complete: its inputs start after the next completed turn, or at once on `turn/enqueue` (first in line first); `turn/queue/remove` drops them. */
+  paused?: QueuePause | null;
 }
 
 /** `QueuedInputsResult` on the wire. */

@@ -119,6 +119,7 @@ __all__ = [
     "PromptReadParams",
     "PromptReadResult",
     "PromptSection",
+    "QueuePause",
     "QueueUpdatedNotification",
     "QueuedInputsResult",
     "QueuedTurnInput",
@@ -1153,11 +1154,21 @@ class PromptSection(TypedDict):
     source: NotRequired[str | None]
 
 
+class QueuePause(TypedDict):
+    """Why the queue waits with no turn running: the turn before it ended
+    without completing, and only a completed turn hands the thread on.
+    """
+
+    turnId: str
+    reason: str
+
+
 class QueueUpdatedNotification(TypedDict):
     """``QueueUpdatedNotification`` on the wire."""
 
     threadId: str
     queuedInputs: list[QueuedTurnInput]
+    paused: NotRequired[QueuePause | None]
 
 
 class QueuedInputsResult(TypedDict):
