@@ -30,6 +30,8 @@ ASSETS = (
     "/assets/markdown.js",
     "/assets/exact-text.js",
     "/assets/approval-view.js",
+    "/assets/settings-view.js",
+    "/assets/words.js",
 )
 
 
