@@ -200,6 +200,19 @@ def agent_text(page: Page, n: int) -> str:
     return page.locator(f"{turn(page, n)} .item-agentMessage").last.inner_text()
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "web"
+
+
+def screenshot(page: Page, name: str) -> None:
+    """``test-artifacts/web-NAME.png``; also ``docs/web/NAME.png`` (the pictures of
+    docs/web.md) when ``APPSERVER_DOC_SCREENSHOTS=1``."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"web-{name}.png"))
+    if os.environ.get("APPSERVER_DOC_SCREENSHOTS") == "1":
+        DOCS.mkdir(exist_ok=True)
+        page.screenshot(path=str(DOCS / f"{name}.png"))
+
+
 def chunks(n: int) -> str:
     return " ".join(f"chunk {i}" for i in range(1, n + 1))
 
@@ -360,9 +373,8 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     assert shown == "echo harmless ⟨U+202E⟩; 1# txt.eliF_dlO mr-", shown
     dialog.locator('[data-decision="decline"]').click()
     wait_turn(page, 6, "completed")
-    ARTIFACTS.mkdir(exist_ok=True)
     page.locator(turn(page, 1)).scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "web-chat.png"))
+    screenshot(page, "chat")
 
 
 def test_esc_interrupts_a_running_turn_and_messages_queue_or_steer(
