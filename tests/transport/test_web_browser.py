@@ -5,7 +5,7 @@ both). Each test starts a real ``appserver app-server --listen`` subprocess with
 offline model, whose directives script the turns (``?stream N``, ``?delay MS``,
 ``! command``, ``?plan``). Every wait is for a DOM condition, never a sleep; every
 page must finish without a console error. A screenshot of the chat is written to
-``test-artifacts/web-chat.png``.
+``test-artifacts/web-chat.png`` (and ``docs/web.png`` with ``APPSERVER_DOC_SCREENSHOTS=1``).
 """
 
 from __future__ import annotations
@@ -203,14 +203,15 @@ def agent_text(page: Page, n: int) -> str:
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "web"
 
 
-def screenshot(page: Page, name: str) -> None:
-    """``test-artifacts/web-NAME.png``; also ``docs/web/NAME.png`` (the pictures of
-    docs/web.md) when ``APPSERVER_DOC_SCREENSHOTS=1``."""
+def screenshot(page: Page, name: str, doc: str = "") -> None:
+    """``test-artifacts/web-NAME.png``; with ``APPSERVER_DOC_SCREENSHOTS=1`` also the
+    picture of docs/web.md, ``docs/web/NAME.png`` (or ``docs/DOC``)."""
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"web-{name}.png"))
     if os.environ.get("APPSERVER_DOC_SCREENSHOTS") == "1":
-        DOCS.mkdir(exist_ok=True)
-        page.screenshot(path=str(DOCS / f"{name}.png"))
+        target = DOCS.parent / doc if doc else DOCS / f"{name}.png"
+        target.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(target))
 
 
 def chunks(n: int) -> str:
@@ -322,8 +323,11 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     scopes = dialog.locator(".scope")
     assert scopes.count() == 2
     assert [scopes.nth(i).get_attribute("data-scope") for i in range(2)] == ["exact", "wider"]
-    assert scopes.nth(0).inner_text().strip().startswith(
-        "this command (`echo approved-output; sleep 0.4; echo second-line`) in "
+    assert (
+        scopes.nth(0)
+        .inner_text()
+        .strip()
+        .startswith("this command (`echo approved-output; sleep 0.4; echo second-line`) in ")
     )
     assert scopes.nth(1).inner_text().strip() == (
         "every shell command in the workspace for the rest of this thread"
@@ -374,7 +378,7 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     dialog.locator('[data-decision="decline"]').click()
     wait_turn(page, 6, "completed")
     page.locator(turn(page, 1)).scroll_into_view_if_needed()
-    screenshot(page, "chat")
+    screenshot(page, "chat", doc="web.png")
 
 
 def test_esc_interrupts_a_running_turn_and_messages_queue_or_steer(

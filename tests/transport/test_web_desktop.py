@@ -106,6 +106,7 @@ def test_new_thread_leaves_no_empty_thread_and_threads_are_renamed_archived_dele
     new_thread(page)
     new_thread(page)
     assert page.inner_text("#thread-title") == "New thread"
+    screenshot(page, "new-thread")
     assert server_threads(page) == []
     page.reload()
     connected(page)

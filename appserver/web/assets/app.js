@@ -524,11 +524,16 @@ function renderThreadList() {
 }
 
 async function loadThreads(more = false) {
+  const before = new Set(state.threads.keys());
   const result = await attempt("Listing threads", () =>
     state.client.threadList({ identity: state.identity, limit: PAGE_SIZE, ...(more && state.cursor ? { cursor: state.cursor } : {}) }),
   );
   if (!result) return;
-  if (!more) state.threads.clear();
+  if (!more) {
+    // A thread started while the list was asked for (`thread/started`) stays, first.
+    const arrived = [...state.threads.values()].filter((summary) => !before.has(summary.id));
+    state.threads = new Map(arrived.map((summary) => [summary.id, summary]));
+  }
   for (const summary of result.data) state.threads.set(summary.id, summary);
   state.cursor = result.nextCursor;
   renderThreadList();
