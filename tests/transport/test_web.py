@@ -30,6 +30,8 @@ ASSETS = (
     "/assets/markdown.js",
     "/assets/exact-text.js",
     "/assets/approval-view.js",
+    "/assets/settings-view.js",
+    "/assets/words.js",
 )
 
 
@@ -264,9 +266,15 @@ def test_the_docs_name_tests_that_exist() -> None:
     """docs/web.md lists the browser tests: each one must exist, and each must be listed."""
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "web.md").read_text("utf-8")
-    source = (root / "tests" / "transport" / "test_web_browser.py").read_text("utf-8")
+    source = "".join(
+        (root / "tests" / "transport" / name).read_text("utf-8")
+        for name in ("test_web_browser.py", "test_web_workspace.py", "test_web_desktop.py")
+    )
     listed = set(re.findall(r"^\| `(test_\w+)` \|", doc, re.M))
     defined = set(re.findall(r"^def (test_\w+)\(", source, re.M))
     assert listed == defined
     assert (root / "docs" / "web.png").is_file() and "(web.png)" in doc
     assert "(docs/web.png)" in (root / "README.md").read_text("utf-8")
+    # Each screenshot docs/web.md shows is in the repository (the browser tests write them).
+    for picture in re.findall(r"\]\((web/[\w-]+\.png)\)", doc):
+        assert (root / "docs" / picture).is_file(), picture

@@ -5,7 +5,7 @@ both). Each test starts a real ``appserver app-server --listen`` subprocess with
 offline model, whose directives script the turns (``?stream N``, ``?delay MS``,
 ``! command``, ``?plan``). Every wait is for a DOM condition, never a sleep; every
 page must finish without a console error. A screenshot of the chat is written to
-``test-artifacts/web-chat.png``.
+``test-artifacts/web-chat.png`` (and ``docs/web.png`` with ``APPSERVER_DOC_SCREENSHOTS=1``).
 """
 
 from __future__ import annotations
@@ -163,12 +163,17 @@ def connected(page: Page) -> None:
     page.wait_for_selector('#status[data-state="connected"]')
 
 
-def new_thread(page: Page) -> str:
+def new_thread(page: Page) -> None:
+    """Click **New thread**: the thread itself is started by the first message."""
     connected(page)
     page.click("#new-thread")
     page.wait_for_selector("#composer:not([disabled])")
-    page.wait_for_function("location.hash.includes('thread=')")
-    return str(page.evaluate("new URLSearchParams(location.hash.slice(1)).get('thread')"))
+
+
+def thread_id(page: Page) -> str:
+    """The open thread's id (it exists once its first message is sent)."""
+    page.wait_for_selector(".thread-view[data-thread-id]", state="attached")
+    return str(page.locator(".thread-view").get_attribute("data-thread-id"))
 
 
 def say(page: Page, text: str) -> None:
@@ -193,6 +198,20 @@ def wait_turn(page: Page, n: int, status: str) -> None:
 
 def agent_text(page: Page, n: int) -> str:
     return page.locator(f"{turn(page, n)} .item-agentMessage").last.inner_text()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "web"
+
+
+def screenshot(page: Page, name: str, doc: str = "") -> None:
+    """``test-artifacts/web-NAME.png``; with ``APPSERVER_DOC_SCREENSHOTS=1`` also the
+    picture of docs/web.md, ``docs/web/NAME.png`` (or ``docs/DOC``)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"web-{name}.png"))
+    if os.environ.get("APPSERVER_DOC_SCREENSHOTS") == "1":
+        target = DOCS.parent / doc if doc else DOCS / f"{name}.png"
+        target.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(target))
 
 
 def chunks(n: int) -> str:
@@ -299,10 +318,20 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
         page.inner_text("#approval-operation")
         == "echo approved-output; sleep 0.4; echo second-line"
     )
-    # What "for this thread" covers: the exact command, or every command (wider).
+    # What "for this thread" covers: the exact command, or every command (wider), each
+    # labelled by what it covers (the request's sessionScopes descriptions).
     scopes = dialog.locator(".scope")
     assert scopes.count() == 2
-    assert "exact" in scopes.nth(0).inner_text() and "wider" in scopes.nth(1).inner_text()
+    assert [scopes.nth(i).get_attribute("data-scope") for i in range(2)] == ["exact", "wider"]
+    assert (
+        scopes.nth(0)
+        .inner_text()
+        .strip()
+        .startswith("this command (`echo approved-output; sleep 0.4; echo second-line`) in ")
+    )
+    assert scopes.nth(1).inner_text().strip() == (
+        "every shell command in the workspace for the rest of this thread"
+    )
     # Keyboard: the first decision has focus; Enter takes it.
     page.keyboard.press("Enter")
     dialog.wait_for(state="hidden")
@@ -313,7 +342,8 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     command = page.locator(f"{turn(page, 1)} .item-commandExecution")
     assert command.locator("pre").inner_text().split() == ["approved-output", "second-line"]
     assert "exit code 0" in command.inner_text()
-    assert "Approval: accept" in page.inner_text(turn(page, 1))
+    assert "Approved once" in page.inner_text(turn(page, 1))
+    assert "Approval: accept" not in page.inner_text(turn(page, 1))
     # Declining: the agent is told no, the turn goes on.
     say(page, "! echo not-run")
     dialog.wait_for(state="visible")
@@ -347,9 +377,8 @@ def test_approvals_offer_five_decisions_and_command_output_streams(
     assert shown == "echo harmless ⟨U+202E⟩; 1# txt.eliF_dlO mr-", shown
     dialog.locator('[data-decision="decline"]').click()
     wait_turn(page, 6, "completed")
-    ARTIFACTS.mkdir(exist_ok=True)
     page.locator(turn(page, 1)).scroll_into_view_if_needed()
-    page.screenshot(path=str(ARTIFACTS / "web-chat.png"))
+    screenshot(page, "chat", doc="web.png")
 
 
 def test_esc_interrupts_a_running_turn_and_messages_queue_or_steer(
@@ -383,8 +412,9 @@ def test_a_reload_mid_turn_resumes_without_duplicate_text(
 ) -> None:
     server = servers()
     page = tabs().open(server.base + "/")
-    thread = new_thread(page)
+    new_thread(page)
     say(page, "?stream 40\n?delay 25")
+    thread = thread_id(page)
     page.wait_for_selector(f"{turn(page, 1)} .item-agentMessage:has-text('chunk 5 ')")
     page.reload()
     connected(page)
@@ -438,11 +468,12 @@ def test_two_tabs_on_one_thread_both_stream(
     server = servers()
     session = tabs()
     first = session.open(server.base + "/")
-    thread = new_thread(first)
+    new_thread(first)
+    say(first, "?stream 12\n?delay 20")
+    thread = thread_id(first)
     second = session.open(f"{server.base}/#thread={thread}")
     connected(second)
     second.wait_for_selector(f'.thread-view[data-thread-id="{thread}"]', state="attached")
-    say(first, "?stream 12\n?delay 20")
     for page in (first, second):
         wait_turn(page, 1, "completed")
         assert agent_text(page, 1) == chunks(12)

@@ -10,6 +10,8 @@ import { AppServerClient, DECISIONS } from "./client.js";
 import { showApproval } from "./approval-view.js";
 import { revealedText, showDiff } from "./exact-text.js";
 import { codeBlock, renderMarkdown } from "./markdown.js";
+import { openSettings, showModels, showStatus } from "./settings-view.js";
+import { say, turnStatus } from "./words.js";
 
 const PAGE_SIZE = 30;
 const TOKEN_KEY = "appserver.token";
@@ -38,6 +40,45 @@ function pretty(value) {
     }
   }
   return JSON.stringify(value ?? {}, null, 2);
+}
+
+/** Put `text` on the clipboard (a plain-http page on another host has no Clipboard API). */
+async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text);
+  const area = el("textarea");
+  area.value = text;
+  area.setAttribute("readonly", "");
+  area.className = "visually-hidden";
+  document.body.append(area);
+  area.select();
+  document.execCommand("copy");
+  area.remove();
+  return undefined;
+}
+
+/** A "Copy" button for `text()` (read when clicked, so a streamed text is copied whole). */
+function copyButton(label, text) {
+  // The word is drawn by CSS (::before), so copying or reading a message's text never
+  // picks up "Copy"; the label names it for screen readers.
+  const button = el("button", "copy small");
+  button.type = "button";
+  button.setAttribute("aria-label", label);
+  button.addEventListener("click", async () => {
+    await copyText(text());
+    button.dataset.copied = "true";
+    setTimeout(() => delete button.dataset.copied, 1500);
+  });
+  return button;
+}
+
+/** Copy buttons on every code block of a rendered message. */
+function copyCodeBlocks(root) {
+  for (const pre of root.querySelectorAll("pre")) {
+    const wrap = el("div", "code-wrap");
+    pre.replaceWith(wrap);
+    wrap.append(pre, copyButton("Copy the code", () => pre.textContent));
+  }
+  return root;
 }
 
 function when(iso) {
@@ -85,6 +126,10 @@ const state = {
   cursor: undefined,
   views: new Map(), // id -> ThreadView
   current: null, // ThreadView shown
+  drafting: false, // "New thread": the thread is started with its first message
+  draftModel: undefined, // the model picked for that thread before it exists
+  status: null, // workspace/status
+  models: null, // model/list
   approvals: [], // pending {params, resolve}
   approvalShown: null,
   follow: true, // the chat is scrolled to its end
@@ -153,7 +198,7 @@ class ThreadView {
   setTurnState(turnObject, status, extra = "") {
     const turn = this.turn(turnObject.id);
     turn.section.dataset.status = status;
-    turn.status.textContent = status === "running" ? "running…" : `${status}${extra ? `: ${extra}` : ""}`;
+    turn.status.textContent = turnStatus(status, extra);
     if (turnObject.tokenUsage) this.setUsage(turn, turnObject.tokenUsage.inputTokens, turnObject.tokenUsage.outputTokens);
     if (status === "running") this.runningTurn = turnObject.id;
     else if (this.runningTurn === turnObject.id) this.runningTurn = null;
@@ -253,10 +298,12 @@ class ThreadView {
         const mode = payload.deliveryMode && payload.deliveryMode !== "normal" ? payload.deliveryMode : "";
         if (mode) box.append(el("span", "badge", mode === "guidance" ? "steered" : mode));
         box.append(el("div", "user-text", entry.text));
+        box.append(copyButton("Copy the message", () => entry.text));
         break;
       }
       case "agentMessage":
-        box.append(renderMarkdown(entry.text));
+        box.append(copyCodeBlocks(renderMarkdown(entry.text)));
+        box.append(copyButton("Copy the reply", () => entry.text));
         break;
       case "reasoningContent": {
         const fold = details("Reasoning", "reasoning");
@@ -291,7 +338,7 @@ class ThreadView {
         box.append(el("div", "muted", `Approval asked: ${payload.operation ?? ""} (${payload.target ?? ""})`));
         break;
       case "approvalResponse":
-        box.append(el("div", "muted", `Approval: ${payload.decision ?? (payload.approved ? "accept" : "decline")}`));
+        box.append(el("div", "muted approval-word", say("decision", payload.decision ?? (payload.approved ? "accept" : "decline"))));
         break;
       case "error":
         box.append(el("div", "error", payload.message ?? "error"));
@@ -315,7 +362,7 @@ class ThreadView {
     for (const todo of plan.todos ?? []) {
       const li = el("li", `todo todo-${todo.status}`);
       li.dataset.status = todo.status;
-      li.append(el("span", "todo-status", todo.status.replace("_", " ")), " ", todo.content);
+      li.append(el("span", "todo-status", say("todo", todo.status)), " ", todo.content);
       if (todo.priority) li.append(el("span", `priority priority-${todo.priority}`, todo.priority));
       list.append(li);
     }
@@ -377,6 +424,8 @@ function onNotification(event) {
   if (method === "thread/renamed") return renameThread(threadId, params.displayName);
   if (method === "thread/runtimeChanged") return setThreadRuntime(threadId, params.runtime);
   if (method === "thread/deleted") return dropThread(threadId);
+  if (method === "thread/statusChanged" && params.newStatus === "archived") return dropThread(threadId);
+  if (method === "workspace/configChanged") return void refreshWorkspace();
   const view = threadId ? state.views.get(threadId) : undefined;
   if (!view) return;
   switch (method) {
@@ -475,11 +524,16 @@ function renderThreadList() {
 }
 
 async function loadThreads(more = false) {
+  const before = new Set(state.threads.keys());
   const result = await attempt("Listing threads", () =>
     state.client.threadList({ identity: state.identity, limit: PAGE_SIZE, ...(more && state.cursor ? { cursor: state.cursor } : {}) }),
   );
   if (!result) return;
-  if (!more) state.threads.clear();
+  if (!more) {
+    // A thread started while the list was asked for (`thread/started`) stays, first.
+    const arrived = [...state.threads.values()].filter((summary) => !before.has(summary.id));
+    state.threads = new Map(arrived.map((summary) => [summary.id, summary]));
+  }
   for (const summary of result.data) state.threads.set(summary.id, summary);
   state.cursor = result.nextCursor;
   renderThreadList();
@@ -552,7 +606,9 @@ async function openThread(threadId) {
     // The queue as it is now, unless a thread/queue/updated already said.
     const read = await attempt("Reading the thread", () => state.client.threadRead({ threadId }));
     if (read && !view.queueKnown) view.queue = read.thread.queuedInputs ?? [];
+    if (read) view.config = read.thread.configuration ?? {};
   }
+  state.drafting = false;
   showView(view);
   closeSidebar();
 }
@@ -562,22 +618,109 @@ function showView(view) {
   const chat = $("chat");
   chat.textContent = "";
   if (view) chat.append(view.root);
+  else if (state.drafting) chat.append(el("p", "empty", "New thread: it starts when you send the first message."));
   else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
   const summary = view ? state.threads.get(view.id) : null;
-  $("thread-title").textContent = view ? (summary ? threadName(summary) : view.id) : "";
+  $("thread-title").textContent = view ? (summary ? threadName(summary) : view.id) : state.drafting ? "New thread" : "";
+  $("thread-bar").hidden = !view;
+  showModels(state.models, currentModel());
   writeFragment(view?.id);
   renderThreadList();
   renderQueue();
   updateComposer();
   stickToBottom(true);
-  if (view) $("composer").focus();
+  if (view || state.drafting) $("composer").focus();
 }
 
-async function newThread() {
-  const result = await attempt("Starting a thread", () => state.client.threadStart({ identity: state.identity }));
-  if (!result) return;
+/** "New thread": an empty page; the thread is started with its first message, so no
+ * empty thread is ever left in the list. */
+function newThread() {
+  state.drafting = true;
+  state.draftModel = undefined;
+  showView(null);
+  closeSidebar();
+}
+
+/** Start the drafted thread (with the model picked for it) and open it. */
+async function startDraft() {
+  const config = state.draftModel ? { config: { model: state.draftModel } } : {};
+  const result = await attempt("Starting a thread", () => state.client.threadStart({ identity: state.identity, ...config }));
+  if (!result) return null;
   addThread(result.thread, true);
   await openThread(result.thread.id);
+  return state.current?.id === result.thread.id ? state.current : null;
+}
+
+// ------------------------------------------------------------------ workspace, model, thread actions
+
+/** The model the shown thread (or the drafted one) uses. */
+function currentModel() {
+  if (state.current) return state.current.config?.model || state.status?.model;
+  return state.draftModel || state.status?.model;
+}
+
+/** What is in use (header) and the provider's models (picker). */
+async function refreshWorkspace() {
+  const status = await attempt("Reading the workspace", () => state.client.workspaceStatus());
+  if (!status) return;
+  state.status = status;
+  showStatus(status);
+  state.models = await attempt("Listing models", () => state.client.modelList());
+  showModels(state.models, currentModel());
+}
+
+/** The picker changed: the shown thread's configuration gets the model (`thread/config/update`
+ * replaces the whole configuration, so the rest is sent back as it was). */
+async function pickModel(model) {
+  const view = state.current;
+  if (!view) {
+    state.draftModel = model;
+    return;
+  }
+  const config = { ...(view.config ?? {}), model };
+  const done = await attempt("Switching the model", () => state.client.threadConfigUpdate({ threadId: view.id, config }));
+  if (done !== undefined) view.config = config;
+  showModels(state.models, currentModel());
+}
+
+function renameCurrent() {
+  const view = state.current;
+  if (!view) return;
+  const dialog = $("rename-dialog");
+  $("rename-input").value = threadName(state.threads.get(view.id) ?? {});
+  dialog.returnValue = "";
+  dialog.onclose = () => {
+    const name = $("rename-input").value.trim();
+    if (dialog.returnValue === "save" && name) {
+      void attempt("Renaming", () => state.client.threadRename({ threadId: view.id, displayName: name })).then(
+        (done) => done !== undefined && renameThread(view.id, name),
+      );
+    }
+    refocusComposer();
+  };
+  dialog.showModal();
+  $("rename-input").select();
+}
+
+async function archiveCurrent() {
+  const view = state.current;
+  if (!view) return;
+  const done = await attempt("Archiving", () => state.client.threadArchive({ threadId: view.id }));
+  if (done !== undefined) dropThread(view.id);
+}
+
+function deleteCurrent() {
+  const view = state.current;
+  if (!view) return;
+  const dialog = $("delete-dialog");
+  dialog.returnValue = "";
+  dialog.onclose = async () => {
+    if (dialog.returnValue !== "delete") return refocusComposer();
+    const done = await attempt("Deleting", () => state.client.threadDelete({ threadId: view.id }));
+    if (done !== undefined) dropThread(view.id);
+  };
+  dialog.showModal();
+  $("delete-confirm").focus();
 }
 
 // ------------------------------------------------------------------ composer
@@ -585,7 +728,7 @@ async function newThread() {
 function updateComposer() {
   const view = state.current;
   const running = Boolean(view?.runningTurn);
-  const usable = Boolean(view) && Boolean(state.client);
+  const usable = (Boolean(view) || state.drafting) && Boolean(state.client);
   $("composer").disabled = !usable;
   $("send").disabled = !usable;
   $("send").textContent = running ? "Queue" : "Send";
@@ -603,10 +746,17 @@ function takeMessage() {
 }
 
 async function send() {
-  const view = state.current;
-  if (!view) return;
+  let view = state.current;
+  if (!view && !state.drafting) return;
   const input = takeMessage();
   if (!input) return;
+  if (!view) {
+    view = await startDraft();
+    if (!view) {
+      $("composer").value = input[0].text; // not started: the message is kept
+      return;
+    }
+  }
   stickToBottom(true);
   if (view.runningTurn) {
     await attempt("Queueing", () => state.client.turnEnqueue({ threadId: view.id, input }));
@@ -644,7 +794,9 @@ function renderQueue() {
     const li = el("li", "queued");
     li.dataset.status = queued.status ?? "queued";
     li.append(el("span", "queued-text", queued.displayText));
-    li.append(el("span", "badge", queued.status === "guidancePending" ? "steering" : "queued"));
+    const badge = el("span", "badge", queued.status === "guidancePending" ? "steering" : "queued");
+    badge.title = say("queued", queued.status ?? "queued");
+    li.append(badge);
     const remove = el("button", "small", "Remove");
     remove.type = "button";
     remove.setAttribute("aria-label", `Remove queued message: ${queued.displayText}`);
@@ -797,6 +949,7 @@ async function connect() {
   void client.closed.then(() => setStatus("disconnected", "disconnected"));
   setStatus("connected", "connected");
   updateComposer();
+  await refreshWorkspace();
   await loadThreads();
   const wanted = new URLSearchParams(location.hash.slice(1)).get("thread");
   if (wanted) await openThread(wanted);
@@ -821,7 +974,7 @@ function wire() {
     }
   });
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && !$("approval").open && !$("token-dialog").open) {
+    if (event.key === "Escape" && !document.querySelector("dialog[open]")) {
       if (document.body.classList.contains("sidebar-open")) {
         closeSidebar();
         $("threads-toggle").focus(); // back where the list was opened from, not the page itself
@@ -830,7 +983,14 @@ function wire() {
   });
   $("steer").addEventListener("click", () => void steer());
   $("interrupt").addEventListener("click", () => void interrupt());
-  $("new-thread").addEventListener("click", () => void newThread());
+  $("new-thread").addEventListener("click", newThread);
+  $("model-select").addEventListener("change", (event) => void pickModel(event.target.value));
+  $("settings-open").addEventListener("click", () =>
+    void attempt("Opening the settings", () => openSettings(state.client, refreshWorkspace)),
+  );
+  $("thread-rename").addEventListener("click", renameCurrent);
+  $("thread-archive").addEventListener("click", () => void archiveCurrent());
+  $("thread-delete").addEventListener("click", deleteCurrent);
   $("more-threads").addEventListener("click", () =>
     void ($("thread-search").value.trim() ? search(true) : loadThreads(true)),
   );

@@ -29,9 +29,11 @@ export function showApproval(dialog, params, threadLabel) {
 function showScopes(params) {
   const scopes = $("approval-scopes");
   scopes.querySelectorAll("label").forEach((label) => label.remove());
+  // Each choice is labelled by what it covers (the request's own words): a scope's name
+  // ("exact") can cover more than it says, e.g. a file operation anywhere in the workspace.
   const offered = params.sessionScopes?.length
     ? params.sessionScopes
-    : [{ scope: "exact", scopeKey: params.scopeKey, description: params.scopeKey }];
+    : [{ scope: "exact", scopeKey: params.scopeKey, description: `this ${params.approvalType} operation for the rest of this thread` }];
   offered.forEach((scope, index) => {
     const label = document.createElement("label");
     label.className = "scope";
@@ -40,7 +42,8 @@ function showScopes(params) {
     radio.name = "scope";
     radio.value = scope.scope;
     radio.checked = index === 0;
-    label.append(radio, ` ${revealedText(scope.scope)}: ${revealedText(scope.description ?? "")}`);
+    label.dataset.scope = scope.scope;
+    label.append(radio, ` ${revealedText(scope.description || scope.scopeKey || "")}`);
     scopes.append(label);
   });
 }

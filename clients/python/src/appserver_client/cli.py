@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import getpass
 import logging
 import os
 import shlex
@@ -571,7 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="command line that starts a stdio server (default: appserver app-server ...)",
     )
     chat.add_argument(
-        "--user", default=_os_user(), help="userId of your threads (default: your login name)"
+        "--user",
+        default="local",
+        help="userId of your threads (default: local, the user of every local client: the web "
+        "page lists the same threads)",
     )
     chat.add_argument(
         "--plain",
@@ -579,13 +581,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="read plain lines even on a terminal (no line editor, no spinner)",
     )
     return parser
-
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "local"
 
 
 def _enable_line_editing() -> None:
