@@ -175,6 +175,7 @@ class ThreadView {
     this.runningTurn = null;
     this.queue = [];
     this.queueKnown = false;
+    this.queuePaused = null; // {turnId, reason}: the queue waits after a turn that did not complete
   }
 
   turn(turnId) {
@@ -471,6 +472,7 @@ function onNotification(event) {
       break;
     case "thread/queue/updated":
       view.queue = params.queuedInputs ?? [];
+      view.queuePaused = params.paused ?? null;
       view.queueKnown = true;
       if (state.current === view) renderQueue();
       break;
@@ -758,7 +760,9 @@ async function send() {
     }
   }
   stickToBottom(true);
-  if (view.runningTurn) {
+  // Behind a running turn, or behind inputs that wait (a paused queue): queued, so the
+  // older messages run first (the server starts the oldest waiting one).
+  if (view.runningTurn || waiting(view).length > 0) {
     await attempt("Queueing", () => state.client.turnEnqueue({ threadId: view.id, input }));
     return;
   }
@@ -785,11 +789,22 @@ async function interrupt() {
   await attempt("Interrupting", () => state.client.turnInterrupt({ threadId: view.id, turnId: view.runningTurn }));
 }
 
+// The queued inputs still waiting to run (not those handed to the running turn).
+function waiting(view) {
+  return (view?.queue ?? []).filter((queued) => (queued.status ?? "queued") === "queued");
+}
+
 function renderQueue() {
   const list = $("queue");
   list.textContent = "";
-  const queue = state.current?.queue ?? [];
+  const view = state.current;
+  const queue = view?.queue ?? [];
   list.hidden = queue.length === 0;
+  if (view && !view.runningTurn && view.queuePaused && waiting(view).length > 0) {
+    const note = el("li", "queue-paused", say("queuePaused", view.queuePaused.reason));
+    note.setAttribute("role", "status");
+    list.append(note);
+  }
   for (const queued of queue) {
     const li = el("li", "queued");
     li.dataset.status = queued.status ?? "queued";

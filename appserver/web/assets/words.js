@@ -29,6 +29,10 @@ export const WORDS = {
   // queued messages
   "queued:queued": "Queued: runs when the turn ends",
   "queued:guidancePending": "Steering: handed to the running turn",
+  // why the queue waits (`thread/queue/updated` paused.reason)
+  "queuePaused:interrupted": "Queue paused: you interrupted the turn. Your next message runs after these; remove any you no longer want.",
+  "queuePaused:approvalCancelled": "Queue paused: an approval cancelled the turn. Your next message runs after these.",
+  "queuePaused:failed": "Queue paused: the turn failed. Your next message runs after these.",
 };
 
 /** The words for `word` of `kind` (the word itself when the table has none). */
