@@ -311,9 +311,9 @@ class Session:
         if not isinstance(kind, str):
             await self.out.input_error('Missing required "type" field')
         elif kind == "control_response":
-            response = frame.get("response")
-            if not isinstance(response, dict) or not self.control.answer(response):
-                log.debug("a control_response nobody waits for: %s", line[:200])
+            problem = self.control.answer(frame)
+            if problem is not None:
+                await self.out.input_error(problem)
         elif kind == "control_request":
             await self.requests.control_request(frame)
         elif kind == "user":
