@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from appserver.faces.qwen.annotations import confirmation, tool_display
 from appserver.faces.qwen.rules import (
     FILE_TOOLS,
     TERMINAL_INPUT,
@@ -33,7 +34,7 @@ from appserver.faces.qwen.rules import (
     decides_locally,
     local_decision,
 )
-from appserver.faces.seat import Seat
+from appserver.faces.seat import HIDDEN_TOPICS, Seat
 from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
 
@@ -187,6 +188,10 @@ class SeatOwner(Protocol):
     mode: str
     rules: ToolRules
     workspace: Path
+    session_id: str
+
+    async def annotate(self, annotation: Frame) -> None:
+        """Write one of the RFC's annotations (stream-chunk-json only)."""
 
     def interactive(self) -> bool:
         """The client reads control requests and can answer them."""
@@ -201,8 +206,9 @@ class SeatOwner(Protocol):
 class QwenSeat(Seat):
     """The face's participant (see the module docstring)."""
 
-    def __init__(self, owner: SeatOwner) -> None:
-        super().__init__("qwen")
+    def __init__(self, owner: SeatOwner, show_commands: bool = False) -> None:
+        # show_commands: also the opt-in commandExecution items and their output.
+        super().__init__("qwen", topics_hidden=frozenset() if show_commands else HIDDEN_TOPICS)
         self.owner = owner
         self.delivered = 0
         self.processed = 0
@@ -309,6 +315,14 @@ class QwenSeat(Seat):
                 raise QuestionUnanswered("the Qwen client cannot answer")
             raise QuestionRefused("the Qwen client cannot answer approval requests")
         await self._catch_up(self.delivered)
+        await owner.annotate(
+            tool_display(
+                owner.session_id,
+                call.call_id,
+                "confirming",
+                confirmation=confirmation(call.tool, request),
+            )
+        )
         payload: Frame = {
             "subtype": "can_use_tool",
             "tool_name": call.tool,
