@@ -27,6 +27,8 @@ The package's rooms:
   their answers;
 * :mod:`~appserver.faces.qwen.turn`: one turn's runtime events as stream-json
   messages;
+* :mod:`~appserver.faces.qwen.annotations`: the RFC's chunk annotations
+  (``stream-chunk-json``: tool displays, terminal output, thoughts, session events);
 * :mod:`~appserver.faces.qwen.seat`: the face's seat (approvals as ``can_use_tool``);
 * :mod:`~appserver.faces.qwen.rules`: approval modes and tool rules;
 * :mod:`~appserver.faces.qwen.shell`: shell commands as the command rules read them.

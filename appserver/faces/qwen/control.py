@@ -111,17 +111,21 @@ class ControlRequests:
         return {
             "subtype": "initialize",
             "session_id": self.session.session_id,
-            "capabilities": {
-                "can_handle_can_use_tool": self.session.interactive(),
-                "can_handle_hook_callback": False,
-                "can_set_permission_mode": True,
-                "can_set_model": True,
-                "can_set_effort": False,
-                "can_get_context_usage": False,
-                "can_get_available_models": True,
-                "can_get_usage_info": False,
-                "can_handle_mcp_message": False,
-            },
+            "capabilities": self.capabilities(),
+        }
+
+    def capabilities(self) -> Frame:
+        """What this face can do (``initialize``'s answer, the first chunk's metadata)."""
+        return {
+            "can_handle_can_use_tool": self.session.interactive(),
+            "can_handle_hook_callback": False,
+            "can_set_permission_mode": True,
+            "can_set_model": True,
+            "can_set_effort": False,
+            "can_get_context_usage": False,
+            "can_get_available_models": True,
+            "can_get_usage_info": False,
+            "can_handle_mcp_message": False,
         }
 
     async def _interrupt(self, request: Frame) -> Frame:

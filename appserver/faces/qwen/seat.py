@@ -7,8 +7,9 @@ runtime asks it about a gated tool call it first applies the approval mode and
 the tool rules (``rules``; in a workspace that is not trusted they only
 decline), then asks the SDK and maps its answer:
 ``allow`` -> ``accept``, ``deny`` -> ``decline`` (``cancel`` with
-``interrupt: true``), an error answer -> :class:`QuestionRefused`, no answer
-in time -> :class:`QuestionUnanswered`. Input typed into a background terminal
+``interrupt: true``), an error answer or a malformed one naming the request
+-> :class:`QuestionRefused` (declined at once), no answer in time ->
+:class:`QuestionUnanswered`. Input typed into a background terminal
 is asked as what it is: ``tool_name`` ``write_stdin``, ``input`` its
 ``session_id`` and ``input``.
 """
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from appserver.faces.qwen.annotations import confirmation, tool_display
 from appserver.faces.qwen.rules import (
     FILE_TOOLS,
     TERMINAL_INPUT,
@@ -32,7 +34,7 @@ from appserver.faces.qwen.rules import (
     decides_locally,
     local_decision,
 )
-from appserver.faces.seat import Seat
+from appserver.faces.seat import HIDDEN_TOPICS, Seat
 from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
 
@@ -61,21 +63,28 @@ class _Pending:
     error: str | None = None
 
 
+Check = Callable[[Frame], str | None]  # what is wrong with a success body
+
+
 class Control:
     """Control requests to the SDK and their answers."""
 
     def __init__(self, send: Callable[[Frame], Awaitable[None]]) -> None:
         self._send = send
         self._pending: dict[str, _Pending] = {}
+        self._checks: dict[str, Check] = {}
         self.closed = False
 
-    async def request(self, payload: Frame, timeout: float) -> Frame:
+    async def request(self, payload: Frame, timeout: float, check: Check | None = None) -> Frame:
         """Send ``{"type":"control_request","request_id",request: payload}``
-        and return the ``response`` of its success answer."""
+        and return the ``response`` of its success answer (``check`` names
+        what is wrong with a success body, or ``None``)."""
         if self.closed:
             raise ControlClosed
         request_id = str(uuid.uuid4())
         pending = self._pending[request_id] = _Pending()
+        if check is not None:
+            self._checks[request_id] = check
         try:
             await self._send(
                 {"type": "control_request", "request_id": request_id, "request": payload}
@@ -84,34 +93,92 @@ class Control:
                 await pending.done.wait()
         finally:
             self._pending.pop(request_id, None)
+            self._checks.pop(request_id, None)
         if pending.error is not None:
             raise ControlError(pending.error)
         if pending.response is None:
             raise ControlClosed
         return pending.response
 
-    def answer(self, response: Frame) -> bool:
-        """Settle the request a ``control_response``'s ``response`` answers;
-        ``False`` if none waits for it."""
-        pending = self._pending.get(str(response.get("request_id")))
-        if pending is None or pending.done.is_set():
-            return False
-        if response.get("subtype") == "success":
-            body = response.get("response")
-            pending.response = body if isinstance(body, dict) else {}
-        else:
-            error = response.get("error")
-            if isinstance(error, dict):
-                error = error.get("message")
-            pending.error = str(error or "error")
+    def answer(self, frame: Frame) -> str | None:
+        """Settle the request a ``control_response`` frame answers; what is
+        wrong with the frame (for an ``input_error``), or ``None``.
+
+        An answer nobody waits for (late, or repeated) is checked as an
+        envelope only (``response`` object, ``request_id`` string, ``subtype``)
+        and, if that holds, dropped quietly. A malformed answer that names a waiting request (in
+        ``response.request_id``, or at the top as the RFC puts it) settles it
+        as an error answer at once: the approval is declined, not left to
+        time out."""
+        response = frame.get("response")
+        request_id = response.get("request_id") if isinstance(response, dict) else None
+        if not isinstance(request_id, str):
+            request_id = frame.get("request_id")
+        pending = check = None
+        if isinstance(request_id, str):
+            pending, check = self._pending.get(request_id), self._checks.get(request_id)
+        if pending is not None and pending.done.is_set():
+            pending = None
+        problem = _malformed(response, pending is not None, check)
+        if problem is None:
+            assert isinstance(response, dict)  # _malformed checked it
+            if pending is not None:
+                if response["subtype"] == "success":
+                    pending.response = response["response"]
+                else:
+                    error = response["error"]
+                    pending.error = str(error.get("message") if isinstance(error, dict) else error)
+                    pending.error = pending.error or "error"
+                pending.done.set()
+            return None
+        if pending is None:
+            return f"malformed control_response: {problem} (it answers no waiting request)"
+        pending.error = f"malformed control_response: {problem}"
         pending.done.set()
-        return True
+        return f"malformed control_response: {problem}; request {request_id} is declined"
 
     def close(self) -> None:
         """stdin closed: every waiting request ends (:class:`ControlClosed`)."""
         self.closed = True
         for pending in self._pending.values():
             pending.done.set()
+
+
+def _malformed(response: object, waited: bool, check: Check | None) -> str | None:
+    """What is wrong with a ``control_response``'s ``response``, or ``None``.
+    The body is checked only when a request ``waited`` for it (its shape
+    depends on that request): an answer to none is checked as an envelope."""
+    if not isinstance(response, dict):
+        return "it needs a 'response' object"
+    request_id = response.get("request_id")
+    if not isinstance(request_id, str) or not request_id:
+        return "it needs a 'response.request_id' string"
+    subtype = response.get("subtype")
+    if subtype in ("success", "error") and not waited:
+        return None
+    if subtype == "success":
+        body = response.get("response")
+        if not isinstance(body, dict):
+            return "a success answer needs a 'response.response' object"
+        return check(body) if check is not None else None
+    if subtype == "error":
+        error = response.get("error")
+        if isinstance(error, str) or (
+            isinstance(error, dict) and isinstance(error.get("message"), str)
+        ):
+            return None
+        return "an error answer needs an 'error' string (or an object with a 'message')"
+    return "'response.subtype' must be 'success' or 'error'"
+
+
+def permission_problem(body: Frame) -> str | None:
+    """What is wrong with the answer to ``can_use_tool``, or ``None``."""
+    behavior = body.get("behavior")
+    if not isinstance(behavior, str) or behavior.lower() not in ("allow", "deny"):
+        return "'behavior' must be 'allow' or 'deny'"
+    if "updatedInput" in body and not isinstance(body["updatedInput"], dict | None):
+        return "'updatedInput' must be an object"
+    return None
 
 
 class SeatOwner(Protocol):
@@ -121,6 +188,10 @@ class SeatOwner(Protocol):
     mode: str
     rules: ToolRules
     workspace: Path
+    session_id: str
+
+    async def annotate(self, annotation: Frame) -> None:
+        """Write one of the RFC's annotations (stream-chunk-json only)."""
 
     def interactive(self) -> bool:
         """The client reads control requests and can answer them."""
@@ -135,8 +206,9 @@ class SeatOwner(Protocol):
 class QwenSeat(Seat):
     """The face's participant (see the module docstring)."""
 
-    def __init__(self, owner: SeatOwner) -> None:
-        super().__init__("qwen")
+    def __init__(self, owner: SeatOwner, show_commands: bool = False) -> None:
+        # show_commands: also the opt-in commandExecution items and their output.
+        super().__init__("qwen", topics_hidden=frozenset() if show_commands else HIDDEN_TOPICS)
         self.owner = owner
         self.delivered = 0
         self.processed = 0
@@ -243,6 +315,14 @@ class QwenSeat(Seat):
                 raise QuestionUnanswered("the Qwen client cannot answer")
             raise QuestionRefused("the Qwen client cannot answer approval requests")
         await self._catch_up(self.delivered)
+        await owner.annotate(
+            tool_display(
+                owner.session_id,
+                call.call_id,
+                "confirming",
+                confirmation=confirmation(call.tool, request),
+            )
+        )
         payload: Frame = {
             "subtype": "can_use_tool",
             "tool_name": call.tool,
@@ -252,7 +332,7 @@ class QwenSeat(Seat):
             "blocked_path": str(getattr(request, "target", "")) if call.outside else None,
         }
         try:
-            answer = await owner.control.request(payload, timeout)
+            answer = await owner.control.request(payload, timeout, permission_problem)
         except TimeoutError:
             raise QuestionUnanswered("no answer to can_use_tool") from None
         except ControlError as exc:

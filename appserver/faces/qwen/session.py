@@ -85,7 +85,8 @@ class Session:
         self.thread_id: str | None = None
         self.control = Control(self.send)
         self.requests = ControlRequests(self)
-        self.seat = QwenSeat(self)
+        # Chunks show a command's output (x-qwen-terminal): the seat takes its events.
+        self.seat = QwenSeat(self, show_commands=settings.output_format == "stream-chunk-json")
         self.out: Output = make_output(
             settings.output_format, settings.input_format, self.write, "", False
         )
@@ -139,6 +140,9 @@ class Session:
     async def send(self, frame: Frame) -> None:
         await self.out.control(frame)
 
+    async def annotate(self, annotation: Frame) -> None:
+        await self.out.annotate(annotation)
+
     async def respond(self, request_id: str, response: Frame) -> None:
         body = {"subtype": "success", "request_id": request_id, "response": response}
         await self.send({"type": "control_response", "response": body})
@@ -188,6 +192,7 @@ class Session:
             self.write,
             self.session_id,
             settings.partial,
+            self.requests.capabilities,
         )
 
     def policy(self) -> str:
@@ -311,9 +316,9 @@ class Session:
         if not isinstance(kind, str):
             await self.out.input_error('Missing required "type" field')
         elif kind == "control_response":
-            response = frame.get("response")
-            if not isinstance(response, dict) or not self.control.answer(response):
-                log.debug("a control_response nobody waits for: %s", line[:200])
+            problem = self.control.answer(frame)
+            if problem is not None:
+                await self.out.input_error(problem)
         elif kind == "control_request":
             await self.requests.control_request(frame)
         elif kind == "user":

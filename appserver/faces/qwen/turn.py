@@ -17,6 +17,13 @@ command, result) or at the turn's end. The turn ends with one ``result``:
 compaction's summary), ``error_max_turns`` (the model-call limit) or
 ``error_during_execution`` (a failure, or ``Operation cancelled.`` after an
 interrupt). Tool uses still open then get an error ``tool_result`` first.
+
+Under ``stream-chunk-json`` the stream also annotates (``Output.annotate``;
+``annotations``): each tool call's states (``pending`` once its model call
+ended, ``executing`` once approved or started, then ``success`` / ``error``
+/ ``canceled``; the seat adds ``confirming``), a command's output
+(``x-qwen-terminal``), compaction, cancellation and the model-call limit
+(``x-qwen-session-event``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from appserver.faces.qwen.annotations import (
+    result_display,
+    session_event,
+    terminal,
+    tool_display,
+)
+
 if TYPE_CHECKING:
     from appserver.faces.qwen.wire import Output
     from appserver.runtime.events import Event
@@ -37,6 +51,13 @@ Frame = dict[str, Any]
 TOOL_ITEMS = frozenset({"approvalRequest", "approvalResponse", "commandExecution", "toolResult"})
 TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 CANCELLED = "Operation cancelled."
+# The runtime's compaction notices (system/event kinds) as session events.
+COMPACTION_EVENTS = {
+    "compacting": ("ChatCompressing", "Compressing the conversation."),
+    "compacted": ("ChatCompressed", "The conversation was compressed."),
+    "compactFailed": ("ChatCompressionFailed", "The conversation could not be compressed."),
+    "compactSkipped": ("ChatCompressionSkipped", "Nothing to compress."),
+}
 
 
 @dataclass
@@ -67,6 +88,11 @@ class TurnStream:
         self.last_text = ""
         self.usage = [0, 0]
         self.tool_uses: dict[str, tuple[str, Any]] = {}
+        self.new_calls: list[str] = []  # tool uses of the model call in flight
+        self.statuses: dict[str, str] = {}  # call id -> its last tool display status
+        self.asked: dict[str, str] = {}  # approval request id -> call id
+        self.commands: dict[str, str] = {}  # commandExecution item id -> call id
+        self.tokens_before: int | None = None  # a compaction's
         self.sent: dict[str, str] = {}  # item id -> the text its deltas carried
         self.denials: list[Frame] = []
         self.error_code: str | None = None
@@ -105,8 +131,12 @@ class TurnStream:
             self.open_call()
             self.call_usage[0] += int(getattr(event.params, "input_tokens", 0))
             self.call_usage[1] += int(getattr(event.params, "output_tokens", 0))
-        elif kind == "system/event" and getattr(event.params, "kind", "") == "compactSkipped":
-            self.skipped = str(getattr(event.params, "message", "") or "Nothing to compress.")
+        elif kind == "system/event":
+            await self.system_event(event.params)
+        elif kind == "item/commandExecution/outputDelta":
+            call_id = self.commands.get(str(getattr(event.params, "item_id", "")), "")
+            text = str(getattr(event.params, "delta", ""))
+            await self.out.annotate(terminal(text, call_id, source="tool"))
         elif item is not None and kind in ("item/started", "item/completed"):
             await self.item(kind, item)
         elif kind in TERMINAL:
@@ -121,6 +151,8 @@ class TurnStream:
             self.call_started = time.monotonic()  # the next model call starts after it
             if completed and item.type == "toolResult":
                 await self.tool_result(payload)
+            else:
+                await self.tool_step(completed, item)
         elif not completed:
             return
         elif item.type in ("agentMessage", "reasoningContent"):
@@ -203,6 +235,7 @@ class TurnStream:
         )
         await self.partial({"type": "content_block_stop", "index": index})
         self.tool_uses[call_id] = (name, arguments)
+        self.new_calls.append(call_id)
 
     async def flush_draft(self, final: bool) -> None:
         """Send the assistant message being built (with the call's usage if it
@@ -245,8 +278,57 @@ class TurnStream:
         self.usage[0] += self.call_usage[0]
         self.usage[1] += self.call_usage[1]
         self.call_usage = [0, 0]
+        calls, self.new_calls = self.new_calls, []
+        for call_id in calls:
+            await self.display(call_id, "pending")
 
     # --- tools and the end --------------------------------------------------------------
+
+    async def display(self, call_id: str, status: str, shown: Frame | None = None) -> None:
+        self.statuses[call_id] = status
+        await self.out.annotate(
+            tool_display(self.session_id, call_id, status, result_display=shown)
+        )
+
+    async def tool_step(self, completed: bool, item: Any) -> None:
+        """An approval or a command of the running call, as its display states."""
+        payload = item.payload
+        if item.type == "approvalRequest" and completed:
+            # Calls run one at a time: the approval is about the oldest one not yet run.
+            waiting = [call for call in self.tool_uses if self.statuses.get(call) == "pending"]
+            if waiting:
+                self.asked[str(payload.get("requestId"))] = waiting[0]
+        elif item.type == "approvalResponse" and completed:
+            call_id = self.asked.pop(str(payload.get("requestId")), None)
+            if call_id is not None and payload.get("approved"):
+                await self.display(call_id, "executing")
+            elif call_id is not None:
+                self.statuses[call_id] = "canceled"  # its result says so
+        elif item.type == "commandExecution":
+            call_id = str(payload.get("callId", ""))
+            self.commands[item.id] = call_id
+            if not completed and self.statuses.get(call_id) != "executing":
+                await self.display(call_id, "executing")
+            elif completed:
+                code = payload.get("exitCode")
+                exit_code = code if isinstance(code, int) else None
+                await self.out.annotate(terminal("", call_id, source="system", exit_code=exit_code))
+
+    async def system_event(self, params: Any) -> None:
+        kind = str(getattr(params, "kind", ""))
+        if kind == "compactSkipped":
+            self.skipped = str(getattr(params, "message", "") or "Nothing to compress.")
+        if kind not in COMPACTION_EVENTS:
+            return
+        name, message = COMPACTION_EVENTS[kind]
+        tokens = getattr(params, "token_count", None)
+        metrics: Frame | None = None
+        if kind == "compacting" and tokens is not None:
+            self.tokens_before = int(tokens)
+            metrics = {"original_tokens": self.tokens_before}
+        elif kind == "compacted":
+            metrics = {"original_tokens": self.tokens_before, "compressed_tokens": tokens}
+        await self.out.annotate(session_event(name, message, metrics))
 
     async def tool_result(self, payload: Frame) -> None:
         call_id = str(payload.get("callId", ""))
@@ -258,6 +340,9 @@ class TurnStream:
                 {"tool_name": name, "tool_use_id": call_id, "tool_input": arguments}
             )
         await self.send_result_block(call_id, text, is_error=not success)
+        declined = self.statuses.get(call_id) == "canceled" or text.startswith("Declined")
+        status = "success" if success else "canceled" if declined else "error"
+        await self.display(call_id, status, result_display(text, payload.get("changes")))
 
     async def send_result_block(self, call_id: str, text: str, is_error: bool) -> None:
         block = {
@@ -274,6 +359,7 @@ class TurnStream:
         for call_id in list(self.tool_uses):
             why = CANCELLED if kind == "turn/cancelled" else "Error: the turn ended first"
             await self.send_result_block(call_id, why, is_error=True)
+            await self.display(call_id, "canceled", {"kind": "string", "text": why})
         self.tool_uses.clear()
         usage = getattr(getattr(event.params, "turn", None), "token_usage", None)
         if usage is not None and (usage.input_tokens or usage.output_tokens):
@@ -287,10 +373,13 @@ class TurnStream:
         if kind == "turn/failed":
             message = str(getattr(event.params, "error", "") or "the turn failed")
             self.outcome = "max_turns" if self.error_code == "max_model_calls" else "failed"
+            if self.outcome == "max_turns":
+                await self.out.annotate(session_event("MaxSessionTurns", message))
             extra = {"code": self.error_code} if self.error_code else {}
             return self.result_frame(message, **extra)
         reason = str(getattr(event.params, "reason", "") or "interrupted")
         self.outcome = "cancelled"
+        await self.out.annotate(session_event("USER_CANCELLED", CANCELLED))
         return self.result_frame(
             CANCELLED, **({} if reason == "interrupted" else {"reason": reason})
         )

@@ -14,10 +14,13 @@ messages; an :class:`Output` renders them as ``--output-format`` asks:
 * ``json``: one JSON array per turn, written with its ``result`` (Qwen Code
   writes the array of the messages so far; here, those of the turn);
 * ``stream-chunk-json``: OpenAI ``chat.completion.chunk`` lines (the RFC's
-  format, never shipped): a first ``{"role":"assistant"}`` delta, ``content``
-  / ``reasoning_content`` / ``tool_calls`` deltas, a ``x-qwen-tool-display``
-  annotation per tool result, and a last chunk with ``finish_reason`` and
-  ``usage``;
+  format, never shipped): a first ``{"role":"assistant"}`` delta whose
+  ``metadata`` has the ``capabilities``, ``content`` / ``reasoning_content``
+  (then the whole thought as an ``x-qwen-thought`` annotation) / ``tool_calls`` deltas, a
+  ``finish_reason: "tool_calls"`` chunk ending each model call that called
+  tools, the turn's annotations (``annotations``: tool displays, terminal
+  output, session events) on chunks with an empty delta, and a last chunk with
+  ``finish_reason`` and ``usage``;
 * ``text``: the result text (errors go to stderr).
 
 Control frames (``control_request`` / ``control_response``) are JSON lines
@@ -38,6 +41,7 @@ from typing import Any
 import anyio
 
 from appserver.faces.common import decode_base64, store_image
+from appserver.faces.qwen.annotations import thought
 from appserver.protocol.encoding import dumps
 
 Frame = dict[str, Any]
@@ -165,6 +169,9 @@ class Output:
         """Bad input (no control request to answer): said, never fatal."""
         await self.emit(system_message(self.session_id, "input_error", data={"error": error}))
 
+    async def annotate(self, annotation: Frame) -> None:
+        """One of the RFC's annotations (``annotations``); only chunks carry them."""
+
     async def close(self) -> None:
         """stdin closed and every turn reported."""
 
@@ -212,9 +219,16 @@ class TextOutput(Output):
 class ChunkOutput(Output):
     """``stream-chunk-json``: OpenAI-style chunks of each turn."""
 
-    def __init__(self, write: Write, session_id: str, input_format: str) -> None:
+    def __init__(
+        self,
+        write: Write,
+        session_id: str,
+        input_format: str,
+        capabilities: Callable[[], Frame] | None = None,
+    ) -> None:
         super().__init__(write, session_id)
         self.input_format = input_format
+        self.capabilities = capabilities or dict
         self.model = ""
         self.prompt = 0
         self.tool_index = -1
@@ -241,32 +255,23 @@ class ChunkOutput(Output):
                 "input_format": self.input_format,
                 "output_format": "stream-chunk-json",
                 "session_id": self.session_id,
-                "prompt_id": f"{self.session_id}########{self.prompt}",
+                "prompt_id": self.prompt_id(),
                 "tools": message.get("tools", []),
                 "permission_mode": message.get("permission_mode"),
+                "capabilities": self.capabilities(),
             }
             await self.write([self.chunk({"role": "assistant"}, metadata=metadata)])
         elif kind == "stream_event":
             line = self._event(message["event"])
             if line is not None:
                 await self.write([line])
-        elif kind == "user":
-            lines = []
-            for block in message["message"]["content"]:
-                if block.get("type") != "tool_result":
-                    continue
-                display = {
-                    "type": "x-qwen-tool-display",
-                    "tool_call_id": block.get("tool_use_id"),
-                    "session_id": self.session_id,
-                    "status": "error" if block.get("is_error") else "success",
-                    "result_display": {"kind": "string", "text": block.get("content", "")},
-                    "pending": False,
-                    "timestamp": int(time.time()),
-                }
-                lines.append(self.chunk({}, annotations=[display]))
-            if lines:
-                await self.write(lines)
+        elif kind == "assistant":
+            content = message["message"]["content"]
+            if message["message"].get("stop_reason") == "tool_use":
+                await self.write([self.chunk({}, "tool_calls")])  # the model call ends with calls
+            elif content and content[0]["type"] == "thinking":  # the thought, once whole
+                text = "".join(block["thinking"] for block in content)
+                await self.write([self.chunk({}, annotations=[thought(text)])])
         elif kind == "system" and message.get("subtype") == "input_error":
             error = {
                 "message": message.get("data", {}).get("error", ""),
@@ -321,14 +326,29 @@ class ChunkOutput(Output):
     async def input_error(self, error: str) -> None:
         await self.emit(system_message(self.session_id, "input_error", data={"error": error}))
 
+    async def annotate(self, annotation: Frame) -> None:
+        if annotation["type"] == "x-qwen-terminal":
+            annotation = {**annotation, "prompt_id": self.prompt_id()}
+        await self.write([self.chunk({}, annotations=[annotation])])
+
+    def prompt_id(self) -> str:
+        return f"{self.session_id}########{self.prompt}"
+
 
 def make_output(
-    output_format: str, input_format: str, write: Write, session_id: str, partial: bool
+    output_format: str,
+    input_format: str,
+    write: Write,
+    session_id: str,
+    partial: bool,
+    capabilities: Callable[[], Frame] | None = None,
 ) -> Output:
+    """The output for ``--output-format`` (``capabilities``: what ``initialize``
+    would answer, for the first chunk's metadata)."""
     if output_format == "json":
         return JsonOutput(write, session_id)
     if output_format == "text":
         return TextOutput(write, session_id)
     if output_format == "stream-chunk-json":
-        return ChunkOutput(write, session_id, input_format)
+        return ChunkOutput(write, session_id, input_format, capabilities)
     return Output(write, session_id, partial)
