@@ -153,3 +153,50 @@ def test_approvals_are_codex_requests(config: CodexConfig, workspace: Path) -> N
         assert declined[-1].payload.turn.status.value == "completed"  # type: ignore[union-attr]
         assert [m for m, _ in asked] == ["item/commandExecution/requestApproval"] * 2
     assert os.environ.get("APPSERVER_READ_ONLY_COMMANDS") == "ask"
+
+
+def test_interrupt_after_the_first_delta_then_another_turn(codex: Codex) -> None:
+    thread = codex.thread_start()
+    turn = thread.turn("?stream 1000\n?delay 20")
+    ended = None
+    for note in turn.stream():
+        if note.method == "item/agentMessage/delta" and ended is None:
+            turn.interrupt()
+            ended = "asked"
+        if note.method == "turn/completed":
+            ended = note.payload.turn.status.value  # type: ignore[union-attr]
+    assert ended == "interrupted"
+    assert thread.run("after").final_response == "You said: after"
+
+
+def test_an_approved_file_write_is_one_file_change_with_its_diff(
+    config: CodexConfig, workspace: Path
+) -> None:
+    asked: list[str] = []
+
+    def handler(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        asked.append(method)
+        return {"decision": "accept"}
+
+    with CodexClient(config, approval_handler=handler) as client:
+        client.initialize()
+        thread_id = client.thread_start({"approvalPolicy": "untrusted"}).thread.id
+        turn = client.turn_start(thread_id, ">notes.txt\nhello").turn
+        changes = []
+        diffs = []
+        while True:
+            note = client.next_turn_notification(turn.id)
+            if note.method == "turn/diff/updated":
+                diffs.append(note.payload.diff)  # type: ignore[union-attr]
+            if note.method == "item/completed" and note.payload.item.root.type == "fileChange":  # type: ignore[union-attr]
+                changes.append(note.payload.item.root)  # type: ignore[union-attr]
+            if note.method == "turn/completed":
+                break
+    assert asked == ["item/fileChange/requestApproval"]
+    assert (workspace / "notes.txt").read_text() == "hello\n"
+    [change] = changes
+    assert change.status.value == "completed"
+    assert change.changes[0].path == "notes.txt"
+    assert change.changes[0].kind.root.type == "add"
+    assert "+hello" in change.changes[0].diff
+    assert diffs and "+hello" in diffs[-1]
