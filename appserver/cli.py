@@ -35,6 +35,7 @@ FACES = (
     ("rpc", "zot", "zot rpc: the agent over newline-delimited JSON commands and events"),
     ("router", "codeswarm", "Codeswarm router protocol codeswarm.router.v1 (stdio or TCP)"),
     ("acp", "acp", "Agent Client Protocol (agent side) over stdio, for editors such as Zed"),
+    ("codex", "codex", "OpenAI Codex app-server protocol v2 (`codex app-server`) over stdio"),
 )
 # Qwen Code's SDK runs its executable with flags and no subcommand.
 QWEN_FLAGS = ("--input-format", "--output-format")
@@ -270,6 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(list(sys.argv[1:] if argv is None else argv))
     finally:
         startup.ready()
+
+
+def codex_main(argv: Sequence[str] | None = None) -> int:
+    """The ``appserver-codex`` script: Codex's command line (``[-c k=v]... app-server
+    [--listen stdio://]``), so ``CodexConfig(codex_bin=...)`` can point at it."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    return main(face_module("codex").codex_argv(arguments))
 
 
 def _main(arguments: list[str]) -> int:

@@ -1,0 +1,90 @@
+"""Our approval questions as Codex's server requests, and Codex's decisions as ours.
+
+A gated ``shell`` call becomes ``item/commandExecution/requestApproval``, a file
+write or edit ``item/fileChange/requestApproval`` (``itemId`` = the call's
+Codex item, already started). Decisions: ``accept``, ``acceptForSession``,
+``decline`` and ``cancel`` as they are; ``{acceptWithExecpolicyAmendment}``
+-> our ``acceptAlways`` (the exact command, not Codex's argv prefix); anything
+else (``{}``, what the SDK answers requests it does not know) -> ``decline``.
+
+Threads started with ``approvalsReviewer: auto_review`` (the SDK's default:
+a model would review) or ``approvalPolicy: never`` are never asked: what
+would be asked is declined (fail closed). Other approval kinds (a file read
+outside the workspace, MCP tools) are not asked yet: declined.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from appserver.faces.codex.items import now_ms
+from appserver.faces.codex.shapes import turn_key
+from appserver.runtime.events import QuestionRefused, QuestionUnanswered
+
+if TYPE_CHECKING:
+    from appserver.faces.codex.session import CodexSession
+    from appserver.protocol.base import WireModel
+
+log = logging.getLogger("appserver.faces.codex")
+
+PLAIN = frozenset({"accept", "acceptForSession", "decline", "cancel"})
+
+
+def decision(answer: Mapping[str, Any]) -> str:
+    """Our decision for a Codex approval answer."""
+    value = answer.get("decision")
+    if isinstance(value, str) and value in PLAIN:
+        return value
+    if isinstance(value, dict) and "acceptWithExecpolicyAmendment" in value:
+        return "acceptAlways"
+    return "decline"
+
+
+def fail_closed(session: CodexSession, thread_id: str) -> bool:
+    """Whether this thread's questions are declined unasked."""
+    policy, reviewer = session.policies.get(thread_id, (None, "user"))
+    return policy == "never" or reviewer != "user"
+
+
+async def ask(
+    session: CodexSession, request: WireModel, timeout: float
+) -> str | Mapping[str, object]:
+    from appserver.protocol.turns import ApprovalRequestParams
+
+    if not isinstance(request, ApprovalRequestParams):
+        raise QuestionRefused("not an approval request")
+    if session.ended:
+        raise QuestionRefused("the Codex client is gone")
+    thread_id, turn_id = request.thread_id, request.turn_id
+    if fail_closed(session, thread_id):
+        return "decline"
+    call = await session.streams.gated_call(thread_id, turn_id, request.item_id)
+    params: dict[str, Any] = {
+        "threadId": thread_id,
+        "turnId": turn_key(thread_id, turn_id),
+        "itemId": call.id if call is not None else request.item_id,
+        "startedAtMs": call.started_ms if call is not None else now_ms(),
+        "reason": request.reason,
+    }
+    if request.approval_type == "shell":
+        method = "item/commandExecution/requestApproval"
+        params.update(
+            command=request.operation,
+            cwd=request.target,
+            commandActions=[{"type": "unknown", "command": request.operation}],
+            availableDecisions=["accept", "acceptForSession", "decline", "cancel"],
+        )
+    elif request.approval_type == "file" and request.operation in ("write", "edit"):
+        method = "item/fileChange/requestApproval"
+    else:
+        log.info("declined a %s approval: no Codex request for it yet", request.approval_type)
+        return "decline"
+    try:
+        answer = await session.request(method, params, thread_id, timeout)
+    except TimeoutError:
+        raise QuestionUnanswered(f"no answer within {timeout:g}s") from None
+    if session.ended and not answer:
+        raise QuestionRefused("the Codex client is gone")
+    return decision(answer)

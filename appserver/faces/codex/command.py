@@ -1,0 +1,135 @@
+"""``appserver codex app-server`` (and the ``appserver-codex`` script): its flags,
+the ``-c key=value`` settings Codex clients pass, and :func:`main`.
+
+Light at import: :func:`main` imports the rest of the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tomllib
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from typing import IO, Any
+
+from appserver.faces.common import add_backlog_argument
+
+log = logging.getLogger("appserver.faces.codex")
+
+PROVIDERS = ("offline", "openai", "anthropic")
+MAX_LINE_BYTES = 64 * 1024 * 1024  # turn inputs may carry images
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """This face's own flags (the shared ones are added by the CLI)."""
+    parser.add_argument("mode", choices=["app-server"], help="serve Codex's app-server protocol")
+    group = parser.add_argument_group("codex")
+    group.add_argument(
+        "--listen",
+        default="stdio://",
+        metavar="URL",
+        help="stdio:// (default; ws://HOST:PORT is not served yet)",
+    )
+    group.add_argument(
+        "-c",
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=(
+            "a Codex setting (TOML value): model, model_provider (offline, openai, anthropic), "
+            "approval_policy (untrusted, on-request, never) apply; sandbox_mode is reported, "
+            "not enforced; others are ignored"
+        ),
+    )
+    add_backlog_argument(group)
+
+
+def codex_argv(argv: Sequence[str]) -> list[str]:
+    """``appserver-codex [-c k=v]... app-server [flags]`` as ``appserver``'s
+    ``codex app-server [flags] -c k=v...`` (Codex clients put ``-c`` first)."""
+    leading: list[str] = []
+    rest = list(argv)
+    while rest and rest[0] in ("-c", "--config") and len(rest) > 1:
+        leading += ["--config", rest[1]]
+        rest = rest[2:]
+    while rest and rest[0].startswith("--config="):
+        leading.append(rest.pop(0))
+    return ["codex", *rest, *leading]
+
+
+def _value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text  # a bare word, as Codex also accepts
+
+
+def apply_config(args: argparse.Namespace, options: Any) -> None:
+    """Apply the ``-c`` settings that mean something here (before the host opens)."""
+    from appserver.faces.codex.shapes import our_policy
+
+    for pair in args.config:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        value = _value(raw.strip()) if sep else None
+        if key == "model" and isinstance(value, str) and value:
+            options.provider_options["model"] = value
+        elif key == "model_provider" and value in PROVIDERS:
+            options.provider_options["provider"] = value
+        elif key == "approval_policy" and value is not None:
+            args.approval_policy = our_policy(value)
+        elif key == "sandbox_mode":
+            log.debug("sandbox_mode %r: reported as the workspace boundary, not enforced", value)
+        else:
+            log.debug("ignored Codex setting %r", pair)
+
+
+async def main(
+    args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
+) -> int:
+    """Serve Codex's app-server protocol on stdin/stdout until stdin closes."""
+    import anyio
+
+    from appserver.faces.codex.approvals import ask
+    from appserver.faces.codex.methods import METHODS
+    from appserver.faces.codex.session import CodexSession
+    from appserver.providers.base import ProviderConfigError
+    from appserver.storage.lock import WorkspaceLocked
+    from appserver.transport.peer_writer import PeerWriter
+    from appserver.transport.stdio import StdioTransport
+
+    if args.listen != "stdio://":
+        sys.stderr.write(f"appserver: --listen {args.listen}: only stdio:// is served yet\n")
+        return 2
+    apply_config(args, options)
+    async with AsyncExitStack() as stack:
+        try:
+            runtime = await stack.enter_async_context(host())
+        except (ProviderConfigError, ValueError) as exc:
+            sys.stderr.write(f"appserver: {exc}\n")
+            return 2
+        except WorkspaceLocked as exc:
+            sys.stderr.write(f"appserver: {exc}\n")
+            return 1
+        lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        serving = anyio.CancelScope()
+        writer = PeerWriter(
+            lines.send_batch, max_bytes=args.max_client_backlog, on_stall=serving.cancel
+        )
+        session = CodexSession(runtime, writer, args.approval_policy, METHODS, ask)
+        session.model = options.provider_options.get("model")
+        async with anyio.create_task_group() as writing:
+            writing.start_soon(writer.run)
+            try:
+                with serving:
+                    await session.serve(lines)
+            finally:
+                writer.close()
+                with anyio.CancelScope(shield=True):
+                    await writer.flushed()
+                    await lines.close()
+        return 1 if writer.dropped is not None else 0
+    return 0  # unreachable: the context manager does not swallow exceptions

@@ -1,0 +1,241 @@
+"""Our items as Codex's typed thread items, live (events) or stored (thread/read).
+
+One :class:`TurnItems` per turn. Our ``toolCall`` + ``approvalRequest`` +
+``commandExecution`` + ``toolResult`` items of one call become **one** Codex
+item whose id is the model's call id: ``item/started`` when the call is known
+(the ``toolCall`` item completes with its arguments), ``item/completed`` after
+its result. ``shell`` -> ``commandExecution``; ``write_file``, ``edit_file``,
+``apply_patch`` -> ``fileChange`` (the applied diffs of ``toolResult.changes``);
+any other tool -> ``dynamicToolCall``. ``userMessage``, ``agentMessage`` keep
+their names; ``reasoningContent`` -> ``reasoning``; ``systemNotice`` ->
+``contextCompaction``. Approvals, errors and notices have no item of their own.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+Json = dict[str, Any]
+
+FILE_TOOLS = frozenset({"write_file", "edit_file", "apply_patch"})
+_EXIT_CODE = re.compile(r"^exit code: (-?\d+)", re.M)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def user_content(payload: Json) -> list[Json]:
+    """Codex ``UserInput`` parts of a ``userMessage`` payload."""
+    parts = payload.get("nativeInputParts") or [{"type": "text", "text": payload.get("text", "")}]
+    content: list[Json] = []
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text":
+            content.append({"type": "text", "text": str(part.get("text", "")), "text_elements": []})
+        elif kind == "localImage":
+            content.append({"type": "localImage", "path": str(part.get("path", ""))})
+        elif kind == "imageUrl":
+            content.append({"type": "image", "url": str(part.get("url", ""))})
+        elif kind == "fileRef":
+            path = str(part.get("path", ""))
+            content.append({"type": "mention", "name": path, "path": path})
+    return content
+
+
+def _change_kind(change: Json) -> Json:
+    kind = change.get("kind")
+    if kind in ("add", "delete"):
+        return {"type": kind}
+    return {"type": "update", "move_path": change.get("movePath")}
+
+
+@dataclass
+class Call:
+    """One tool call as one Codex item."""
+
+    id: str
+    tool: str
+    arguments: Json
+    cwd: str
+    started_ms: int = field(default_factory=now_ms)
+    output: str = ""
+    exit_code: int | None = None
+    duration_ms: int | None = None
+
+    def item(self, status: str, result: Json | None = None) -> Json:
+        if self.tool == "shell":
+            command = str(self.arguments.get("command", ""))
+            item: Json = {
+                "type": "commandExecution",
+                "id": self.id,
+                "command": command,
+                "cwd": self.cwd,
+                "status": status,
+                "commandActions": [{"type": "unknown", "command": command}],
+                "aggregatedOutput": self.output if status != "inProgress" else None,
+                "exitCode": self.exit_code,
+                "durationMs": self.duration_ms,
+                "source": "agent",
+            }
+            return item
+        if self.tool in FILE_TOOLS:
+            changes = (result or {}).get("changes") or []
+            return {
+                "type": "fileChange",
+                "id": self.id,
+                "status": status,
+                "changes": [
+                    {
+                        "path": str(c.get("path", "")),
+                        "kind": _change_kind(c),
+                        "diff": c.get("diff", ""),
+                    }
+                    for c in changes
+                ],
+            }
+        item = {
+            "type": "dynamicToolCall",
+            "id": self.id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "status": status,
+        }
+        if result is not None:
+            item["success"] = bool(result.get("success"))
+            item["contentItems"] = [{"type": "inputText", "text": str(result.get("result", ""))}]
+        return item
+
+    def finish(self, result: Json) -> Json:
+        """The completed item, from our ``toolResult`` payload."""
+        text = str(result.get("result", ""))
+        declined = text.startswith("Declined")
+        if self.tool == "shell":
+            if self.exit_code is None:
+                match = _EXIT_CODE.search(text)
+                self.exit_code = int(match.group(1)) if match else None
+            if not self.output and not declined:
+                self.output = _EXIT_CODE.sub("", text, count=1).lstrip("\n")
+        if declined:
+            status = "declined" if self.tool == "shell" or self.tool in FILE_TOOLS else "failed"
+        elif self.tool in FILE_TOOLS:
+            status = "completed" if result.get("success") else "failed"
+        elif self.tool == "shell":
+            ok = result.get("success") and (self.exit_code in (None, 0))
+            status = "completed" if ok else "failed"
+        else:
+            status = "completed" if result.get("success") else "failed"
+        return self.item(status, result)
+
+
+class TurnItems:
+    """The Codex items of one turn, built from our items in order.
+
+    Each method returns the Codex notifications ``(method, params-without-ids)``
+    the change makes; :attr:`finished` collects the completed Codex items."""
+
+    def __init__(self, cwd: str) -> None:
+        self.cwd = cwd
+        self.calls: dict[str, Call] = {}  # call id -> call
+        self.pending: list[Call] = []  # started, no result yet, in order
+        self.gated: dict[str, Call] = {}  # approvalRequest item id -> the call it gates
+        self.commands: dict[str, Call] = {}  # our commandExecution item id -> its call
+        self.finished: list[Json] = []
+        self.started_ms: dict[str, int] = {}
+
+    def started(self, item_type: str, item_id: str, payload: Json) -> list[tuple[str, Json]]:
+        self.started_ms.setdefault(item_id, now_ms())
+        if item_type == "agentMessage":
+            return [("item/started", {"item": {"type": "agentMessage", "id": item_id, "text": ""}})]
+        if item_type == "reasoningContent":
+            reasoning = {"type": "reasoning", "id": item_id, "summary": [], "content": []}
+            return [("item/started", {"item": reasoning})]
+        if item_type == "userMessage":
+            user = {"type": "userMessage", "id": item_id, "content": user_content(payload)}
+            return [("item/started", {"item": user})]
+        if item_type == "commandExecution":
+            call = self.calls.get(str(payload.get("callId") or ""))
+            if call is not None:
+                self.commands[item_id] = call
+        return []
+
+    def delta(self, kind: str, item_id: str, text: str) -> list[tuple[str, Json]]:
+        if kind == "item/agentMessage/delta":
+            return [("item/agentMessage/delta", {"itemId": item_id, "delta": text})]
+        if kind == "item/reasoning/delta":
+            return [
+                ("item/reasoning/textDelta", {"itemId": item_id, "delta": text, "contentIndex": 0})
+            ]
+        if kind == "item/commandExecution/outputDelta":
+            call = self.commands.get(item_id)
+            if call is not None:
+                call.output += text
+                return [("item/commandExecution/outputDelta", {"itemId": call.id, "delta": text})]
+        return []
+
+    def completed(self, item_type: str, item_id: str, payload: Json) -> list[tuple[str, Json]]:
+        item: Json | None = None
+        if item_type == "agentMessage":
+            item = {"type": "agentMessage", "id": item_id, "text": str(payload.get("text", ""))}
+        elif item_type == "reasoningContent":
+            text = str(payload.get("text", ""))
+            item = {"type": "reasoning", "id": item_id, "summary": [], "content": [text]}
+        elif item_type == "userMessage":
+            item = {"type": "userMessage", "id": item_id, "content": user_content(payload)}
+        elif item_type == "systemNotice":
+            started = [("item/started", {"item": {"type": "contextCompaction", "id": item_id}})]
+            item = {"type": "contextCompaction", "id": item_id}
+            return [*started, *self._done(item)]
+        elif item_type == "toolCall":
+            return self._call(payload)
+        elif item_type == "approvalRequest":
+            if self.pending:
+                unasked = [call for call in self.pending if call not in self.gated.values()]
+                self.gated[item_id] = (unasked or self.pending)[-1]
+        elif item_type == "commandExecution":
+            call = self.commands.get(item_id)
+            if call is not None:
+                call.output = str(payload.get("aggregatedOutput") or call.output)
+                code = payload.get("exitCode")
+                call.exit_code = code if isinstance(code, int) else None
+                duration = payload.get("durationMs")
+                call.duration_ms = duration if isinstance(duration, int) else None
+        elif item_type == "toolResult":
+            call = self.calls.get(str(payload.get("callId") or ""))
+            if call is not None and call in self.pending:
+                self.pending.remove(call)
+                return self._done(call.finish(payload))
+        if item is None:
+            return []
+        return self._done(item)
+
+    def _call(self, payload: Json) -> list[tuple[str, Json]]:
+        call_id = str(payload.get("callId") or "")
+        if not call_id or call_id in self.calls:
+            return []
+        arguments = payload.get("arguments")
+        call = Call(
+            id=call_id,
+            tool=str(payload.get("toolName") or "tool"),
+            arguments=arguments if isinstance(arguments, dict) else {},
+            cwd=self.cwd,
+        )
+        self.calls[call_id] = call
+        self.pending.append(call)
+        return [("item/started", {"item": call.item("inProgress")})]
+
+    def _done(self, item: Json) -> list[tuple[str, Json]]:
+        self.finished.append(item)
+        return [("item/completed", {"item": item})]
+
+    def unfinished(self, status: str) -> list[tuple[str, Json]]:
+        """Calls a turn left without result (interrupted or failed), ended as ``status``."""
+        notes: list[tuple[str, Json]] = []
+        for call in self.pending:
+            dynamic = call.tool != "shell" and call.tool not in FILE_TOOLS
+            notes += self._done(call.item("failed" if dynamic else status))
+        self.pending.clear()
+        return notes

@@ -1,0 +1,172 @@
+"""The runtime's events of a connection's threads as Codex notifications.
+
+Every turn ends with exactly one ``turn/completed`` (``completed``,
+``interrupted`` or ``failed`` with ``error``): the SDK's turn stream ends on
+nothing else. Calls a turn left without result complete first, ``failed``.
+Item, delta and turn notifications carry the Codex turn id
+(``<thread id>:<turn id>``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from appserver.faces.codex.items import TurnItems, now_ms
+from appserver.faces.codex.shapes import turn_key, turn_shape
+from appserver.faces.codex.wire import Message
+
+if TYPE_CHECKING:
+    from appserver.faces.codex.items import Call
+    from appserver.faces.seat import Seat
+    from appserver.runtime.events import Event
+    from appserver.runtime.host import Runtime
+
+log = logging.getLogger("appserver.faces.codex")
+
+TERMINAL = {"turn/completed": "completed", "turn/failed": "failed", "turn/cancelled": "cancelled"}
+DELTAS = frozenset(
+    {"item/agentMessage/delta", "item/reasoning/delta", "item/commandExecution/outputDelta"}
+)
+
+
+class Usage:
+    """A turn's token totals, for ``thread/tokenUsage/updated``."""
+
+    def __init__(self) -> None:
+        self.input = self.output = 0
+
+    def add(self, params: Any) -> Message:
+        last_in, last_out = int(params.input_tokens), int(params.output_tokens)
+        self.input = int(params.total_input_tokens or self.input + last_in)
+        self.output = int(params.total_output_tokens or self.output + last_out)
+        return {"total": _breakdown(self.input, self.output), "last": _breakdown(last_in, last_out)}
+
+
+def _breakdown(input_tokens: int, output_tokens: int) -> Message:
+    return {
+        "inputTokens": input_tokens,
+        "cachedInputTokens": 0,
+        "outputTokens": output_tokens,
+        "reasoningOutputTokens": 0,
+        "totalTokens": input_tokens + output_tokens,
+    }
+
+
+class Streams:
+    """The live turns of a connection's threads and their notifications."""
+
+    def __init__(
+        self, runtime: Runtime, seat: Seat, notify: Callable[[str, Message], None], workspace: str
+    ) -> None:
+        self.runtime = runtime
+        self.seat = seat
+        self.notify = notify
+        self.workspace = workspace
+        self.turns: dict[tuple[str, str], TurnItems] = {}
+        self.usage: dict[tuple[str, str], Usage] = {}
+        self.gates: dict[str, anyio.Event] = {}  # approvalRequest item id -> its call is out
+        self.watched: set[str] = set()
+
+    async def watch(self, thread_id: str) -> None:
+        """Stream ``thread_id``'s events to this connection (idempotent)."""
+        await self.runtime.threads.subscribe(thread_id, self.seat)
+        self.watched.add(thread_id)
+
+    async def gated_call(self, thread_id: str, turn_id: str, item_id: str) -> Call | None:
+        """The call an ``approvalRequest`` item gates, once its ``item/started`` went out."""
+        await self.gates.setdefault(item_id, anyio.Event()).wait()
+        items = self.turns.get((thread_id, turn_id))
+        return items.gated.get(item_id) if items is not None else None
+
+    async def pump(self) -> None:
+        async for event in self.seat.events():
+            try:
+                self._translate(event)
+            except Exception:
+                log.exception("could not translate %s", event.kind)
+
+    async def end(self) -> None:
+        self.seat.close()
+
+    def _items(self, thread_id: str, turn_id: str) -> TurnItems:
+        key = (thread_id, turn_id)
+        items = self.turns.get(key)
+        if items is None:
+            items = self.turns[key] = TurnItems(self.workspace)
+        return items
+
+    def _translate(self, event: Event) -> None:
+        kind, params, thread_id = event.kind, event.params, event.thread_id
+        notify = self.notify
+        if thread_id is None or thread_id not in self.watched:
+            return
+        if kind == "thread/runtimeChanged":
+            runtime = params.runtime  # type: ignore[attr-defined]
+            status: Message = {"type": "idle"}
+            if runtime.running:
+                flags = ["waitingOnApproval"] if runtime.waiting_on_approval else []
+                status = {"type": "active", "activeFlags": flags}
+            notify("thread/status/changed", {"threadId": thread_id, "status": status})
+            return
+        turn = getattr(params, "turn", None)
+        if kind == "turn/started" and turn is not None:
+            self._items(thread_id, turn.id)
+            shape = turn_shape(thread_id, turn.id, "running", started_at=turn.started_at)
+            notify("turn/started", {"threadId": thread_id, "turn": shape})
+            return
+        if kind in TERMINAL and turn is not None:
+            self._finish(thread_id, turn, TERMINAL[kind], getattr(params, "error", None))
+            return
+        turn_id = getattr(params, "turn_id", None)
+        if turn_id is None:
+            return
+        ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
+        items = self._items(thread_id, turn_id)
+        notes: list[tuple[str, Message]] = []
+        if kind in DELTAS:
+            notes = items.delta(kind, str(params.item_id), str(params.delta))  # type: ignore[attr-defined]
+        elif kind in ("item/started", "item/completed"):
+            item = params.item  # type: ignore[attr-defined]
+            if kind == "item/started":
+                notes = items.started(item.type, item.id, item.payload)
+            else:
+                notes = items.completed(item.type, item.id, item.payload)
+                if item.type == "approvalRequest":
+                    self.gates.setdefault(item.id, anyio.Event()).set()
+        elif kind == "item/usage/delta":
+            usage = self.usage.setdefault((thread_id, turn_id), Usage())
+            notes = [("thread/tokenUsage/updated", {"tokenUsage": usage.add(params)})]
+        elif kind == "turn/diff/updated":
+            notes = [("turn/diff/updated", {"diff": params.diff})]  # type: ignore[attr-defined]
+        for method, body in notes:
+            self._emit(method, body, ids)
+
+    def _emit(self, method: str, body: Message, ids: Message) -> None:
+        body = {**body, **ids}
+        if method == "item/started":
+            body["startedAtMs"] = now_ms()
+        elif method == "item/completed":
+            body["completedAtMs"] = now_ms()
+        self.notify(method, body)
+
+    def _finish(self, thread_id: str, turn: Any, status: str, error: Any) -> None:
+        items = self.turns.pop((thread_id, turn.id), None)
+        self.usage.pop((thread_id, turn.id), None)
+        ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn.id)}
+        if items is not None:
+            for method, body in items.unfinished("failed"):
+                self._emit(method, body, ids)
+        message = str(error or turn.error or "") or None
+        shape = turn_shape(
+            thread_id,
+            turn.id,
+            status,
+            started_at=turn.started_at,
+            completed_at=turn.completed_at,
+            error=message,
+        )
+        self.notify("turn/completed", {"threadId": thread_id, "turn": shape})

@@ -1,0 +1,244 @@
+"""The handshake and the thread methods: ``initialize``, ``thread/start``,
+``thread/resume``, ``thread/read``, ``thread/list``.
+
+A Codex thread is an ordinary thread (channel ``codex``, user the client's
+name): DotCraft clients and the web page list and watch it, and threads made
+elsewhere can be resumed here.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import TYPE_CHECKING, Any
+
+from appserver import __version__
+from appserver.faces.codex.items import TurnItems
+from appserver.faces.codex.shapes import (
+    CODEX_VERSION,
+    codex_policy,
+    our_policy,
+    sandbox,
+    thread_shape,
+    turn_shape,
+)
+from appserver.faces.codex.wire import CodexError, Message, Reply, text_param
+
+if TYPE_CHECKING:
+    from appserver.faces.codex.session import CodexSession
+    from appserver.storage.records import ThreadRecord
+
+LIST_LIMIT = 100
+
+
+async def initialize(session: CodexSession, params: Message) -> Message:
+    if session.client_known:
+        raise CodexError("Already initialized")
+    info = params.get("clientInfo")
+    name = info.get("name") if isinstance(info, dict) else None
+    version = info.get("version") if isinstance(info, dict) else None
+    session.client_name = name if isinstance(name, str) and name else "codex"
+    session.client_known = True
+    machine = f"{platform.system()} {platform.release()}; {platform.machine()}"
+    agent = f"{session.client_name}/{CODEX_VERSION} ({machine}) appserver/{__version__}"
+    if isinstance(version, str) and version:
+        agent += f" ({session.client_name}; {version})"
+    return {
+        "userAgent": agent,
+        "codexHome": str(os.path.join(session.workspace, ".craft")),
+        "platformFamily": "windows" if sys.platform == "win32" else "unix",
+        "platformOs": {"linux": "linux", "darwin": "macos", "win32": "windows"}.get(
+            sys.platform, sys.platform
+        ),
+    }
+
+
+def _model(session: CodexSession, record: ThreadRecord | None = None) -> str:
+    configured = (record.configuration or {}).get("model") if record is not None else None
+    provider = session.runtime.engine.provider
+    return str(configured or session.model or provider.default_model)
+
+
+def _status(session: CodexSession, thread_id: str) -> Message:
+    if thread_id in session.runtime.engine.active:
+        return {"type": "active", "activeFlags": []}
+    return {"type": "idle"} if thread_id in session.streams.watched else {"type": "notLoaded"}
+
+
+def _cwd(session: CodexSession, params: Message) -> str:
+    cwd = params.get("cwd")
+    if cwd is None:
+        return session.workspace
+    if not isinstance(cwd, str) or os.path.normpath(cwd) != os.path.normpath(session.workspace):
+        raise CodexError(
+            f"Invalid request: cwd must be this server's workspace ({session.workspace}); "
+            "start one appserver-codex per workspace"
+        )
+    return session.workspace
+
+
+async def _thread(session: CodexSession, record: ThreadRecord, with_turns: bool) -> Message:
+    turns: list[Message] = []
+    preview = ""
+    view = await session.runtime.threads.view(record, include_turns=True)
+    for turn in view.thread.turns:
+        items = TurnItems(session.workspace)
+        for item in turn.items or []:
+            items.started(item.type, item.id, item.payload)
+            items.completed(item.type, item.id, item.payload)
+        if turn.status in ("failed", "cancelled"):
+            items.unfinished("failed")
+        if not preview:
+            preview = next(
+                (
+                    str(part.get("text", ""))
+                    for i in items.finished
+                    if i["type"] == "userMessage"
+                    for part in i["content"]
+                    if part.get("type") == "text"
+                ),
+                "",
+            )
+        turns.append(
+            turn_shape(
+                record.id,
+                turn.id,
+                turn.status,
+                started_at=turn.started_at,
+                completed_at=turn.completed_at,
+                error=turn.error,
+                items=items.finished,
+            )
+        )
+    return thread_shape(
+        thread_id=record.id,
+        created_at=record.created_at,
+        updated_at=record.last_active_at,
+        status=_status(session, record.id),
+        cwd=session.workspace,
+        model_provider=session.runtime.engine.provider.name,
+        model=_model(session, record),
+        name=record.display_name,
+        preview=preview,
+        turns=turns if with_turns else [],
+    )
+
+
+def _settings(session: CodexSession, record: ThreadRecord, thread: Message) -> Message:
+    policy, reviewer = session.policies.get(
+        record.id, (codex_policy((record.configuration or {}).get("approvalPolicy")), "user")
+    )
+    return {
+        "thread": thread,
+        "model": thread["model"],
+        "modelProvider": thread["modelProvider"],
+        "cwd": session.workspace,
+        "approvalPolicy": policy,
+        "approvalsReviewer": reviewer,
+        "sandbox": sandbox(session.workspace),
+    }
+
+
+def _remember_policy(session: CodexSession, thread_id: str, params: Message) -> dict[str, Any]:
+    """The thread's Codex policy and reviewer, kept for its answers; our configuration."""
+    policy = params.get("approvalPolicy")
+    reviewer = params.get("approvalsReviewer")
+    config: dict[str, Any] = {}
+    if policy is not None:
+        config["approvalPolicy"] = our_policy(policy)
+    elif session.approval_policy:
+        config["approvalPolicy"] = session.approval_policy
+    model = params.get("model")
+    if isinstance(model, str) and model:
+        config["model"] = model
+    elif session.model:
+        config["model"] = session.model
+    shown = policy if policy is not None else codex_policy(config.get("approvalPolicy"))
+    session.policies[thread_id] = (shown, reviewer if isinstance(reviewer, str) else "user")
+    return config
+
+
+async def thread_start(session: CodexSession, params: Message) -> Any:
+    from appserver.runtime.threads import NewThread
+
+    _cwd(session, params)
+    threads = session.runtime.threads
+    config = _remember_policy(session, "", params)
+    record = await threads.create(
+        NewThread(
+            user_id=session.client_name,
+            channel_name="codex",
+            configuration=config or None,
+        )
+    )
+    session.policies[record.id] = session.policies.pop("")
+    await session.streams.watch(record.id)
+    thread = await _thread(session, record, with_turns=False)
+    return Reply(_settings(session, record, thread), [("thread/started", {"thread": thread})])
+
+
+async def thread_resume(session: CodexSession, params: Message) -> Message:
+    thread_id = text_param(params, "threadId", required=True)
+    assert thread_id is not None
+    _cwd(session, params)
+    threads = session.runtime.threads
+    record = await threads.get(thread_id)
+    if record.status != "active":
+        await threads.resume(record.id, session.seat)
+        record = await threads.get(thread_id)
+    config = _remember_policy(session, record.id, params)
+    if "approvalPolicy" not in params:
+        session.policies.pop(record.id, None)  # shown from the thread's own policy
+    current = dict(record.configuration or {})
+    wanted = {**current, **{k: v for k, v in config.items() if k in params or k == "model"}}
+    if wanted != current:
+        await threads.configure(record.id, wanted)
+        record = await threads.get(thread_id)
+    await session.streams.watch(record.id)
+    exclude = params.get("excludeTurns") is True
+    thread = await _thread(session, record, with_turns=not exclude)
+    return _settings(session, record, thread)
+
+
+async def thread_read(session: CodexSession, params: Message) -> Message:
+    thread_id = text_param(params, "threadId", required=True)
+    assert thread_id is not None
+    record = await session.runtime.threads.get(thread_id)
+    include = params.get("includeTurns") is True
+    return {"thread": await _thread(session, record, with_turns=include)}
+
+
+async def thread_list(session: CodexSession, params: Message) -> Message:
+    from appserver.storage.threads import ThreadQuery
+
+    limit = params.get("limit")
+    cursor = params.get("cursor")
+    search = params.get("searchTerm")
+    query = ThreadQuery(
+        workspace_path=session.workspace,
+        user_id=None,
+        channel_context=None,
+        include_archived=params.get("archived") is True,
+        limit=min(limit, LIST_LIMIT) if type(limit) is int and limit > 0 else LIST_LIMIT,
+        cursor=cursor if isinstance(cursor, str) else None,
+        search_term=search if isinstance(search, str) and search else None,
+    )
+    summaries, next_cursor = await session.runtime.threads.list(query)
+    archived = params.get("archived") is True
+    provider = session.runtime.engine.provider
+    data = [
+        thread_shape(
+            thread_id=summary.id,
+            created_at=summary.created_at,
+            updated_at=summary.last_active_at,
+            status=_status(session, summary.id),
+            cwd=session.workspace,
+            model_provider=provider.name,
+            model=session.model or provider.default_model,
+            name=summary.display_name,
+        )
+        for summary in summaries
+        if (summary.status == "archived") == archived
+    ]
+    return {"data": data, "nextCursor": next_cursor}
