@@ -22,24 +22,20 @@ from tests.support.servers import child_env
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-def _codex_bin(tmp_path: Path) -> str:
-    """The ``appserver-codex`` script of this checkout (a stand-in for the
-    installed console script, which runs ``appserver.cli.codex_main`` the same way)."""
-    script = tmp_path / "appserver-codex"
-    script.write_text(
-        f"#!{sys.executable}\nimport sys\nfrom appserver.cli import codex_main\n"
-        "sys.exit(codex_main())\n"
-    )
-    script.chmod(0o755)
-    return str(script)
+def _codex_bin() -> str:
+    """The installed ``appserver-codex`` console script next to this interpreter, as a
+    user's ``CodexConfig(codex_bin=...)`` names it."""
+    path = Path(sys.executable).parent / "appserver-codex"
+    assert path.exists(), "the appserver-codex console script is not installed (make)"
+    return str(path)
 
 
 @pytest.fixture
-def config(tmp_path: Path, workspace: Path) -> CodexConfig:
+def config(workspace: Path) -> CodexConfig:
     env = child_env()
     env["APPSERVER_PROVIDER"] = "offline"
     return CodexConfig(
-        codex_bin=_codex_bin(tmp_path),
+        codex_bin=_codex_bin(),
         cwd=str(workspace),
         env=env,
         config_overrides=('model_provider="offline"', "sandbox_mode=workspace-write", "x=1"),
