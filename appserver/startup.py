@@ -5,11 +5,20 @@ process (modules, classes, functions, the method table). The collector would
 scan them again and again while they are created (~15-30 ms of a ~250 ms
 start); it is held off until the process is ready, and what exists then is
 frozen (``gc.freeze``), so later collections skip it too.
+
+It also knows when the process started (:func:`process_started`): a one-shot
+process that promises an answer within a time of its spawn counts from there.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import time
+
+# Where a clock without /proc starts: the first import of this module, early in
+# the entry point (only the interpreter's own start-up comes before it).
+_IMPORTED = time.monotonic()
 
 
 def begin() -> None:
@@ -23,3 +32,26 @@ def ready() -> None:
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
+
+
+def process_started() -> float:
+    """When this process was started (forked), on the ``time.monotonic()`` clock.
+
+    Linux keeps a process's start in ``/proc/self/stat`` (field 22, clock ticks
+    since boot, on the clock that ``CLOCK_BOOTTIME`` reads): exact to a tick
+    (10 ms) and earlier than any code of ours, so the interpreter's own start-up
+    counts too. Elsewhere, or if that cannot be read, the import of this module.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as stat_file:
+            stat = stat_file.read()
+        # Fields after the command name, which is in parentheses and may hold spaces.
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start_ticks = int(fields[19])  # field 22 (the list starts at field 3)
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        age = since_boot - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _IMPORTED
+    # A start after our own import is impossible (then the numbers are not what
+    # we think they are): the import is the latest the start can have been.
+    return min(time.monotonic() - age, _IMPORTED)

@@ -5,8 +5,10 @@ one JSON request per stdin line, one flat JSON response per stdout line, logs on
 stderr. A request's ``session_id`` names an ordinary thread of the workspace
 (``face_sessions``: face ``zene``), its ``prompt`` becomes one turn there, and the
 turn's last agent message is the response ``text``. ``timeout_ms`` is a hard
-limit (the turn is interrupted and ``TIMEOUT`` answered); ``idempotency_key``
-replays a stored successful response (``face_replies``, kept for a TTL).
+limit (the turn is interrupted and ``TIMEOUT`` answered; a one-shot counts it
+from its own start and exits within it); ``idempotency_key`` replays a stored
+successful response (``face_replies``) to a retry, within the window a retry
+needs (``timeout_ms * 10/9 + 2 s``, at most the TTL).
 
 ``--single-request`` reads one line, answers it and exits (a one-shot process per
 request: the workspace lock queues processes of one workspace). Without it the

@@ -103,8 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_env_int("ZENE_IDEMPOTENCY_TTL_SEC", DEFAULT_IDEMPOTENCY_TTL_SEC),
         metavar="N",
         help=(
-            "a repeated (session_id, idempotency_key) within N seconds gets the stored "
-            "response again; 0 turns replays off (default $ZENE_IDEMPOTENCY_TTL_SEC, else 600)"
+            "a retry (same session_id and idempotency_key) gets the stored response again "
+            "within timeout_ms*10/9 + 2 s of the original, and never after N seconds; 0 turns "
+            "replays off (default $ZENE_IDEMPOTENCY_TTL_SEC, else 600)"
         ),
     )
     add_backlog_argument(group)

@@ -1,7 +1,8 @@
 """One Zene host process: its stdio, the runtime it opens and the requests it serves.
 
 ``--single-request`` reads one line, answers it and exits (a one-shot process per
-request: the workspace lock queues processes of one workspace). Without it the
+request: the workspace lock queues processes of one workspace); its ``timeout_ms``
+counts from the process's start and covers the exit too. Without it the
 process serves one request per line until stdin closes: different sessions at
 once, one session's requests in arrival order. A runtime that cannot be opened
 still answers the request that was read (:class:`StartupFailure`).
@@ -29,6 +30,7 @@ from appserver.faces.zene.wire import (
     Rejected,
     Request,
     encode,
+    exit_reserve,
     failure,
     invalid,
     parse_request,
@@ -168,6 +170,8 @@ class ZeneFace:
         """``--single-request``: read, validate, answer, exit."""
         from contextlib import AsyncExitStack
 
+        from appserver.startup import process_started
+
         line = await self.receive_first()
         if line is None:
             log.error("no request: end of input before a request line")
@@ -175,10 +179,13 @@ class ZeneFace:
         try:
             if isinstance(line, Rejected):
                 raise line
-            request = parse_request(line, time.monotonic())
+            # timeout_ms counts from the process's spawn, as the client's own
+            # deadline does, and ends early enough to answer and exit within it.
+            request = parse_request(line, process_started())
         except Rejected as rejected:
             await self.write(invalid(rejected))
             return EXIT_OK if self.bridge_compat else EXIT_INPUT
+        request.reserve = exit_reserve(request.timeout_ms)
         # One-shot processes of a workspace take turns on its lock: wait for
         # it as long as the request may take.
         options.lock_wait = request.remaining()

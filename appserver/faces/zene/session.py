@@ -3,8 +3,9 @@
 A request's ``session_id`` names an ordinary thread of the workspace (``face_sessions``:
 face ``zene``), made and bound on first use; its ``prompt`` becomes one turn there under
 the request's deadline, and the turn's last agent message is the response's ``text``.
-An ``idempotency_key`` replays a stored successful response (``face_replies``, kept for
-a TTL).
+An ``idempotency_key`` replays a stored successful response (``face_replies``) to a
+retry, and only to one: clawbridge derives the key from session, channel and prompt,
+so the same text sent again later is a new message (see :func:`replay_window`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import logging
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 from appserver.faces.common import interrupt_quietly, session_thread, wait_out_turn
@@ -41,12 +43,30 @@ INTERRUPT_GRACE = 5.0
 _TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 
 
+# After its own deadline clawbridge waits its retry backoff (0.3 s) and a new
+# process starts: a retry arrives this much after the original's deadline.
+RETRY_DELAY = 2.0
+
+
 def _iso_ago(seconds: float) -> str:
     """``now_iso()`` of ``seconds`` ago (same fixed-width format, so it compares as text)."""
     from datetime import UTC, datetime, timedelta
 
     moment = datetime.now(UTC) - timedelta(seconds=seconds)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _received_iso(request: Request, earlier: float = 0.0) -> str:
+    """The wall-clock time ``earlier`` seconds before ``request`` was received."""
+    return _iso_ago(time.monotonic() - request.received + earlier)
+
+
+def replay_window(timeout_ms: float, ttl: int) -> float:
+    """How long after a request was received a repeat of it is taken for a retry
+    (seconds): clawbridge retries a failure only, once its own deadline
+    (``timeout_ms`` is 90% of it) has passed, so a retry comes within that
+    deadline and :data:`RETRY_DELAY`; never longer than ``--idempotency-ttl-sec``."""
+    return min(float(ttl), timeout_ms / 900 + RETRY_DELAY)
 
 
 class Conversations:
@@ -78,27 +98,37 @@ class Conversations:
 
     async def _answer(self, request: Request) -> dict[str, Any]:
         reply_key = self._reply_key(request)
-        if reply_key is not None:
-            stored = await self.faces.reply(FACE, reply_key)
-            if stored is not None and stored[1] >= _iso_ago(self.ttl):
-                replay: dict[str, Any] = json.loads(stored[0])
-                replay["request_id"] = request.request_id
-                replay["replayed"] = True
-                return replay
+        replay = await self._replay(request, reply_key)
+        if replay is not None:
+            return replay
         from appserver.faces.seat import Seat
 
         seat = Seat(FACE)
         try:
             thread_id = await self._thread(request, seat)
-            result = await self._run(request, thread_id, seat)
+            result = await self._run(request, thread_id, seat, reply_key)
         finally:
             seat.close()
-        if reply_key is not None and result["ok"]:
-            from appserver.protocol.ids import now_iso
-
-            await self.faces.store_reply(FACE, reply_key, encode(result), now_iso())
+        if reply_key is not None and result["ok"] and not result.get("replayed"):
+            # Stamped with when the request came, where the retry window starts.
+            received = _received_iso(request)
+            await self.faces.store_reply(FACE, reply_key, encode(result), received)
             await self.faces.forget_replies_before(FACE, _iso_ago(self.ttl))
         return result
+
+    async def _replay(self, request: Request, reply_key: str | None) -> dict[str, Any] | None:
+        """The stored reply, if ``request`` is a retry of the request that got it:
+        received within :func:`replay_window` of that one. Only successes are stored."""
+        if reply_key is None:
+            return None
+        stored = await self.faces.reply(FACE, reply_key)
+        window = replay_window(request.timeout_ms, self.ttl)
+        if stored is None or stored[1] < _received_iso(request, window):
+            return None
+        replay: dict[str, Any] = json.loads(stored[0])
+        replay["request_id"] = request.request_id
+        replay["replayed"] = True
+        return replay
 
     async def _thread(self, request: Request, seat: Seat) -> str:
         """The session's thread (made and bound on first use, or when gone)."""
@@ -121,7 +151,9 @@ class Conversations:
             ),
         )
 
-    async def _run(self, request: Request, thread_id: str, seat: Seat) -> dict[str, Any]:
+    async def _run(
+        self, request: Request, thread_id: str, seat: Seat, reply_key: str | None
+    ) -> dict[str, Any]:
         import anyio
 
         from appserver.protocol.turns import TextPart
@@ -139,15 +171,22 @@ class Conversations:
                             thread_id, [TextPart(type="text", text=request.prompt)], origin=seat
                         )
                     except TurnInProgress:
-                        # Someone else (a WebSocket client) runs a turn here: wait for it.
+                        # Someone else runs a turn here (a WebSocket client, or the
+                        # original of this retry in another process): wait for it.
                         await wait_out_turn(runtime, thread_id)
+                        replay = await self._replay(request, reply_key)
+                        if replay is not None:
+                            return replay
                         continue
                     turn_id = active.record.id
                 terminal = await _terminal(seat, turn_id)
             if terminal is None:
                 if turn_id is not None:
                     await interrupt_quietly(runtime, thread_id, turn_id)
-                    with anyio.move_on_after(INTERRUPT_GRACE):
+                    # A one-shot process has only its reserve left: half for the
+                    # turn to wind down (closing the runtime ends it if need be).
+                    grace = request.reserve / 2 if request.reserve else INTERRUPT_GRACE
+                    with anyio.move_on_after(grace):
                         await _terminal(seat, turn_id)
                 return failure(
                     request, TIMEOUT, f"request exceeded timeout_ms ({request.timeout_ms:g} ms)"

@@ -52,14 +52,28 @@ class Request:
     agent: str | None
     timeout_ms: float
     idempotency_key: str | None
-    received: float  # time.monotonic() when the line was read
+    # time.monotonic() where timeout_ms starts: when the line was read, or a
+    # one-shot process's start.
+    received: float
+    # Seconds kept back at the end of timeout_ms for what follows the answer (a
+    # one-shot process writes it, closes the runtime and exits within them).
+    reserve: float = 0.0
 
     @property
     def deadline(self) -> float:
-        return self.received + self.timeout_ms / 1000
+        """By when the turn ends or is interrupted."""
+        return self.received + self.timeout_ms / 1000 - self.reserve
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+
+def exit_reserve(timeout_ms: float) -> float:
+    """How much of a one-shot's ``timeout_ms`` is kept for answering and exiting:
+    a tenth, at least 0.5 s (closing the runtime and the interpreter take ~0.1 s,
+    several times that on a busy machine), at most 2 s and never more than a
+    quarter of it (a short request still gets most of its time)."""
+    return min(2.0, max(0.5, timeout_ms / 10_000), timeout_ms / 4000)
 
 
 class Rejected(Exception):
