@@ -3,14 +3,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The Node client; its node_modules are installed (npm ci) when missing or the lock changed.
+NODE_DIR   := clients/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps pytest node-test qwen-sdk-test bench bench-peer clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps node-deps pytest node-test qwen-sdk-test bench bench-peer clean
 
+# One install: the appserver package carries the Python client and its chat
+# (clients/python/src/appserver_client, see pyproject.toml).
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	$(BIN)/pip install --quiet -e clients/python
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -39,7 +43,8 @@ client-check: $(STAMP)
 	$(BIN)/python clients/python/generate.py --check
 	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts --check
 
-pytest: $(STAMP) browser-deps postgres-deps
+# The Node client's node_modules first: tests/protocol/test_typescript.py compiles with its tsc.
+pytest: $(STAMP) browser-deps postgres-deps $(NODE_STAMP)
 	$(BIN)/pytest -q -n 2
 
 # The web client's tests (tests/transport/test_web_browser.py) drive Debian's chromium with Playwright
@@ -59,7 +64,22 @@ postgres-deps:
 		$(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
 
-test: lint typecheck schema-check client-check pytest node-test qwen-sdk-test
+# Node.js and npm (the Node client's and the Qwen SDK's tests): checked first, installed
+# with apt where it can be (Debian's nodejs); otherwise one line says what to install.
+NODE_MAJOR := 20
+node-deps:
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		command -v apt-get >/dev/null 2>&1 || { \
+			echo "make test needs Node.js $(NODE_MAJOR)+ and npm: install them (https://nodejs.org/en/download or your package manager), then run make test again" >&2; \
+			exit 1; }; \
+		echo "installing nodejs and npm (apt) for the Node client's tests"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= $(NODE_MAJOR) ? 0 : 1)' || { \
+		echo "make test needs Node.js $(NODE_MAJOR)+ (found $$(node --version)): install a newer one (https://nodejs.org/en/download)" >&2; \
+		exit 1; }
+
+test: node-deps lint typecheck schema-check client-check pytest node-test qwen-sdk-test
 
 # The servers the Node and Qwen SDK tests start keep the user's settings and workspace trust
 # (docs/security.md#workspace-trust) here, not in ~/.config/appserver (pytest sets its own).
@@ -70,10 +90,7 @@ node-test qwen-sdk-test: export APPSERVER_READ_ONLY_COMMANDS := ask
 # The Node client (clients/node): npm ci when node_modules is missing or the lock changed,
 # then check src/generated.ts against the schema, build with tsc, and run `node --test`
 # against real servers from $(VENV).
-NODE_DIR := clients/node
-NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
-
-$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json | node-deps
 	cd $(NODE_DIR) && npm ci --no-audit --no-fund
 	touch $@
 
@@ -90,7 +107,7 @@ browser-client: $(NODE_STAMP)
 QWEN_DIR := tests/qwen_sdk
 QWEN_STAMP := $(QWEN_DIR)/node_modules/.package-lock.json
 
-$(QWEN_STAMP): $(QWEN_DIR)/package.json $(QWEN_DIR)/package-lock.json
+$(QWEN_STAMP): $(QWEN_DIR)/package.json $(QWEN_DIR)/package-lock.json | node-deps
 	cd $(QWEN_DIR) && npm ci --no-audit --no-fund
 	touch $@
 

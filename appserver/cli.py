@@ -9,22 +9,29 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from appserver import __version__, logs, startup
 from appserver.command_line import (
-    TRUST_HELP,
     Listen,
+    SuggestingParser,
     add_face_options,
+    add_shared_options,
     configure_logs,
     face_module,
     leaf,
+    parse_arguments,
     parse_listen,
     read_token,
 )
 from appserver.face_command import face_command
 from appserver.process_secrets import hide_secrets
+
+if TYPE_CHECKING:
+    from appserver.server.app import AppServer
+    from appserver.transport.websocket import ListenerOptions
 
 log = logging.getLogger("appserver")
 
@@ -51,7 +58,7 @@ def is_qwen_invocation(argv: Sequence[str]) -> bool:
 def qwen_command(argv: Sequence[str]) -> int:
     """Parse Qwen Code's command line (unknown flags are warned about and ignored,
     so a newer SDK still works) and run the stream-json face."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="appserver",
         description="Qwen Code structured I/O (--input-format/--output-format stream-json).",
     )
@@ -68,7 +75,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``appserver`` parser. ``command``: the subcommand being run, when
     known; then only that face's module is imported for its options (the
     others are listed by name and summary, which is all ``--help`` shows)."""
-    parser = argparse.ArgumentParser(
+    parser = SuggestingParser(
         prog="appserver",
         description="JSON-RPC 2.0 AppServer hosting an AI coding agent.",
     )
@@ -93,12 +100,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "or ws+stdio://HOST:PORT (both)"
         ),
     )
-    serve.add_argument(
-        "--workspace",
-        type=Path,
-        default=Path.cwd(),
-        metavar="DIR",
-        help="workspace root; state lives in DIR/.craft (default: current directory)",
+    add_shared_options(
+        serve,
+        "approval policy of threads that set none (default: yours, set with "
+        "workspace/config/update or in your own config.json, never the workspace's)",
     )
     token = serve.add_mutually_exclusive_group()
     token.add_argument(
@@ -140,22 +145,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         ),
     )
     serve.add_argument(
-        "--trust-workspace",
-        action="store_true",
-        help=TRUST_HELP,
-    )
-    serve.add_argument(
-        "--tool-env",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help=(
-            "pass this secret-looking environment variable (name containing KEY, TOKEN, "
-            "SECRET, PASSWORD or CREDENTIAL) on to tool commands, which otherwise never "
-            "see one (repeatable)"
-        ),
-    )
-    serve.add_argument(
         "--allow-origin",
         action="append",
         default=[],
@@ -164,22 +153,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             "accept WebSocket requests carrying this Origin header (repeatable); "
             "requests with any other Origin are refused with 403"
         ),
-    )
-    serve.add_argument(
-        "--provider",
-        choices=["offline", "openai", "anthropic"],
-        help=(
-            "model provider (default: $APPSERVER_PROVIDER, the workspace config, else offline: "
-            "a deterministic local model that needs no network)"
-        ),
-    )
-    serve.add_argument(
-        "--model", help="model name (default: $APPSERVER_MODEL, the workspace config)"
-    )
-    serve.add_argument(
-        "--base-url",
-        metavar="URL",
-        help="OpenAI-compatible or Anthropic endpoint (default: $APPSERVER_BASE_URL, vendor vars)",
     )
     serve.add_argument(
         "--approval-timeout",
@@ -285,7 +258,7 @@ def _main(arguments: list[str]) -> int:
         return qwen_command(arguments)
     chosen = next((word for word in arguments if not word.startswith("-")), "")
     parser = build_parser(chosen)
-    args = parser.parse_args(arguments)
+    args = parse_arguments(parser, arguments)
     if args.command == "schema":
         return schema_command(args.out, args.check, args.reference, args.ts)
     if getattr(args, "face", None) is not None:
@@ -294,6 +267,31 @@ def _main(arguments: list[str]) -> int:
         parser.print_help(sys.stderr)
         return 2
     return serve_command(args)
+
+
+TTY_HINT = (
+    "appserver: this speaks JSON-RPC 2.0 on stdin/stdout, one message per line, for a "
+    "program to drive (Ctrl-D ends it). For the web page and the terminal chat, start it with "
+    "`--listen ws://127.0.0.1:9100` (or `make run` in the checkout) and open "
+    "http://127.0.0.1:9100/"
+)
+
+
+def startup_block(server: AppServer, endpoint: str, websocket: ListenerOptions | None) -> str:
+    """What a WebSocket server says once it listens, as one block on stderr: the
+    address (its first line is fixed: scripts wait for it, and the port may have
+    been 0), the web page, the workspace and the model in use."""
+    lines = [f"appserver: listening on {endpoint}"]
+    if websocket is not None and websocket.web_client:
+        page = endpoint.replace("ws://", "http://", 1).removesuffix("ws")
+        lines.append(f"appserver: web client at {page}")
+    provider = server.provider
+    model = f"provider {provider.name}, model {provider.default_model}"
+    endpoint_url = getattr(provider, "base_url", None)
+    if endpoint_url:
+        model += f" at {endpoint_url}"
+    lines += [f"appserver: workspace {server.config.workspace.resolve()}", f"appserver: {model}"]
+    return "\n".join(lines)
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -314,13 +312,14 @@ def serve_command(args: argparse.Namespace) -> int:
         return 2
     # Once read, the token and other secrets leave what tool commands can see
     # of this process (/proc/$PPID/cmdline and environ).
-    hide_secrets(token)
+    hide_secrets(token, args.api_key)
     provider_options = {
         key: value
         for key, value in (
             ("provider", args.provider),
             ("model", args.model),
             ("base_url", args.base_url),
+            ("api_key", args.api_key),
         )
         if value
     }
@@ -364,7 +363,6 @@ def serve_command(args: argparse.Namespace) -> int:
     # Imported here: other commands (a face, `schema`) do not pay for them.
     from appserver.rpc.connection import Limits
     from appserver.runtime.engine_config import EngineConfig
-    from appserver.server.app import AppServer
     from appserver.server.config import ServerConfig
     from appserver.server.process import run
     from appserver.storage.lock import UnsafeLockFile, WorkspaceLocked
@@ -377,19 +375,20 @@ def serve_command(args: argparse.Namespace) -> int:
         tool_env=tuple(args.tool_env),
         store=args.store,
         trust_workspace=args.trust_workspace,
+        approval_policy=args.approval_policy,
     )
     from appserver.transport.stdio import claim_stdio
 
     stdio = claim_stdio() if listen.stdio else None
 
+    if stdio is not None and websocket is None and stdio[0].isatty():
+        # Someone typed `appserver app-server` and would otherwise wait in silence.
+        print(TTY_HINT, file=sys.stderr, flush=True)
+
     def on_ready(server: AppServer) -> None:
         endpoint = server.endpoints.get("appServerWebSocket")
         if endpoint:
-            # A fixed line scripts can wait for (the port may have been 0).
-            print(f"appserver: listening on {endpoint}", file=sys.stderr, flush=True)
-            if websocket is not None and websocket.web_client:
-                page = endpoint.replace("ws://", "http://", 1).removesuffix("ws")
-                print(f"appserver: web client at {page}", file=sys.stderr, flush=True)
+            print(startup_block(server, endpoint, websocket), file=sys.stderr, flush=True)
 
     try:
         anyio.run(

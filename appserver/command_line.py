@@ -6,14 +6,62 @@ task group's one failure (``appserver.cli`` builds the parser and runs
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from appserver import logs
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """An argument parser that answers a mistyped option or command with the
+    nearest one it knows ("did you mean --listen?"): Python 3.11's argparse
+    has no ``suggest_on_error``."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(message + suggestion(self, message))
+
+
+def suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """``"; did you mean X?"`` for the first unknown option or invalid choice in
+    argparse's ``message`` that is close to one ``parser`` knows, else ``""``."""
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        known = [word.strip(" '") for word in choice.group(2).split(",")]
+        words = [choice.group(1)]
+    elif message.startswith("unrecognized arguments: "):
+        known = list(parser._option_string_actions)
+        words = [
+            word.split("=", 1)[0]
+            for word in message.removeprefix("unrecognized arguments: ").split()
+            if word.startswith("-")
+        ]
+    else:
+        return ""
+    for word in words:
+        close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+        if close:
+            return f"; did you mean {close[0]}?"
+    return ""
+
+
+def parse_arguments(parser: argparse.ArgumentParser, arguments: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(arguments)``, except that an unknown option after a
+    subcommand is reported (and a near option suggested) by that subcommand's
+    parser, which knows its options, instead of the top-level one."""
+    args, extras = parser.parse_known_args(arguments)
+    if extras:
+        owner = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                owner = action.choices.get(str(getattr(args, action.dest, "")), parser)
+        owner.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 @dataclass(frozen=True)
@@ -64,8 +112,18 @@ TRUST_HELP = (
 )
 
 
-def add_face_options(parser: argparse.ArgumentParser) -> None:
-    """The flags every face shares with ``app-server``."""
+FACE_APPROVAL_HELP = (
+    "approval policy of the threads this face creates (default: yours, set with "
+    "workspace/config/update or in your own config.json, never the workspace's). Under "
+    "`default` a gated tool call is asked of whoever can answer: this protocol's client "
+    "where it has approval frames (Qwen can_use_tool, ACP session/request_permission), "
+    "else a --websocket client watching the thread; with nobody to ask it is declined"
+)
+
+
+def add_shared_options(parser: argparse.ArgumentParser, approval_help: str) -> None:
+    """The flags ``app-server`` and every face take: the workspace, the model
+    provider and its key, the approval policy, tool environment and trust."""
     parser.add_argument(
         "--workspace",
         type=Path,
@@ -76,39 +134,53 @@ def add_face_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--provider",
         choices=["offline", "openai", "anthropic"],
-        help="model provider (default: $APPSERVER_PROVIDER, the workspace config, else offline)",
+        help=(
+            "model provider (default: $APPSERVER_PROVIDER, the workspace config, else offline: "
+            "a deterministic local model that needs no network)"
+        ),
     )
     parser.add_argument(
         "--model", help="model name (default: $APPSERVER_MODEL, the workspace config)"
     )
-    parser.add_argument("--base-url", metavar="URL", help="OpenAI-compatible or Anthropic endpoint")
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="OpenAI-compatible or Anthropic endpoint (default: $APPSERVER_BASE_URL, vendor vars)",
+    )
     parser.add_argument(
         "--api-key",
-        help="provider API key (default: the provider's variable); blanked from /proc once read",
+        metavar="KEY",
+        help=(
+            "provider API key (default: the provider's variable, such as $OPENAI_API_KEY); "
+            "never logged, and blanked from /proc once read"
+        ),
     )
     parser.add_argument(
         "--approval-policy",
         choices=["default", "autoApprove", "interrupt"],
-        help=(
-            "approval policy of the threads this face creates (default: yours, set with "
-            "workspace/config/update or in your own config.json, never the workspace's). Under "
-            "`default` a gated tool call is asked of whoever can answer: this protocol's client "
-            "where it has approval frames (Qwen can_use_tool, ACP session/request_permission), "
-            "else a --websocket client watching the thread; with nobody to ask it is declined"
-        ),
+        help=approval_help,
     )
     parser.add_argument(
         "--tool-env",
         action="append",
         default=[],
         metavar="NAME",
-        help="pass this secret-looking environment variable on to tool commands (repeatable)",
+        help=(
+            "pass this secret-looking environment variable (name containing KEY, TOKEN, "
+            "SECRET, PASSWORD or CREDENTIAL) on to tool commands, which otherwise never "
+            "see one (repeatable)"
+        ),
     )
     parser.add_argument(
         "--trust-workspace",
         action="store_true",
         help=TRUST_HELP,
     )
+
+
+def add_face_options(parser: argparse.ArgumentParser) -> None:
+    """The flags every face shares with ``app-server``, and a face's own listener."""
+    add_shared_options(parser, FACE_APPROVAL_HELP)
     parser.add_argument(
         "--websocket",
         type=parse_listen,

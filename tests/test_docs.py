@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -55,3 +56,82 @@ def test_security_promises_name_tests_that_exist() -> None:
         if name:
             source = (root / path).read_text("utf-8")
             assert re.search(rf"^(async )?def {name}\(", source, re.M), f"{path}::{name}"
+
+
+# --- every shell command in the set-up docs runs as written (issue 27) ----------------------
+
+SETUP_DOCS = ("README.md", "docs/quickstart.md", "docs/clients.md")
+SETUP_DOCS += ("clients/python/README.md", "clients/node/README.md")
+VENV_BIN = Path(sys.executable).parent  # the venv `make` builds, as the tests run in it
+# What a reader brings (the quickstart names them), and shell builtins.
+OUTSIDE = {"make", "pipx", "pip", "npm", "node", "cd", "export"}
+ACTIVATE = re.compile(r"(^|[\s`(])\. (\S*/)?\.venv/bin/activate\b", re.M)
+NEEDS_VENV = re.compile(
+    r"spawn\(\s*\[?\s*[\"']appserver[\"']|^(from|import) (websockets|appserver_client)\b", re.M
+)
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+
+
+def shell_commands(code: str) -> list[list[str]]:
+    """Each line's words, without the comment, ``VAR=value`` prefixes and ``$`` prompts."""
+    commands = []
+    for line in code.splitlines():
+        words = shlex.split(line.split(" #", 1)[0].strip().removeprefix("$ "), comments=True)
+        while words and re.match(r"^[A-Z_]+=", words[0]):
+            words.pop(0)
+        if words:
+            commands.append(words)
+    return commands
+
+
+def make_targets() -> set[str]:
+    text = (DOCS.parent / "Makefile").read_text("utf-8")
+    return {
+        target
+        for line in re.findall(r"^([\w .$()-]+):(?!=)", text, re.M)
+        for target in line.split()
+    }
+
+
+@pytest.mark.parametrize("doc", SETUP_DOCS)
+def test_every_setup_command_exists_after_make(doc: str) -> None:
+    """A command in a ``sh`` block is a make target, a prerequisite the docs name,
+    a path into .venv/bin, or a .venv/bin command after the doc said to activate
+    the venv; code that spawns ``appserver`` or imports what the venv holds also
+    comes after that."""
+    text = (DOCS.parent / doc).read_text("utf-8")
+    activated = ACTIVATE.search(text)
+    activated_at = activated.start() if activated else len(text)
+    problems = []
+    for block in BLOCK.finditer(text):
+        language, code = block.group(1), block.group(2)
+        after_activation = block.start() > activated_at
+        if language in ("python", "ts", "js") and NEEDS_VENV.search(code) and not after_activation:
+            problems.append(f"{language} block at {block.start()} needs the venv: say so first")
+        if language != "sh":
+            continue
+        for words in shell_commands(code):
+            command = words[0]
+            if command == "make":
+                assert set(words[1:]) <= make_targets(), (doc, words)
+            elif command in (".", "source"):
+                assert words[1].endswith(".venv/bin/activate"), (doc, words)
+            elif ".venv/bin/" in command:
+                name = command.rsplit(".venv/bin/", 1)[1]
+                if not (VENV_BIN / name).exists():
+                    problems.append(f"{command}: no {name} in the venv")
+            elif command not in OUTSIDE:
+                if not (VENV_BIN / command).exists():
+                    problems.append(f"{command}: not a command the venv or the docs provide")
+                elif not after_activation:
+                    problems.append(f"{command}: on PATH only once the venv is activated")
+    assert not problems, f"{doc}: {problems}"
+
+
+def test_the_readme_keeps_two_setup_commands() -> None:
+    first = BLOCK.search((DOCS.parent / "README.md").read_text("utf-8"))
+    assert first is not None
+    assert [words[:2] for words in shell_commands(first.group(2))] == [
+        ["make", "run"],
+        ["make", "test"],
+    ]

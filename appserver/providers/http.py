@@ -14,7 +14,8 @@ the SDKs' terms (docs/providers.md):
   ``retry-after-ms`` / ``retry-after`` ask for (up to 60 s) or else 0.5 s
   doubling up to 8 s, minus up to 25 % jitter;
 * error kinds: 401/403 ``auth``, 429 ``rate_limit``, 408 ``timeout``, 5xx
-  ``unavailable``, other statuses ``other``, with the API's own error message;
+  ``unavailable``, other statuses ``other``, with the API's own error message
+  and the URL tried;
 * the TLS context is built once per client (one CA bundle load), only for an
   ``https`` endpoint, and shared by every connection.
 """
@@ -234,11 +235,14 @@ class HttpApi:
             return await client.send(request, stream=True)
         except httpx2.TimeoutException as exc:
             failure = ApiError(
-                "timeout", f"the model API did not answer in time ({type(exc).__name__})"
+                "timeout",
+                f"the model API at {request.url} did not answer in time ({type(exc).__name__})",
             )
         except (httpx2.TransportError, ssl.SSLError, OSError) as exc:
             failure = ApiError(
-                "unavailable", f"connection to the model API failed ({type(exc).__name__}: {exc})"
+                "unavailable",
+                f"connection to the model API failed: {request.method} {request.url} "
+                f"({type(exc).__name__}: {exc})",
             )
         if attempt >= self.max_retries:
             raise failure
@@ -261,7 +265,11 @@ def _status_error(response: httpx2.Response) -> ApiStatusError:
         body = response.text
     status = response.status_code
     message = api_message(body) or (body if isinstance(body, str) and body else None)
-    text = f"HTTP {status}: {message or response.reason_phrase or 'error'}"
+    # The URL tried: most failures of a new setup are a wrong --base-url.
+    text = (
+        f"HTTP {status} from {response.request.method} {response.request.url}: "
+        f"{message or response.reason_phrase or 'error'}"
+    )
     kind = status_kind(status)
     if kind == "other":
         # An unusual status: the error type in the body may still say what happened.

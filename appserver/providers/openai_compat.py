@@ -50,7 +50,7 @@ from appserver.providers.base import (
     ToolSpec,
     Usage,
 )
-from appserver.providers.http import ERROR_TYPES, HttpApi, classify_error
+from appserver.providers.http import ERROR_TYPES, ApiStatusError, HttpApi, classify_error
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class OpenAIProvider:
             kind, message = classify_error(exc)
             if kind == "other":
                 log.warning("model call failed: %s", message, exc_info=exc)
-            yield ProviderError(kind, message)
+            yield ProviderError(kind, message + _missing_v1_hint(exc, self.api.base_url))
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions request for ``request``."""
@@ -364,6 +364,16 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
 
 
 # --- helpers ------------------------------------------------------------------------
+
+
+def _missing_v1_hint(exc: BaseException, base_url: str) -> str:
+    """A hint for a 404 from a base URL without ``/v1``: OpenAI-compatible
+    servers (vLLM, llama.cpp, Ollama, LM Studio) serve the API under it."""
+    if not isinstance(exc, ApiStatusError) or exc.status != 404:
+        return ""
+    if urlsplit(base_url).path.rstrip("/").endswith("/v1"):
+        return ""
+    return f" (OpenAI-compatible servers usually serve under /v1: try --base-url {base_url}/v1)"
 
 
 def _missing_key_message() -> str:

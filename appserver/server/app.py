@@ -162,6 +162,7 @@ class AppServer:
             provider_options=config.provider_options,
             provider_fixed=config.provider is not None,
             is_ready=lambda: self.ready,
+            default_approval_policy=self._default_approval_policy,
         )
         for install in FAMILIES:
             install(self.families)
@@ -222,7 +223,7 @@ class AppServer:
 
     def _default_approval_policy(self) -> str:
         # Read on each use: workspace/config/update may replace the settings.
-        return default_approval_policy(self.user_settings)
+        return self.config.approval_policy or default_approval_policy(self.user_settings)
 
     @classmethod
     @asynccontextmanager
@@ -404,7 +405,7 @@ class AppServer:
                 "endpoints": self.endpoints,
             }
         )
-        log.info("listening on ws://%s:%d%s", options.host, port, WS_PATH)
+        log.debug("listening on ws://%s:%d%s", options.host, port, WS_PATH)
         try:
             yield server
         finally:

@@ -42,6 +42,8 @@ class ServerConfig:
     tool_env: tuple[str, ...] = ()
     # --trust-workspace: the user trusts this workspace's own files (storage/trust.py).
     trust_workspace: bool = False
+    # --approval-policy: the policy of threads that set none (else the user's default).
+    approval_policy: str | None = None
 
     @property
     def craft_dir(self) -> Path:

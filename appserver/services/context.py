@@ -26,6 +26,7 @@ from appserver.services.router import Router
 from appserver.services.turns import TurnService
 from appserver.storage.db import Database
 from appserver.storage.trust import WorkspaceTrust
+from appserver.storage.workspace_config import default_approval_policy as users_default_policy
 
 if TYPE_CHECKING:
     from appserver.cron.heartbeat import HeartbeatService
@@ -50,6 +51,7 @@ class FamilyContext:
         provider_options: dict[str, Any],
         provider_fixed: bool,
         is_ready: Callable[[], bool],
+        default_approval_policy: Callable[[], str] | None = None,
     ) -> None:
         self.router = router
         self.runtime = runtime
@@ -66,6 +68,10 @@ class FamilyContext:
         self.provider_options = provider_options
         self.provider_fixed = provider_fixed  # a provider object was injected (tests)
         self.is_ready = is_ready
+        # The policy of threads that set none: --approval-policy, else the user's default.
+        self.default_approval_policy = default_approval_policy or (
+            lambda: users_default_policy(user_settings)
+        )
         self.background: list[Callable[[], Awaitable[Any]]] = []
         self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
         # Typed by what others use of them (services/shared_families.py): the

@@ -48,7 +48,7 @@ from appserver.providers.base import Provider, ProviderUnavailable
 from appserver.rpc.connection import RequestContext
 from appserver.storage.user_settings import merged, user_home, workspace_home
 from appserver.storage.workspace import ConfigFileError, WorkspaceConfigFile, get_value, set_value
-from appserver.storage.workspace_config import default_approval_policy, load_workspace_config
+from appserver.storage.workspace_config import load_workspace_config
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
@@ -353,7 +353,7 @@ class WorkspaceService:
             provider=provider.name,
             model=provider.default_model,
             endpoint=str(endpoint) if endpoint else None,
-            default_approval_policy=default_approval_policy(self.server.user_settings),
+            default_approval_policy=self.server.default_approval_policy(),
             trusted=self.server.trust.trusted,
             version=__version__,
         )

@@ -259,7 +259,7 @@ class SqliteDatabase(Database):
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, datetime.now(UTC).isoformat()),
                 )
-            log.info("applied migration %s", name)
+            log.debug("applied migration %s", name)
             done.append(name)
         return done
 

@@ -73,10 +73,7 @@ class WorkspaceLock:
                     time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
                     delay = min(delay * 2, 0.05)
                     continue
-                raise WorkspaceLocked(
-                    f"workspace is in use by another appserver (pid {holder.get('pid', '?')}); "
-                    f"lock file {self.path}"
-                ) from None
+                raise WorkspaceLocked(in_use_message(holder, self.path)) from None
             # A releasing holder unlinks the file: if we locked an unlinked
             # inode, someone may already hold a fresh file. Try again.
             try:
@@ -136,6 +133,21 @@ class WorkspaceLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def in_use_message(holder: dict[str, Any], path: Path) -> str:
+    """What a second server is told: who holds the workspace and, when the holder
+    listens on WebSocket (its lock file names the endpoint), where to connect."""
+    pid = holder.get("pid", "?")
+    message = f"workspace is in use by another appserver (pid {pid}); lock file {path}"
+    endpoints = holder.get("endpoints")
+    url = endpoints.get("appServerWebSocket") if isinstance(endpoints, dict) else None
+    if isinstance(url, str) and url.startswith("ws://"):
+        page = "http://" + url.removeprefix("ws://").removesuffix("ws")
+        return (
+            f"{message}: connect with `--url {url}` (or the web page at {page}), or stop pid {pid}"
+        )
+    return f"{message}: stop pid {pid} first"
 
 
 def _read_holder(fd: int) -> dict[str, Any]:

@@ -164,7 +164,7 @@ class PostgresDatabase(Database):
                             name,
                             datetime.now(UTC).isoformat(),
                         )
-                    log.info("applied migration %s (postgresql)", name)
+                    log.debug("applied migration %s (postgresql)", name)
                     done.append(name)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)

@@ -40,7 +40,7 @@ def test_a_spawned_server_that_exits_is_reported_with_its_exit_code_and_stderr(
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:9100", "ws://127.0.0.1:notaport", "127.0.0.1:9100"]
+    "url", ["ftp://127.0.0.1:9100", "ws://127.0.0.1:notaport", "127.0.0.1:9100"]
 )
 def test_a_bad_url_is_one_line_not_a_traceback(tmp_path: Path, url: str) -> None:
     done = run_chat("--url", url, cwd=tmp_path)

@@ -196,7 +196,8 @@ async def test_http_errors_map_to_error_kinds(
 ) -> None:
     fake.script(MESSAGES, anthropic_error(status, "Something specific", type_=type_))
     events = await collect(provider.stream(hello()))
-    assert events == [ProviderError(kind, f"HTTP {status}: Something specific")]  # type: ignore[arg-type]
+    tried = f"POST {fake.base_url}/v1/messages"
+    assert events == [ProviderError(kind, f"HTTP {status} from {tried}: Something specific")]  # type: ignore[arg-type]
     assert len(fake.requests) == 1  # max_retries=0: no retry
 
 

@@ -50,7 +50,8 @@ async def test_statuses_worth_retrying_are_retried_up_to_the_limit(fake: FakeMod
     await client.aclose()
     assert len(fake.requests) == 3
     assert (failure.value.status, failure.value.kind) == (500, "unavailable")
-    assert failure.value.message == "HTTP 500: try later"
+    tried = f"POST {fake.openai_base_url}/chat/completions"
+    assert failure.value.message == f"HTTP 500 from {tried}: try later"
 
 
 async def test_client_errors_and_a_refusal_to_retry_are_final(fake: FakeModelServer) -> None:

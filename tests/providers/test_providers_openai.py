@@ -267,7 +267,11 @@ async def test_http_errors_map_to_error_kinds(
     fake.script(CHAT, openai_error(status, "Something specific went wrong", type_=type_))
     events = await collect(provider.stream(hello()))
     assert events == [
-        ProviderError(kind, f"HTTP {status}: Something specific went wrong")  # type: ignore[arg-type]
+        ProviderError(
+            kind,  # type: ignore[arg-type]
+            f"HTTP {status} from POST {fake.openai_base_url}/chat/completions: "
+            "Something specific went wrong",
+        )
     ]
     assert len(fake.requests) == 1  # max_retries=0: no retry
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -525,7 +526,11 @@ def open_failure(args: argparse.Namespace, exc: BaseException) -> str:
         )
     if not args.url:  # a spawned server: the message has its exit code and stderr tail
         return str(exc)
-    return f"could not reach the server at {args.url}: {exc}"
+    return (
+        f"could not reach the server at {args.url}: {exc}; is it running? Start one with "
+        "`make run` in the appserver checkout (or `appserver app-server --listen "
+        "ws://127.0.0.1:9100`)"
+    )
 
 
 def server_command(args: argparse.Namespace) -> list[str]:
@@ -556,7 +561,13 @@ def build_parser() -> argparse.ArgumentParser:
             "otherwise start `appserver app-server` over stdio for --workspace."
         ),
     )
-    chat.add_argument("--url", help="WebSocket URL of a running server, e.g. ws://127.0.0.1:9100")
+    chat.add_argument(
+        "--url",
+        help=(
+            "WebSocket URL of a running server, e.g. ws://127.0.0.1:9100 (its web page's "
+            "http:// address works too)"
+        ),
+    )
     chat.add_argument("--token", help="WebSocket token (default: $APPSERVER_TOKEN)")
     chat.add_argument(
         "--workspace",
@@ -598,6 +609,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"appserver-client: {args.workspace} is not a directory\n")
         return 2
     if args.url:
+        # The address the server prints for its web page works too.
+        args.url = re.sub(r"^http(s?)://", r"ws\1://", args.url, flags=re.I)
         try:
             websocket_url(args.url, None)
         except ValueError as exc:  # checked here, like a bad flag: one line, exit 2
