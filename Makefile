@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 NODE_DIR   := clients/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps node-deps pytest node-test qwen-sdk-test bench bench-peer clean
+.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps node-deps pytest node-test qwen-sdk-test codex-ts-sdk-test bench bench-peer clean
 
 # One install: the appserver package carries the Python client and its chat
 # (clients/python/src/appserver_client, see pyproject.toml).
@@ -79,13 +79,13 @@ node-deps:
 		echo "make test needs Node.js $(NODE_MAJOR)+ (found $$(node --version)): install a newer one (https://nodejs.org/en/download)" >&2; \
 		exit 1; }
 
-test: node-deps lint typecheck schema-check client-check pytest node-test qwen-sdk-test
+test: node-deps lint typecheck schema-check client-check pytest node-test qwen-sdk-test codex-ts-sdk-test
 
 # The servers the Node and Qwen SDK tests start keep the user's settings and workspace trust
 # (docs/security.md#workspace-trust) here, not in ~/.config/appserver (pytest sets its own).
-node-test qwen-sdk-test: export APPSERVER_HOME := $(CURDIR)/test-artifacts/appserver-home
+node-test qwen-sdk-test codex-ts-sdk-test: export APPSERVER_HOME := $(CURDIR)/test-artifacts/appserver-home
 # Their scenarios expect `!echo hi` to be asked: read-only commands ask there (docs/approvals.md).
-node-test qwen-sdk-test: export APPSERVER_READ_ONLY_COMMANDS := ask
+node-test qwen-sdk-test codex-ts-sdk-test: export APPSERVER_READ_ONLY_COMMANDS := ask
 
 # The Node client (clients/node): npm ci when node_modules is missing or the lock changed,
 # then check src/generated.ts against the schema, build with tsc, and run `node --test`
@@ -113,6 +113,19 @@ $(QWEN_STAMP): $(QWEN_DIR)/package.json $(QWEN_DIR)/package-lock.json | node-dep
 
 qwen-sdk-test: $(STAMP) $(QWEN_STAMP)
 	cd $(QWEN_DIR) && node --test
+
+# OpenAI's TypeScript SDK (@openai/codex-sdk, pinned in its lock file) running
+# $(VENV)/bin/appserver-codex exec --experimental-json once per turn (tests/codex_ts_sdk).
+# --omit=optional: the SDK's own Codex binary (@openai/codex-linux-x64, ~400 MB) is not used.
+CODEX_TS_DIR := tests/codex_ts_sdk
+CODEX_TS_STAMP := $(CODEX_TS_DIR)/node_modules/.package-lock.json
+
+$(CODEX_TS_STAMP): $(CODEX_TS_DIR)/package.json $(CODEX_TS_DIR)/package-lock.json | node-deps
+	cd $(CODEX_TS_DIR) && npm ci --omit=optional --no-audit --no-fund
+	touch $@
+
+codex-ts-sdk-test: $(STAMP) $(CODEX_TS_STAMP)
+	cd $(CODEX_TS_DIR) && node --test
 
 schema: $(STAMP) $(NODE_STAMP)
 	$(BIN)/appserver schema --out schema --reference docs/protocol.md

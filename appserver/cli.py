@@ -248,8 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def codex_main(argv: Sequence[str] | None = None) -> int:
     """The ``appserver-codex`` script: Codex's command line (``[-c k=v]... app-server
-    [--listen stdio://]``), so ``CodexConfig(codex_bin=...)`` can point at it."""
+    [--listen stdio://]``), so ``CodexConfig(codex_bin=...)`` can point at it, and
+    ``exec --experimental-json``, what ``@openai/codex-sdk`` runs once per turn."""
     arguments = list(sys.argv[1:] if argv is None else argv)
+    exec_face = face_module("codex.exec_command")
+    if exec_face.is_exec(arguments):
+        args = exec_face.parse_exec(arguments)
+        return args if isinstance(args, int) else face_command(args)
     return main(face_module("codex").codex_argv(arguments))
 
 
