@@ -25,6 +25,11 @@ from tests.transport.test_websocket_security import TOKEN, listening, refused_st
 
 ASSETS = (
     "/assets/app.js",
+    "/assets/page.js",
+    "/assets/thread-view.js",
+    "/assets/threads.js",
+    "/assets/composer.js",
+    "/assets/approvals.js",
     "/assets/app.css",
     "/assets/client.js",
     "/assets/markdown.js",

@@ -1,0 +1,193 @@
+// The thread list (loading, searching, names, live changes) and opening a thread: its
+// view, subscribed from its first event, or a drafted "New thread" (docs/web.md).
+
+import { $, attempt, closeSidebar, el, state, stickToBottom, updateComposer, writeFragment } from "./page.js";
+import { showModels } from "./settings-view.js";
+import { ThreadView, renderQueue } from "./thread-view.js";
+
+const PAGE_SIZE = 30;
+
+function when(iso) {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : date.toLocaleString();
+}
+
+// ------------------------------------------------------------------ thread list
+
+export function threadName(summary) {
+  return summary.displayName || "New thread";
+}
+
+function threadButton(summary) {
+  const li = el("li");
+  li.dataset.threadId = summary.id;
+  const button = el("button", "thread-item");
+  button.type = "button";
+  button.dataset.threadId = summary.id;
+  button.append(el("span", "thread-name", threadName(summary)), el("span", "thread-meta", when(summary.lastActiveAt)));
+  if (summary.runtime?.running) button.classList.add("running");
+  if (state.current?.id === summary.id) button.setAttribute("aria-current", "true");
+  button.addEventListener("click", () => openThread(summary.id));
+  li.append(button);
+  return li;
+}
+
+export function renderThreadList() {
+  const list = $("thread-list");
+  const query = $("thread-search").value.trim();
+  list.textContent = "";
+  if (!query) {
+    for (const summary of state.threads.values()) list.append(threadButton(summary));
+    $("more-threads").hidden = !state.cursor;
+    return;
+  }
+  // The threads loaded here that match at once, then the server's matches (thread/list searchTerm).
+  const needle = query.toLowerCase();
+  const shown = new Set();
+  for (const summary of state.threads.values()) {
+    if (`${threadName(summary)} ${summary.id}`.toLowerCase().includes(needle)) {
+      shown.add(summary.id);
+      list.append(threadButton(summary));
+    }
+  }
+  if (state.found.term === query) {
+    for (const summary of state.found.threads.values()) {
+      if (!shown.has(summary.id)) list.append(threadButton(state.threads.get(summary.id) ?? summary));
+    }
+  }
+  $("more-threads").hidden = !(state.found.term === query && state.found.cursor);
+}
+
+export async function loadThreads(more = false) {
+  const before = new Set(state.threads.keys());
+  const result = await attempt("Listing threads", () =>
+    state.client.threadList({ identity: state.identity, limit: PAGE_SIZE, ...(more && state.cursor ? { cursor: state.cursor } : {}) }),
+  );
+  if (!result) return;
+  if (!more) {
+    // A thread started while the list was asked for (`thread/started`) stays, first.
+    const arrived = [...state.threads.values()].filter((summary) => !before.has(summary.id));
+    state.threads = new Map(arrived.map((summary) => [summary.id, summary]));
+  }
+  for (const summary of result.data) state.threads.set(summary.id, summary);
+  state.cursor = result.nextCursor;
+  renderThreadList();
+}
+
+/** Filter the list at once, then ask the server for every match (`thread/list` with `searchTerm`). */
+export async function search(more = false) {
+  renderThreadList();
+  const term = $("thread-search").value.trim();
+  if (!term) return;
+  if (!more) await new Promise((resolve) => setTimeout(resolve, 150)); // typing: ask once it pauses
+  if ($("thread-search").value.trim() !== term) return; // a newer query asks for itself
+  const cursor = more && state.found.term === term ? state.found.cursor : undefined;
+  const result = await attempt("Searching threads", () =>
+    state.client.threadList({ identity: state.identity, limit: PAGE_SIZE, searchTerm: term, ...(cursor ? { cursor } : {}) }),
+  );
+  if (!result || $("thread-search").value.trim() !== term) return;
+  if (!cursor) state.found = { term, threads: new Map(), cursor: undefined };
+  for (const summary of result.data) state.found.threads.set(summary.id, summary);
+  state.found.cursor = result.nextCursor;
+  renderThreadList();
+}
+
+export function addThread(thread, first) {
+  if (!thread || state.threads.has(thread.id) || thread.userId !== state.identity.userId) return;
+  const summary = { ...thread };
+  if (first) state.threads = new Map([[thread.id, summary], ...state.threads]);
+  else state.threads.set(thread.id, summary);
+  renderThreadList();
+}
+
+export function renameThread(threadId, name) {
+  const summary = state.threads.get(threadId);
+  if (summary) {
+    summary.displayName = name;
+    renderThreadList();
+  }
+  if (state.current?.id === threadId) $("thread-title").textContent = name;
+}
+
+export function setThreadRuntime(threadId, runtime) {
+  const summary = state.threads.get(threadId);
+  if (!summary) return;
+  summary.runtime = runtime;
+  const button = document.querySelector(`.thread-item[data-thread-id="${CSS.escape(threadId)}"]`);
+  button?.classList.toggle("running", Boolean(runtime?.running));
+}
+
+export function dropThread(threadId) {
+  state.threads.delete(threadId);
+  state.views.delete(threadId);
+  if (state.current?.id === threadId) showView(null);
+  renderThreadList();
+}
+
+// ------------------------------------------------------------------ opening threads
+
+export async function openThread(threadId) {
+  let view = state.views.get(threadId);
+  if (!view) {
+    view = new ThreadView(threadId);
+    state.views.set(threadId, view);
+    // Every stored event of the thread, then live ones; after a reconnect the client
+    // re-subscribes from the last seq it saw.
+    const ok = await attempt("Opening the thread", () => state.client.threadSubscribe({ threadId, afterSeq: 0 }));
+    if (ok === undefined) {
+      state.views.delete(threadId);
+      return;
+    }
+    // The queue as it is now, unless a thread/queue/updated already said.
+    const read = await attempt("Reading the thread", () => state.client.threadRead({ threadId }));
+    if (read && !view.queueKnown) view.queue = read.thread.queuedInputs ?? [];
+    if (read) view.config = read.thread.configuration ?? {};
+  }
+  state.drafting = false;
+  showView(view);
+  closeSidebar();
+}
+
+export function showView(view) {
+  state.current = view;
+  const chat = $("chat");
+  chat.textContent = "";
+  if (view) chat.append(view.root);
+  else if (state.drafting) chat.append(el("p", "empty", "New thread: it starts when you send the first message."));
+  else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
+  const summary = view ? state.threads.get(view.id) : null;
+  $("thread-title").textContent = view ? (summary ? threadName(summary) : view.id) : state.drafting ? "New thread" : "";
+  $("thread-bar").hidden = !view;
+  showModels(state.models, currentModel());
+  writeFragment(view?.id);
+  renderThreadList();
+  renderQueue();
+  updateComposer();
+  stickToBottom(true);
+  if (view || state.drafting) $("composer").focus();
+}
+
+/** "New thread": an empty page; the thread is started with its first message, so no
+ * empty thread is ever left in the list. */
+export function newThread() {
+  state.drafting = true;
+  state.draftModel = undefined;
+  showView(null);
+  closeSidebar();
+}
+
+/** Start the drafted thread (with the model picked for it) and open it. */
+export async function startDraft() {
+  const config = state.draftModel ? { config: { model: state.draftModel } } : {};
+  const result = await attempt("Starting a thread", () => state.client.threadStart({ identity: state.identity, ...config }));
+  if (!result) return null;
+  addThread(result.thread, true);
+  await openThread(result.thread.id);
+  return state.current?.id === result.thread.id ? state.current : null;
+}
+
+/** The model the shown thread (or the drafted one) uses. */
+export function currentModel() {
+  if (state.current) return state.current.config?.model || state.status?.model;
+  return state.draftModel || state.status?.model;
+}
