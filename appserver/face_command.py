@@ -30,6 +30,7 @@ def face_command(args: argparse.Namespace) -> int:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
     hide_secrets(token, getattr(args, "api_key", None))
+    args.token = token  # for a face that listens itself (codex --listen ws://)
     websocket = None
     if args.websocket is not None:
         from appserver.transport.base import ListenerError

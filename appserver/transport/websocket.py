@@ -5,9 +5,9 @@ listener answers ``GET /healthz`` and ``GET /readyz``, serves the browser client
 (``GET /`` and ``/assets/...``, :mod:`appserver.transport.webclient`); other
 plain GETs get a short text naming the WebSocket URL. Before the upgrade it
 checks the ``Origin`` header (browsers only; refused unless allowed or the
-page's own, see :meth:`Admission.origin_allowed`) and the ``?token=`` query
-parameter (constant-time compare), locking out an address that keeps offering
-wrong tokens (:class:`TokenLockout`).
+page's own, see :meth:`Admission.origin_allowed`) and the token: the ``?token=``
+query parameter or an ``Authorization: Bearer`` header (constant-time compare),
+locking out an address that keeps offering wrong tokens (:class:`TokenLockout`).
 """
 
 from __future__ import annotations
@@ -281,7 +281,8 @@ class Admission:
             # <img src> on any web page sends) must not count towards a lockout.
             return _json_response(HTTPStatus.UPGRADE_REQUIRED, {"error": "upgrade required"})
         if self._token is not None:
-            return self._check_token(self._token, peer_key(connection.remote_address), url.query)
+            offered = parse_qs(url.query).get("token", [""])[0] or _bearer(request)
+            return self._check_token(self._token, peer_key(connection.remote_address), offered)
         return None
 
     def origin_allowed(self, origin: str, request: Request) -> bool:
@@ -345,7 +346,7 @@ class Admission:
             return host
         return None
 
-    def _check_token(self, token: bytes, address: str, query: str) -> Response | None:
+    def _check_token(self, token: bytes, address: str, offered_text: str) -> Response | None:
         # Loopback peers are counted too (all as one): the guesser may be a local process.
         wait = self.lockout.retry_after(address)
         if wait is not None:
@@ -354,7 +355,7 @@ class Admission:
             retry = ("Retry-After", str(max(1, math.ceil(wait))))
             body = {"error": "too many failed token attempts; retry later"}
             return _json_response(HTTPStatus.TOO_MANY_REQUESTS, body, [retry])
-        offered = parse_qs(query).get("token", [""])[0].encode()
+        offered = offered_text.encode()
         if hmac.compare_digest(offered, token):
             self.lockout.succeeded(address)
             return None
@@ -362,6 +363,16 @@ class Admission:
         if lockout is not None:
             log.warning("refusing %s for %gs after repeated wrong tokens", address, lockout)
         return _json_response(HTTPStatus.UNAUTHORIZED, {"error": "unauthorized"})
+
+
+def _bearer(request: Request) -> str:
+    """The token of a single ``Authorization: Bearer TOKEN`` header (what Codex
+    clients send), else ``""``."""
+    values = request.headers.get_all("Authorization")
+    if len(values) != 1:
+        return ""
+    scheme, _, credentials = values[0].strip().partition(" ")
+    return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
 def check_options(options: ListenerOptions) -> None:

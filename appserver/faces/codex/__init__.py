@@ -1,5 +1,5 @@
 """``appserver codex app-server`` / ``appserver-codex app-server``: OpenAI Codex's
-app-server protocol (v2) over stdio, so clients written for ``codex app-server``
+app-server protocol (v2) over stdio or WebSocket, so clients written for ``codex app-server``
 (OpenAI's Python SDK ``openai-codex``, ``CodexConfig(codex_bin=".../appserver-codex")``)
 drive this runtime unchanged.
 

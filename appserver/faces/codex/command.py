@@ -12,9 +12,12 @@ import sys
 import tomllib
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from appserver.faces.common import add_backlog_argument
+
+if TYPE_CHECKING:
+    from appserver.transport.base import Transport
 
 log = logging.getLogger("appserver.faces.codex")
 
@@ -30,7 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--listen",
         default="stdio://",
         metavar="URL",
-        help="stdio:// (default; ws://HOST:PORT is not served yet)",
+        help=(
+            "stdio:// (default) or ws://HOST:PORT (with --token-file, clients send the token "
+            "as ?token= or Authorization: Bearer)"
+        ),
     )
     group.add_argument(
         "-c",
@@ -90,19 +96,19 @@ def apply_config(args: argparse.Namespace, options: Any) -> None:
 async def main(
     args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
 ) -> int:
-    """Serve Codex's app-server protocol on stdin/stdout until stdin closes."""
-    import anyio
-
-    from appserver.faces.codex.approvals import ask
-    from appserver.faces.codex.methods import METHODS
-    from appserver.faces.codex.session import CodexSession
+    """Serve Codex's app-server protocol: on stdin/stdout until stdin closes, or
+    (``--listen ws://HOST:PORT``) to WebSocket clients until the process is stopped."""
+    from appserver.command_line import parse_listen
     from appserver.providers.base import ProviderConfigError
     from appserver.storage.lock import WorkspaceLocked
-    from appserver.transport.peer_writer import PeerWriter
-    from appserver.transport.stdio import StdioTransport
 
-    if args.listen != "stdio://":
-        sys.stderr.write(f"appserver: --listen {args.listen}: only stdio:// is served yet\n")
+    try:
+        listen = parse_listen(args.listen)
+    except argparse.ArgumentTypeError as exc:
+        sys.stderr.write(f"appserver: --listen: {exc}\n")
+        return 2
+    if listen.stdio and listen.host is not None:
+        sys.stderr.write("appserver: --listen: stdio:// or ws://HOST:PORT, not both\n")
         return 2
     apply_config(args, options)
     async with AsyncExitStack() as stack:
@@ -114,22 +120,87 @@ async def main(
         except WorkspaceLocked as exc:
             sys.stderr.write(f"appserver: {exc}\n")
             return 1
+        if listen.host is not None:
+            return await _serve_websocket(args, options, runtime, listen.host, listen.port or 0)
+        from appserver.transport.stdio import StdioTransport
+
         lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
-        serving = anyio.CancelScope()
-        writer = PeerWriter(
-            lines.send_batch, max_bytes=args.max_client_backlog, on_stall=serving.cancel
-        )
-        session = CodexSession(runtime, writer, args.approval_policy, METHODS, ask)
-        session.model = options.provider_options.get("model")
-        async with anyio.create_task_group() as writing:
-            writing.start_soon(writer.run)
-            try:
-                with serving:
-                    await session.serve(lines)
-            finally:
-                writer.close()
-                with anyio.CancelScope(shield=True):
-                    await writer.flushed()
-                    await lines.close()
-        return 1 if writer.dropped is not None else 0
+        dropped = await serve_client(args, options, runtime, lines)
+        return 1 if dropped else 0
     return 0  # unreachable: the context manager does not swallow exceptions
+
+
+async def serve_client(
+    args: argparse.Namespace, options: Any, runtime: Any, lines: Transport
+) -> bool:
+    """One Codex client on ``lines`` (stdio or a WebSocket) until its input ends;
+    whether it was dropped for not reading."""
+    import anyio
+
+    from appserver.faces.codex.approvals import ask
+    from appserver.faces.codex.methods import METHODS
+    from appserver.faces.codex.session import CodexSession
+    from appserver.transport.peer_writer import PeerWriter
+
+    serving = anyio.CancelScope()
+    writer = PeerWriter(
+        lines.send_batch, max_bytes=args.max_client_backlog, on_stall=serving.cancel
+    )
+    session = CodexSession(runtime, writer, args.approval_policy, METHODS, ask)
+    session.model = options.provider_options.get("model")
+    async with anyio.create_task_group() as writing:
+        writing.start_soon(writer.run)
+        try:
+            with serving:
+                await session.serve(lines)
+        finally:
+            writer.close()
+            with anyio.CancelScope(shield=True):
+                await writer.flushed()
+                await lines.close()
+    return writer.dropped is not None
+
+
+async def _serve_websocket(
+    args: argparse.Namespace, options: Any, runtime: Any, host_name: str, port: int
+) -> int:
+    """Codex clients over WebSocket (path ``/``, token by ``?token=`` or
+    ``Authorization: Bearer``), each its own connection, until stopped."""
+    import anyio
+
+    from appserver.transport.base import AddressInUse, ListenerError
+    from appserver.transport.websocket import (
+        ListenerOptions,
+        WebSocketTransport,
+        bound_port,
+        start_listener,
+    )
+
+    listener = ListenerOptions(
+        host=host_name,
+        port=port,
+        token=getattr(args, "token", None),
+        max_message_bytes=MAX_LINE_BYTES,
+        web_client=False,
+    )
+
+    async def on_connection(transport: WebSocketTransport) -> None:
+        await serve_client(args, options, runtime, transport)
+
+    try:
+        server = await start_listener(listener, on_connection, lambda: True)
+    except AddressInUse as exc:
+        sys.stderr.write(f"appserver: {exc.advice('--listen')}\n")
+        return 2
+    except ListenerError as exc:
+        sys.stderr.write(f"appserver: {exc}\n")
+        return 2
+    sys.stderr.write(f"appserver: listening on ws://{host_name}:{bound_port(server)}\n")
+    sys.stderr.flush()
+    try:
+        await anyio.sleep_forever()
+    finally:
+        server.close(close_connections=True)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await server.wait_closed()
+    return 0  # unreachable: sleep_forever ends only by cancellation

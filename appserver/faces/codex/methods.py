@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appserver.faces.codex import threads, turns
+from appserver.faces.codex import manage, threads, turns
 
 METHODS = {
     "initialize": threads.initialize,
@@ -12,4 +12,15 @@ METHODS = {
     "thread/list": threads.thread_list,
     "turn/start": turns.turn_start,
     "turn/interrupt": turns.turn_interrupt,
+    "thread/archive": manage.thread_archive,
+    "thread/unarchive": manage.thread_unarchive,
+    "thread/name/set": manage.thread_name_set,
+    "thread/compact/start": manage.thread_compact_start,
+    "thread/delete": manage.thread_delete,
+    "thread/unsubscribe": manage.thread_unsubscribe,
+    "thread/loaded/list": manage.thread_loaded_list,
+    "thread/turns/list": manage.thread_turns_list,
+    "turn/steer": manage.turn_steer,
+    "model/list": manage.model_list,
+    "account/read": manage.account_read,
 }

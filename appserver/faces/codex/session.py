@@ -24,8 +24,8 @@ from appserver.faces.seat import Seat
 if TYPE_CHECKING:
     from appserver.protocol.base import WireModel
     from appserver.runtime.host import Runtime
+    from appserver.transport.base import Transport
     from appserver.transport.peer_writer import PeerWriter
-    from appserver.transport.stdio import StdioTransport
 
 log = logging.getLogger("appserver.faces.codex")
 
@@ -128,7 +128,7 @@ class CodexSession:
 
     # --- input -----------------------------------------------------------------------
 
-    async def serve(self, lines: StdioTransport) -> None:
+    async def serve(self, lines: Transport) -> None:
         """Answer the client until its input ends."""
         from appserver.transport.base import FrameRejected, TransportClosed
 

@@ -86,6 +86,7 @@ def thread_shape(
     return {
         "id": thread_id,
         "sessionId": thread_id,
+        "projectId": None,  # Codex 0.169 requires the member; we have no projects
         "preview": preview,
         "ephemeral": False,
         "modelProvider": model_provider,

@@ -33,6 +33,9 @@ DELTAS = frozenset(
 )
 
 
+THREAD_NOTES = frozenset({"thread/renamed", "thread/statusChanged", "thread/deleted"})
+
+
 class Usage:
     """A turn's token totals, for ``thread/tokenUsage/updated``."""
 
@@ -102,6 +105,11 @@ class Streams:
     def _translate(self, event: Event) -> None:
         kind, params, thread_id = event.kind, event.params, event.thread_id
         notify = self.notify
+        if kind in THREAD_NOTES:
+            about = thread_id or getattr(params, "thread_id", None)
+            if about is not None:
+                self._thread_note(kind, params, str(about))  # about any thread, as Codex broadcasts
+            return
         if thread_id is None or thread_id not in self.watched:
             return
         if kind == "thread/runtimeChanged":
@@ -144,6 +152,19 @@ class Streams:
             notes = [("turn/diff/updated", {"diff": params.diff})]  # type: ignore[attr-defined]
         for method, body in notes:
             self._emit(method, body, ids)
+
+    def _thread_note(self, kind: str, params: Any, thread_id: str) -> None:
+        """Renames, archive changes and deletions, in Codex's words."""
+        if kind == "thread/renamed":
+            name = params.display_name
+            self.notify("thread/name/updated", {"threadId": thread_id, "threadName": name})
+        elif kind == "thread/deleted":
+            self.watched.discard(thread_id)
+            self.notify("thread/deleted", {"threadId": thread_id})
+        elif params.new_status == "archived" and params.previous_status != "archived":
+            self.notify("thread/archived", {"threadId": thread_id})
+        elif params.previous_status == "archived" and params.new_status != "archived":
+            self.notify("thread/unarchived", {"threadId": thread_id})
 
     def _emit(self, method: str, body: Message, ids: Message) -> None:
         body = {**body, **ids}

@@ -78,7 +78,8 @@ def _cwd(session: CodexSession, params: Message) -> str:
     return session.workspace
 
 
-async def _thread(session: CodexSession, record: ThreadRecord, with_turns: bool) -> Message:
+async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: bool) -> Message:
+    """Codex's Thread for ``record`` (its turns with their items when ``with_turns``)."""
     turns: list[Message] = []
     preview = ""
     view = await session.runtime.threads.view(record, include_turns=True)
@@ -174,7 +175,7 @@ async def thread_start(session: CodexSession, params: Message) -> Any:
     )
     session.policies[record.id] = session.policies.pop("")
     await session.streams.watch(record.id)
-    thread = await _thread(session, record, with_turns=False)
+    thread = await codex_thread(session, record, with_turns=False)
     return Reply(_settings(session, record, thread), [("thread/started", {"thread": thread})])
 
 
@@ -197,7 +198,7 @@ async def thread_resume(session: CodexSession, params: Message) -> Message:
         record = await threads.get(thread_id)
     await session.streams.watch(record.id)
     exclude = params.get("excludeTurns") is True
-    thread = await _thread(session, record, with_turns=not exclude)
+    thread = await codex_thread(session, record, with_turns=not exclude)
     return _settings(session, record, thread)
 
 
@@ -206,7 +207,7 @@ async def thread_read(session: CodexSession, params: Message) -> Message:
     assert thread_id is not None
     record = await session.runtime.threads.get(thread_id)
     include = params.get("includeTurns") is True
-    return {"thread": await _thread(session, record, with_turns=include)}
+    return {"thread": await codex_thread(session, record, with_turns=include)}
 
 
 async def thread_list(session: CodexSession, params: Message) -> Message:

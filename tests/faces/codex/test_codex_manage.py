@@ -1,0 +1,123 @@
+"""The Codex face's thread-management, steering and catalogue methods, driven by
+OpenAI's Python SDK (``openai-codex``) through a recorder between it and
+``appserver-codex``: two threads running at once in one client, and every frame
+the face sent validated against the JSON Schema Codex 0.169 itself generates."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_codex import Codex, CodexConfig
+from openai_codex.client import CodexClient
+
+from tests.support.codex_clients import MISSING, codex_schema
+from tests.support.codex_frames import CodexSchema, check_frames
+from tests.support.servers import child_env
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+TEE = Path(__file__).resolve().parents[2] / "support" / "codex_tee.py"
+
+
+@pytest.fixture(scope="module")
+def schema() -> CodexSchema:
+    root = codex_schema()
+    if root is None:
+        pytest.skip(MISSING["schema"])
+    return CodexSchema(root)
+
+
+@pytest.fixture
+def frames(tmp_path: Path) -> Path:
+    return tmp_path / "frames.jsonl"
+
+
+@pytest.fixture
+def config(workspace: Path, frames: Path) -> CodexConfig:
+    env = child_env()
+    env["APPSERVER_PROVIDER"] = "offline"
+    env["CODEX_FRAMES_FILE"] = str(frames)
+    codex_bin = str(Path(sys.executable).parent / "appserver-codex")
+    argv = (sys.executable, str(TEE), codex_bin, "app-server", "--listen", "stdio://")
+    return CodexConfig(launch_args_override=argv, cwd=str(workspace), env=env)
+
+
+@pytest.fixture
+def codex(config: CodexConfig, frames: Path, schema: CodexSchema) -> Iterator[Codex]:
+    with Codex(config) as client:
+        yield client
+    assert check_frames(schema, frames) == []
+
+
+def test_archive_rename_compact_and_the_catalogue(codex: Codex, frames: Path) -> None:
+    thread = codex.thread_start()
+    assert thread.run("first words").final_response == "You said: first words"
+    thread.set_name("my thread")
+    assert thread.read().thread.name == "my thread"
+    thread.compact()
+    codex.thread_archive(thread.id)
+    assert thread.id not in [t.id for t in codex.thread_list().data]
+    assert thread.id in [t.id for t in codex.thread_list(archived=True).data]
+    assert codex.thread_unarchive(thread.id).id == thread.id
+    models = codex.models().data
+    assert [m.is_default for m in models].count(True) == 1
+    account = codex.account()
+    assert account.account is None and account.requires_openai_auth is False
+    codex.close()
+    sent = frames.read_text()
+    for method in ("thread/name/updated", "thread/archived", "thread/unarchived"):
+        assert f'"method":"{method}"' in sent
+    assert '"type":"contextCompaction"' in sent
+
+
+def test_turns_list_loaded_list_unsubscribe_and_delete(config: CodexConfig, frames: Path) -> None:
+    with CodexClient(config) as client:
+        client.initialize()
+        thread_id = client.thread_start({}).thread.id
+        for text in ("one", "two"):
+            turn = client.turn_start(thread_id, text).turn
+            while client.next_turn_notification(turn.id).method != "turn/completed":
+                pass
+        raw = client._request_raw
+        listed = raw("thread/turns/list", {"threadId": thread_id, "limit": 1})
+        assert isinstance(listed, dict) and len(listed["data"]) == 1
+        assert listed["data"][0]["items"][0]["content"][0]["text"] == "two"  # newest first
+        older = raw("thread/turns/list", {"threadId": thread_id, "cursor": listed["nextCursor"]})
+        assert isinstance(older, dict) and older["nextCursor"] is None
+        assert raw("thread/loaded/list", {}) == {"data": [thread_id], "nextCursor": None}
+        assert raw("thread/unsubscribe", {"threadId": thread_id}) == {"status": "unsubscribed"}
+        assert raw("thread/unsubscribe", {"threadId": thread_id}) == {"status": "notSubscribed"}
+        assert raw("thread/delete", {"threadId": thread_id}) == {}
+        assert raw("thread/unsubscribe", {"threadId": thread_id}) == {"status": "notLoaded"}
+
+
+def test_steer_reaches_the_running_turn(codex: Codex) -> None:
+    thread = codex.thread_start()
+    turn = thread.turn("?stream 200\n?delay 20")
+    steered = None
+    for note in turn.stream():
+        if note.method == "item/agentMessage/delta" and steered is None:
+            steered = turn.steer("and also this")
+        if note.method == "turn/completed":
+            break
+    assert steered is not None and steered.turn_id == turn.id
+
+
+def test_two_threads_at_once_in_one_client(codex: Codex) -> None:
+    first, second = codex.thread_start(), codex.thread_start()
+    results: dict[str, Any] = {}
+
+    def run(name: str, thread: Any) -> None:
+        results[name] = thread.run(f"?stream 20\n?delay 5\n{name}").final_response
+
+    workers = [threading.Thread(target=run, args=(n, t)) for n, t in (("A", first), ("B", second))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert set(results) == {"A", "B"}
+    assert "A" not in results["B"] and "B" not in results["A"]
