@@ -17,7 +17,7 @@ import pytest
 
 BIN = Path(sys.executable).parent
 CHAT = str(BIN / "appserver-client")
-TIMEOUT = 10
+TIMEOUT = 30  # generous: a loaded 2-core machine starts the chat and its server slowly
 APPROVAL = r"\[c\]ancel turn\? "
 
 
