@@ -76,5 +76,6 @@ def test_typing_while_a_turn_runs_is_kept_and_sent_after_it(
         child.send("\x15/show 1\r")  # Ctrl-U clears the draft
         child.expect_exact("[#1, 30 line(s)]")
         child.expect_exact("30")
+        child.expect_exact("you>")  # Ctrl-D at the prompt, not while /show still prints
         child.sendeof()
         assert finish(child) == 0

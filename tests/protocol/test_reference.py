@@ -161,7 +161,7 @@ def test_quickstart_starts_a_server_on_a_real_project() -> None:
     ]
     assert commands, "document `appserver app-server --listen ... --workspace DIR`"
     for line in commands:
-        words = shlex.split(line)
+        words = shlex.split(line, comments=True)
         assert words[0].endswith("appserver")
         args = build_parser("app-server").parse_args(words[1:])
         assert args.command == "app-server"

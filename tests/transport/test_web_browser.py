@@ -227,11 +227,12 @@ def test_a_thread_streams_a_reply_rendered_as_markdown(
     server = servers()
     page = tabs().open(server.base + "/")
     new_thread(page)
-    say(page, "?think weighing it up\n?stream 6\n?delay 60")
+    # 30 chunks 60 ms apart: long enough to be seen running on a loaded machine.
+    say(page, "?think weighing it up\n?stream 30\n?delay 60")
     # The reply streams: a partial text is on screen before the turn ends.
     page.wait_for_selector(f'{turn(page, 1)}[data-status="running"] .item-agentMessage')
     wait_turn(page, 1, "completed")
-    assert agent_text(page, 1) == chunks(6)
+    assert agent_text(page, 1) == chunks(30)
     # Reasoning is folded; usage is shown per turn.
     reasoning = page.locator(f"{turn(page, 1)} details.reasoning")
     assert reasoning.get_attribute("open") is None
