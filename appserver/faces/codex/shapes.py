@@ -81,9 +81,10 @@ def thread_shape(
     name: str | None,
     preview: str = "",
     turns: list[Json] | None = None,
+    forked_from_id: str | None = None,
 ) -> Json:
     created = unix_seconds(created_at) or 0
-    return {
+    shape: Json = {
         "id": thread_id,
         "sessionId": thread_id,
         "projectId": None,  # Codex 0.169 requires the member; we have no projects
@@ -100,6 +101,9 @@ def thread_shape(
         "name": name,
         "turns": turns or [],
     }
+    if forked_from_id is not None:
+        shape["forkedFromId"] = forked_from_id
+    return shape
 
 
 def turn_shape(
