@@ -9,7 +9,8 @@ else (``{}``, what the SDK answers requests it does not know) -> ``decline``.
 
 Threads started with ``approvalsReviewer: auto_review`` (the SDK's default:
 a model would review) or ``approvalPolicy: never`` are never asked: what
-would be asked is declined (fail closed). Other approval kinds (a file read
+would be asked is declined (fail closed), with a ``warning`` notification saying
+so. Other approval kinds (a file read
 outside the workspace, MCP tools) are not asked yet: declined.
 """
 
@@ -59,6 +60,16 @@ async def ask(
         raise QuestionRefused("the Codex client is gone")
     thread_id, turn_id = request.thread_id, request.turn_id
     if fail_closed(session, thread_id):
+        policy, reviewer = session.policies.get(thread_id, (None, "user"))
+        why = "approvalPolicy never" if policy == "never" else f"approvalsReviewer {reviewer}"
+        session.notify(
+            "warning",
+            {
+                "threadId": thread_id,
+                "message": f"Declined without asking ({why}: there is no approval reviewer "
+                f"here): {request.approval_type} {request.operation} {request.target}".rstrip(),
+            },
+        )
         return "decline"
     call = await session.streams.gated_call(thread_id, turn_id, request.item_id)
     params: dict[str, Any] = {

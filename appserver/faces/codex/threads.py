@@ -110,6 +110,14 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
                 started_at=turn.started_at,
                 completed_at=turn.completed_at,
                 error=turn.error,
+                error_code=next(
+                    (
+                        str(item.payload.get("code"))
+                        for item in turn.items or []
+                        if item.type == "error" and item.payload.get("fatal")
+                    ),
+                    None,
+                ),
                 items=items.finished,
             )
         )
