@@ -26,6 +26,7 @@ from appserver.protocol import (
     workspace,
 )
 from appserver.protocol import errors as rpc_errors
+from appserver.protocol import fork as fork_wire
 from appserver.protocol import threads as thread_wire
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import Empty
@@ -110,6 +111,17 @@ _CORE_METHODS: list[MethodSpec] = [
         "Drop the last `numTurns` turns from the thread's history; answers with the thread "
         "and its turns (paged like `thread/read`'s).",
         (*_THREAD_ERRORS, rpc_errors.THREAD_NOT_ACTIVE, rpc_errors.TURN_IN_PROGRESS),
+    ),
+    MethodSpec(
+        "thread/fork",
+        fork_wire.ThreadForkParams,
+        thread_wire.ThreadResult,
+        "threadFork",
+        "Start a new thread with a copy of a thread's history: its turns and items up to "
+        "`forkPoint` (absent: every turn that is not running), its configuration, its title + "
+        "` (fork)`; the new thread's `forkedFromId` names the source. Answers like `thread/read` "
+        "with turns (none with `excludeTurns`); everyone gets `thread/started`.",
+        (*_THREAD_ERRORS, rpc_errors.TURN_NOT_FOUND),
     ),
     MethodSpec(
         "thread/subscribe",

@@ -185,6 +185,8 @@ class Thread(WireModel):
     """Its per-thread overrides."""
     source: ThreadSource | None = None
     """What started it (`{kind: "user"}`, `{kind: "subagent", ...}`)."""
+    forked_from_id: str | None = None
+    """The thread it was forked from (`thread/fork`), if it was."""
     queued_inputs: list[dict[str, Any]] = Field(default_factory=list)
     """Inputs waiting for the running turn to end."""
     runtime: ThreadRuntimeState | None = None
@@ -262,7 +264,8 @@ class ThreadIdParams(WireModel):
     """The thread."""
 
 
-def _config_size(config: ThreadConfiguration | None) -> ThreadConfiguration | None:
+def config_size(config: ThreadConfiguration | None) -> ThreadConfiguration | None:
+    """``config`` unless it encodes larger than ``MAX_THREAD_CONFIG_BYTES``."""
     if config is not None:
         check_encoded_size(config, MAX_THREAD_CONFIG_BYTES)
     return config
@@ -284,7 +287,7 @@ class ThreadStartParams(WireModel):
     @field_validator("config")
     @classmethod
     def _config(cls, config: ThreadConfiguration | None) -> ThreadConfiguration | None:
-        return _config_size(config)
+        return config_size(config)
 
     @field_validator("dynamic_tools")
     @classmethod
@@ -411,7 +414,7 @@ class ThreadConfigUpdateParams(WireModel):
     @field_validator("config")
     @classmethod
     def _config(cls, config: ThreadConfiguration) -> ThreadConfiguration:
-        _config_size(config)
+        config_size(config)
         return config
 
 

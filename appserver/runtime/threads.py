@@ -203,6 +203,7 @@ class Threads:
             source=thread_wire.ThreadSource.model_validate(thread.source)
             if thread.source
             else None,
+            forked_from_id=thread.metadata.get("forkedFromId"),
             runtime=self.runtimes.snapshot(thread.id),
             queued_inputs=[entry.wire.to_wire() for entry in queue],
             turns=turns,

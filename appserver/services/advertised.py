@@ -38,7 +38,13 @@ class Declared:
 
 # The core methods (protocol/methods.py _CORE_METHODS), always served.
 CORE = Declared(
-    flags=("configOverride", "modeSwitch", "threadManagement", "threadSubscriptions"),
+    flags=(
+        "configOverride",
+        "modeSwitch",
+        "threadFork",
+        "threadManagement",
+        "threadSubscriptions",
+    ),
     features=("approvalFlow",),  # TurnService.register
 )
 

@@ -15,12 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from appserver.protocol import fork as fork_wire
 from appserver.protocol import threads as thread_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.encoding import model_json
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size, utf8_size
 from appserver.rpc.connection import RequestContext
 from appserver.rpc.framing import RawJSON
+from appserver.runtime.errors import InvalidInput
+from appserver.runtime.fork import ForkSpec, fork_thread
 from appserver.runtime.threads import NewThread, Threads
 from appserver.services.peer import Peer, peer_of
 from appserver.services.router import Router
@@ -50,6 +53,7 @@ class ThreadService:
             "thread/resume": self.resume,
             "thread/list": self.list_threads,
             "thread/rollback": self.rollback,
+            "thread/fork": self.fork,
             "thread/subscribe": self.subscribe,
             "thread/unsubscribe": self.unsubscribe,
             "thread/pause": self.pause,
@@ -195,6 +199,32 @@ class ThreadService:
     ) -> BaseModel | RawJSON:
         thread = await self.threads.rollback(params.thread_id, params.num_turns)
         return await self._paged_view(thread, True, None, None, hidden_item_types(peer_of(ctx)))
+
+    async def fork(
+        self, ctx: RequestContext, params: fork_wire.ThreadForkParams
+    ) -> BaseModel | RawJSON:
+        point, identity = params.fork_point, params.identity
+        if point is not None and point.item_id is not None:
+            raise InvalidInput("'forkPoint.itemId': forking inside a turn is not supported")
+        display_name = params.display_name.strip() if params.display_name else None
+        thread = await fork_thread(
+            self.threads,
+            ForkSpec(
+                thread_id=params.thread_id,
+                last_turn_id=point.turn_id if point is not None else None,
+                include_last=point is None or point.position == "after",
+                user_id=identity.user_id if identity is not None else None,
+                channel_name=identity.channel_name if identity is not None else None,
+                workspace_path=identity.workspace_path if identity is not None else None,
+                channel_context=identity.channel_context if identity is not None else None,
+                display_name=display_name or None,
+                configuration=params.config.to_wire() if params.config is not None else None,
+            ),
+        )
+        self.threads.engine.agent.tools.client_tools.claim(thread.id, peer_of(ctx))
+        return await self._paged_view(
+            thread, not params.exclude_turns, None, None, hidden_item_types(peer_of(ctx))
+        )
 
     async def subscribe(
         self, ctx: RequestContext, params: thread_wire.ThreadSubscribeParams

@@ -291,3 +291,33 @@ class ThreadRepository:
                 (thread_id, thread_id),
             )
             return dropped
+
+    async def copy_history(self, source_id: str, target_id: str, last_seq: int) -> None:
+        """Copy the turns of ``source_id`` numbered up to ``last_seq`` (and their
+        items, ids and numbers kept: both are per thread) into ``target_id``,
+        whose counters then continue after them."""
+        turn_columns = (
+            "seq, status, started_at, completed_at, token_usage_json, error,"
+            " origin_channel, initiator_json"
+        )
+        item_columns = "turn_id, id, seq, type, status, created_at, completed_at, payload_json"
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                f"INSERT INTO turns (thread_id, id, {turn_columns})"
+                f" SELECT ?, id, {turn_columns} FROM turns WHERE thread_id = ? AND seq <= ?",
+                (target_id, source_id, last_seq),
+            )
+            await conn.execute(
+                f"INSERT INTO items (thread_id, {item_columns})"
+                f" SELECT ?, {item_columns} FROM items WHERE thread_id = ? AND turn_id IN"
+                " (SELECT id FROM turns WHERE thread_id = ? AND seq <= ?)",
+                (target_id, source_id, source_id, last_seq),
+            )
+            await conn.execute(
+                "UPDATE threads SET"
+                " turn_count = (SELECT COUNT(*) FROM turns WHERE thread_id = ?),"
+                " turn_serial = (SELECT COALESCE(MAX(seq), 0) FROM turns WHERE thread_id = ?),"
+                " item_serial = (SELECT COALESCE(MAX(seq), 0) FROM items WHERE thread_id = ?)"
+                " WHERE id = ?",
+                (target_id, target_id, target_id, target_id),
+            )

@@ -9,6 +9,7 @@ METHODS = {
     "thread/start": threads.thread_start,
     "thread/resume": threads.thread_resume,
     "thread/read": threads.thread_read,
+    "thread/fork": threads.thread_fork,
     "thread/list": threads.thread_list,
     "turn/start": turns.turn_start,
     "turn/interrupt": turns.turn_interrupt,

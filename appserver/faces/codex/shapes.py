@@ -81,9 +81,10 @@ def thread_shape(
     name: str | None,
     preview: str = "",
     turns: list[Json] | None = None,
+    forked_from_id: str | None = None,
 ) -> Json:
     created = unix_seconds(created_at) or 0
-    return {
+    shape: Json = {
         "id": thread_id,
         "sessionId": thread_id,
         "projectId": None,  # Codex 0.169 requires the member; we have no projects
@@ -100,6 +101,29 @@ def thread_shape(
         "name": name,
         "turns": turns or [],
     }
+    if forked_from_id is not None:
+        shape["forkedFromId"] = forked_from_id
+    return shape
+
+
+# Our turn failure codes (the fatal ``error`` item's ``code``) -> Codex's
+# ``codexErrorInfo``; anything else is ``other``. We know no HTTP status.
+ERROR_INFO: dict[str, Json | str] = {
+    "provider_auth": "unauthorized",
+    "provider_rate_limit": "rateLimitExceeded",
+    "provider_unavailable": {"httpConnectionFailed": {"httpStatusCode": None}},
+    "provider_timeout": {"responseStreamDisconnected": {"httpStatusCode": None}},
+    "internal": "internalServerError",
+}
+
+
+def turn_error(message: str | None, code: str | None) -> Json:
+    """Codex's TurnError for a failed turn (``code``: ours, if known)."""
+    return {
+        "message": message or "the turn failed",
+        "codexErrorInfo": ERROR_INFO.get(code or "", "other"),
+        "additionalDetails": None,
+    }
 
 
 def turn_shape(
@@ -110,6 +134,7 @@ def turn_shape(
     started_at: str | None = None,
     completed_at: str | None = None,
     error: str | None = None,
+    error_code: str | None = None,
     items: list[Json] | None = None,
 ) -> Json:
     started = unix_seconds(started_at)
@@ -127,7 +152,7 @@ def turn_shape(
         "items": items or [],
         "itemsView": "full" if items is not None else "notLoaded",
         "status": codex_status,
-        "error": {"message": error or "the turn failed"} if codex_status == "failed" else None,
+        "error": turn_error(error, error_code) if codex_status == "failed" else None,
         "startedAt": started,
         "completedAt": completed,
         "durationMs": duration,

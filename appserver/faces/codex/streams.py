@@ -71,6 +71,7 @@ class Streams:
         self.workspace = workspace
         self.turns: dict[tuple[str, str], TurnItems] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
+        self.failures: dict[tuple[str, str], str] = {}  # our code of a turn's fatal error
         self.gates: dict[str, anyio.Event] = {}  # approvalRequest item id -> its call is out
         self.watched: set[str] = set()
 
@@ -143,6 +144,8 @@ class Streams:
                 notes = items.started(item.type, item.id, item.payload)
             else:
                 notes = items.completed(item.type, item.id, item.payload)
+                if item.type == "error" and item.payload.get("fatal"):
+                    self.failures[(thread_id, turn_id)] = str(item.payload.get("code") or "")
                 if item.type == "approvalRequest":
                     self.gates.setdefault(item.id, anyio.Event()).set()
         elif kind == "item/usage/delta":
@@ -182,6 +185,7 @@ class Streams:
             for method, body in items.unfinished("failed"):
                 self._emit(method, body, ids)
         message = str(error or turn.error or "") or None
+        code = self.failures.pop((thread_id, turn.id), None)
         shape = turn_shape(
             thread_id,
             turn.id,
@@ -189,5 +193,8 @@ class Streams:
             started_at=turn.started_at,
             completed_at=turn.completed_at,
             error=message,
+            error_code=code,
         )
+        if shape["error"] is not None:  # Codex says why first, then ends the turn
+            self.notify("error", {**ids, "error": shape["error"], "willRetry": False})
         self.notify("turn/completed", {"threadId": thread_id, "turn": shape})

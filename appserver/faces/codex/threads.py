@@ -20,6 +20,7 @@ from appserver.faces.codex.shapes import (
     codex_policy,
     our_policy,
     sandbox,
+    split_turn_key,
     thread_shape,
     turn_shape,
 )
@@ -109,6 +110,14 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
                 started_at=turn.started_at,
                 completed_at=turn.completed_at,
                 error=turn.error,
+                error_code=next(
+                    (
+                        str(item.payload.get("code"))
+                        for item in turn.items or []
+                        if item.type == "error" and item.payload.get("fatal")
+                    ),
+                    None,
+                ),
                 items=items.finished,
             )
         )
@@ -123,6 +132,7 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
         name=record.display_name,
         preview=preview,
         turns=turns if with_turns else [],
+        forked_from_id=record.metadata.get("forkedFromId"),
     )
 
 
@@ -200,6 +210,41 @@ async def thread_resume(session: CodexSession, params: Message) -> Message:
     exclude = params.get("excludeTurns") is True
     thread = await codex_thread(session, record, with_turns=not exclude)
     return _settings(session, record, thread)
+
+
+async def thread_fork(session: CodexSession, params: Message) -> Any:
+    """A new thread with the source's history through ``lastTurnId`` (all of it
+    when absent), its configuration and the Codex policy asked for here."""
+    from appserver.runtime.fork import ForkSpec, fork_thread
+
+    thread_id = text_param(params, "threadId", required=True)
+    assert thread_id is not None
+    last = text_param(params, "lastTurnId")
+    _cwd(session, params)
+    last_turn = None
+    if last is not None:
+        try:
+            owner, last_turn = split_turn_key(last)
+        except ValueError:
+            owner = ""
+        if owner != thread_id:
+            raise CodexError(f"Invalid request: turn {last} is not a turn of thread {thread_id}")
+    threads = session.runtime.threads
+    source = await threads.get(thread_id)
+    asked = _remember_policy(session, "", params)
+    shown = session.policies.pop("")
+    # The source's configuration, changed only where this request says so.
+    config = {**(source.configuration or {}), **{k: v for k, v in asked.items() if k in params}}
+    record = await fork_thread(
+        threads, ForkSpec(thread_id=thread_id, last_turn_id=last_turn, configuration=config)
+    )
+    if "approvalPolicy" in params:
+        session.policies[record.id] = shown
+    await session.streams.watch(record.id)
+    exclude = params.get("excludeTurns") is True
+    thread = await codex_thread(session, record, with_turns=not exclude)
+    started = await codex_thread(session, record, with_turns=False)
+    return Reply(_settings(session, record, thread), [("thread/started", {"thread": started})])
 
 
 async def thread_read(session: CodexSession, params: Message) -> Message:

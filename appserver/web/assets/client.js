@@ -49,6 +49,7 @@ var METHODS = [
   "thread/compact",
   "thread/config/update",
   "thread/delete",
+  "thread/fork",
   "thread/list",
   "thread/mode/set",
   "thread/pause",
@@ -162,6 +163,7 @@ var METHOD_INFO = {
   "thread/compact": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "thread/config/update": { capability: "configOverride", errors: [-32010, -32602] },
   "thread/delete": { capability: "threadManagement", errors: [-32010, -32602] },
+  "thread/fork": { capability: "threadFork", errors: [-32010, -32602, -32013] },
   "thread/list": { capability: "threadManagement", errors: [-32602] },
   "thread/mode/set": { capability: "modeSwitch", errors: [-32010, -32602] },
   "thread/pause": { capability: "threadManagement", errors: [-32010, -32602, -32011] },
@@ -588,6 +590,15 @@ var GeneratedMethods = class {
    */
   threadDelete(params, options) {
     return this.request("thread/delete", params, options);
+  }
+  /**
+   * Start a new thread with a copy of a thread's history: its turns and items up to `forkPoint` (absent: every turn that is not running), its configuration, its title + ` (fork)`; the new thread's `forkedFromId` names the source. Answers like `thread/read` with turns (none with `excludeTurns`); everyone gets `thread/started`.
+   *
+   * Wire method `thread/fork`; capability `threadFork`; errors -32010, -32602, -32013.
+   * Params: {@link ThreadForkParams}.
+   */
+  threadFork(params, options) {
+    return this.request("thread/fork", params, options);
   }
   /**
    * Thread summaries for an identity, newest activity first; optional keyset paging.

@@ -881,6 +881,20 @@ export interface FileRefPart {
   displayPath?: string | null;
 }
 
+/** Where a fork's copied history ends. */
+export interface ForkPoint {
+  /** A turn of the source thread (not a running one). */
+  turnId: string;
+  /** Not supported: a fork point inside a turn is refused. */
+  itemId?: string | null;
+  /**
+   * `after`: the turn is copied; `before`: only the turns before it.
+   *
+   * Default: `"after"`.
+   */
+  position?: "after" | "before";
+}
+
 /** Every remembered grant, oldest first. */
 export interface GrantListResult {
   /** The grants. */
@@ -1795,6 +1809,8 @@ export interface Thread {
   configuration?: ThreadConfiguration | null;
   /** What started it (`{kind: "user"}`, `{kind: "subagent", ...}`). */
   source?: ThreadSource | null;
+  /** The thread it was forked from (`thread/fork`), if it was. */
+  forkedFromId?: string | null;
   /** Inputs waiting for the running turn to end. */
   queuedInputs?: { [key: string]: unknown }[];
   /** Whether a turn is running or waiting. */
@@ -1850,6 +1866,26 @@ export interface ThreadConfiguration {
 export interface ThreadDeletedNotification {
   /** The deleted thread. */
   threadId: string;
+}
+
+/** `ThreadForkParams` on the wire. */
+export interface ThreadForkParams {
+  /** The thread to fork. */
+  threadId: string;
+  /** Where the copied history ends; absent: every turn that is not running. */
+  forkPoint?: ForkPoint | null;
+  /** Who owns the fork; absent: the source's owner, channel and workspace. */
+  identity?: SessionIdentity | null;
+  /** The fork's configuration; absent: the source's. */
+  config?: ThreadConfiguration | null;
+  /** The fork's title; absent: the source's title + ` (fork)`. */
+  displayName?: string | null;
+  /**
+   * Answer without the fork's turns.
+   *
+   * Default: `false`.
+   */
+  excludeTurns?: boolean;
 }
 
 /** `ThreadIdParams` on the wire. */
@@ -2726,6 +2762,13 @@ export interface Methods {
    */
   "thread/delete": { params: ThreadIdParams; result: Empty };
   /**
+   * Start a new thread with a copy of a thread's history: its turns and items up to `forkPoint` (absent: every turn that is not running), its configuration, its title + ` (fork)`; the new thread's `forkedFromId` names the source. Answers like `thread/read` with turns (none with `excludeTurns`); everyone gets `thread/started`.
+   *
+   * Wire method `thread/fork`; capability `threadFork`; errors -32010, -32602, -32013.
+   * Params: {@link ThreadForkParams}.
+   */
+  "thread/fork": { params: ThreadForkParams; result: ThreadResult };
+  /**
    * Thread summaries for an identity, newest activity first; optional keyset paging.
    *
    * Wire method `thread/list`; capability `threadManagement`; errors -32602.
@@ -3136,6 +3179,7 @@ export const METHODS: readonly Method[] = [
   "thread/compact",
   "thread/config/update",
   "thread/delete",
+  "thread/fork",
   "thread/list",
   "thread/mode/set",
   "thread/pause",
@@ -3255,6 +3299,7 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "thread/compact": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "thread/config/update": { capability: "configOverride", errors: [-32010, -32602] },
   "thread/delete": { capability: "threadManagement", errors: [-32010, -32602] },
+  "thread/fork": { capability: "threadFork", errors: [-32010, -32602, -32013] },
   "thread/list": { capability: "threadManagement", errors: [-32602] },
   "thread/mode/set": { capability: "modeSwitch", errors: [-32010, -32602] },
   "thread/pause": { capability: "threadManagement", errors: [-32010, -32602, -32011] },
@@ -3744,6 +3789,16 @@ export abstract class GeneratedMethods {
    */
   threadDelete(params: ThreadIdParams, options?: RequestOptions): Promise<Empty> {
     return this.request("thread/delete", params, options);
+  }
+
+  /**
+   * Start a new thread with a copy of a thread's history: its turns and items up to `forkPoint` (absent: every turn that is not running), its configuration, its title + ` (fork)`; the new thread's `forkedFromId` names the source. Answers like `thread/read` with turns (none with `excludeTurns`); everyone gets `thread/started`.
+   *
+   * Wire method `thread/fork`; capability `threadFork`; errors -32010, -32602, -32013.
+   * Params: {@link ThreadForkParams}.
+   */
+  threadFork(params: ThreadForkParams, options?: RequestOptions): Promise<ThreadResult> {
+    return this.request("thread/fork", params, options);
   }
 
   /**

@@ -1,13 +1,14 @@
 """``appserver-codex app-server``, driven by OpenAI's own Python SDK (``openai-codex``)
 as its users drive Codex: ``CodexConfig(codex_bin=...)`` and nothing else, the
 offline model making every turn deterministic. The SDK validates every result
-and typed notification with its generated models of Codex's schema, so a shape
-we get wrong fails here."""
+and typed notification with its generated models of Codex's schema, and a
+recorder between it and the face (``teed_bin``) has every frame of each session
+checked against the JSON Schema Codex 0.169 generates, so a shape we get wrong
+fails here."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,30 +17,33 @@ import pytest
 from openai_codex import Codex, CodexConfig
 from openai_codex.client import CodexClient
 
+from tests.support.codex_frames import CodexSchema, check_frames
 from tests.support.servers import child_env
 
 # The SDK's close() leaves its pipes to the garbage collector (openai-codex 0.163.0).
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
-def _codex_bin() -> str:
-    """The installed ``appserver-codex`` console script next to this interpreter, as a
-    user's ``CodexConfig(codex_bin=...)`` names it."""
-    path = Path(sys.executable).parent / "appserver-codex"
-    assert path.exists(), "the appserver-codex console script is not installed (make)"
-    return str(path)
-
-
 @pytest.fixture
-def config(workspace: Path) -> CodexConfig:
+def config(workspace: Path, teed_bin: str) -> CodexConfig:
     env = child_env()
     env["APPSERVER_PROVIDER"] = "offline"
     return CodexConfig(
-        codex_bin=_codex_bin(),
+        codex_bin=teed_bin,  # appserver-codex behind the recorder (conftest.py)
         cwd=str(workspace),
         env=env,
         config_overrides=('model_provider="offline"', "sandbox_mode=workspace-write", "x=1"),
     )
+
+
+@pytest.fixture(autouse=True)
+def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
+    """Every frame of each session, checked against Codex 0.169's own schema
+    (where it can be made: it needs npm)."""
+    yield
+    assert frames.stat().st_size > 0  # the recorder was in the way
+    if optional_schema is not None:
+        assert check_frames(optional_schema, frames) == []
 
 
 @pytest.fixture

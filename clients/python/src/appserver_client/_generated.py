@@ -74,6 +74,7 @@ __all__ = [
     "ExternalChannelUpsertParams",
     "FileChange",
     "FileRefPart",
+    "ForkPoint",
     "GeneratedMethods",
     "GrantListResult",
     "GrantRevokeParams",
@@ -155,6 +156,7 @@ __all__ = [
     "ThreadConfigUpdateParams",
     "ThreadConfiguration",
     "ThreadDeletedNotification",
+    "ThreadForkParams",
     "ThreadIdParams",
     "ThreadListParams",
     "ThreadListResult",
@@ -778,6 +780,14 @@ class FileRefPart(TypedDict):
     type: Literal["fileRef"]
     path: str
     displayPath: NotRequired[str | None]
+
+
+class ForkPoint(TypedDict):
+    """Where a fork's copied history ends."""
+
+    turnId: str
+    itemId: NotRequired[str | None]
+    position: NotRequired[Literal["after", "before"]]  # default: "after"
 
 
 class GrantListResult(TypedDict):
@@ -1429,6 +1439,7 @@ class Thread(TypedDict):
     metadata: NotRequired[dict[str, str]]
     configuration: NotRequired[ThreadConfiguration | None]
     source: NotRequired[ThreadSource | None]
+    forkedFromId: NotRequired[str | None]
     queuedInputs: NotRequired[list[dict[str, Any]]]
     runtime: NotRequired[ThreadRuntimeState | None]
     turns: NotRequired[list[Turn]]
@@ -1466,6 +1477,17 @@ class ThreadDeletedNotification(TypedDict):
     """``ThreadDeletedNotification`` on the wire."""
 
     threadId: str
+
+
+class ThreadForkParams(TypedDict):
+    """``ThreadForkParams`` on the wire."""
+
+    threadId: str
+    forkPoint: NotRequired[ForkPoint | None]
+    identity: NotRequired[SessionIdentity | None]
+    config: NotRequired[ThreadConfiguration | None]
+    displayName: NotRequired[str | None]
+    excludeTurns: NotRequired[bool]  # default: false
 
 
 class ThreadIdParams(TypedDict):
@@ -1907,6 +1929,7 @@ METHODS: Final[dict[str, str]] = {
     "thread/compact": "thread_compact",
     "thread/config/update": "thread_config_update",
     "thread/delete": "thread_delete",
+    "thread/fork": "thread_fork",
     "thread/list": "thread_list",
     "thread/mode/set": "thread_mode_set",
     "thread/pause": "thread_pause",
@@ -2698,6 +2721,39 @@ class GeneratedMethods:
         params = _params({"threadId": thread_id}, {})
         reply = await self.request("thread/delete", params, timeout=timeout)
         return cast(Empty, reply)
+
+    async def thread_fork(
+        self,
+        *,
+        thread_id: str,
+        fork_point: ForkPoint | None = None,
+        identity: SessionIdentity | None = None,
+        config: ThreadConfiguration | None = None,
+        display_name: str | None = None,
+        exclude_turns: bool | None = None,
+        timeout: float | None = None,
+    ) -> ThreadResult:
+        """Start a new thread with a copy of a thread's history: its turns and items up to
+        `forkPoint` (absent: every turn that is not running), its configuration, its title + `
+        (fork)`; the new thread's `forkedFromId` names the source. Answers like `thread/read`
+        with turns (none with `excludeTurns`); everyone gets `thread/started`.
+
+        Wire method ``thread/fork``; capability ``threadFork``; errors -32010, -32602, -32013.
+        Params: :class:`ThreadForkParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {"threadId": thread_id},
+            {
+                "forkPoint": fork_point,
+                "identity": identity,
+                "config": config,
+                "displayName": display_name,
+                "excludeTurns": exclude_turns,
+            },
+        )
+        reply = await self.request("thread/fork", params, timeout=timeout)
+        return cast(ThreadResult, reply)
 
     async def thread_list(
         self,

@@ -1,0 +1,49 @@
+"""The recorder the Codex face's SDK tests run the face behind: a ``codex_bin``
+that starts ``appserver-codex`` through tests/support/codex_tee.py, so every
+frame of a session can be checked against Codex 0.169's own JSON Schema."""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.codex_clients import codex_schema
+from tests.support.codex_frames import CodexSchema
+
+TEE = Path(__file__).resolve().parents[2] / "support" / "codex_tee.py"
+
+
+def codex_bin() -> str:
+    """The installed ``appserver-codex`` console script next to this interpreter."""
+    path = Path(sys.executable).parent / "appserver-codex"
+    assert path.exists(), "the appserver-codex console script is not installed (make)"
+    return str(path)
+
+
+@pytest.fixture
+def frames(tmp_path: Path) -> Path:
+    """Where the recorder writes the face's frames (``.in``: the client's)."""
+    return tmp_path / "frames.jsonl"
+
+
+@pytest.fixture
+def teed_bin(tmp_path: Path, frames: Path) -> str:
+    """A ``codex_bin`` that is ``appserver-codex`` behind the recorder: the SDK
+    builds its command line (``-c`` pairs, ``app-server --listen``) as for Codex."""
+    script = tmp_path / "appserver-codex-teed"
+    script.write_text(
+        f'#!/bin/sh\nCODEX_FRAMES_FILE="{frames}" exec "{sys.executable}" "{TEE}" '
+        f'"{codex_bin()}" "$@"\n'
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+@pytest.fixture(scope="session")
+def optional_schema() -> CodexSchema | None:
+    """Codex 0.169's schema, or ``None`` where it cannot be made (no npm)."""
+    root = codex_schema()
+    return CodexSchema(root) if root is not None else None

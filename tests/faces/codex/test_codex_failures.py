@@ -1,0 +1,124 @@
+"""Failed turns and refused approvals as Codex reports them, driven by OpenAI's
+Python SDK: a failed turn's ``error`` notification, then ``turn/completed``
+with ``codexErrorInfo`` mapped from our error code (the offline model's
+``?fail KIND``); a ``warning`` when a policy declines without asking. Every
+frame validates against Codex 0.169's own schema."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai_codex import CodexConfig
+from openai_codex.client import CodexClient
+
+from tests.support.codex_frames import CodexSchema, check_frames
+from tests.support.servers import child_env
+
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@pytest.fixture
+def config(workspace: Path, teed_bin: str) -> CodexConfig:
+    env = child_env()
+    env["APPSERVER_PROVIDER"] = "offline"
+    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
+
+
+@pytest.fixture(autouse=True)
+def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
+    yield
+    assert frames.stat().st_size > 0  # the recorder was in the way
+    if optional_schema is not None:
+        assert check_frames(optional_schema, frames) == []
+
+
+def sent(frames: Path, method: str) -> list[dict[str, Any]]:
+    notes = [json.loads(line) for line in frames.read_text().splitlines()]
+    return [n["params"] for n in notes if n.get("method") == method]
+
+
+def run(client: CodexClient, thread_id: str, text: str) -> list[Any]:
+    turn = client.turn_start(thread_id, text).turn
+    notes = []
+    while True:
+        note = client.next_turn_notification(turn.id)
+        notes.append(note)
+        if note.method == "turn/completed":
+            return notes
+
+
+EXPECTED = {
+    "auth": "unauthorized",
+    "rate_limit": "rateLimitExceeded",
+    "unavailable": {"httpConnectionFailed": {"httpStatusCode": None}},
+    "timeout": {"responseStreamDisconnected": {"httpStatusCode": None}},
+    "other": "other",
+}
+
+
+def test_a_failed_turn_says_why_in_codex_words(config: CodexConfig, frames: Path) -> None:
+    with CodexClient(config) as client:
+        client.initialize()
+        thread_id = client.thread_start({}).thread.id
+        for kind in EXPECTED:
+            notes = run(client, thread_id, f"?fail {kind} no luck")
+            assert notes[-1].payload.turn.status.value == "failed"
+            assert "no luck" in notes[-1].payload.turn.error.message
+        read = client._request_raw("thread/read", {"threadId": thread_id, "includeTurns": True})
+    errors = sent(frames, "error")
+    ended = [n["turn"] for n in sent(frames, "turn/completed")]
+    assert [e["error"]["codexErrorInfo"] for e in errors] == list(EXPECTED.values())
+    assert [t["error"]["codexErrorInfo"] for t in ended] == list(EXPECTED.values())
+    assert all(e["willRetry"] is False for e in errors)
+    assert [e["turnId"] for e in errors] == [t["id"] for t in ended]
+    # The error comes right before its turn's end.
+    order = [json.loads(line).get("method") for line in frames.read_text().splitlines()]
+    ends = [i for i, m in enumerate(order) if m == "turn/completed"]
+    assert all(order[i - 1] == "error" for i in ends)
+    assert isinstance(read, dict)
+    stored = [t["error"]["codexErrorInfo"] for t in read["thread"]["turns"]]
+    assert stored == list(EXPECTED.values())
+
+
+OUTSIDE = '?tool read_file {"path": "/etc/hostname"}'
+
+
+@pytest.mark.parametrize(
+    ("policy", "text", "what"),
+    [
+        (
+            {"approvalPolicy": "untrusted", "approvalsReviewer": "auto_review"},
+            "!touch never",
+            "touch never",
+        ),
+        ({"approvalPolicy": "never"}, OUTSIDE, "/etc/hostname"),
+    ],
+)
+def test_a_policy_that_fails_closed_warns(
+    config: CodexConfig,
+    frames: Path,
+    workspace: Path,
+    policy: dict[str, str],
+    text: str,
+    what: str,
+) -> None:
+    asked: list[str] = []
+
+    def handler(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        asked.append(method)
+        return {"decision": "accept"}
+
+    with CodexClient(config, approval_handler=handler) as client:
+        client.initialize()
+        started = client.thread_start(policy)
+        notes = run(client, started.thread.id, text)
+    assert asked == [] and not (workspace / "never").exists()
+    assert notes[-1].payload.turn.status.value == "completed"
+    (warning,) = sent(frames, "warning")
+    assert warning["threadId"] == started.thread.id
+    assert "Declined without asking" in warning["message"]
+    assert what in warning["message"]
