@@ -30,8 +30,8 @@ from appserver.providers import ProviderSettings, key_variables, make_provider, 
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
-from appserver.storage.db import locked_database
 from appserver.storage.lock import WorkspaceLock
+from appserver.storage.opening import locked_database
 from appserver.storage.trust import settle_trust
 from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import (

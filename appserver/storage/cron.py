@@ -73,12 +73,16 @@ def _job(row: Row) -> CronJobRecord:
     )
 
 
+# Unix seconds by SQLite's clock (every process on the machine shares it).
+_SQLITE_EPOCH = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
 class CronRepository:
     """Cron jobs and the heartbeat row. Every write is one transaction."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        # Nodes sharing a PostgreSQL database: (this node, lease seconds).
+        # Nodes sharing the database: (this node, lease seconds).
         # Due runs are then claimed, so one node runs each.
         self.cluster: tuple[str, float] | None = None
 
@@ -87,10 +91,14 @@ class CronRepository:
         if self.cluster is None:
             return "", []
         node, lease = self.cluster
+        fresh = (
+            "heartbeat_at > now() - make_interval(secs => ?)"
+            if self.db.dialect == "postgresql"
+            else f"heartbeat_at > {_SQLITE_EPOCH} - ?"  # Unix seconds (migrations/0013)
+        )
         return (
             " AND (claimed_by IS NULL OR claimed_by = ? OR claimed_by NOT IN"
-            " (SELECT node_id FROM cluster_nodes"
-            " WHERE heartbeat_at > now() - make_interval(secs => ?)))",
+            f" (SELECT node_id FROM cluster_nodes WHERE {fresh}))",
             [node, lease],
         )
 
@@ -118,11 +126,14 @@ class CronRepository:
             await conn.execute(
                 "INSERT INTO heartbeat_state (id) VALUES (1) ON CONFLICT (id) DO NOTHING"
             )
+            now_ms = (
+                "(extract(epoch FROM now()) * 1000)::bigint"
+                if self.db.dialect == "postgresql"
+                else f"CAST({_SQLITE_EPOCH} * 1000 AS INTEGER)"
+            )
             changed = await conn.execute(
-                "UPDATE heartbeat_state SET last_run_at_ms ="
-                " (extract(epoch FROM now()) * 1000)::bigint WHERE id = 1"
-                " AND (last_run_at_ms IS NULL"
-                " OR last_run_at_ms < (extract(epoch FROM now()) * 1000)::bigint - ?)",
+                f"UPDATE heartbeat_state SET last_run_at_ms = {now_ms} WHERE id = 1"
+                f" AND (last_run_at_ms IS NULL OR last_run_at_ms < {now_ms} - ?)",
                 (window_ms,),
             )
         return changed > 0
