@@ -42,7 +42,7 @@ from appserver.storage.cluster_common import (
     TurnTakenOver,
 )
 from appserver.storage.db import SqliteDatabase
-from appserver.storage.lock import WorkspaceLock
+from appserver.storage.lock import UnsafeLockFile, WorkspaceLock
 
 POLL_INTERVAL = 0.05  # seconds between checks for other processes' commits
 ANNOUNCEMENT_RETENTION = 60.0  # seconds an announcement is kept for slow pollers
@@ -121,6 +121,12 @@ class SqliteClusterStore:
         """Say this process is alive (its first heartbeat), holding its node lock
         (taken after the row: a process with no lock yet runs no turn to sweep)."""
         self.workspace_path = workspace_path
+        for directory in (self.locks_dir, self.nodes_dir):
+            if directory.is_symlink():  # as for the workspace lock: never write elsewhere
+                raise UnsafeLockFile(
+                    f"refusing to use {directory}: it is a symbolic link; the workspace's "
+                    ".craft/ holds the server's own files (remove it and start again)"
+                )
         await self.db.run_transaction(_join, self.node_id, workspace_path)
         if self._node_lock is None:
             lock = WorkspaceLock(self.nodes_dir / f"{self.node_id}.lock")
