@@ -26,7 +26,7 @@ from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
 from appserver.runtime.state import RuntimeStates
-from appserver.runtime.turns.recovery import fail_interrupted
+from appserver.runtime.turns.recovery import RECOVERED_ERROR, fail_interrupted
 from appserver.storage.cluster_common import NodeStore, WorkspaceMismatch
 from appserver.storage.threads import ThreadRepository
 
@@ -36,6 +36,12 @@ WORKSPACE_MARK = "cluster-workspace"  # under .craft/: the token every node must
 DELTA_RETENTION = 300.0  # seconds a completed item's stored deltas are kept
 
 Command = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+PROCESS_LOST = (
+    "The appserver process running this turn stopped; another process serving the "
+    "workspace marked the turn failed."
+)
 
 
 def lost_error(silence: float) -> str:
@@ -138,7 +144,7 @@ class ClusterNode:
                 self._tg = tg
                 await tg.start(self.shared.run)
                 await tg.start(self.store.follow, self)
-                await self.sweep()
+                await self.sweep(starting=True)
                 tg.start_soon(self._heartbeat)
                 tg.start_soon(self._sweeper)
                 task_status.started()
@@ -178,8 +184,11 @@ class ClusterNode:
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)
 
-    async def sweep(self) -> int:
-        """Fail the running turns of dead nodes that this node claims."""
+    async def sweep(self, starting: bool = False) -> int:
+        """Fail the running turns of dead nodes that this node claims.
+        ``starting``: this process's first sweep; on the workspace's own file,
+        what it fails is what a restart fails, and says so as a restart does."""
+        restart = starting and not self.store.remote
         self.peers = len(await self.store.live_peers(self.silence))
         failed = 0
         for thread_id, turn_id in await self.store.claim_orphaned_turns(self.silence):
@@ -188,7 +197,11 @@ class ClusterNode:
                 if turn is None or turn.status not in ("running", "waitingApproval"):
                     continue
                 log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
-                await fail_interrupted(self.journal, self.repo, turn, lost_error(self.silence))
+                if restart:
+                    error = RECOVERED_ERROR
+                else:
+                    error = lost_error(self.silence) if self.store.remote else PROCESS_LOST
+                await fail_interrupted(self.journal, self.repo, turn, error)
                 await self.states.announce_idle(thread_id)
                 failed += 1
             except Exception:
