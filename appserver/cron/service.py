@@ -261,7 +261,7 @@ class CronService:
                         await self._execute(job)
                     continue  # else another node took it first
                 earliest = await self.repo.earliest_run()
-                if self.repo.cluster is not None:
+                if self.repo.cluster is not None and self.repo.peers():
                     # Look again within a lease: a node running a job may die
                     # (its run is then due here), and others' changes wake no one here.
                     soon = self.clock.now_ms() + int(self.repo.cluster[1] * 1000)

@@ -132,6 +132,8 @@ def install(server: FamilyContext) -> None:
     cluster = server.runtime.cluster
     if cluster is not None:
         repo.cluster = (cluster.node_id, cluster.silence)
+        node = cluster
+        repo.peers = lambda: node.peers
     runner = JobRunner(server.runtime.engine, server.threads, accepting=_not_draining(server))
 
     heartbeat = HeartbeatService(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,9 @@ class CronRepository:
         # Nodes sharing the database: (this node, lease seconds).
         # Due runs are then claimed, so one node runs each.
         self.cluster: tuple[str, float] | None = None
+        # How many other nodes were alive at the last sweep (none: nobody
+        # else can claim or change a job, so nothing needs looking at early).
+        self.peers: Callable[[], int] = lambda: 0
 
     def _unclaimed(self) -> tuple[str, list[Any]]:
         """SQL (and its arguments) keeping out jobs another live node is running."""
@@ -118,8 +122,9 @@ class CronRepository:
 
     async def claim_heartbeat(self, interval_s: float) -> bool:
         """Whether this node runs the periodic heartbeat now: none ran within
-        most of an interval, by the database's clock (always ``True`` on one node)."""
-        if self.cluster is None:
+        most of an interval, by the database's clock (always ``True`` on one node,
+        or while no other node is alive)."""
+        if self.cluster is None or not self.peers():
             return True
         window_ms = int(interval_s * 900)  # 90 %: timers on several nodes drift
         async with self.db.transaction() as conn:
