@@ -88,7 +88,8 @@ class CronRepository:
         self.cluster: tuple[str, float] | None = None
         # How many other nodes were alive at the last sweep (none: nobody
         # else can claim or change a job, so nothing needs looking at early).
-        self.peers: Callable[[], int] = lambda: 0
+        # Unknown unless told: assume there are some.
+        self.peers: Callable[[], int] = lambda: 1
 
     def _unclaimed(self) -> tuple[str, list[Any]]:
         """SQL (and its arguments) keeping out jobs another live node is running."""
