@@ -358,8 +358,8 @@ def serve_command(args: argparse.Namespace) -> int:
     if websocket is None and listen.stdio and args.store is None:
         # Lock the workspace and create its database in a thread while the
         # server's modules import (the paths and lock info AppServer.open uses).
-        from appserver.storage.db import Preparation
         from appserver.storage.lock import WorkspaceLock
+        from appserver.storage.opening import Preparation
 
         craft_dir = workspace.resolve() / ".craft"
         info = {"workspacePath": str(workspace.resolve()), "version": __version__}

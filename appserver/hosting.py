@@ -31,8 +31,8 @@ from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
 from appserver.storage.craft_ignore import write_craft_gitignore
-from appserver.storage.db import locked_database
 from appserver.storage.lock import WorkspaceLock
+from appserver.storage.opening import locked_database
 from appserver.storage.trust import settle_trust
 from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import (

@@ -255,13 +255,15 @@ class CronService:
                 await changed.wait()
                 continue
             try:
-                job = await self._next_job()
+                job, manual = await self._next_job()
                 if job is not None:
-                    if await self.repo.claim(job):
+                    # A cron/run request is this process's own: not claimed
+                    # (a disabled job could not be); due runs are.
+                    if manual or await self.repo.claim(job):
                         await self._execute(job)
                     continue  # else another node took it first
                 earliest = await self.repo.earliest_run()
-                if self.repo.cluster is not None:
+                if self.repo.cluster is not None and self.repo.peers():
                     # Look again within a lease: a node running a job may die
                     # (its run is then due here), and others' changes wake no one here.
                     soon = self.clock.now_ms() + int(self.repo.cluster[1] * 1000)
@@ -272,12 +274,13 @@ class CronService:
                 continue
             await sleep_until_or_woken(self.clock, earliest, changed)
 
-    async def _next_job(self) -> CronJobRecord | None:
+    async def _next_job(self) -> tuple[CronJobRecord | None, bool]:
+        """The next job to run, and whether a ``cron/run`` request asked for it."""
         while self._manual:
             job = await self.repo.get(self._manual.pop(0))
             if job is not None:
-                return job
-        return await self.repo.first_due(self.clock.now_ms())
+                return job, True
+        return await self.repo.first_due(self.clock.now_ms()), False
 
     async def _execute(self, job: CronJobRecord) -> None:
         started = self.clock.now_ms()

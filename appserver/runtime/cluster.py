@@ -1,7 +1,9 @@
-"""This node among several that share one PostgreSQL database.
+"""This node among several that share one database: PostgreSQL, or the
+workspace's SQLite file that every process serving the workspace opens.
 
-A node heartbeats (every lease/4), follows the other nodes' events on a
-``LISTEN`` connection (runtime/shared_log.py delivers them), carries out the
+A node heartbeats (every lease/4), follows the other nodes' events through
+its store's feed (PostgreSQL ``LISTEN``; SQLite polling), which
+runtime/shared_log.py delivers, carries out the
 commands other nodes send it (an interrupt, a steer, an approval's answer for
 a turn it runs), and sweeps: a running turn whose node has missed three
 heartbeats is failed within the lease, by exactly one node, with one
@@ -10,7 +12,6 @@ heartbeats is failed within the lease, by exactly one node, with one
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,7 +19,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-import asyncpg
 
 from appserver.protocol.threads import ThreadRuntimeChangedNotification
 from appserver.runtime.approvals import ApprovalBroker
@@ -26,22 +26,22 @@ from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
 from appserver.runtime.state import RuntimeStates
-from appserver.runtime.turns.recovery import fail_interrupted
-from appserver.storage.cluster import (
-    COMMANDS_CHANNEL,
-    EVENTS_CHANNEL,
-    ClusterStore,
-    WorkspaceMismatch,
-)
+from appserver.runtime.turns.recovery import RECOVERED_ERROR, fail_interrupted
+from appserver.storage.cluster_common import NodeStore, WorkspaceMismatch
 from appserver.storage.threads import ThreadRepository
 
 log = logging.getLogger("appserver.cluster")
 
 WORKSPACE_MARK = "cluster-workspace"  # under .craft/: the token every node must see
 DELTA_RETENTION = 300.0  # seconds a completed item's stored deltas are kept
-RECONNECT_DELAY = 0.5
 
 Command = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+PROCESS_LOST = (
+    "The appserver process running this turn stopped; another process serving the "
+    "workspace marked the turn failed."
+)
 
 
 def lost_error(silence: float) -> str:
@@ -56,7 +56,7 @@ class ClusterNode:
 
     def __init__(
         self,
-        store: ClusterStore,
+        store: NodeStore,
         journal: ThreadJournal,
         repo: ThreadRepository,
         states: RuntimeStates,
@@ -105,8 +105,11 @@ class ClusterNode:
         The first node writes the database's token into the workspace; a node
         that finds another token, or none while other nodes are alive, is on
         another directory (not the shared storage) and would fail later, when
-        a turn reads files another node wrote.
+        a turn reads files another node wrote. (Not for the workspace's own
+        SQLite file: it cannot belong to another directory.)
         """
+        if not self.store.remote:
+            return
         token = await self.store.workspace_token()
         mark = self.workspace / ".craft" / WORKSPACE_MARK
         try:
@@ -121,12 +124,7 @@ class ClusterNode:
                 f"({mark} holds another token): nodes sharing a database must share "
                 "one workspace directory"
             )
-        others = await self.store.pool.fetchval(
-            "SELECT count(*) FROM cluster_nodes WHERE node_id <> $1"
-            " AND heartbeat_at > now() - make_interval(secs => $2)",
-            self.node_id,
-            self.silence,
-        )
+        others = len(await self.store.live_peers(self.silence))
         if others:
             raise WorkspaceMismatch(
                 f"workspace {self.workspace} is not the one the other {others} node(s) use "
@@ -145,8 +143,8 @@ class ClusterNode:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 await tg.start(self.shared.run)
-                await tg.start(self._listen)
-                await self.sweep()
+                await tg.start(self.store.follow, self)
+                await self.sweep(starting=True)
                 tg.start_soon(self._heartbeat)
                 tg.start_soon(self._sweeper)
                 task_status.started()
@@ -186,8 +184,11 @@ class ClusterNode:
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)
 
-    async def sweep(self) -> int:
-        """Fail the running turns of dead nodes that this node claims."""
+    async def sweep(self, starting: bool = False) -> int:
+        """Fail the running turns of dead nodes that this node claims.
+        ``starting``: this process's first sweep; on the workspace's own file,
+        what it fails is what a restart fails, and says so as a restart does."""
+        restart = starting and not self.store.remote
         self.peers = len(await self.store.live_peers(self.silence))
         failed = 0
         for thread_id, turn_id in await self.store.claim_orphaned_turns(self.silence):
@@ -196,7 +197,11 @@ class ClusterNode:
                 if turn is None or turn.status not in ("running", "waitingApproval"):
                     continue
                 log.warning("failing turn %s on %s: its node stopped", turn_id, thread_id)
-                await fail_interrupted(self.journal, self.repo, turn, lost_error(self.silence))
+                if restart:
+                    error = RECOVERED_ERROR
+                else:
+                    error = lost_error(self.silence) if self.store.remote else PROCESS_LOST
+                await fail_interrupted(self.journal, self.repo, turn, error)
                 await self.states.announce_idle(thread_id)
                 failed += 1
             except Exception:
@@ -212,47 +217,22 @@ class ClusterNode:
             assert isinstance(params, ThreadRuntimeChangedNotification)
             self.states.adopt(params.thread_id, params.runtime)
 
-    # --- the LISTEN connection ---------------------------------------------------------
+    # --- the store's feed (FeedHandler) -------------------------------------------------
 
-    async def _listen(self, task_status: anyio.abc.TaskStatus[None]) -> None:
-        started = False
-        while True:
-            lost = anyio.Event()
-            try:
-                conn = await asyncpg.connect(self.store.db.url)
-            except (OSError, asyncpg.PostgresError) as exc:
-                if not started:
-                    raise
-                log.warning("event feed: cannot reconnect: %s", exc)
-                await anyio.sleep(RECONNECT_DELAY)
-                continue
-            try:
-                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
-                await conn.add_listener(EVENTS_CHANNEL, self._on_events)
-                await conn.add_listener(COMMANDS_CHANNEL, self._on_command)
-                if started:
-                    # Whatever was announced while the feed was down.
-                    self._catch_up()
-                else:
-                    started = True
-                    task_status.started()
-                self._wake_commands()
-                await lost.wait()
-                log.warning("event feed: connection lost; reconnecting")
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await conn.close(timeout=1)
-
-    def _on_events(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        try:
-            thread_id, first, last, node, broadcast = json.loads(payload)
-        except (ValueError, TypeError):
-            log.warning("event feed: bad notification %r", payload[:200])
-            return
+    def on_events(self, thread_id: str, first: int, last: int, node: str, broadcast: bool) -> None:
+        """Another node appended ``first..last`` of a thread."""
         if node == self.node_id:
             return  # this node delivers its own events as it commits them
-        if self.shared.announced(thread_id, int(first), int(last), bool(broadcast)):
+        if self.shared.announced(thread_id, first, last, broadcast):
             self._schedule_pump(thread_id)
+
+    def on_commands(self) -> None:
+        """Commands may be queued for this node."""
+        self._wake_commands()
+
+    def on_reconnect(self) -> None:
+        """The feed was down: read what was announced meanwhile."""
+        self._catch_up()
 
     def _schedule_pump(self, thread_id: str, force: bool = False) -> None:
         if thread_id in self._scheduled or self._tg is None:
@@ -263,7 +243,7 @@ class ClusterNode:
             self._scheduled.discard(thread_id)
             try:
                 await self.shared.pump(thread_id, force=force)
-            except (OSError, asyncpg.PostgresError) as exc:
+            except Exception as exc:
                 log.warning("event feed: cannot read %s: %s", thread_id, exc)
 
         self._tg.start_soon(pump)
@@ -273,10 +253,6 @@ class ClusterNode:
             self._schedule_pump(thread_id, force=True)
 
     # --- commands ----------------------------------------------------------------------
-
-    def _on_command(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        if payload == self.node_id:
-            self._wake_commands()
 
     def _wake_commands(self) -> None:
         if self._commands_pending or self._tg is None:
@@ -288,7 +264,7 @@ class ClusterNode:
         self._commands_pending = False
         try:
             commands = await self.store.take_commands()
-        except (OSError, asyncpg.PostgresError) as exc:
+        except Exception as exc:
             log.warning("cannot read commands: %s", exc)
             return
         for kind, body in commands:

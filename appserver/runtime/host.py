@@ -32,6 +32,7 @@ from appserver.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from appserver.runtime.cluster import ClusterNode
+    from appserver.storage.cluster_common import NodeStore
 
 
 class Runtime:
@@ -86,18 +87,15 @@ class Runtime:
             self.repo, self.bus, self.journal, self.states, self.engine, self.approvals, workspace
         )
         self.turns = Turns(self.threads, self.engine, self.materializer)
-        # Nodes sharing a PostgreSQL database: numbering, delivery and
+        # Processes sharing the database (PostgreSQL nodes, or every process
+        # serving the workspace's SQLite file): numbering, delivery and
         # failover go through the cluster (runtime/cluster.py).
         self.cluster: ClusterNode | None = None
-        if db.dialect == "postgresql":
+        if db.cluster:
             from appserver.runtime.cluster import ClusterNode
-            from appserver.storage.cluster import ClusterStore
-            from appserver.storage.nodes import new_node_id
-            from appserver.storage.postgres import PostgresDatabase
 
-            assert isinstance(db, PostgresDatabase)
             self.cluster = ClusterNode(
-                ClusterStore(db, node_id or new_node_id()),
+                _node_store(db, node_id, workspace),
                 self.journal,
                 self.repo,
                 self.states,
@@ -145,3 +143,21 @@ class Runtime:
     def leave(self, participant: Participant) -> None:
         """``participant`` left: drop it from broadcasts and subscriptions."""
         self.bus.leave(participant)
+
+
+def _node_store(db: Database, node_id: str | None, workspace: Path) -> NodeStore:
+    """The cluster store for ``db``'s engine (each imported only when used)."""
+    from appserver.storage.nodes import new_node_id
+
+    node_id = node_id or new_node_id()
+    if db.dialect == "postgresql":
+        from appserver.storage.cluster import ClusterStore
+        from appserver.storage.postgres import PostgresDatabase
+
+        assert isinstance(db, PostgresDatabase)
+        return ClusterStore(db, node_id)
+    from appserver.storage.cluster_sqlite import SqliteClusterStore
+    from appserver.storage.db import SqliteDatabase
+
+    assert isinstance(db, SqliteDatabase)
+    return SqliteClusterStore(db, node_id, workspace / ".craft")

@@ -1,4 +1,4 @@
-"""Thread events when several nodes share one PostgreSQL database.
+"""Thread events when several nodes (processes) share one database.
 
 On one node the journal numbers events in memory. Nodes sharing a database
 number them in it instead: each batch of a thread's events takes its seqs,
@@ -27,7 +27,7 @@ import anyio
 import anyio.abc
 
 from appserver.runtime.events import Event, Participant
-from appserver.storage.cluster import ClusterStore, LogEntry, SharedEvent
+from appserver.storage.cluster_common import LogEntry, NodeStore, SharedEvent
 
 log = logging.getLogger("appserver.cluster")
 
@@ -70,7 +70,7 @@ class SharedLog:
 
     def __init__(
         self,
-        store: ClusterStore,
+        store: NodeStore,
         deliver: Deliver,
         lock: Callable[[str], anyio.Lock],
         subscribers: Callable[[str], frozenset[Participant]],
@@ -329,8 +329,7 @@ class SharedLog:
         return [_event(thread_id, row) for row in stored]
 
     async def last_seq(self, thread_id: str) -> int:
-        rows = await self.store.pool.fetch("SELECT last_seq FROM threads WHERE id = $1", thread_id)
-        return int(rows[0][0]) if rows else 0
+        return await self.store.last_seq(thread_id)
 
     def forget_thread(self, thread_id: str) -> None:
         feed = self._feeds.get(thread_id)

@@ -22,9 +22,10 @@ from appserver.server.connections import Connections
 from appserver.server.store import open_store
 from appserver.services.advertised import advertised_capabilities
 from appserver.services.router import Router
-from appserver.storage.db import Database, Preparation
+from appserver.storage.db import Database
 from appserver.storage.failures import StorageFailed, disk_failure
 from appserver.storage.lock import WorkspaceLock
+from appserver.storage.opening import Preparation
 from appserver.storage.trust import WorkspaceTrust, settle_trust
 from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import (

@@ -16,7 +16,7 @@ from appserver.server.config import ServerConfig
 from appserver.storage.failures import StorageFailed
 
 if TYPE_CHECKING:
-    from appserver.storage.db import Preparation
+    from appserver.storage.opening import Preparation
     from appserver.transport.websocket import ListenerOptions
 
 log = logging.getLogger("appserver.server")

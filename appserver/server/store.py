@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager
 from appserver import __version__
 from appserver.server.config import ServerConfig
 from appserver.storage.craft_ignore import write_craft_gitignore
-from appserver.storage.db import Database, Preparation, locked_database
+from appserver.storage.db import Database
 from appserver.storage.lock import WorkspaceLock
+from appserver.storage.opening import Preparation, locked_database
 from appserver.storage.stores import shared_database
 
 

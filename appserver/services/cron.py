@@ -132,6 +132,11 @@ def install(server: FamilyContext) -> None:
     cluster = server.runtime.cluster
     if cluster is not None:
         repo.cluster = (cluster.node_id, cluster.silence)
+        if not cluster.store.remote:
+            # Processes on the workspace's SQLite file: one alone keeps the
+            # single-node timing (PostgreSQL nodes always claim).
+            node = cluster
+            repo.peers = lambda: node.peers
     runner = JobRunner(server.runtime.engine, server.threads, accepting=_not_draining(server))
 
     heartbeat = HeartbeatService(

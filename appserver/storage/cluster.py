@@ -8,60 +8,41 @@ another's clock, and no coordination service sits beside the database.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.abc
 import asyncpg
 
+from appserver.storage.cluster_common import (
+    FeedHandler,
+    LogEntry,
+    SharedEvent,
+    TurnTakenOver,
+    WorkspaceMismatch,
+)
 from appserver.storage.postgres import IntegrityErrors, PostgresDatabase, translate
+
+log = logging.getLogger("appserver.cluster")
+
+__all__ = ["ClusterStore", "LogEntry", "SharedEvent", "TurnTakenOver", "WorkspaceMismatch"]
 
 #: ``LISTEN`` channels: a thread's new events, and requests for one node.
 EVENTS_CHANNEL = "appserver_events"
 LOCK_CONNECTIONS = 4  # queue changes of this many threads at once per node
 COMMANDS_CHANNEL = "appserver_commands"
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One event to append to a thread's log (a delta or a lifecycle event)."""
-
-    method: str
-    topic: str | None
-    params_json: str
-    created_at: str
-    stream: str | None  # the item a delta belongs to; None for lifecycle events
-    broadcast: bool
-    stored: bool = True  # False: numbered and announced, never stored (no params)
-
-
-@dataclass(frozen=True)
-class SharedEvent:
-    """An event read back from the shared log."""
-
-    seq: int
-    method: str
-    topic: str | None
-    params_json: str
-    stream: str | None
-    node_id: str | None
-    broadcast: bool
-
-
-class TurnTakenOver(RuntimeError):
-    """Another node has taken over this node's turn (it failed it when this
-    node stopped heartbeating): this node may no longer write its rows."""
-
-
-class WorkspaceMismatch(ValueError):
-    """This node's workspace is not the directory the other nodes share."""
+RECONNECT_DELAY = 0.5
 
 
 class ClusterStore:
-    """The shared event log, node heartbeats, turn leases and commands."""
+    """The shared event log, node heartbeats, turn leases and commands
+    (:class:`~appserver.storage.cluster_common.NodeStore` on PostgreSQL)."""
+
+    remote = True  # the database is a server: nodes check they share the workspace
 
     def __init__(self, db: PostgresDatabase, node_id: str) -> None:
         self.db = db
@@ -195,6 +176,11 @@ class ClusterStore:
                 after_seq,
             )
         return [SharedEvent(*row) for row in rows], int(last or 0)
+
+    async def last_seq(self, thread_id: str) -> int:
+        """The thread's last seq (0: none or no such thread)."""
+        value = await self.pool.fetchval("SELECT last_seq FROM threads WHERE id = $1", thread_id)
+        return int(value or 0)
 
     async def prune_deltas(self, older_than_seconds: float) -> int:
         """Drop stored deltas of items completed long ago (their completion
@@ -364,3 +350,47 @@ class ClusterStore:
             secrets.token_hex(16),
         )
         return str(await self.pool.fetchval("SELECT token FROM cluster_workspace WHERE id = 1"))
+
+    # --- the LISTEN connection ---------------------------------------------------------
+
+    async def follow(self, handler: FeedHandler, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Wake ``handler`` for other nodes' events and this node's commands,
+        on a ``LISTEN`` connection (reconnected if lost); until cancelled."""
+        started = False
+
+        def on_events(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            try:
+                thread_id, first, last, node, broadcast = json.loads(payload)
+                handler.on_events(str(thread_id), int(first), int(last), str(node), bool(broadcast))
+            except (ValueError, TypeError):
+                log.warning("event feed: bad notification %r", payload[:200])
+
+        def on_command(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            if payload == self.node_id:
+                handler.on_commands()
+
+        while True:
+            lost = anyio.Event()
+            try:
+                conn = await asyncpg.connect(self.db.url)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if not started:
+                    raise
+                log.warning("event feed: cannot reconnect: %s", exc)
+                await anyio.sleep(RECONNECT_DELAY)
+                continue
+            try:
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(EVENTS_CHANNEL, on_events)
+                await conn.add_listener(COMMANDS_CHANNEL, on_command)
+                if started:
+                    handler.on_reconnect()  # whatever was announced while the feed was down
+                else:
+                    started = True
+                    task_status.started()
+                handler.on_commands()
+                await lost.wait()
+                log.warning("event feed: connection lost; reconnecting")
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await conn.close(timeout=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,24 +74,36 @@ def _job(row: Row) -> CronJobRecord:
     )
 
 
+# Unix seconds by SQLite's clock (every process on the machine shares it).
+_SQLITE_EPOCH = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
 class CronRepository:
     """Cron jobs and the heartbeat row. Every write is one transaction."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        # Nodes sharing a PostgreSQL database: (this node, lease seconds).
+        # Nodes sharing the database: (this node, lease seconds).
         # Due runs are then claimed, so one node runs each.
         self.cluster: tuple[str, float] | None = None
+        # How many other nodes were alive at the last sweep (none: nobody
+        # else can claim or change a job, so nothing needs looking at early).
+        # Unknown unless told: assume there are some.
+        self.peers: Callable[[], int] = lambda: 1
 
     def _unclaimed(self) -> tuple[str, list[Any]]:
         """SQL (and its arguments) keeping out jobs another live node is running."""
         if self.cluster is None:
             return "", []
         node, lease = self.cluster
+        fresh = (
+            "heartbeat_at > now() - make_interval(secs => ?)"
+            if self.db.dialect == "postgresql"
+            else f"heartbeat_at > {_SQLITE_EPOCH} - ?"  # Unix seconds (migrations/0013)
+        )
         return (
             " AND (claimed_by IS NULL OR claimed_by = ? OR claimed_by NOT IN"
-            " (SELECT node_id FROM cluster_nodes"
-            " WHERE heartbeat_at > now() - make_interval(secs => ?)))",
+            f" (SELECT node_id FROM cluster_nodes WHERE {fresh}))",
             [node, lease],
         )
 
@@ -110,19 +123,23 @@ class CronRepository:
 
     async def claim_heartbeat(self, interval_s: float) -> bool:
         """Whether this node runs the periodic heartbeat now: none ran within
-        most of an interval, by the database's clock (always ``True`` on one node)."""
-        if self.cluster is None:
+        most of an interval, by the database's clock (always ``True`` on one node,
+        or while no other node is alive)."""
+        if self.cluster is None or not self.peers():
             return True
         window_ms = int(interval_s * 900)  # 90 %: timers on several nodes drift
         async with self.db.transaction() as conn:
             await conn.execute(
                 "INSERT INTO heartbeat_state (id) VALUES (1) ON CONFLICT (id) DO NOTHING"
             )
+            now_ms = (
+                "(extract(epoch FROM now()) * 1000)::bigint"
+                if self.db.dialect == "postgresql"
+                else f"CAST({_SQLITE_EPOCH} * 1000 AS INTEGER)"
+            )
             changed = await conn.execute(
-                "UPDATE heartbeat_state SET last_run_at_ms ="
-                " (extract(epoch FROM now()) * 1000)::bigint WHERE id = 1"
-                " AND (last_run_at_ms IS NULL"
-                " OR last_run_at_ms < (extract(epoch FROM now()) * 1000)::bigint - ?)",
+                f"UPDATE heartbeat_state SET last_run_at_ms = {now_ms} WHERE id = 1"
+                f" AND (last_run_at_ms IS NULL OR last_run_at_ms < {now_ms} - ?)",
                 (window_ms,),
             )
         return changed > 0

@@ -5,35 +5,33 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
-import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import aiosqlite
 import anyio
-
-from appserver.storage.lock import WorkspaceLock
 
 log = logging.getLogger("appserver.storage")
 
 #: A write that broke a uniqueness or foreign-key rule, whichever the engine.
 IntegrityError = sqlite3.IntegrityError
 
+_T = TypeVar("_T")
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 # Every connection's settings. synchronous first: a new database then switches
 # to WAL without the default (FULL) fsyncs of the rollback journal.
-_PRAGMAS = (
+PRAGMAS = (
     "PRAGMA synchronous = NORMAL",
     "PRAGMA journal_mode = WAL",
     "PRAGMA foreign_keys = ON",
     "PRAGMA busy_timeout = 5000",
 )
-_MIGRATIONS_TABLE = (
+MIGRATIONS_TABLE = (
     "CREATE TABLE IF NOT EXISTS schema_migrations ("
     " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
 )
@@ -103,6 +101,9 @@ class Database(ABC):
     #: Whether this process created the database (its first migration ran at
     #: open): nothing in it came with the workspace's files.
     created: bool = False
+    #: Whether other processes may share it: the runtime then joins them as a
+    #: node (runtime/cluster.py). True for PostgreSQL and for a workspace's file.
+    cluster: bool = False
 
     @staticmethod
     async def open(path: Path | str) -> SqliteDatabase:
@@ -198,7 +199,7 @@ class SqliteDatabase(Database):
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = aiosqlite.Row
         try:
-            for pragma in _PRAGMAS:
+            for pragma in PRAGMAS:
                 await conn.execute(pragma)
             db = cls(conn)
             db.created = await db._holds_nothing()
@@ -244,7 +245,7 @@ class SqliteDatabase(Database):
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations in order; returns the names applied."""
-        await self.conn.execute(_MIGRATIONS_TABLE)
+        await self.conn.execute(MIGRATIONS_TABLE)
         async with self.conn.execute("SELECT version FROM schema_migrations") as cursor:
             applied = {row[0] async for row in cursor}
         done = []
@@ -252,6 +253,9 @@ class SqliteDatabase(Database):
             if version in applied:
                 continue
             async with self.transaction() as tx:
+                # Another process opening the file at once may have applied it.
+                if await tx.fetch("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)):
+                    continue
                 # executescript would COMMIT our transaction; run statements one by one.
                 for statement in split_sql(sql):
                     await tx.execute(statement)
@@ -325,6 +329,19 @@ class SqliteDatabase(Database):
         for write, error in zip(batch, errors, strict=True):
             write.error = error
             write.done.set()
+
+    async def run_transaction(self, work: Callable[..., _T], *args: Any) -> _T:
+        """``work(connection, *args)`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``,
+        in one trip to the database thread (shielded, as :meth:`write` is)."""
+        with anyio.CancelScope(shield=True):
+            async with self._write_lock:
+                try:
+                    result: _T = await self.conn._execute(  # type: ignore[no-untyped-call]
+                        _in_transaction, self.conn._conn, work, args
+                    )
+                finally:
+                    self.generation += 1
+        return result
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         """All rows of a read, in one trip to the database thread."""
@@ -405,90 +422,18 @@ def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseExcep
     return errors
 
 
+def _in_transaction(conn: sqlite3.Connection, work: Callable[..., _T], args: Any) -> _T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work(conn, *args)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
 def split_sql(script: str) -> list[str]:
     """Split a migration into statements (no semicolons inside literals there)."""
     lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
     return [part.strip() for part in "\n".join(lines).split(";") if part.strip()]
-
-
-class Preparation:
-    """The workspace locked and its database created ahead, in a thread, while
-    the process does something else (a stdio server imports its modules).
-
-    Creating a database is mostly waiting for the disk (the switch to WAL, the
-    first write); done here, :meth:`Database.open` then finds a WAL database
-    and only applies the migrations. The thread's connection stays open until
-    that connection is made, so the WAL is not checkpointed and removed in
-    between. A failure to take the lock is raised by :func:`locked_database`,
-    where it would have happened; a database error is left for
-    :meth:`Database.open` to meet and report as it would have.
-    """
-
-    def __init__(self, lock: WorkspaceLock, path: Path, info: dict[str, Any]) -> None:
-        self.lock = lock
-        self.path = path
-        self._error: BaseException | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._thread = threading.Thread(
-            target=self._run, args=(info,), name="workspace-preparation", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, info: dict[str, Any]) -> None:
-        try:
-            self.lock.acquire(info)
-        except BaseException as exc:  # raised again by wait()
-            self._error = exc
-            return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self._conn = conn
-            for pragma in _PRAGMAS:
-                conn.execute(pragma)
-            conn.execute(_MIGRATIONS_TABLE)
-        except Exception:
-            log.debug("could not prepare %s", self.path, exc_info=True)
-
-    def wait(self) -> None:
-        """Block until the thread is done; raise what taking the lock raised."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-@asynccontextmanager
-async def locked_database(
-    lock: WorkspaceLock,
-    path: Path,
-    info: dict[str, Any],
-    lock_wait: float = 0.0,
-    prepared: Preparation | None = None,
-) -> AsyncIterator[Database]:
-    """Take the workspace ``lock`` (waiting up to ``lock_wait`` seconds, off the
-    event loop), open the database at ``path``; close and release on exit.
-    With ``prepared`` (for this ``lock`` and ``path``), its thread took the
-    lock and created the database."""
-    if prepared is None:
-        await anyio.to_thread.run_sync(lock.acquire, info, lock_wait)
-    else:
-        assert prepared.lock is lock and prepared.path == path
-        prepared.wait()
-    try:
-        try:
-            db = await Database.open(path)
-        finally:
-            if prepared is not None:
-                prepared.close()
-        try:
-            yield db
-        finally:
-            with anyio.CancelScope(shield=True):
-                await db.close()
-    finally:
-        lock.release()

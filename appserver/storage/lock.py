@@ -1,8 +1,11 @@
-"""``<workspace>/.craft/appserver.lock``: one server per workspace.
+"""``<workspace>/.craft/appserver.lock``: the processes serving a workspace.
 
 The lock is an ``flock`` on the file, so it is released by the kernel when
 the holder dies: a lock left by a dead process is recovered automatically.
-The file's JSON content (pid, version, endpoints) is for humans and tools.
+Every process serving the workspace holds it *shared* (they cooperate on the
+one SQLite file: docs/architecture.md, "Several processes on one workspace");
+an exclusive holder keeps them all out. The file's JSON content (pid,
+version, endpoints; the last process to write it) is for humans and tools.
 
 ``.craft/`` can arrive with a checkout, so the lock file is opened without
 following a symbolic link and must be a plain file of its own: a lock that
@@ -48,14 +51,16 @@ class WorkspaceLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._shared = False
 
-    def acquire(self, info: dict[str, Any], wait: float = 0.0) -> None:
+    def acquire(self, info: dict[str, Any], wait: float = 0.0, shared: bool = False) -> None:
         """Take the lock or raise :class:`WorkspaceLocked` naming the holder.
 
         With ``wait``, keep trying for that many seconds first (processes that
-        take turns on a workspace, such as one-shot faces, queue up instead of
-        failing).
+        take turns on a workspace queue up instead of failing). ``shared``:
+        alongside other shared holders (only an exclusive one refuses).
         """
+        self._shared = shared
         if self.path.parent.is_symlink():
             raise self._unsafe("its directory is a symbolic link")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +69,7 @@ class WorkspaceLock:
         while True:
             fd = self._open()
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _read_holder(fd)
                 os.close(fd)
@@ -128,6 +133,13 @@ class WorkspaceLock:
         if self._fd is None:
             return
         try:
+            if self._shared:
+                # The file goes with its last holder only: others still hold it
+                # (a failed upgrade may drop our shared lock: we leave anyway).
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return
             self.path.unlink(missing_ok=True)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -119,6 +119,7 @@ class PostgresDatabase(Database):
 
     dialect = "postgresql"
     caches_reads = False  # another node may have written since
+    cluster = True  # shared by nodes by design
 
     def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         self.pool = pool

@@ -50,6 +50,10 @@ _SERVER_FILES = frozenset(
         "appserver.db-wal",
         "appserver.db-shm",
         "appserver.db-journal",
+        # Lock files of the processes serving the workspace (storage/cluster_sqlite.py):
+        # another process may have made them a moment ago; nothing in them runs.
+        "nodes",
+        "locks",
     )
 )
 

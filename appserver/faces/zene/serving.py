@@ -186,8 +186,8 @@ class ZeneFace:
             await self.write(invalid(rejected))
             return EXIT_OK if self.bridge_compat else EXIT_INPUT
         request.reserve = exit_reserve(request.timeout_ms)
-        # One-shot processes of a workspace take turns on its lock: wait for
-        # it as long as the request may take.
+        # Processes share the workspace; only an exclusive holder of its lock
+        # keeps this one out: wait for it as long as the request may take.
         options.lock_wait = request.remaining()
         async with AsyncExitStack() as stack:
             opened = await self.open(host, stack, request)

@@ -41,14 +41,19 @@ class InputQueues:
     async def load(self, thread_id: str) -> list[QueuedInput]:
         queue = None if self.reload else self.queues.get(thread_id)
         if queue is None:
+            # Who queued an input is not stored: a reload keeps the origins of
+            # the inputs this process queued, so their turns still reach them.
+            origins = {e.wire.id: e.origin for e in self.queues.get(thread_id, ())}
             queue = []
             for row in await self.journal.events.queue(thread_id):
+                wire = turn_wire.QueuedTurnInput.model_validate(row["wire"])
                 queue.append(
                     QueuedInput(
-                        wire=turn_wire.QueuedTurnInput.model_validate(row["wire"]),
+                        wire=wire,
                         images=list(row.get("images") or []),
                         materialized=list(row.get("materialized") or []),
                         instructions=list(row.get("instructions") or []),
+                        origin=origins.get(wire.id),
                     )
                 )
             self.queues[thread_id] = queue

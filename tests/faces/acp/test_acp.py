@@ -53,6 +53,7 @@ from acp.schema import (
 from acp.transports import spawn_stdio_transport
 from pydantic import BaseModel, TypeAdapter
 
+from appserver.storage.lock import WorkspaceLock
 from tests.support.helpers import IDENTITY
 from tests.support.processes import ws_client, ws_server
 from tests.support.servers import child_env
@@ -825,14 +826,25 @@ async def test_start_up_failures_exit_without_output(workspace: Path) -> None:
         done = await anyio.run_process(command, input=b"", env=env, check=False)
     assert done.returncode == 2 and done.stdout == b""
     assert b"API key" in done.stderr
-    # Another process holds the workspace: exit 1.
+    # Another agent serving the workspace no longer keeps a second out (issue 28)...
     async with acp_agent(workspace) as agent:
         await agent.start()
         with anyio.fail_after(TIMEOUT):
             done = await anyio.run_process(
                 acp_command(workspace), input=b"", env=child_env(), check=False
             )
-        assert done.returncode == 1 and done.stdout == b""
+        assert done.returncode == 0 and done.stdout == b"", done.stderr
+    # ...but a process holding the workspace lock exclusively does: exit 1.
+    lock = WorkspaceLock(workspace / ".craft" / "appserver.lock")
+    lock.acquire({})
+    try:
+        with anyio.fail_after(TIMEOUT):
+            done = await anyio.run_process(
+                acp_command(workspace), input=b"", env=child_env(), check=False
+            )
+    finally:
+        lock.release()
+    assert done.returncode == 1 and done.stdout == b""
 
 
 async def test_help_does_not_load_the_acp_package() -> None:

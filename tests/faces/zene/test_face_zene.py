@@ -794,14 +794,17 @@ async def test_lone_surrogates_are_invalid_requests(workspace: Path) -> None:
         assert await host.finish() == 0
 
 
-async def test_long_lived_process_holds_the_workspace(workspace: Path) -> None:
-    """A one-shot process meanwhile waits its timeout out and answers TIMEOUT."""
+async def test_a_one_shot_process_answers_beside_a_long_lived_one(workspace: Path) -> None:
+    """Issue 28: a long-lived process no longer keeps one-shot processes out of
+    the workspace (they used to wait their timeout out and answer TIMEOUT)."""
     async with await open_long_lived(workspace) as process:
         host = LongLived(process)
         await host.send(line(clawbridge_request("warm")))
         assert (await host.receive())["ok"]
-        code, responses, _ = await one_shot(workspace, line(clawbridge_request(timeout_ms=400)))
-        assert code == 0 and responses[0]["error_code"] == "TIMEOUT"
+        request = clawbridge_request(prompt="beside it", timeout_ms=20000)
+        code, responses, _ = await one_shot(workspace, line(request))
+        assert code == 0 and responses[0]["ok"], responses
+        assert responses[0]["text"] == "You said: beside it"
         assert await host.finish() == 0
 
 

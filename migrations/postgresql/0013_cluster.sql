@@ -1,0 +1,3 @@
+-- The SQLite file's cluster tables (migrations/0013_cluster.sql). PostgreSQL
+-- nodes have theirs since 0011 and are woken by NOTIFY, not by announcement
+-- rows: nothing to change here; the version keeps both engines numbered alike.
