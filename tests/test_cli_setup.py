@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process
 
+from appserver.storage.lock import WorkspaceLock
 from tests.support.processes import ws_server
 from tests.support.servers import child_env
 
@@ -106,13 +107,23 @@ def test_every_face_flag_is_an_app_server_flag() -> None:
 
 
 async def test_a_busy_workspace_says_where_to_connect(workspace: Path) -> None:
-    async with ws_server(workspace) as (first, url):
+    """A second server beside a running one shares the workspace (issue 28); only a
+    holder of the workspace lock that keeps others out gets the message, and it says
+    where to connect (the holder's lock file names its WebSocket endpoint)."""
+    async with ws_server(workspace):
         done = await run_cli("app-server", "--workspace", str(workspace))
+    assert done.returncode == 0, done.stderr.decode()
+    url = "ws://127.0.0.1:9100/ws"
+    lock = WorkspaceLock(workspace / ".craft" / "appserver.lock")
+    lock.acquire({"pid": os.getpid(), "endpoints": {"appServerWebSocket": url}})
+    try:
+        done = await run_cli("app-server", "--workspace", str(workspace))
+    finally:
+        lock.release()
     assert done.returncode == 1
-    page = url.replace("ws://", "http://").removesuffix("ws")
     assert (
-        f"connect with `--url {url}` (or the web page at {page}), or stop pid {first.pid}"
-        in done.stderr.decode()
+        f"connect with `--url {url}` (or the web page at http://127.0.0.1:9100/), "
+        f"or stop pid {os.getpid()}" in done.stderr.decode()
     )
 
 

@@ -129,7 +129,7 @@ async def session_thread(
     from appserver.runtime.errors import ThreadNotFound
 
     threads = runtime.threads
-    thread_id = await faces.thread_of(face, key)
+    thread_id = seen = await faces.thread_of(face, key)
     if thread_id is not None:
         try:
             thread = await threads.get(thread_id)
@@ -146,8 +146,12 @@ async def session_thread(
                 if wanted != config:
                     await threads.configure(thread.id, wanted)
     if thread_id is None:
-        thread_id = (await threads.create(new)).id
-        await faces.bind(face, key, thread_id, now_iso())
+        created = (await threads.create(new)).id
+        thread_id = await faces.claim(face, key, created, now_iso(), replacing=seen)
+        if thread_id != created:
+            # Another process (a second one-shot, an editor's second agent) opened
+            # this conversation at the same moment: both go on in its thread.
+            await threads.delete(created)
     return thread_id
 
 

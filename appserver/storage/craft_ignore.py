@@ -35,6 +35,7 @@ CRAFT_GITIGNORE = """\
 /appserver.db-*
 /appserver.lock
 /nodes/
+/locks/
 /cluster-workspace
 # Terminal output and images fetched for the model.
 /terminals/

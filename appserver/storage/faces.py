@@ -28,6 +28,26 @@ class FaceRepository:
                 (face, key, thread_id, created_at),
             )
 
+    async def claim(
+        self, face: str, key: str, thread_id: str, created_at: str, replacing: str | None
+    ) -> str:
+        """Map ``key`` to ``thread_id`` unless another process mapped it meanwhile
+        (to anything but ``replacing``, the thread this one saw there); the thread
+        ``key`` maps to afterwards. One statement decides, so two processes
+        opening one conversation at once end on the same thread."""
+        async with self.db.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO face_sessions (face, key, thread_id, created_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (face, key) DO UPDATE SET"
+                " thread_id = excluded.thread_id, created_at = excluded.created_at"
+                " WHERE face_sessions.thread_id = ?",
+                (face, key, thread_id, created_at, replacing or ""),
+            )
+            rows = await conn.fetch(
+                "SELECT thread_id FROM face_sessions WHERE face = ? AND key = ?", (face, key)
+            )
+        return str(rows[0]["thread_id"]) if rows else thread_id
+
     async def reply(self, face: str, key: str) -> tuple[str, str] | None:
         """``(reply_json, created_at)`` stored under ``key``, if any."""
         rows = await self.db.fetch(

@@ -4,12 +4,14 @@ stderr lines, whatever happens to the server's stderr."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 from appserver_client import AppServerClient, ConnectFailed
 
+from appserver.storage.lock import WorkspaceLock
 from tests.support.servers import child_env, server_command
 
 FAST = 10.0  # seconds; far below the 60 s request timeout that used to expire
@@ -32,11 +34,24 @@ async def test_spawn_of_a_server_that_exits_fails_fast_with_its_stderr(
         assert "unrecognized arguments: --no-such-flag" in capfd.readouterr().err
 
 
-async def test_spawn_into_a_workspace_another_server_holds(workspace: Path) -> None:
+async def test_spawn_beside_another_server_shares_the_workspace(workspace: Path) -> None:
+    """A second spawn on a workspace another server serves connects and sees the same
+    threads (issue 28: every process is a node on the workspace's store)."""
     async with AppServerClient.spawn(
         server_command(workspace), env=child_env(), stderr="capture"
     ) as first:
-        assert first.connected
+        started = await first.thread_start(identity={"channelName": "cli", "userId": "local"})
+        async with AppServerClient.spawn(
+            server_command(workspace), env=child_env(), stderr="capture"
+        ) as second:
+            read = await second.thread_read(thread_id=started["thread"]["id"])
+            assert read["thread"]["id"] == started["thread"]["id"]
+
+
+async def test_spawn_into_a_workspace_held_exclusively_fails_fast(workspace: Path) -> None:
+    lock = WorkspaceLock(workspace / ".craft" / "appserver.lock")
+    lock.acquire({"pid": os.getpid()})
+    try:
         started = time.monotonic()
         with pytest.raises(ConnectFailed) as failed:
             await AppServerClient.spawn(
@@ -45,3 +60,5 @@ async def test_spawn_into_a_workspace_another_server_holds(workspace: Path) -> N
         assert time.monotonic() - started < FAST
         assert "exited with code" in str(failed.value)
         assert str(failed.value).count("|") <= 4  # the last lines, not the whole log
+    finally:
+        lock.release()
