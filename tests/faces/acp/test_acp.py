@@ -314,20 +314,24 @@ async def test_initialize_new_session_and_a_plain_prompt(workspace: Path) -> Non
         assert kinds.index("agent_thought_chunk") < kinds.index("agent_message_chunk")
 
 
-async def test_session_cwd_must_be_inside_the_workspace(workspace: Path, tmp_path: Path) -> None:
+async def test_session_cwd_must_be_an_absolute_directory(workspace: Path, tmp_path: Path) -> None:
+    # A directory outside the workspace is served too (issue 28:
+    # tests/faces/acp/test_acp_workspaces.py); a relative path or a missing
+    # directory is refused.
     (workspace / "sub").mkdir()
     async with acp_agent(workspace) as agent:
         await agent.conn.initialize(protocol_version=PROTOCOL_VERSION)
         inside = await agent.conn.new_session(cwd=str(workspace / "sub"), mcp_servers=[])
         assert inside.session_id
-        for cwd in (str(tmp_path), "relative/dir", str(workspace / ".." / "elsewhere")):
+        for cwd in ("relative/dir", str(workspace / ".." / "elsewhere")):
             with pytest.raises(RequestError) as caught:
                 await agent.conn.new_session(cwd=cwd, mcp_servers=[])
             assert caught.value.code == -32602, cwd
             assert "cwd" in str(caught.value)
+        # Another directory's workspace does not hold this session.
         with pytest.raises(RequestError) as caught:
             await agent.conn.load_session(cwd=str(tmp_path), session_id=inside.session_id)
-        assert caught.value.code == -32602
+        assert caught.value.code == -32002
 
 
 async def test_unknown_sessions_are_refused(workspace: Path) -> None:
