@@ -47,7 +47,6 @@ from appserver.faces.acp.wire import LineTransport
 from appserver.faces.acp.workspaces import (
     CwdError,
     Place,
-    WorkspaceOpener,
     Workspaces,
     WorkspaceUnavailable,
 )
@@ -60,11 +59,9 @@ LIST_PAGE = 100  # sessions per session/list page
 DRAIN_SECONDS = 30.0  # at end of input, how long requests in flight may take to answer
 
 
-async def serve(
-    args: Any, host: Any, opener: WorkspaceOpener, stdin: IO[bytes], stdout: IO[bytes]
-) -> int:
+async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """Open the runtime and answer ACP on stdin/stdout until stdin closes
-    (``opener`` opens the runtime of another directory a session names)."""
+    (``host(directory)`` opens the runtime of another directory a session names)."""
     from appserver.providers.base import ProviderConfigError
     from appserver.storage.lock import WorkspaceLocked
     from appserver.transport.stdio import StdioTransport
@@ -86,7 +83,7 @@ async def serve(
         # Left last: the workspaces opened on demand shut down before the first.
         opened = await stack.enter_async_context(anyio.create_task_group())
         first = Place(Path(runtime.threads.workspace), runtime)
-        workspaces = Workspaces(first, opener, opened)
+        workspaces = Workspaces(first, host, opened)
         stack.callback(workspaces.close)
         agent = AcpAgent(workspaces, args.approval_policy)
         # The package's connection over our transport; run_agent would drop the

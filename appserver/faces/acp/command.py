@@ -39,18 +39,7 @@ async def main(
     args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
 ) -> int:
     """Serve ACP on ``stdin``/``stdout`` until stdin closes; returns the exit code."""
-    import dataclasses
-
     from appserver.faces.acp.agent import serve
-    from appserver.hosting import open_host
 
     configure(args, options)
-
-    def opener(root: Any) -> Any:
-        # Another directory a session names: opened as the first was, minus what
-        # the command line said of the first only (its trust, its listener).
-        return open_host(
-            dataclasses.replace(options, workspace=root, trust_workspace=False, websocket=None)
-        )
-
-    return await serve(args, host, opener, stdin, stdout)
+    return await serve(args, host, stdin, stdout)
