@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -62,19 +62,15 @@ DRAIN_SECONDS = 30.0  # at end of input, how long requests in flight may take to
 async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> int:
     """Open the runtime and answer ACP on stdin/stdout until stdin closes
     (``host(directory)`` opens the runtime of another directory a session names)."""
-    from appserver.providers.base import ProviderConfigError
-    from appserver.storage.lock import WorkspaceLocked
+    from appserver.faces.start_failure import StartFailure, answer_first_request, open_runtime
     from appserver.transport.stdio import StdioTransport
 
     async with AsyncExitStack() as stack:
-        try:
-            runtime = await stack.enter_async_context(host())
-        except (ProviderConfigError, ValueError) as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 2
-        except WorkspaceLocked as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 1
+        runtime = await open_runtime(stack, host)
+        if isinstance(runtime, StartFailure):
+            answer = partial(_refusal, runtime.message)
+            await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)
+            return runtime.code
         lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
         # Cancelled when the client stops reading and is dropped: the process
         # ends (exit 1) and the runtime cancels the prompts in flight.
@@ -105,6 +101,15 @@ async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> in
                 with anyio.CancelScope(shield=True):
                     await conn.close()  # writes what is queued, then closes stdout
     return 1 if transport.writer.dropped is not None else 0
+
+
+def _refusal(why: str, message: Any) -> list[dict[str, Any]] | None:
+    """The error answering a request (any: ``initialize`` comes first) when the
+    workspace could not open."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    error = {"code": INTERNAL_ERROR, "message": f"appserver cannot start: {why}"}
+    return [{"jsonrpc": "2.0", "id": message["id"], "error": error}]
 
 
 class AcpAgent:

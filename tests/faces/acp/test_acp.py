@@ -838,17 +838,23 @@ async def test_start_up_failures_exit_without_output(workspace: Path) -> None:
                 acp_command(workspace), input=b"", env=child_env(), check=False
             )
         assert done.returncode == 0 and done.stdout == b"", done.stderr
-    # ...but a process holding the workspace lock exclusively does: exit 1.
+    # ...but a process holding the workspace lock exclusively does: exit 1, and
+    # the client's initialize gets an error answer (issue 28), not silence.
     lock = WorkspaceLock(workspace / ".craft" / "appserver.lock")
     lock.acquire({})
+    initialize = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
     try:
         with anyio.fail_after(TIMEOUT):
             done = await anyio.run_process(
-                acp_command(workspace), input=b"", env=child_env(), check=False
+                acp_command(workspace), input=initialize, env=child_env(), check=False
             )
     finally:
         lock.release()
-    assert done.returncode == 1 and done.stdout == b""
+    assert done.returncode == 1
+    frames = check_output(done.stdout, {1: "initialize"})
+    assert [frame["id"] for frame in frames] == [1]
+    assert frames[0]["error"]["code"] == -32603
+    assert "appserver cannot start" in frames[0]["error"]["message"]
 
 
 async def test_help_does_not_load_the_acp_package() -> None:
