@@ -4,7 +4,9 @@ this process's stdio."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -66,8 +68,15 @@ def face_command(args: argparse.Namespace) -> int:
     stdin, stdout = claim_stdio()
     module = face_module(args.face)
 
-    def host() -> Any:
-        return open_host(options)
+    def host(workspace: Path | None = None) -> Any:
+        if workspace is None:
+            return open_host(options)
+        # Another directory a face serves (ACP sessions' cwds): opened as the
+        # first, minus what the command line said of the first only.
+        other = dataclasses.replace(
+            options, workspace=workspace, trust_workspace=False, websocket=None
+        )
+        return open_host(other)
 
     try:
         code: int = anyio.run(module.main, args, options, host, stdin, stdout)

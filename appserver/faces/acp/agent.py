@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, Any, cast
 
 import anyio
 from acp import PROTOCOL_VERSION
@@ -38,15 +37,19 @@ from acp.schema import (
 from appserver.faces.acp.events import PromptError, input_parts
 from appserver.faces.acp.session import (
     CHANNEL,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     SESSION_NOT_FOUND,
     Session,
     request_error,
 )
 from appserver.faces.acp.wire import LineTransport
-
-if TYPE_CHECKING:
-    from appserver.runtime.host import Runtime
+from appserver.faces.acp.workspaces import (
+    CwdError,
+    Place,
+    Workspaces,
+    WorkspaceUnavailable,
+)
 
 log = logging.getLogger("appserver.faces.acp")
 
@@ -57,26 +60,28 @@ DRAIN_SECONDS = 30.0  # at end of input, how long requests in flight may take to
 
 
 async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> int:
-    """Open the runtime and answer ACP on stdin/stdout until stdin closes."""
-    from appserver.providers.base import ProviderConfigError
-    from appserver.storage.lock import WorkspaceLocked
+    """Open the runtime and answer ACP on stdin/stdout until stdin closes
+    (``host(directory)`` opens the runtime of another directory a session names)."""
+    from appserver.faces.start_failure import StartFailure, answer_first_request, open_runtime
     from appserver.transport.stdio import StdioTransport
 
     async with AsyncExitStack() as stack:
-        try:
-            runtime = await stack.enter_async_context(host())
-        except (ProviderConfigError, ValueError) as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 2
-        except WorkspaceLocked as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 1
+        runtime = await open_runtime(stack, host)
+        if isinstance(runtime, StartFailure):
+            answer = partial(_refusal, runtime.message)
+            await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)
+            return runtime.code
         lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
         # Cancelled when the client stops reading and is dropped: the process
         # ends (exit 1) and the runtime cancels the prompts in flight.
         serving = anyio.CancelScope()
         transport = LineTransport(lines, args.max_client_backlog, on_stall=serving.cancel)
-        agent = AcpAgent(runtime, args.approval_policy)
+        # Left last: the workspaces opened on demand shut down before the first.
+        opened = await stack.enter_async_context(anyio.create_task_group())
+        first = Place(Path(runtime.threads.workspace), runtime)
+        workspaces = Workspaces(first, host, opened)
+        stack.callback(workspaces.close)
+        agent = AcpAgent(workspaces, args.approval_policy)
         # The package's connection over our transport; run_agent would drop the
         # requests still in flight at end of input, so the loop is ours.
         conn = AgentSideConnection(cast(Any, agent), transport, listening=False)
@@ -98,13 +103,21 @@ async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> in
     return 1 if transport.writer.dropped is not None else 0
 
 
+def _refusal(why: str, message: Any) -> list[dict[str, Any]] | None:
+    """The error answering a request (any: ``initialize`` comes first) when the
+    workspace could not open."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    error = {"code": INTERNAL_ERROR, "message": f"appserver cannot start: {why}"}
+    return [{"jsonrpc": "2.0", "id": message["id"], "error": error}]
+
+
 class AcpAgent:
     """The methods of ``acp.interfaces.Agent`` this face supports (the others
     are absent, so the router answers them ``-32601``)."""
 
-    def __init__(self, runtime: Runtime, approval_policy: str | None) -> None:
-        self.runtime = runtime
-        self.workspace = Path(runtime.threads.workspace)
+    def __init__(self, workspaces: Workspaces, approval_policy: str | None) -> None:
+        self.workspaces = workspaces
         self.approval_policy = approval_policy
         self.conn: AgentSideConnection | None = None
         self.sessions: dict[str, Session] = {}
@@ -165,9 +178,10 @@ class AcpAgent:
     ) -> NewSessionResponse:
         from appserver.runtime.threads import NewThread
 
-        self._check_cwd(cwd, mcp_servers)
+        place = await self._place(cwd, mcp_servers)
+        assert place is not None  # created when missing
         config = {"approvalPolicy": self.approval_policy} if self.approval_policy else None
-        thread = await self.runtime.threads.create(
+        thread = await place.runtime.threads.create(
             NewThread(
                 user_id=USER_ID,
                 channel_name=CHANNEL,
@@ -175,7 +189,7 @@ class AcpAgent:
                 configuration=config,
             )
         )
-        self._open(thread.id)
+        self._open(thread.id, place)
         return NewSessionResponse(session_id=thread.id)
 
     async def load_session(
@@ -188,50 +202,53 @@ class AcpAgent:
     ) -> LoadSessionResponse:
         from appserver.runtime.errors import Refusal, ThreadNotFound
 
-        self._check_cwd(cwd, mcp_servers)
+        place = await self._place(cwd, mcp_servers, create=False)
+        not_found = request_error(
+            SESSION_NOT_FOUND, f"Session not found: {session_id}", sessionId=session_id
+        )
+        if place is None:  # a directory no workspace was ever opened in
+            raise not_found
         try:
-            thread = await self.runtime.threads.get(session_id)
+            thread = await place.runtime.threads.get(session_id)
         except ThreadNotFound:
-            raise request_error(
-                SESSION_NOT_FOUND, f"Session not found: {session_id}", sessionId=session_id
-            ) from None
-        session = self._open(thread.id)
+            raise not_found from None
+        session = self._open(thread.id, place)
         if thread.status == "paused":
             with contextlib.suppress(Refusal):
-                await self.runtime.threads.resume(thread.id, session.seat)
+                await place.runtime.threads.resume(thread.id, session.seat)
         await session.replay()
         return LoadSessionResponse()
 
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
     ) -> ListSessionsResponse:
-        """The workspace's threads (any front door's), most recently active first."""
+        """The threads (any front door's) of ``cwd``'s workspace, or of every open
+        workspace when no ``cwd`` is given, most recently active first."""
         from appserver.storage.cursors import BadCursor
-        from appserver.storage.threads import ThreadQuery
 
-        if cwd is not None and self._inside(cwd) is None:
-            return ListSessionsResponse(sessions=[])  # another directory: none of ours
-        query = ThreadQuery(
-            workspace_path=str(self.workspace),
-            user_id=None,
-            channel_context=None,
-            limit=LIST_PAGE,
-            cursor=cursor,
-        )
+        if cwd is None:
+            places = self.workspaces.opened()
+        else:
+            place = await self._place(cwd, None, create=False)
+            places = [] if place is None else [place]
+        if not places:
+            return ListSessionsResponse(sessions=[])
+        if cursor is not None and len(places) > 1:
+            raise request_error(INVALID_PARAMS, "pass cwd to page through one workspace's sessions")
         try:
-            threads, next_cursor = await self.runtime.repo.list_threads(query)
+            pages = [await _page(place, cursor) for place in places]
         except BadCursor:
             raise request_error(INVALID_PARAMS, "cursor is not one this agent issued") from None
-        sessions = [
-            SessionInfo(
-                session_id=thread.id,
-                cwd=str(self.workspace),
-                title=thread.display_name,
-                updated_at=thread.last_active_at,
-            )
-            for thread in threads
-        ]
-        return ListSessionsResponse(sessions=sessions, next_cursor=next_cursor)
+        if len(pages) == 1:
+            return pages[0]
+        # Several workspaces: their first pages merged (each workspace's own
+        # cwd filter pages further), most recently active first.
+        merged = sorted(
+            (info for page in pages for info in page.sessions),
+            key=lambda info: info.updated_at or "",
+            reverse=True,
+        )
+        return ListSessionsResponse(sessions=merged[:LIST_PAGE])
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         session = self.sessions.get(session_id)
@@ -242,7 +259,7 @@ class AcpAgent:
                 sessionId=session_id,
             )
         try:
-            parts = await input_parts(prompt, self.workspace)
+            parts = await input_parts(prompt, session.workspace)
         except PromptError as exc:
             raise request_error(INVALID_PARAMS, str(exc), sessionId=session_id) from None
         return await session.prompt(parts)
@@ -254,33 +271,46 @@ class AcpAgent:
 
     # --- helpers ---------------------------------------------------------------------
 
-    def _inside(self, cwd: str) -> Path | None:
-        """``cwd`` resolved if it is absolute and in the workspace, else ``None``."""
-        if not os.path.isabs(cwd):
-            return None
+    async def _place(
+        self, cwd: str, mcp_servers: list[Any] | None, *, create: bool = True
+    ) -> Place | None:
+        """The workspace a session in ``cwd`` runs in (see ``workspaces``)."""
         try:
-            resolved = Path(cwd).resolve()
-        except (OSError, ValueError):
-            return None
-        return resolved if resolved.is_relative_to(self.workspace) else None
-
-    def _check_cwd(self, cwd: str, mcp_servers: list[Any] | None) -> None:
-        """The session's directory must be the workspace or inside it."""
-        if not os.path.isabs(cwd):
-            raise request_error(INVALID_PARAMS, f"cwd must be an absolute path: {cwd!r}", cwd=cwd)
-        if self._inside(cwd) is None:
-            raise request_error(
-                INVALID_PARAMS,
-                f"cwd {cwd} is outside this agent's workspace {self.workspace}; "
-                "start `appserver acp --workspace <that directory>` for it",
-                cwd=cwd,
-                workspace=str(self.workspace),
-            )
+            place = await self.workspaces.place(cwd, create=create)
+        except CwdError as exc:
+            raise request_error(INVALID_PARAMS, str(exc), cwd=cwd) from None
+        except WorkspaceUnavailable as exc:
+            raise request_error(INTERNAL_ERROR, str(exc), cwd=cwd) from None
         if mcp_servers:
             log.info("ignoring %d MCP server(s) offered by the client", len(mcp_servers))
+        return place
 
-    def _open(self, thread_id: str) -> Session:
+    def _open(self, thread_id: str, place: Place) -> Session:
         session = self.sessions.get(thread_id)
         if session is None:
-            session = self.sessions[thread_id] = Session(self, thread_id)
+            session = self.sessions[thread_id] = Session(self, thread_id, place)
         return session
+
+
+async def _page(place: Place, cursor: str | None) -> ListSessionsResponse:
+    """One page of ``place``'s threads as sessions."""
+    from appserver.storage.threads import ThreadQuery
+
+    query = ThreadQuery(
+        workspace_path=str(place.root),
+        user_id=None,
+        channel_context=None,
+        limit=LIST_PAGE,
+        cursor=cursor,
+    )
+    threads, next_cursor = await place.runtime.repo.list_threads(query)
+    sessions = [
+        SessionInfo(
+            session_id=thread.id,
+            cwd=str(place.root),
+            title=thread.display_name,
+            updated_at=thread.last_active_at,
+        )
+        for thread in threads
+    ]
+    return ListSessionsResponse(sessions=sessions, next_cursor=next_cursor)

@@ -31,6 +31,7 @@ from appserver.runtime.events import QuestionRefused, QuestionUnanswered
 if TYPE_CHECKING:
     from acp.agent.connection import AgentSideConnection
 
+    from appserver.faces.acp.workspaces import Place
     from appserver.protocol.base import WireModel
     from appserver.runtime.events import Event
     from appserver.runtime.host import Runtime
@@ -77,14 +78,6 @@ class SessionOwner(Protocol):
     closed: bool
 
     @property
-    def runtime(self) -> Runtime:
-        """The runtime the sessions' threads and turns live in."""
-
-    @property
-    def workspace(self) -> Path:
-        """The workspace, for the paths in tool call updates."""
-
-    @property
     def connected(self) -> bool:
         """The client is connected and can still be asked."""
 
@@ -115,9 +108,12 @@ def _wider_key(request: ApprovalRequestParams) -> str:
 class Session:
     """One ACP session (= one thread) of this connection."""
 
-    def __init__(self, agent: SessionOwner, thread_id: str) -> None:
+    def __init__(self, agent: SessionOwner, thread_id: str, place: Place) -> None:
         self.agent = agent
         self.id = thread_id
+        # The workspace the thread lives in (of several, when clients name other cwds).
+        self.runtime: Runtime = place.runtime
+        self.workspace: Path = place.root
         self.seat = AcpSeat(self)
         self.run: PromptRun | None = None
         self.rejected: set[str] = set()  # scope keys answered "always reject"
@@ -131,11 +127,11 @@ class Session:
 
     async def replay(self) -> None:
         """The thread's history as ``session/update`` notifications."""
-        repo = self.agent.runtime.repo
+        repo = self.runtime.repo
         turns, _ = await repo.turns(self.id)
         stored = await repo.items(self.id, [turn.id for turn in turns])
         for turn in turns:
-            updates = TurnUpdates(turn.id, self.agent.workspace, replay=True)
+            updates = TurnUpdates(turn.id, self.workspace, replay=True)
             for item in stored[turn.id]:
                 for update in updates.completed(item.type, item.id, item.payload):
                     await self.send(update)
@@ -218,7 +214,7 @@ class Session:
                 status="pending",
                 content=[text_content(detail)],
             )
-        workspace = self.agent.workspace
+        workspace = self.workspace
         return ToolCallUpdate(
             tool_call_id=tool.id,
             title=tool.title(),
@@ -246,7 +242,7 @@ class PromptRun:
         if active is None:
             return PromptResponse(stop_reason="cancelled")
         self.turn_id = active.record.id
-        self.updates = TurnUpdates(self.turn_id, self.session.agent.workspace)
+        self.updates = TurnUpdates(self.turn_id, self.session.workspace)
         if self.cancelled:  # session/cancel came while the turn was being stored
             await self._interrupt()
         return PromptResponse(stop_reason=await self._stream())
@@ -262,7 +258,7 @@ class PromptRun:
         )
 
         session = self.session
-        runtime = session.agent.runtime
+        runtime = session.runtime
         while not self.cancelled:
             try:
                 return await runtime.turns.start(session.id, parts, origin=session.seat)
@@ -291,7 +287,7 @@ class PromptRun:
         from appserver.faces.common import interrupt_quietly
 
         assert self.turn_id is not None
-        await interrupt_quietly(self.session.agent.runtime, self.session.id, self.turn_id)
+        await interrupt_quietly(self.session.runtime, self.session.id, self.turn_id)
 
     async def gated_call(self, item_id: str) -> Tool | None:
         """The call an ``approvalRequest`` item gates, once its updates went out."""

@@ -176,8 +176,7 @@ async def main(
     from contextlib import AsyncExitStack
 
     from appserver.faces.qwen.session import Session, SessionError
-    from appserver.providers.base import ProviderConfigError
-    from appserver.storage.lock import WorkspaceLocked
+    from appserver.faces.start_failure import StartFailure, open_runtime
     from appserver.transport.stdio import StdioTransport
 
     if args.debug:
@@ -204,17 +203,10 @@ async def main(
             )
             return 1
     async with AsyncExitStack() as stack:
-        try:
-            runtime = await stack.enter_async_context(host())
-        except ProviderConfigError as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 2
-        except ValueError as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 2
-        except WorkspaceLocked as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 1
+        runtime = await open_runtime(stack, host)
+        if isinstance(runtime, StartFailure):
+            await refuse_start(settings, runtime.message, text, stdin, stdout)
+            return runtime.code
         transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
         session = Session(runtime, transport, settings)
         try:
@@ -225,3 +217,67 @@ async def main(
             return 1
         return await session.serve(text)
     return 0  # unreachable: the context manager does not swallow exceptions
+
+
+def failed_result(why: str) -> dict[str, Any]:
+    """The ``result`` of a run that could not start (the workspace did not open)."""
+    import uuid
+
+    error = f"appserver cannot start: {why}"
+    return {
+        "type": "result",
+        "subtype": "error_during_execution",
+        "uuid": str(uuid.uuid4()),
+        "session_id": "",
+        "is_error": True,
+        "duration_ms": 0,
+        "duration_api_ms": 0,
+        "num_turns": 0,
+        "usage": {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "cache_read_input_tokens": 0,
+        },
+        "permission_denials": [],
+        "error": {"message": error},
+    }
+
+
+def _refusal(why: str, message: Any) -> list[dict[str, Any]] | None:
+    """stream-json input: the control request (the SDK's ``initialize``) gets a
+    ``control_response`` error, and a ``result`` with ``is_error`` follows; a user
+    message gets the ``result``."""
+    if not isinstance(message, dict):
+        return None
+    if message.get("type") == "control_request":
+        body = {
+            "subtype": "error",
+            "request_id": message.get("request_id"),
+            "error": f"appserver cannot start: {why}",
+        }
+        return [{"type": "control_response", "response": body}, failed_result(why)]
+    if message.get("type") == "user":
+        return [failed_result(why)]
+    return None
+
+
+async def refuse_start(
+    settings: Any, why: str, text: str | None, stdin: IO[bytes], stdout: IO[bytes]
+) -> None:
+    """Tell the client the run cannot start, in its output format."""
+    import json
+    from functools import partial
+
+    from appserver.faces.start_failure import answer_first_request
+
+    if text is None:  # stream-json input: answer the first request
+        await answer_first_request(stdin, stdout, partial(_refusal, why), MAX_LINE_BYTES)
+        return
+    if settings.output_format == "text":
+        return  # the reason is on stderr, as a failed text run's is
+    result: Any = failed_result(why)
+    if settings.output_format == "json":
+        result = [result]
+    stdout.write((json.dumps(result) + "\n").encode())
+    stdout.flush()

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from contextlib import AsyncExitStack
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 
@@ -129,28 +129,37 @@ async def main(
     args: argparse.Namespace, options: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]
 ) -> int:
     """Serve zot's RPC protocol on stdin/stdout until stdin closes."""
+    from appserver.faces.start_failure import StartFailure, answer_first_request, open_runtime
     from appserver.faces.zot.process import serve
     from appserver.faces.zot.wire import MAX_LINE_BYTES
-    from appserver.providers.base import ProviderConfigError
-    from appserver.storage.lock import WorkspaceLocked
     from appserver.transport.stdio import StdioTransport
 
     token = take_token()
     configure(args, options)
     async with AsyncExitStack() as stack:
-        try:
-            runtime = await stack.enter_async_context(host())
-        except ProviderConfigError as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 2
-        except ValueError as exc:  # e.g. an unknown tool name
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 2
-        except WorkspaceLocked as exc:
-            sys.stderr.write(f"appserver: {exc}\n")
-            return 1
+        runtime = await open_runtime(stack, host)
+        if isinstance(runtime, StartFailure):
+            answer = partial(_refusal, runtime.message)
+            await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)
+            return runtime.code
         transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
         return await serve(
             runtime, transport, options, args.approval_policy, token, args.max_client_backlog
         )
     return 0  # unreachable: the context manager does not swallow exceptions
+
+
+def _refusal(why: str, message: Any) -> list[dict[str, Any]] | None:
+    """The frames answering the first command when the workspace could not open:
+    the command's failure, then ``error`` and ``done`` as a failed run ends."""
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        return None
+    from appserver.faces.zot.wire import failure
+
+    request_id = message.get("id") if isinstance(message.get("id"), str) else None
+    error = f"appserver cannot start: {why}"
+    return [
+        failure(request_id or None, message["type"], error),
+        {"type": "error", "message": error},
+        {"type": "done"},
+    ]

@@ -314,20 +314,24 @@ async def test_initialize_new_session_and_a_plain_prompt(workspace: Path) -> Non
         assert kinds.index("agent_thought_chunk") < kinds.index("agent_message_chunk")
 
 
-async def test_session_cwd_must_be_inside_the_workspace(workspace: Path, tmp_path: Path) -> None:
+async def test_session_cwd_must_be_an_absolute_directory(workspace: Path, tmp_path: Path) -> None:
+    # A directory outside the workspace is served too (issue 28:
+    # tests/faces/acp/test_acp_workspaces.py); a relative path or a missing
+    # directory is refused.
     (workspace / "sub").mkdir()
     async with acp_agent(workspace) as agent:
         await agent.conn.initialize(protocol_version=PROTOCOL_VERSION)
         inside = await agent.conn.new_session(cwd=str(workspace / "sub"), mcp_servers=[])
         assert inside.session_id
-        for cwd in (str(tmp_path), "relative/dir", str(workspace / ".." / "elsewhere")):
+        for cwd in ("relative/dir", str(workspace / ".." / "elsewhere")):
             with pytest.raises(RequestError) as caught:
                 await agent.conn.new_session(cwd=cwd, mcp_servers=[])
             assert caught.value.code == -32602, cwd
             assert "cwd" in str(caught.value)
+        # Another directory's workspace does not hold this session.
         with pytest.raises(RequestError) as caught:
             await agent.conn.load_session(cwd=str(tmp_path), session_id=inside.session_id)
-        assert caught.value.code == -32602
+        assert caught.value.code == -32002
 
 
 async def test_unknown_sessions_are_refused(workspace: Path) -> None:
@@ -834,17 +838,23 @@ async def test_start_up_failures_exit_without_output(workspace: Path) -> None:
                 acp_command(workspace), input=b"", env=child_env(), check=False
             )
         assert done.returncode == 0 and done.stdout == b"", done.stderr
-    # ...but a process holding the workspace lock exclusively does: exit 1.
+    # ...but a process holding the workspace lock exclusively does: exit 1, and
+    # the client's initialize gets an error answer (issue 28), not silence.
     lock = WorkspaceLock(workspace / ".craft" / "appserver.lock")
     lock.acquire({})
+    initialize = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}\n'
     try:
         with anyio.fail_after(TIMEOUT):
             done = await anyio.run_process(
-                acp_command(workspace), input=b"", env=child_env(), check=False
+                acp_command(workspace), input=initialize, env=child_env(), check=False
             )
     finally:
         lock.release()
-    assert done.returncode == 1 and done.stdout == b""
+    assert done.returncode == 1
+    frames = check_output(done.stdout, {1: "initialize"})
+    assert [frame["id"] for frame in frames] == [1]
+    assert frames[0]["error"]["code"] == -32603
+    assert "appserver cannot start" in frames[0]["error"]["message"]
 
 
 async def test_help_does_not_load_the_acp_package() -> None:

@@ -1,0 +1,85 @@
+"""A face whose workspace cannot open still answers its client in its own protocol.
+
+A client that spawned the process waits for an answer to its first request
+(ACP's ``initialize``, the Qwen SDK's ``initialize`` control request, zot's
+first command); silence and exit 1 leave it guessing ("exited before
+initialize completed", empty output). So a failure to open the runtime (a
+process holding the workspace lock exclusively, an unreadable database, a bad
+provider setting) is written to stderr as before, then the first request read
+from stdin gets the face's error frames, and the process exits with the same
+code (2: a setting, 1: anything else). Input that ends, or nothing within
+:data:`FIRST_REQUEST_WAIT` seconds, ends it without frames.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import IO, Any
+
+import anyio
+
+FIRST_REQUEST_WAIT = 30.0
+
+# A line from the client -> the frames that answer it (None: not a request; read on).
+Answer = Callable[[Any], list[dict[str, Any]] | None]
+
+
+@dataclass(frozen=True)
+class StartFailure:
+    """Why the runtime could not open, and the exit code that says so."""
+
+    code: int
+    message: str
+
+
+async def open_runtime(stack: AsyncExitStack, host: Callable[[], Any]) -> Any:
+    """The runtime ``host()`` opens (kept by ``stack``), or the :class:`StartFailure`
+    (already told on stderr). A failure of another kind is a bug and is raised."""
+    from appserver.providers.base import ProviderConfigError
+    from appserver.storage.failures import disk_failure
+    from appserver.storage.lock import WorkspaceLocked
+
+    try:
+        return await stack.enter_async_context(host())
+    except (ProviderConfigError, ValueError) as exc:  # ValueError: e.g. an unknown tool
+        failure = StartFailure(2, str(exc))
+    except WorkspaceLocked as exc:
+        failure = StartFailure(1, str(exc))
+    except (sqlite3.Error, OSError) as exc:  # an unreadable database, a failing disk
+        failure = StartFailure(1, disk_failure(exc) or str(exc))
+    sys.stderr.write(f"appserver: cannot start: {failure.message}\n")
+    return failure
+
+
+async def answer_first_request(
+    stdin: IO[bytes], stdout: IO[bytes], answer: Answer, max_line_bytes: int
+) -> None:
+    """Read client lines until ``answer`` gives frames for one, and write them."""
+    from appserver.transport.base import TransportClosed
+    from appserver.transport.stdio import StdioTransport
+
+    lines = await StdioTransport.open(stdin, stdout, max_message_bytes=max_line_bytes)
+    try:
+        with anyio.move_on_after(FIRST_REQUEST_WAIT):
+            while True:
+                try:
+                    line = await lines.receive()
+                except TransportClosed:
+                    return
+                except Exception:  # an undecodable line is no request
+                    continue
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    message = None
+                frames = answer(message)
+                if frames is not None:
+                    await lines.send_batch([json.dumps(frame) for frame in frames])
+                    return
+    finally:
+        await lines.close()
