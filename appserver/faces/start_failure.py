@@ -37,9 +37,12 @@ class StartFailure:
     message: str
 
 
-async def open_runtime(stack: AsyncExitStack, host: Callable[[], Any]) -> Any:
+async def open_runtime(
+    stack: AsyncExitStack, host: Callable[[], Any], craft_dir: Any = None
+) -> Any:
     """The runtime ``host()`` opens (kept by ``stack``), or the :class:`StartFailure`
-    (already told on stderr). A failure of another kind is a bug and is raised."""
+    (already told on stderr, a failing disk with where: ``craft_dir``, as app-server
+    says it). A failure of another kind is a bug and is raised."""
     from appserver.providers.base import ProviderConfigError
     from appserver.storage.failures import disk_failure
     from appserver.storage.lock import WorkspaceLocked
@@ -52,6 +55,9 @@ async def open_runtime(stack: AsyncExitStack, host: Callable[[], Any]) -> Any:
         failure = StartFailure(1, str(exc))
     except (sqlite3.Error, OSError) as exc:  # an unreadable database, a failing disk
         failure = StartFailure(1, disk_failure(exc) or str(exc))
+        if craft_dir is not None:
+            sys.stderr.write(f"appserver: cannot start: {failure.message} (in {craft_dir})\n")
+            return failure
     sys.stderr.write(f"appserver: cannot start: {failure.message}\n")
     return failure
 

@@ -59,14 +59,16 @@ LIST_PAGE = 100  # sessions per session/list page
 DRAIN_SECONDS = 30.0  # at end of input, how long requests in flight may take to answer
 
 
-async def serve(args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes]) -> int:
+async def serve(
+    args: Any, host: Any, stdin: IO[bytes], stdout: IO[bytes], craft_dir: Any = None
+) -> int:
     """Open the runtime and answer ACP on stdin/stdout until stdin closes
     (``host(directory)`` opens the runtime of another directory a session names)."""
     from appserver.faces.start_failure import StartFailure, answer_first_request, open_runtime
     from appserver.transport.stdio import StdioTransport
 
     async with AsyncExitStack() as stack:
-        runtime = await open_runtime(stack, host)
+        runtime = await open_runtime(stack, host, craft_dir)
         if isinstance(runtime, StartFailure):
             answer = partial(_refusal, runtime.message)
             await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)

@@ -42,4 +42,4 @@ async def main(
     from appserver.faces.acp.agent import serve
 
     configure(args, options)
-    return await serve(args, host, stdin, stdout)
+    return await serve(args, host, stdin, stdout, options.craft_dir)

@@ -203,7 +203,7 @@ async def main(
             )
             return 1
     async with AsyncExitStack() as stack:
-        runtime = await open_runtime(stack, host)
+        runtime = await open_runtime(stack, host, options.craft_dir)
         if isinstance(runtime, StartFailure):
             await refuse_start(settings, runtime.message, text, stdin, stdout)
             return runtime.code

@@ -137,7 +137,7 @@ async def main(
     token = take_token()
     configure(args, options)
     async with AsyncExitStack() as stack:
-        runtime = await open_runtime(stack, host)
+        runtime = await open_runtime(stack, host, options.craft_dir)
         if isinstance(runtime, StartFailure):
             answer = partial(_refusal, runtime.message)
             await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)
