@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
 from pydantic import BaseModel
 
 from appserver.protocol import prompt as prompt_wire
@@ -29,7 +30,9 @@ class PromptService:
         if params.thread_id is not None:
             thread = await self.server.runtime.threads.get(params.thread_id)
             configuration = thread.configuration or {}
-        sections = self.server.runtime.engine.agent.system_sections(configuration)
+        agent = self.server.runtime.engine.agent
+        # Off the event loop: it stats (and on a change reads) the AGENTS.md files.
+        sections = await anyio.to_thread.run_sync(agent.system_sections, configuration)
         return prompt_wire.PromptReadResult(
             text=system_text(sections),
             sections=[

@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
 from appserver.protocol.encoding import scrub_surrogates
 from appserver.providers.base import (
     Message,
@@ -165,7 +167,11 @@ class AgentLoop:
     async def _model_call(self, active: ActiveTurn, history: list[Message]) -> list[ToolCall]:
         provider = self.provider()
         config = active.thread.configuration or {}
-        system = system_text(self.system_sections(config, active.instructions))
+        # Off the event loop: it stats (and on a change reads) the AGENTS.md files.
+        sections = await anyio.to_thread.run_sync(
+            self.system_sections, config, list(active.instructions)
+        )
+        system = system_text(sections)
         await self.tools.client_tools.load(active.thread_id)
         request = ModelRequest(
             model=str(config.get("model") or provider.default_model),
