@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class WebServer:
     process: subprocess.Popen[str]
     base: str  # http://127.0.0.1:PORT
     workspace: Path
+    log: list[str] = field(default_factory=list)  # its stderr, drained as it comes
 
 
 @contextmanager
@@ -61,8 +63,9 @@ def web_server(workspace: Path, *extra: str) -> Iterator[WebServer]:
     process = subprocess.Popen(
         command, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env()
     )
+    assert process.stderr is not None
+    drain: threading.Thread | None = None
     try:
-        assert process.stderr is not None
         seen = ""
         while not (match := re.search(r"listening on (ws://\S+)", seen)):
             line = process.stderr.readline()
@@ -72,7 +75,11 @@ def web_server(workspace: Path, *extra: str) -> Iterator[WebServer]:
         base = match.group(1).replace("ws://", "http://", 1).removesuffix("/ws")
         # The next line says where the page is.
         assert process.stderr.readline() == f"appserver: web client at {base}/\n"
-        yield WebServer(process, base, workspace)
+        server = WebServer(process, base, workspace)
+        # Drained for the server's whole life: a full pipe would stop it at its next log line.
+        drain = threading.Thread(target=server.log.extend, args=(process.stderr,), daemon=True)
+        drain.start()
+        yield server
     finally:
         process.terminate()
         try:
@@ -80,8 +87,9 @@ def web_server(workspace: Path, *extra: str) -> Iterator[WebServer]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        if drain is not None:
+            drain.join(timeout=10)
+        process.stderr.close()
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +201,19 @@ def turn(page: Page, n: int) -> str:
 
 
 def wait_turn(page: Page, n: int, status: str) -> None:
-    page.wait_for_selector(f'{turn(page, n)}[data-status="{status}"]')
+    try:
+        page.wait_for_selector(f'{turn(page, n)}[data-status="{status}"]')
+    except playwright_api.TimeoutError as timeout:
+        # What the page showed instead, for a failure far away (CI) to be read.
+        shown = page.evaluate(
+            """() => ({
+                statuses: [...document.querySelectorAll('.turn')].map(t => t.dataset.status),
+                error: document.getElementById('error')?.textContent,
+                connection: document.getElementById('status')?.dataset.state,
+                chat: document.getElementById('chat')?.innerText.slice(0, 2000),
+            })"""
+        )
+        raise AssertionError(f"turn {n} never {status}: the page showed {shown}") from timeout
 
 
 def agent_text(page: Page, n: int) -> str:

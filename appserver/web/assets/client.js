@@ -1744,6 +1744,8 @@ var AppServerClient = class _AppServerClient extends GeneratedMethods {
     if (typeof threadId !== "string") return;
     if (method === "thread/subscribe") {
       this.subscribed.add(threadId);
+      if (isObject(params) && typeof params.afterSeq === "number") this.lastSeqs.set(threadId, params.afterSeq);
+      else if (isObject(params) && params.replayRecent) this.lastSeqs.delete(threadId);
       const seq = isObject(result) ? result.seq : void 0;
       if (typeof seq === "number" && !this.lastSeqs.has(threadId)) this.lastSeqs.set(threadId, seq);
     } else if (method === "thread/unsubscribe") {

@@ -986,6 +986,10 @@ export class AppServerClient extends GeneratedMethods {
     if (typeof threadId !== "string") return;
     if (method === "thread/subscribe") {
       this.subscribed.add(threadId);
+      // What it replays follows this answer in seq order, from `afterSeq` on, leaving out
+      // what this connection already got as broadcasts: seqs below those are new to it.
+      if (isObject(params) && typeof params.afterSeq === "number") this.lastSeqs.set(threadId, params.afterSeq);
+      else if (isObject(params) && params.replayRecent) this.lastSeqs.delete(threadId);
       const seq = isObject(result) ? result.seq : undefined;
       if (typeof seq === "number" && !this.lastSeqs.has(threadId)) this.lastSeqs.set(threadId, seq);
     } else if (method === "thread/unsubscribe") {

@@ -251,6 +251,35 @@ describe("protocol (scripted peer)", () => {
     }
   });
 
+  test("a replay asked after broadcasts of the thread reaches the handlers", async () => {
+    // The server answers thread/subscribe first, then replays from afterSeq in order,
+    // leaving out the broadcast (seq 3) this connection already got.
+    const client = await open();
+    try {
+      await peer.next((m) => m.method === "initialized");
+      const seen: number[] = [];
+      client.onAny((event) => void (event.seq !== undefined && seen.push(event.seq)));
+      const event = (seq: number) =>
+        JSON.stringify({ jsonrpc: "2.0", method: "thread/runtimeChanged", params: { threadId: "t", seq } });
+      peer.socket.send(event(3));
+      peer.onRequest = (message, socket) => {
+        socket.send(JSON.stringify({ jsonrpc: "2.0", id: message.id, result: {} }));
+        for (const seq of [1, 2, 4, 2, 5]) socket.send(event(seq));
+      };
+      await client.threadSubscribe({ threadId: "t", afterSeq: 0 });
+      peer.socket.send(event(5));
+      peer.socket.send(event(6));
+      peer.onRequest = (message, socket) =>
+        socket.send(JSON.stringify({ jsonrpc: "2.0", id: message.id, result: { models: [] } }));
+      await client.modelList();
+      assert.deepEqual(seen, [3, 1, 2, 4, 5, 6]);
+      assert.equal(client.duplicatesDropped, 2); // a second 2 and a second 5
+      assert.equal(client.lastSeq("t"), 6);
+    } finally {
+      await client.close();
+    }
+  });
+
   test("a connection lost without reconnect fails pending requests", async () => {
     const client = await open();
     await peer.next((m) => m.method === "initialized");

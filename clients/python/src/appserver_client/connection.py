@@ -223,6 +223,13 @@ class Connection(ServerRequests):
             return
         if method == "thread/subscribe":
             self._subscribed.add(thread_id)
+            # What it replays follows this answer in seq order, from afterSeq on, leaving
+            # out what this connection already got as broadcasts: seqs below those are new.
+            after_seq = params.get("afterSeq")
+            if isinstance(after_seq, int):
+                self._last_seq[thread_id] = after_seq
+            elif params.get("replayRecent"):
+                self._last_seq.pop(thread_id, None)
             seq = result.get("seq") if isinstance(result, dict) else None
             if isinstance(seq, int) and thread_id not in self._last_seq:
                 self._last_seq[thread_id] = seq  # a server that reports its position
