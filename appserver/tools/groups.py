@@ -1,6 +1,6 @@
-"""Killing a command's process group (every command runs in its own session).
+"""Starting a command in a process group of its own, and killing that group.
 
-Shared by the ``shell`` tool and background terminals.
+Shared by the ``shell`` tool, background terminals and ``rg``.
 """
 
 from __future__ import annotations
@@ -8,12 +8,30 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
+from anyio.abc import Process
 
 from appserver.tools.reaper import group_alive
 
 KILL_GRACE_S = 1.0  # between SIGTERM and SIGKILL
+
+
+async def open_group_process(argv: Sequence[str], **options: Any) -> Process:
+    """``anyio.open_process`` in a new session (its own process group), started
+    whole even if the caller is cancelled meanwhile.
+
+    A cancellation while asyncio connects the pipes (an interrupted turn, at
+    the moment its command starts) would kill the first process only, leave
+    the rest of its group running untracked and the pipes open until the
+    garbage collector finds them. Shielded, the start takes milliseconds and
+    the caller's own cleanup (which runs at its next checkpoint) ends the group.
+    """
+    with anyio.CancelScope(shield=True):
+        process = await anyio.open_process(list(argv), start_new_session=True, **options)
+    return process
 
 
 async def _wait_group_gone(pgid: int, timeout: float) -> bool:

@@ -26,6 +26,8 @@ from typing import Any
 
 import anyio
 
+from appserver.tools.groups import open_group_process
+
 ENGINE_VARIABLE = "APPSERVER_SEARCH_ENGINE"
 TIMEOUT_S = 30.0
 _LINE_LIMIT = 1 << 20  # a JSON event larger than this (a huge line) is skipped
@@ -63,13 +65,12 @@ async def run_rg(binary: str, args: list[str], cwd: Path, take: Callable[[str], 
     ``take`` until it returns ``False``. The process is killed when ``take``
     has enough, on timeout (:class:`RgFailed`) and on cancellation. Raises
     :class:`RgFailed` when rg fails (exit code 2: a bad regex, ...)."""
-    process = await anyio.open_process(
+    process = await open_group_process(
         [binary, *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=str(cwd),
-        start_new_session=True,
     )
     errors = bytearray()
     stdout, stderr = process.stdout, process.stderr

@@ -57,7 +57,7 @@ from appserver.tools.args import check_keys, get_bool, get_int, get_str, require
 from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
 from appserver.tools.editor_terminal import run_in_editor_terminal
 from appserver.tools.environment import tool_environment
-from appserver.tools.groups import KILL_GRACE_S, kill_process_group
+from appserver.tools.groups import KILL_GRACE_S, kill_process_group, open_group_process
 from appserver.tools.nofollow import PathChanged, open_directory
 from appserver.tools.reaper import REAPER
 from appserver.tools.safe_commands import why_asked
@@ -340,17 +340,16 @@ class ShellTool:
             )
         started = time.monotonic()
         try:
-            # start_new_session: own session and process group (pgid == pid),
-            # which is what lets us kill the whole tree. close_fds (default)
-            # keeps the server's protocol pipes/sockets out of the child.
-            process = await anyio.open_process(
+            # Own session and process group (pgid == pid), which is what lets us
+            # kill the whole tree. close_fds (default) keeps the server's
+            # protocol pipes/sockets out of the child.
+            process = await open_group_process(
                 [self.shell, "-c", command],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 cwd=start_in,
                 env=tool_environment(self.pass_env),
-                start_new_session=True,
             )
         except OSError as exc:
             return ToolOutcome(

@@ -27,7 +27,7 @@ from anyio.abc import Process, TaskGroup
 
 from appserver.protocol.ids import now_iso
 from appserver.protocol.terminals import BackgroundTerminal
-from appserver.tools.groups import kill_process_group
+from appserver.tools.groups import kill_process_group, open_group_process
 from appserver.tools.reaper import REAPER, group_alive
 from appserver.tools.terminal_files import KEPT_CHARS, TerminalFiles
 from appserver.tools.terminal_snapshots import DEFAULT_MAX_OUTPUT_CHARS, limit_output
@@ -259,14 +259,13 @@ async def start_terminal(
         raise StartFailed(f"cannot create the output file {output_path}: {exc}") from exc
     try:
         # Own session and process group: stopping it kills everything it started.
-        process = await anyio.open_process(
+        process = await open_group_process(
             argv,
             stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=start_in or cwd,
             env=dict(env),
-            start_new_session=True,
         )
     except OSError as exc:
         log_file.close()

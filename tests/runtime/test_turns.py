@@ -687,10 +687,6 @@ async def test_deleting_the_thread_cancels_its_turn(multi_server: ServerUnderTes
             assert failure.code == -32010
 
 
-# Known leak, to fix: after an interrupted command a pipe transport is left to the garbage
-# collector and reported in the next test's setup (this test's next parameter). The command
-# itself is killed (asserted below); the warning is ignored here only.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_interrupting_a_running_command_kills_it(
     server: ServerUnderTest, workspace: Path
 ) -> None:
