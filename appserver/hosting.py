@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,10 +46,6 @@ if TYPE_CHECKING:
     from appserver.transport.websocket import ListenerOptions
 
 log = logging.getLogger("appserver")
-
-# What faces receive: call it to open the runtime for as long as the context lasts.
-HostOpener = Callable[[], AbstractAsyncContextManager[Runtime]]
-
 
 @dataclass
 class HostOptions:

@@ -18,16 +18,6 @@ class FaceRepository:
         )
         return str(rows[0]["thread_id"]) if rows else None
 
-    async def bind(self, face: str, key: str, thread_id: str, created_at: str) -> None:
-        """Map ``key`` to ``thread_id`` (replacing an earlier mapping)."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO face_sessions (face, key, thread_id, created_at)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT (face, key) DO UPDATE SET"
-                " thread_id = excluded.thread_id, created_at = excluded.created_at",
-                (face, key, thread_id, created_at),
-            )
-
     async def claim(
         self, face: str, key: str, thread_id: str, created_at: str, replacing: str | None
     ) -> str:

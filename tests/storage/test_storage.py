@@ -304,10 +304,16 @@ async def test_face_sessions_and_replies(tmp_path: Path) -> None:
     try:
         faces = FaceRepository(db)
         assert await faces.thread_of("zene", "s1") is None
-        await faces.bind("zene", "s1", "thread_a", "2026-01-01T00:00:00Z")
-        await faces.bind("codeswarm", "s1", "thread_b", "2026-01-01T00:00:00Z")
+        when = "2026-01-01T00:00:00Z"
+        assert await faces.claim("zene", "s1", "thread_a", when, replacing=None) == "thread_a"
+        assert await faces.claim("codeswarm", "s1", "thread_b", when, replacing=None) == "thread_b"
         assert await faces.thread_of("zene", "s1") == "thread_a"
         assert await faces.thread_of("codeswarm", "s1") == "thread_b"
+        # Taken meanwhile (not what this process saw there): the other's thread stays.
+        assert await faces.claim("zene", "s1", "thread_c", when, replacing=None) == "thread_a"
+        assert await faces.claim("zene", "s1", "thread_c", when, replacing="thread_x") == "thread_a"
+        # Replacing what it saw: the new thread is bound.
+        assert await faces.claim("zene", "s1", "thread_c", when, replacing="thread_a") == "thread_c"
         await faces.store_reply("zene", "k", '{"ok":true}', "2026-01-01T00:00:00Z")
         assert await faces.reply("zene", "k") == ('{"ok":true}', "2026-01-01T00:00:00Z")
         await faces.forget_replies_before("zene", "2026-01-02T00:00:00Z")

@@ -37,14 +37,21 @@ class NodeThreads:
         ``swarm_of`` gives the swarm of a job id, if it has one."""
         if node.thread_id is not None and not fresh:
             return node.thread_id
-        thread_id = None if fresh else await self.faces.thread_of(FACE, node.key)
+        seen = await self.faces.thread_of(FACE, node.key)
+        thread_id = None if fresh else seen
         if thread_id is None:
-            thread_id = await self.new(node.job_id, node.node_id, swarm_of(node.job_id))
+            thread_id = await self.new(
+                node.job_id, node.node_id, swarm_of(node.job_id), replacing=seen
+            )
         node.thread_id = thread_id
         return thread_id
 
-    async def new(self, job_id: str, node_id: int, swarm: Swarm | None) -> str:
-        """A new thread for the node, bound to it; its id."""
+    async def new(
+        self, job_id: str, node_id: int, swarm: Swarm | None, replacing: str | None = None
+    ) -> str:
+        """A new thread for the node, bound to it in place of ``replacing`` (the
+        thread seen bound, if any); its id, or the thread another process bound
+        to the node meanwhile (the new one is then deleted)."""
         key = f"{job_id}/{node_id}"
         configuration: dict[str, Any] = {}
         if self.approval_policy:
@@ -63,5 +70,7 @@ class NodeThreads:
                 configuration=configuration or None,
             )
         )
-        await self.faces.bind(FACE, key, thread.id, now_iso())
-        return thread.id
+        bound = await self.faces.claim(FACE, key, thread.id, now_iso(), replacing=replacing)
+        if bound != thread.id:
+            await self.runtime.threads.delete(thread.id)
+        return bound
