@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
+import pytest
 
 from tests.conftest import BOTH_STORES
+from tests.support.client import RpcFailure
 from tests.support.servers import ServerUnderTest
 from tests.support.turns import Approver, new_thread, run_turn
 
@@ -42,6 +44,20 @@ async def test_list_and_revoke_a_remembered_grant(server: ServerUnderTest, works
             approver.decision = "decline"
             await run_turn(client, thread_id, "!touch granted.txt")
             assert len(approver.requests) == 2
+
+
+async def test_revoke_names_one_grant_whole(server: ServerUnderTest) -> None:
+    async with server.connect() as client:
+        whole = {"kind": "shell", "operation": "make test", "target": "/w"}
+        for missing in whole:
+            partial = {key: value for key, value in whole.items() if key != missing}
+            with pytest.raises(RpcFailure) as refused:
+                await client.request("grant/revoke", partial)
+            assert refused.value.code == -32602, missing
+        with pytest.raises(RpcFailure) as refused:
+            await client.request("grant/revoke", {**whole, "kind": 7})
+        assert refused.value.code == -32602
+        assert await client.request("grant/revoke", whole) == {"revoked": False}
 
 
 async def test_grant_methods_are_advertised(server: ServerUnderTest) -> None:
