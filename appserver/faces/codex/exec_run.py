@@ -38,7 +38,6 @@ log = logging.getLogger("appserver.faces.codex")
 CHANNEL = "codex"
 USER_ID = "codex_sdk_ts"
 PROVIDERS = ("offline", "openai", "anthropic")
-LOCK_WAIT = 10.0  # the previous turn's process may still be leaving the workspace
 TERMINAL = ("turn/completed", "turn/failed", "turn/cancelled")
 
 
@@ -116,7 +115,6 @@ async def main(
         thread_id, prompt = _prompt(args, stdin)
         if not prompt.strip() and not args.image:
             raise ExecFailed("no prompt given on stdin")
-        options.lock_wait = max(options.lock_wait, LOCK_WAIT)
         async with AsyncExitStack() as stack:
             runtime = await stack.enter_async_context(host())
             try:

@@ -22,9 +22,6 @@ log = logging.getLogger("appserver.faces.qwen")
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_TEXT_BYTES = 16 * 1024 * 1024
-# One process per SDK query(): the next query's process waits this long for the
-# previous one to leave the workspace.
-LOCK_WAIT = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,12 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def configure(args: argparse.Namespace, options: Any) -> Any:
     """Apply the flags to the host options (before the host opens); the
     face's :class:`~appserver.faces.qwen.session.Settings`."""
+    from appserver.faces.common import system_prompt
     from appserver.faces.qwen.rules import ToolRules, split_list
     from appserver.faces.qwen.session import Settings
     from appserver.tools.registry import default_tools
-
-    options.lock_wait = max(options.lock_wait, LOCK_WAIT)
-    from appserver.faces.common import system_prompt
 
     changes: dict[str, Any] = {
         "system_prompt": system_prompt(

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("appserver.faces.zene")
 
-# How long a long-lived process waits at start for another one to leave the workspace.
-LONG_LIVED_LOCK_WAIT = 5.0
 # A long-lived process reads no further request while this many are unanswered
 # (as many as a JSON-RPC connection may have in flight): the client's writes
 # wait instead, so a burst of requests cannot grow the process without bound.
@@ -203,7 +201,6 @@ class ZeneFace:
 
         import anyio
 
-        options.lock_wait = LONG_LIVED_LOCK_WAIT
         async with AsyncExitStack() as stack:
             opened = await self.open(host, stack, None)
             if isinstance(opened, StartupFailure):
