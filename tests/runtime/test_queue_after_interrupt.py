@@ -5,23 +5,20 @@ order, the waiting inputs first, when the user sends the next input with
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 
-from tests.support.client import RpcClient
 from tests.support.servers import ServerUnderTest
-from tests.support.turns import new_thread, one_item, start_turn, text_input, wait_terminal
+from tests.support.turns import (
+    enqueue,
+    interrupt_with_queue,
+    new_thread,
+    one_item,
+    start_turn,
+    wait_terminal,
+)
 
 # Slow enough to interrupt without sleeping: it never ends on its own in a test's time.
 ENDLESS = "?stream 1000\n?delay 20"
-
-
-async def _enqueue(client: RpcClient, thread_id: str, text: str) -> dict[str, Any]:
-    result: dict[str, Any] = await client.request(
-        "turn/enqueue", {"threadId": thread_id, "input": text_input(text)}
-    )
-    return result
 
 
 async def test_an_interrupt_pauses_the_queue_and_says_so(server: ServerUnderTest) -> None:
@@ -29,10 +26,9 @@ async def test_an_interrupt_pauses_the_queue_and_says_so(server: ServerUnderTest
         async with server.connect() as client:
             thread_id = await new_thread(client)
             mark = client.mark()
-            first = await start_turn(client, thread_id, ENDLESS)
-            queued = (await _enqueue(client, thread_id, "wait for me"))["queuedInput"]
-            await client.request("turn/interrupt", {"threadId": thread_id, "turnId": first})
-            terminal = await wait_terminal(client, first, start=mark)
+            first, (queued,), terminal = await interrupt_with_queue(
+                client, thread_id, mark, ENDLESS, "wait for me"
+            )
             assert terminal["method"] == "turn/cancelled"
             update = await client.notification(
                 "thread/queue/updated", start=mark, where=lambda p: "paused" in p
@@ -52,15 +48,11 @@ async def test_the_next_enqueue_resumes_the_queue_in_order(server: ServerUnderTe
         async with server.connect() as client:
             thread_id = await new_thread(client)
             mark = client.mark()
-            first = await start_turn(client, thread_id, ENDLESS)
-            await _enqueue(client, thread_id, "older one")
-            await _enqueue(client, thread_id, "older two")
-            await client.request("turn/interrupt", {"threadId": thread_id, "turnId": first})
-            await wait_terminal(client, first, start=mark)
+            await interrupt_with_queue(client, thread_id, mark, ENDLESS, "older one", "older two")
             await client.notification(
                 "thread/queue/updated", start=mark, where=lambda p: "paused" in p
             )
-            await _enqueue(client, thread_id, "newer")
+            await enqueue(client, thread_id, "newer")
             for turn_id in ("turn_002", "turn_003", "turn_004"):
                 terminal = await wait_terminal(client, turn_id, start=mark)
                 assert terminal["method"] == "turn/completed"
@@ -82,7 +74,7 @@ async def test_a_failed_turn_pauses_the_queue_too(server: ServerUnderTest) -> No
             thread_id = await new_thread(client)
             mark = client.mark()
             first = await start_turn(client, thread_id, "?stream 30\n?delay 20\n?fail unavailable")
-            await _enqueue(client, thread_id, "after the failure")
+            await enqueue(client, thread_id, "after the failure")
             terminal = await wait_terminal(client, first, start=mark)
             assert terminal["method"] == "turn/failed"
             update = await client.notification(
@@ -96,8 +88,6 @@ async def test_no_pause_is_announced_for_an_empty_queue(server: ServerUnderTest)
         async with server.connect() as client:
             thread_id = await new_thread(client)
             mark = client.mark()
-            first = await start_turn(client, thread_id, ENDLESS)
-            await client.request("turn/interrupt", {"threadId": thread_id, "turnId": first})
-            await wait_terminal(client, first, start=mark)
+            await interrupt_with_queue(client, thread_id, mark, ENDLESS)
             await client.settle()
             assert client.since(mark, "thread/queue/updated") == []

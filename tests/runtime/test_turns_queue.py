@@ -9,6 +9,8 @@ import anyio
 from tests.support.servers import ServerUnderTest
 from tests.support.turns import (
     Approver,
+    enqueue,
+    interrupt_with_queue,
     items_completed,
     new_thread,
     one_item,
@@ -22,12 +24,6 @@ from tests.support.turns import (
 SLOW = "?stream 40\n?delay 20"
 
 
-async def _enqueue(client: object, thread_id: str, text: str) -> dict:
-    return await client.request(  # type: ignore[attr-defined,no-any-return]
-        "turn/enqueue", {"threadId": thread_id, "input": text_input(text)}
-    )
-
-
 async def test_enqueue_while_running_starts_after_completion(server: ServerUnderTest) -> None:
     with anyio.fail_after(15):
         async with server.connect() as client:
@@ -35,7 +31,7 @@ async def test_enqueue_while_running_starts_after_completion(server: ServerUnder
             await client.request("thread/subscribe", {"threadId": thread_id})
             mark = client.mark()
             first = await start_turn(client, thread_id, SLOW)
-            result = await _enqueue(client, thread_id, "queued question")
+            result = await enqueue(client, thread_id, "queued question")
             queued = result["queuedInput"]
             assert re.fullmatch(r"queued_\d+_[0-9a-f]+", queued["id"])
             assert queued["threadId"] == thread_id
@@ -73,7 +69,7 @@ async def test_queue_updates_reach_the_enqueuing_client(server: ServerUnderTest)
             thread_id = await new_thread(client)  # not subscribed: the inline path only
             mark = client.mark()
             first = await start_turn(client, thread_id, SLOW)
-            await _enqueue(client, thread_id, "queued question")
+            await enqueue(client, thread_id, "queued question")
             await wait_terminal(client, first, start=mark)
             await wait_terminal(client, "turn_002", start=mark)
             await client.settle()
@@ -87,7 +83,7 @@ async def test_thread_read_shows_the_queue(server: ServerUnderTest) -> None:
             thread_id = await new_thread(client)
             mark = client.mark()
             turn_id = await start_turn(client, thread_id, SLOW)
-            queued = (await _enqueue(client, thread_id, "wait for me"))["queuedInput"]
+            queued = (await enqueue(client, thread_id, "wait for me"))["queuedInput"]
             read = await client.request("thread/read", {"threadId": thread_id})
             assert [q["id"] for q in read["thread"]["queuedInputs"]] == [queued["id"]]
             await client.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id})
@@ -101,7 +97,7 @@ async def test_queue_is_fifo_one_turn_at_a_time(server: ServerUnderTest) -> None
             mark = client.mark()
             await start_turn(client, thread_id, SLOW)
             for text in ("first", "second", "third"):
-                await _enqueue(client, thread_id, text)
+                await enqueue(client, thread_id, text)
             await wait_terminal(client, "turn_004", start=mark)
             await client.settle()
             started = [m["params"]["turn"]["id"] for m in client.since(mark, "turn/started")]
@@ -124,7 +120,7 @@ async def test_enqueue_on_idle_thread_starts_at_once(server: ServerUnderTest) ->
         async with server.connect() as client:
             thread_id = await new_thread(client)
             mark = client.mark()
-            result = await _enqueue(client, thread_id, "right away")
+            result = await enqueue(client, thread_id, "right away")
             assert result["queuedInput"]["displayText"] == "right away"
             started = await client.notification("turn/started", start=mark)
             turn_id = started["turn"]["id"]
@@ -143,8 +139,8 @@ async def test_queue_remove(server: ServerUnderTest) -> None:
             thread_id = await new_thread(client)
             mark = client.mark()
             first = await start_turn(client, thread_id, SLOW)
-            drop = (await _enqueue(client, thread_id, "drop me"))["queuedInput"]
-            keep = (await _enqueue(client, thread_id, "keep me"))["queuedInput"]
+            drop = (await enqueue(client, thread_id, "drop me"))["queuedInput"]
+            keep = (await enqueue(client, thread_id, "keep me"))["queuedInput"]
             removed_at = client.mark()
             result = await client.request(
                 "turn/queue/remove", {"threadId": thread_id, "queuedInputId": drop["id"]}
@@ -198,7 +194,7 @@ async def test_steer_needs_the_running_turn(server: ServerUnderTest) -> None:
             thread_id = await new_thread(client)
             mark = client.mark()
             turn_id = await start_turn(client, thread_id, SLOW)
-            queued = (await _enqueue(client, thread_id, "later"))["queuedInput"]
+            queued = (await enqueue(client, thread_id, "later"))["queuedInput"]
             failure = await client.fail(
                 "turn/steer",
                 {
@@ -233,7 +229,7 @@ async def test_steer_injects_guidance_at_the_next_boundary(server: ServerUnderTe
             turn_id = await start_turn(client, thread_id, "!echo steered")
             request = await approver.wait_request()  # the turn is parked at a boundary
 
-            queued = (await _enqueue(client, thread_id, "also be brief"))["queuedInput"]
+            queued = (await enqueue(client, thread_id, "also be brief"))["queuedInput"]
             steer_at = client.mark()
             result = await client.request(
                 "turn/steer",
@@ -286,7 +282,7 @@ async def test_steer_reverts_to_queued_when_the_turn_ends_first(server: ServerUn
             turn_id = await start_turn(client, thread_id, SLOW)
             # Past the turn's only boundary (before its first model call).
             await client.wait(lambda m: m.get("method") == "item/agentMessage/delta", start=mark)
-            queued = (await _enqueue(client, thread_id, "too late"))["queuedInput"]
+            queued = (await enqueue(client, thread_id, "too late"))["queuedInput"]
             await client.request(
                 "turn/steer",
                 {"threadId": thread_id, "expectedTurnId": turn_id, "queuedInputId": queued["id"]},
@@ -311,10 +307,9 @@ async def test_interrupted_turn_does_not_consume_the_queue(server: ServerUnderTe
         async with server.connect() as client:
             thread_id = await new_thread(client)
             mark = client.mark()
-            turn_id = await start_turn(client, thread_id, SLOW)
-            queued = (await _enqueue(client, thread_id, "wait for me"))["queuedInput"]
-            await client.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id})
-            terminal = await wait_terminal(client, turn_id, start=mark)
+            _, (queued,), terminal = await interrupt_with_queue(
+                client, thread_id, mark, SLOW, "wait for me"
+            )
             assert terminal["method"] == "turn/cancelled"
             await client.settle()
             assert len(client.since(mark, "turn/started")) == 1

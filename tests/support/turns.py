@@ -201,6 +201,25 @@ async def new_thread(client: RpcClient, **config: Any) -> str:
     return str(thread["id"])
 
 
+async def enqueue(client: RpcClient, thread_id: str, text: str) -> dict[str, Any]:
+    """``turn/enqueue`` of one text; its result (``queuedInput``, ``queuedInputs``)."""
+    result: dict[str, Any] = await client.request(
+        "turn/enqueue", {"threadId": thread_id, "input": text_input(text)}
+    )
+    return result
+
+
+async def interrupt_with_queue(
+    client: RpcClient, thread_id: str, mark: int, script: str, *queued: str
+) -> tuple[str, list[dict[str, Any]], dict[str, Any]]:
+    """Start a turn running ``script``, queue ``queued`` behind it, interrupt it:
+    the turn's id, the queued inputs and its terminal notification."""
+    turn_id = await start_turn(client, thread_id, script)
+    inputs = [(await enqueue(client, thread_id, text))["queuedInput"] for text in queued]
+    await client.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id})
+    return turn_id, inputs, await wait_terminal(client, turn_id, start=mark)
+
+
 async def start_turn(
     client: RpcClient, thread_id: str, text: str | list[dict[str, Any]], **extra: Any
 ) -> str:
