@@ -16,7 +16,6 @@ is reviewed, in a few words) and closed by ``exitedReviewMode`` whose
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -118,7 +117,7 @@ async def git(workspace: str, *args: str, budget: int = DIFF_CAP) -> tuple[str, 
             errors = b"".join([chunk async for chunk in process.stderr])[:2000]
             code = await process.wait()
     if timer.cancelled_caught:
-        raise CodexError(f"git {args[0]} took longer than {math.floor(GIT_SECONDS)} s")
+        raise CodexError(f"git {args[0]} took longer than {GIT_SECONDS:g} s")
     cut = len(output) > budget
     if code != 0 and not cut:
         said = errors.decode(errors="replace").strip().splitlines()
