@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from appserver.faces.codex import manage, threads, turns
+from appserver.faces.codex.review import review_start
 
 METHODS = {
     "initialize": threads.initialize,
@@ -12,6 +13,7 @@ METHODS = {
     "thread/fork": threads.thread_fork,
     "thread/list": threads.thread_list,
     "turn/start": turns.turn_start,
+    "review/start": review_start,
     "turn/interrupt": turns.turn_interrupt,
     "thread/archive": manage.thread_archive,
     "thread/unarchive": manage.thread_unarchive,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -34,6 +34,17 @@ DELTAS = frozenset(
 
 
 THREAD_NOTES = frozenset({"thread/renamed", "thread/statusChanged", "thread/deleted"})
+
+
+class Bracket(Protocol):
+    """Codex items one turn opens and closes with, beyond ours (``review/start``'s
+    ``enteredReviewMode``/``exitedReviewMode``): each is sent started and completed."""
+
+    def opening(self) -> list[Message]: ...
+
+    def closing(self, finished: list[Message]) -> list[Message]:
+        """The closing items, given the turn's completed Codex items."""
+        ...
 
 
 class Usage:
@@ -74,6 +85,7 @@ class Streams:
         self.failures: dict[tuple[str, str], str] = {}  # our code of a turn's fatal error
         self.gates: dict[str, anyio.Event] = {}  # approvalRequest item id -> its call is out
         self.watched: set[str] = set()
+        self.brackets: dict[tuple[str, str], Bracket] = {}  # set before the turn starts
 
     async def watch(self, thread_id: str) -> None:
         """Stream ``thread_id``'s events to this connection (idempotent)."""
@@ -126,6 +138,9 @@ class Streams:
             self._items(thread_id, turn.id)
             shape = turn_shape(thread_id, turn.id, "running", started_at=turn.started_at)
             notify("turn/started", {"threadId": thread_id, "turn": shape})
+            bracket = self.brackets.get((thread_id, turn.id))
+            if bracket is not None:
+                self._bracket_items(bracket.opening(), thread_id, turn.id)
             return
         if kind in TERMINAL and turn is not None:
             self._finish(thread_id, turn, TERMINAL[kind], getattr(params, "error", None))
@@ -177,6 +192,12 @@ class Streams:
             body["completedAtMs"] = now_ms()
         self.notify(method, body)
 
+    def _bracket_items(self, items: list[Message], thread_id: str, turn_id: str) -> None:
+        ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
+        for item in items:
+            self._emit("item/started", {"item": item}, ids)
+            self._emit("item/completed", {"item": item}, ids)
+
     def _finish(self, thread_id: str, turn: Any, status: str, error: Any) -> None:
         items = self.turns.pop((thread_id, turn.id), None)
         self.usage.pop((thread_id, turn.id), None)
@@ -184,6 +205,10 @@ class Streams:
         if items is not None:
             for method, body in items.unfinished("failed"):
                 self._emit(method, body, ids)
+        bracket = self.brackets.pop((thread_id, turn.id), None)
+        if bracket is not None:
+            finished = items.finished if items is not None else []
+            self._bracket_items(bracket.closing(finished), thread_id, turn.id)
         message = str(error or turn.error or "") or None
         code = self.failures.pop((thread_id, turn.id), None)
         shape = turn_shape(
