@@ -6,7 +6,9 @@ item whose id is the model's call id: ``item/started`` when the call is known
 (the ``toolCall`` item completes with its arguments), ``item/completed`` after
 its result. ``shell`` -> ``commandExecution``; ``write_file``, ``edit_file``,
 ``apply_patch`` -> ``fileChange`` (the applied diffs of ``toolResult.changes``);
-any other tool -> ``dynamicToolCall``. ``userMessage``, ``agentMessage`` keep
+an MCP tool (``mcp__<server>__<tool>``, when the turn is given
+:func:`mcp_server_tool`) -> ``mcpToolCall``; any other tool ->
+``dynamicToolCall``. ``userMessage``, ``agentMessage`` keep
 their names; ``reasoningContent`` -> ``reasoning``; ``systemNotice`` ->
 ``contextCompaction``. Approvals, errors and notices have no item of their own.
 """
@@ -15,10 +17,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 Json = dict[str, Any]
+# A tool name -> its MCP server and the tool's own name (None: not an MCP tool).
+McpNames = Callable[[str], "tuple[str, str] | None"]
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "apply_patch"})
 _EXIT_CODE = re.compile(r"^exit code: (-?\d+)", re.M)
@@ -43,7 +48,30 @@ def user_content(payload: Json) -> list[Json]:
         elif kind == "fileRef":
             path = str(part.get("path", ""))
             content.append({"type": "mention", "name": path, "path": path})
+        elif kind == "skillRef":  # we keep the name only: no SKILL.md path to show
+            content.append({"type": "skill", "name": str(part.get("name", "")), "path": ""})
     return content
+
+
+def mcp_server_tool(tools: Any, name: str) -> tuple[str, str] | None:
+    """The MCP server and tool a call of ``name`` reaches, or ``None``.
+
+    The runtime's items name only the agent tool (``mcp__<server>__<tool>``,
+    reduced to ``[A-Za-z0-9_-]``). While the server's tool is registered,
+    ``tools`` (the runtime's registry) knows the real names (the MCP tool
+    objects carry ``server`` and ``remote.name``; duck-typed, since faces do not
+    import the services layer); otherwise the name is split at its first
+    ``__`` after ``mcp__``.
+    """
+    tool = tools.get(name) if tools is not None else None
+    server = getattr(tool, "server", None)
+    remote = getattr(getattr(tool, "remote", None), "name", None)
+    if isinstance(server, str) and isinstance(remote, str):
+        return server, remote
+    if not name.startswith("mcp__"):
+        return None
+    server, sep, rest = name.removeprefix("mcp__").partition("__")
+    return (server, rest) if sep and server and rest else None
 
 
 def _change_kind(change: Json) -> Json:
@@ -65,6 +93,7 @@ class Call:
     output: str = ""
     exit_code: int | None = None
     duration_ms: int | None = None
+    mcp: tuple[str, str] | None = None  # (server, tool) of an MCP tool's call
 
     def item(self, status: str, result: Json | None = None) -> Json:
         if self.tool == "shell":
@@ -97,6 +126,8 @@ class Call:
                     for c in changes
                 ],
             }
+        if self.mcp is not None:
+            return self._mcp_item(status, result)
         item = {
             "type": "dynamicToolCall",
             "id": self.id,
@@ -107,6 +138,26 @@ class Call:
         if result is not None:
             item["success"] = bool(result.get("success"))
             item["contentItems"] = [{"type": "inputText", "text": str(result.get("result", ""))}]
+        return item
+
+    def _mcp_item(self, status: str, result: Json | None) -> Json:
+        assert self.mcp is not None
+        server, tool = self.mcp
+        item: Json = {
+            "type": "mcpToolCall",
+            "id": self.id,
+            "server": server,
+            "tool": tool,
+            "status": status,
+            "arguments": self.arguments,
+            "durationMs": self.duration_ms,
+        }
+        if result is not None:
+            text = str(result.get("result", ""))
+            if result.get("success"):
+                item["result"] = {"content": [{"type": "text", "text": text}]}
+            else:
+                item["error"] = {"message": text}
         return item
 
     def finish(self, result: Json) -> Json:
@@ -130,6 +181,11 @@ class Call:
             status = "completed" if result.get("success") else "failed"
         return self.item(status, result)
 
+    def timed(self) -> None:
+        """Measure the call's duration now (live turns; a replay has no clock)."""
+        if self.mcp is not None:
+            self.duration_ms = now_ms() - self.started_ms
+
 
 class TurnItems:
     """The Codex items of one turn, built from our items in order.
@@ -137,8 +193,12 @@ class TurnItems:
     Each method returns the Codex notifications ``(method, params-without-ids)``
     the change makes; :attr:`finished` collects the completed Codex items."""
 
-    def __init__(self, cwd: str) -> None:
+    def __init__(self, cwd: str, mcp_names: McpNames | None = None, live: bool = False) -> None:
         self.cwd = cwd
+        # Without it every tool that is neither the shell nor a file tool is a
+        # dynamicToolCall (the exec face has its own item for those).
+        self.mcp_names = mcp_names
+        self.live = live  # durations are measured, not replayed
         self.calls: dict[str, Call] = {}  # call id -> call
         self.pending: list[Call] = []  # started, no result yet, in order
         self.gated: dict[str, Call] = {}  # approvalRequest item id -> the call it gates
@@ -207,6 +267,8 @@ class TurnItems:
             call = self.calls.get(str(payload.get("callId") or ""))
             if call is not None and call in self.pending:
                 self.pending.remove(call)
+                if self.live:
+                    call.timed()
                 return self._done(call.finish(payload))
         if item is None:
             return []
@@ -217,11 +279,13 @@ class TurnItems:
         if not call_id or call_id in self.calls:
             return []
         arguments = payload.get("arguments")
+        tool = str(payload.get("toolName") or "tool")
         call = Call(
             id=call_id,
-            tool=str(payload.get("toolName") or "tool"),
+            tool=tool,
             arguments=arguments if isinstance(arguments, dict) else {},
             cwd=self.cwd,
+            mcp=self.mcp_names(tool) if self.mcp_names is not None else None,
         )
         self.calls[call_id] = call
         self.pending.append(call)

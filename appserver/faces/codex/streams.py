@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from appserver.faces.codex.items import TurnItems, now_ms
+from appserver.faces.codex.items import TurnItems, mcp_server_tool, now_ms
 from appserver.faces.codex.shapes import turn_key, turn_shape
 from appserver.faces.codex.wire import Message
 
@@ -87,6 +87,10 @@ class Streams:
         self.watched: set[str] = set()
         self.brackets: dict[tuple[str, str], Bracket] = {}  # set before the turn starts
 
+    def mcp_names(self, tool: str) -> tuple[str, str] | None:
+        """The MCP server and tool behind an agent tool name (see ``mcp_server_tool``)."""
+        return mcp_server_tool(self.runtime.engine.tools, tool)
+
     async def watch(self, thread_id: str) -> None:
         """Stream ``thread_id``'s events to this connection (idempotent)."""
         await self.runtime.threads.subscribe(thread_id, self.seat)
@@ -112,7 +116,7 @@ class Streams:
         key = (thread_id, turn_id)
         items = self.turns.get(key)
         if items is None:
-            items = self.turns[key] = TurnItems(self.workspace)
+            items = self.turns[key] = TurnItems(self.workspace, self.mcp_names, live=True)
         return items
 
     def _translate(self, event: Event) -> None:

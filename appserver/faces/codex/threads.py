@@ -67,7 +67,10 @@ def _status(session: CodexSession, thread_id: str) -> Message:
     return {"type": "idle"} if thread_id in session.streams.watched else {"type": "notLoaded"}
 
 
-def _cwd(session: CodexSession, params: Message) -> str:
+def workspace_cwd(session: CodexSession, params: Message) -> str:
+    """The workspace, when ``params.cwd`` is absent or names it; else ``-32600``:
+    one process serves one workspace, and threads have no working directory
+    of their own."""
     cwd = params.get("cwd")
     if cwd is None:
         return session.workspace
@@ -85,7 +88,7 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
     preview = ""
     view = await session.runtime.threads.view(record, include_turns=True)
     for turn in view.thread.turns:
-        items = TurnItems(session.workspace)
+        items = TurnItems(session.workspace, session.streams.mcp_names)
         for item in turn.items or []:
             items.started(item.type, item.id, item.payload)
             items.completed(item.type, item.id, item.payload)
@@ -173,7 +176,7 @@ def _remember_policy(session: CodexSession, thread_id: str, params: Message) -> 
 async def thread_start(session: CodexSession, params: Message) -> Any:
     from appserver.runtime.threads import NewThread
 
-    _cwd(session, params)
+    workspace_cwd(session, params)
     threads = session.runtime.threads
     config = _remember_policy(session, "", params)
     record = await threads.create(
@@ -192,7 +195,7 @@ async def thread_start(session: CodexSession, params: Message) -> Any:
 async def thread_resume(session: CodexSession, params: Message) -> Message:
     thread_id = text_param(params, "threadId", required=True)
     assert thread_id is not None
-    _cwd(session, params)
+    workspace_cwd(session, params)
     threads = session.runtime.threads
     record = await threads.get(thread_id)
     if record.status != "active":
@@ -220,7 +223,7 @@ async def thread_fork(session: CodexSession, params: Message) -> Any:
     thread_id = text_param(params, "threadId", required=True)
     assert thread_id is not None
     last = text_param(params, "lastTurnId")
-    _cwd(session, params)
+    workspace_cwd(session, params)
     last_turn = None
     if last is not None:
         try:

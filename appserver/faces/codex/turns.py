@@ -1,20 +1,54 @@
-"""Turns: ``turn/start`` (Codex input parts as ours) and ``turn/interrupt``.
-Their events reach the client through :mod:`~appserver.faces.codex.streams`."""
+"""Turns: ``turn/start`` (Codex input parts as ours, per-turn overrides) and
+``turn/interrupt``. Their events reach the client through
+:mod:`~appserver.faces.codex.streams`.
+
+Overrides, as in Codex, hold for this turn and the later ones: ``model`` and
+``approvalPolicy`` are written to the thread's configuration (what DotCraft's
+``thread/config/update`` writes, so DotCraft clients see them),
+``approvalsReviewer`` is kept with the thread's Codex policy. ``cwd`` must be
+the workspace (as for ``thread/start``); ``sandboxPolicy`` is accepted and
+changes nothing (our boundary is the workspace with approvals, reported as
+``workspaceWrite``, as ``thread/start`` does with ``sandbox``); ``effort``,
+``summary`` and the rest have no counterpart here and are ignored (debug log).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
-from appserver.faces.codex.shapes import split_turn_key, turn_shape
+from appserver.faces.codex.shapes import codex_policy, our_policy, split_turn_key, turn_shape
+from appserver.faces.codex.threads import workspace_cwd
 from appserver.faces.codex.wire import CodexError, Message, text_param
 
 if TYPE_CHECKING:
     from appserver.faces.codex.session import CodexSession
 
+log = logging.getLogger("appserver.faces.codex")
 
-def input_parts(value: Any) -> list[Any]:
-    """Codex ``UserInput`` parts as ours (``skill`` parts are left out)."""
-    from appserver.protocol.turns import FileRefPart, ImageUrlPart, LocalImagePart, TextPart
+# turn/start fields that change nothing here (no runtime counterpart).
+IGNORED = (
+    "sandboxPolicy",
+    "effort",
+    "summary",
+    "personality",
+    "serviceTier",
+    "serviceTierForTurn",
+    "outputSchema",
+    "disabledPluginIds",
+)
+
+
+def input_parts(value: Any, skills: bool = False) -> list[Any]:
+    """Codex ``UserInput`` parts as ours. ``skill`` parts become our ``skillRef``
+    when ``skills`` (a skills family resolves them), else they are left out."""
+    from appserver.protocol.turns import (
+        FileRefPart,
+        ImageUrlPart,
+        LocalImagePart,
+        SkillRefPart,
+        TextPart,
+    )
 
     if not isinstance(value, list):
         raise CodexError("Invalid request: missing field `input`")
@@ -29,17 +63,63 @@ def input_parts(value: Any) -> list[Any]:
             parts.append(ImageUrlPart(type="image", url=part["url"]))
         elif kind == "mention" and isinstance(part.get("path"), str):
             parts.append(FileRefPart(type="fileRef", path=part["path"]))
-        elif kind != "skill":
+        elif kind == "skill":
+            name = part.get("name")
+            if skills and isinstance(name, str):
+                parts.append(SkillRefPart(type="skillRef", name=name))
+            else:
+                log.debug("skill %r ignored: no skills family in this process", name)
+        else:
             raise CodexError(f"Invalid request: unsupported input {kind!r}")
     return parts
 
 
+async def apply_overrides(session: CodexSession, thread_id: str, params: Message) -> None:
+    """Make ``turn/start``'s overrides the thread's (module docstring)."""
+    workspace_cwd(session, params)
+    model, policy, reviewer = (
+        params.get("model"),
+        params.get("approvalPolicy"),
+        params.get("approvalsReviewer"),
+    )
+    if model is not None and (not isinstance(model, str) or not model):
+        raise CodexError("Invalid request: model must be a non-empty string")
+    for name in IGNORED:
+        if params.get(name) is not None:
+            log.debug("turn/start %s ignored: no counterpart here", name)
+    threads = session.runtime.threads
+    record = await threads.get(thread_id)
+    current = dict(record.configuration or {})
+    wanted = dict(current)
+    if model is not None:
+        wanted["model"] = model
+    if policy is not None:
+        wanted["approvalPolicy"] = our_policy(policy)
+    if wanted != current:
+        await threads.configure(thread_id, wanted)
+    if policy is not None or isinstance(reviewer, str):
+        shown, kept = session.policies.get(
+            thread_id, (codex_policy(current.get("approvalPolicy")), "user")
+        )
+        session.policies[thread_id] = (
+            policy if policy is not None else shown,
+            reviewer if isinstance(reviewer, str) else kept,
+        )
+
+
 async def turn_start(session: CodexSession, params: Message) -> Message:
+    from appserver.protocol.errors import RpcError
+
     thread_id = text_param(params, "threadId", required=True)
     assert thread_id is not None
-    parts = input_parts(params.get("input"))
+    skills = "skillRef" in session.runtime.materializer.resolvers
+    parts = input_parts(params.get("input"), skills)
+    await apply_overrides(session, thread_id, params)
     await session.streams.watch(thread_id)
-    active = await session.runtime.turns.start(thread_id, parts, origin=session.seat)
+    try:
+        active = await session.runtime.turns.start(thread_id, parts, origin=session.seat)
+    except RpcError as exc:  # a skills family's refusal (unknown or disabled skill)
+        raise CodexError(f"Invalid request: {exc.message}") from None
     return {"turn": turn_shape(thread_id, active.record.id, "running")}
 
 
@@ -47,8 +127,9 @@ async def turn_interrupt(session: CodexSession, params: Message) -> Message:
     from appserver.runtime.errors import TurnNotRunning
 
     thread_id = text_param(params, "threadId", required=True)
+    assert thread_id is not None
     key = text_param(params, "turnId", required=True)
-    assert thread_id is not None and key is not None
+    assert key is not None
     try:
         owner, turn_id = split_turn_key(key)
     except ValueError:
