@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("appserver")
 
+
 @dataclass
 class HostOptions:
     """Everything that shapes a face's runtime."""
