@@ -1,7 +1,8 @@
 """The thread-management, steering and catalogue methods: ``thread/archive``,
 ``thread/unarchive``, ``thread/name/set``, ``thread/compact/start``,
 ``thread/delete``, ``thread/unsubscribe``, ``thread/loaded/list``,
-``thread/turns/list``, ``turn/steer``, ``model/list`` and ``account/read``.
+``thread/turns/list``, ``thread/revert``, ``turn/steer``, ``model/list`` and
+``account/read``.
 
 Each is one runtime call. The notifications they cause (``thread/archived``,
 ``thread/unarchived``, ``thread/name/updated``, ``thread/deleted``, a compaction
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from appserver.faces.codex.shapes import split_turn_key, turn_key
 from appserver.faces.codex.threads import codex_thread
 from appserver.faces.codex.turns import input_parts
-from appserver.faces.codex.wire import CodexError, Message, text_param
+from appserver.faces.codex.wire import CodexError, Message, Reply, text_param
 
 if TYPE_CHECKING:
     from appserver.faces.codex.session import CodexSession
@@ -112,6 +113,27 @@ async def thread_turns_list(session: CodexSession, params: Message) -> Message:
         turn["itemsView"] = view
     data, next_cursor = _page(turns, params)
     return {"data": data, "nextCursor": next_cursor, "backwardsCursor": None}
+
+
+async def thread_revert(session: CodexSession, params: Message) -> Reply:
+    """Drop ``beforeTurnId`` and every later turn (our rollback of that many
+    turns); the thread's files are left as they are, as in Codex. Answered
+    ``{thread}`` without turns, then ``thread/reverted``."""
+    thread_id = _thread_id(params)
+    key = text_param(params, "beforeTurnId", required=True)
+    assert key is not None
+    try:
+        owner, turn_id = split_turn_key(key)
+    except ValueError:
+        owner = turn_id = ""
+    threads = session.runtime.threads
+    await threads.get(thread_id)  # an unknown thread is refused in the runtime's words
+    turn_ids = [turn.id for turn in (await threads.repo.turns(thread_id))[0]]
+    if owner != thread_id or turn_id not in turn_ids:
+        raise CodexError(f"Invalid request: turn {key} is not a turn of thread {thread_id}")
+    record = await threads.rollback(thread_id, len(turn_ids) - turn_ids.index(turn_id))
+    thread = await codex_thread(session, record, with_turns=False)
+    return Reply({"thread": thread}, [("thread/reverted", {"threadId": thread_id})])
 
 
 async def turn_steer(session: CodexSession, params: Message) -> Message:

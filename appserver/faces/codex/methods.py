@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appserver.faces.codex import manage, threads, turns
+from appserver.faces.codex import command_exec, fuzzy, manage, threads, turns
 from appserver.faces.codex.review import review_start
 
 METHODS = {
@@ -23,7 +23,10 @@ METHODS = {
     "thread/unsubscribe": manage.thread_unsubscribe,
     "thread/loaded/list": manage.thread_loaded_list,
     "thread/turns/list": manage.thread_turns_list,
+    "thread/revert": manage.thread_revert,
     "turn/steer": manage.turn_steer,
     "model/list": manage.model_list,
     "account/read": manage.account_read,
+    "fuzzyFileSearch": fuzzy.fuzzy_file_search,
+    "command/exec": command_exec.command_exec,
 }
