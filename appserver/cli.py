@@ -42,7 +42,12 @@ FACES = (
     ("rpc", "zot", "zot rpc: the agent over newline-delimited JSON commands and events"),
     ("router", "codeswarm", "Codeswarm router protocol codeswarm.router.v1 (stdio or TCP)"),
     ("acp", "acp", "Agent Client Protocol (agent side) over stdio, for editors such as Zed"),
-    ("codex", "codex", "OpenAI Codex app-server protocol v2 (`codex app-server`) over stdio"),
+    (
+        "codex",
+        "codex",
+        "OpenAI Codex app-server protocol v2 (`codex app-server`); "
+        "`codex exec --experimental-json` (see `appserver codex exec --help`)",
+    ),
 )
 # Qwen Code's SDK runs its executable with flags and no subcommand.
 QWEN_FLAGS = ("--input-format", "--output-format")
@@ -251,16 +256,23 @@ def codex_main(argv: Sequence[str] | None = None) -> int:
     [--listen stdio://]``), so ``CodexConfig(codex_bin=...)`` can point at it, and
     ``exec --experimental-json``, what ``@openai/codex-sdk`` runs once per turn."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    exec_face = face_module("codex.exec_command")
-    if exec_face.is_exec(arguments):
-        args = exec_face.parse_exec(arguments)
-        return args if isinstance(args, int) else face_command(args)
+    if face_module("codex.exec_command").is_exec(arguments):
+        return codex_exec(arguments)
     return main(face_module("codex").codex_argv(arguments))
+
+
+def codex_exec(arguments: list[str]) -> int:
+    """``[-c k=v]... exec ...``: one Codex exec turn (``appserver-codex exec`` and
+    ``appserver codex exec`` both land here)."""
+    args = face_module("codex.exec_command").parse_exec(arguments)
+    return args if isinstance(args, int) else face_command(args)
 
 
 def _main(arguments: list[str]) -> int:
     if is_qwen_invocation(arguments):
         return qwen_command(arguments)
+    if arguments[:1] == ["codex"] and face_module("codex.exec_command").is_exec(arguments[1:]):
+        return codex_exec(arguments[1:])
     chosen = next((word for word in arguments if not word.startswith("-")), "")
     parser = build_parser(chosen)
     args = parse_arguments(parser, arguments)

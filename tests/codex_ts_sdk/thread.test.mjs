@@ -75,6 +75,26 @@ test('a failed turn rejects run() with its message', async (t) => {
   await assert.rejects(thread.run('?fail other boom'), /model provider error \(other\): boom/);
 });
 
+test('outputSchema: a final answer that is not matching JSON rejects run(), after streaming it', async (t) => {
+  const cwd = workspace(t);
+  const thread = codex().startThread(threadOptions(cwd));
+  const outputSchema = { type: 'object', properties: { answer: { type: 'integer' } } };
+  // The offline model answers "You said: ..." whatever the schema asks.
+  await assert.rejects(
+    thread.run('hello', { outputSchema }),
+    /the final message does not match --output-schema: not JSON/,
+  );
+  // Streamed: the answer, turn.failed, then (exit 1) the stream throws with the reason.
+  const events = [];
+  const streamed = await thread.runStreamed('again', { outputSchema });
+  await assert.rejects(async () => {
+    for await (const event of streamed.events) events.push(event);
+  }, /exited with code 1: appserver: the final message does not match --output-schema/);
+  const said = events.filter((event) => event.type === 'item.completed').map((e) => e.item.text);
+  assert.deepEqual(said, ['You said: again']);
+  assert.equal(events.at(-1).type, 'turn.failed');
+});
+
 test('nobody to ask: with approvalPolicy untrusted a write is declined', async (t) => {
   const cwd = workspace(t);
   const thread = codex().startThread(threadOptions(cwd, { approvalPolicy: 'untrusted' }));

@@ -75,7 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("-i", "--image", action="append", default=[], metavar="PATH")
     group.add_argument("--add-dir", action="append", default=[], metavar="DIR", help="ignored")
     group.add_argument("--skip-git-repo-check", action="store_true", help="accepted (no check)")
-    group.add_argument("--output-schema", metavar="FILE", help="read; not enforced")
+    group.add_argument(
+        "--output-schema",
+        type=Path,
+        metavar="FILE",
+        help="a JSON Schema the final answer must match (asked of the model, then checked)",
+    )
+    group.add_argument(
+        "-o",
+        "--output-last-message",
+        type=Path,
+        metavar="FILE",
+        help="write the last agent message to FILE when the turn ends",
+    )
     group.add_argument("--thread-source", help="ignored")
     group.add_argument("--cyber-access-program", help="ignored")
     return parser

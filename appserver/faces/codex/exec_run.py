@@ -15,6 +15,8 @@ client watching the thread may still answer (docs/faces.md).
 
 SIGTERM/SIGINT (the SDK's ``AbortSignal`` kills the process) interrupt the
 turn, so the thread is left idle, not running.
+
+``--output-schema`` and ``-o``: :mod:`~appserver.faces.codex.exec_output`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import IO, Any
 import anyio
 
 from appserver.faces.codex.exec_events import ExecTurn, usage
+from appserver.faces.codex.exec_output import FinalAnswer, instruction, read_schema
 from appserver.faces.seat import Seat
 
 log = logging.getLogger("appserver.faces.codex")
@@ -78,8 +81,6 @@ def settings(args: argparse.Namespace, options: Any) -> str:
     for ignored in ("add_dir", "thread_source", "cyber_access_program"):
         if getattr(args, ignored):
             log.debug("ignored --%s", ignored.replace("_", "-"))
-    if args.output_schema:
-        log.warning("--output-schema %s: structured output is not enforced", args.output_schema)
     if args.approval_policy:  # our own flag wins
         return str(args.approval_policy)
     return "default" if codex_policy == "untrusted" or sandbox == "read-only" else "autoApprove"
@@ -112,13 +113,14 @@ async def main(
 
     try:
         policy = settings(args, options)
+        schema = read_schema(args.output_schema) if args.output_schema else None
         thread_id, prompt = _prompt(args, stdin)
         if not prompt.strip() and not args.image:
             raise ExecFailed("no prompt given on stdin")
         async with AsyncExitStack() as stack:
             runtime = await stack.enter_async_context(host())
             try:
-                return await _turn(runtime, args, policy, thread_id, prompt, write)
+                return await _turn(runtime, args, policy, thread_id, prompt, schema, write)
             except (ExecFailed, Refusal) as exc:  # inside: the host's task group would wrap it
                 return _refused(exc)
     except (ExecFailed, ProviderConfigError, ValueError, WorkspaceLocked) as exc:
@@ -170,9 +172,14 @@ async def _turn(
     policy: str,
     thread_id: str | None,
     prompt: str,
+    schema: dict[str, Any] | None,
     write: Any,
 ) -> int:
     from appserver.protocol.turns import LocalImagePart, TextPart
+
+    def prepare(_active: Any, user: Any) -> None:
+        if schema is not None:  # for this turn only, as the SDK passes it per turn
+            user.instructions.append(instruction(schema))
 
     seat = Seat(CHANNEL, topics_hidden=frozenset())  # command output included
     runtime.join(seat)
@@ -185,10 +192,11 @@ async def _turn(
         async with anyio.create_task_group() as watching:
             stop = Stop(runtime, thread_id)
             await watching.start(stop.watch)  # before the turn exists: no signal is lost
-            active = await runtime.turns.start(thread_id, parts, origin=seat)
+            active = await runtime.turns.start(thread_id, parts, origin=seat, prepare=prepare)
             await stop.turn_started(active.record.id)
             write({"type": "turn.started"})
-            code = await _follow(seat, thread_id, active.record.id, runtime, spent, write)
+            answer = FinalAnswer(write, schema, args.output_last_message)
+            code = await _follow(seat, thread_id, active.record.id, runtime, spent, answer)
             watching.cancel_scope.cancel()
         return code
     finally:
@@ -225,23 +233,34 @@ class Stop:
 
 
 async def _follow(
-    seat: Seat, thread_id: str, turn_id: str, runtime: Any, spent: tuple[int, int], write: Any
+    seat: Seat,
+    thread_id: str,
+    turn_id: str,
+    runtime: Any,
+    spent: tuple[int, int],
+    answer: FinalAnswer,
 ) -> int:
-    """Write the turn's events until its end; the exit code."""
-    translated = ExecTurn(runtime.threads.workspace, write)
+    """Write the turn's events (through ``answer``) until its end; the exit code."""
+    translated = ExecTurn(runtime.threads.workspace, answer)
     async for event in seat.events():
         if event.thread_id != thread_id:
             continue
         turn = getattr(event.params, "turn", None)
         if event.kind in TERMINAL and turn is not None and turn.id == turn_id:
             translated.finish()
-            return _end(event, translated, spent, write)
+            return _end(event, translated, spent, answer)
         if getattr(event.params, "turn_id", turn_id) == turn_id:
             translated.feed(event)
     return 1  # the events ended without the turn's end (the runtime closed)
 
 
-def _end(event: Any, turn: ExecTurn, spent: tuple[int, int], write: Any) -> int:
+def _end(event: Any, turn: ExecTurn, spent: tuple[int, int], answer: FinalAnswer) -> int:
+    write = answer  # the terminal event passes through it too
+    failure = answer.failure(event.kind == "turn/completed")
+    if failure is not None:
+        write({"type": "turn.failed", "error": {"message": failure}})
+        sys.stderr.write(f"appserver: {failure}\n")  # in the SDK's error after the stream
+        return 1
     if event.kind == "turn/completed":
         totals = usage(spent[0] + turn.input_tokens, spent[1] + turn.output_tokens)
         write({"type": "turn.completed", "usage": totals})

@@ -5,7 +5,6 @@ the face sent validated against the JSON Schema Codex 0.169 itself generates."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,35 +14,25 @@ import pytest
 from openai_codex import Codex, CodexConfig
 from openai_codex.client import CodexClient
 
-from tests.support.codex_clients import MISSING, codex_schema
+from tests.support.codex_clients import MISSING
 from tests.support.codex_frames import CodexSchema, check_frames
 from tests.support.servers import child_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-TEE = Path(__file__).resolve().parents[2] / "support" / "codex_tee.py"
 
 
-@pytest.fixture(scope="module")
-def schema() -> CodexSchema:
-    root = codex_schema()
-    if root is None:
+@pytest.fixture
+def schema(optional_schema: CodexSchema | None) -> CodexSchema:
+    if optional_schema is None:
         pytest.skip(MISSING["schema"])
-    return CodexSchema(root)
+    return optional_schema
 
 
 @pytest.fixture
-def frames(tmp_path: Path) -> Path:
-    return tmp_path / "frames.jsonl"
-
-
-@pytest.fixture
-def config(workspace: Path, frames: Path) -> CodexConfig:
+def config(workspace: Path, teed_bin: str) -> CodexConfig:
     env = child_env()
     env["APPSERVER_PROVIDER"] = "offline"
-    env["CODEX_FRAMES_FILE"] = str(frames)
-    codex_bin = str(Path(sys.executable).parent / "appserver-codex")
-    argv = (sys.executable, str(TEE), codex_bin, "app-server", "--listen", "stdio://")
-    return CodexConfig(launch_args_override=argv, cwd=str(workspace), env=env)
+    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
 
 
 @pytest.fixture
