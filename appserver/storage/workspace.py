@@ -5,13 +5,16 @@ The file can hold secrets (``ApiKey``), so every write produces a file with
 mode ``0600`` regardless of the umask, and replaces the old file atomically
 (temporary file in the same directory, ``fsync``, ``os.replace``): a crash
 leaves either the old or the new file, never half of one. Edits are
-read-modify-write under one lock, so two concurrent updates cannot lose each
+read-modify-write under one lock (an in-process lock, then an ``flock`` on a
+file beside it that every process editing the file takes), so two concurrent
+updates, from this process or another on the same workspace, cannot lose each
 other's changes. Keys are matched case-insensitively, as DotCraft does, and
 an existing key keeps its spelling.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -87,6 +90,9 @@ class WorkspaceConfigFile:
     def __init__(self, craft_dir: Path) -> None:
         self.craft_dir = craft_dir
         self.path = craft_dir / "config.json"
+        # Not config.json itself: os.replace swaps that inode, which would drop the
+        # lock. Under locks/, which .craft/.gitignore already keeps out of git.
+        self.lock_path = craft_dir / "locks" / "config.json.lock"
         self._lock = anyio.Lock()
 
     def read(self) -> dict[str, Any]:
@@ -111,11 +117,26 @@ class WorkspaceConfigFile:
         back (only if it changed). Raises :class:`ConfigFileError` before
         yielding when the file is unreadable, so a broken file is never clobbered."""
         async with self._lock:
-            document = self.read()
-            before = json.dumps(document, sort_keys=True)
-            yield document
-            if json.dumps(document, sort_keys=True) != before:
-                await anyio.to_thread.run_sync(self._write, document)
+            fd = await anyio.to_thread.run_sync(self._lock_across_processes)
+            try:
+                document = self.read()
+                before = json.dumps(document, sort_keys=True)
+                yield document
+                if json.dumps(document, sort_keys=True) != before:
+                    await anyio.to_thread.run_sync(self._write, document)
+            finally:
+                os.close(fd)  # releases the flock
+
+    def _lock_across_processes(self) -> int:
+        """Open the lock file and wait for its exclusive ``flock`` (edits are short)."""
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, SECRET_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def _write(self, document: dict[str, Any]) -> None:
         write_private(self.path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
