@@ -37,6 +37,9 @@ MCP_SERVER_READ_ONLY = -32075
 EXTERNAL_CHANNEL_NOT_FOUND = -32080
 EXTERNAL_CHANNEL_VALIDATION_FAILED = -32081
 EXTERNAL_CHANNEL_NAME_CONFLICT = -32082
+SUBAGENT_PROFILE_NOT_FOUND = -32083
+SUBAGENT_PROFILE_VALIDATION_FAILED = -32084
+SUBAGENT_PROFILE_PROTECTED = -32085
 # Ours (DotCraft has no code for these; its terminal service throws).
 TERMINAL_NOT_FOUND = -32090
 TERMINAL_NOT_WRITABLE = -32091
@@ -85,3 +88,20 @@ def thread_not_active(thread_id: str) -> RpcError:
 
 def turn_in_progress(thread_id: str) -> RpcError:
     return RpcError(TURN_IN_PROGRESS, f"A turn is already in progress on thread: {thread_id}")
+
+
+def subagent_profile_not_found(name: str) -> RpcError:
+    """``-32083``: no such profile (DotCraft's message)."""
+    return RpcError(SUBAGENT_PROFILE_NOT_FOUND, f"SubAgent profile not found: {name}")
+
+
+def subagent_profile_validation_failed(detail: str) -> RpcError:
+    """``-32084``: the definition has validation warnings (``detail`` joins them)."""
+    return RpcError(
+        SUBAGENT_PROFILE_VALIDATION_FAILED, "SubAgent profile validation failed", {"detail": detail}
+    )
+
+
+def subagent_profile_protected(detail: str) -> RpcError:
+    """``-32085``: the change is not allowed on this profile."""
+    return RpcError(SUBAGENT_PROFILE_PROTECTED, "SubAgent profile is protected", {"detail": detail})

@@ -22,6 +22,7 @@ from appserver.protocol import (
     plugins,
     prompt,
     skills,
+    subagent_profiles,
     terminals,
     workspace,
 )
@@ -51,6 +52,7 @@ _FAMILIES = (
     terminals,
     prompt,
     grants,
+    subagent_profiles,
 )
 
 

@@ -72,6 +72,7 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.terminals": Declared(flags=("backgroundTerminals",)),
     "appserver.services.prompt": Declared(flags=("promptRead",)),
     "appserver.services.grants": Declared(flags=("approvalGrants",)),
+    "appserver.services.subagent_profiles": Declared(flags=("subAgentManagement",)),
 }
 
 

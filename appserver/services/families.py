@@ -20,6 +20,7 @@ from appserver.services import (
     plugins,
     prompt,
     skills,
+    subagent_profiles,
     terminals,
     workspace,
 )
@@ -38,4 +39,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     terminals.install,
     prompt.install,
     grants.install,
+    subagent_profiles.install,
 ]

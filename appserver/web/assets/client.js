@@ -40,6 +40,11 @@ var METHODS = [
   "skills/setEnabled",
   "skills/uninstall",
   "skills/view",
+  "subagent/profiles/list",
+  "subagent/profiles/remove",
+  "subagent/profiles/setEnabled",
+  "subagent/profiles/upsert",
+  "subagent/settings/update",
   "terminal/clean",
   "terminal/list",
   "terminal/read",
@@ -154,6 +159,11 @@ var METHOD_INFO = {
   "skills/setEnabled": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/uninstall": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/view": { capability: "skillsManagement", errors: [-32040, -32602] },
+  "subagent/profiles/list": { capability: "subAgentManagement", errors: [] },
+  "subagent/profiles/remove": { capability: "subAgentManagement", errors: [-32602, -32083] },
+  "subagent/profiles/setEnabled": { capability: "subAgentManagement", errors: [-32602, -32083, -32085] },
+  "subagent/profiles/upsert": { capability: "subAgentManagement", errors: [-32602, -32084] },
+  "subagent/settings/update": { capability: "subAgentManagement", errors: [-32602] },
   "terminal/clean": { capability: "backgroundTerminals", errors: [-32602] },
   "terminal/list": { capability: "backgroundTerminals", errors: [-32602] },
   "terminal/read": { capability: "backgroundTerminals", errors: [-32602, -32090] },
@@ -509,6 +519,51 @@ var GeneratedMethods = class {
    */
   skillsView(params, options) {
     return this.request("skills/view", params, options);
+  }
+  /**
+   * The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent settings; read from the workspace's config.json on every call.
+   *
+   * Wire method `subagent/profiles/list`; capability `subAgentManagement`.
+   * Params: {@link Empty}.
+   */
+  subagentProfilesList(params = {}, options) {
+    return this.request("subagent/profiles/list", params, options);
+  }
+  /**
+   * Delete a workspace profile (for a built-in: its override, restoring the built-in). Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/remove`; capability `subAgentManagement`; errors -32602, -32083.
+   * Params: {@link SubAgentProfileRemoveParams}.
+   */
+  subagentProfilesRemove(params = {}, options) {
+    return this.request("subagent/profiles/remove", params, options);
+  }
+  /**
+   * Offer a profile to the agent or not; `native` cannot be disabled. Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/setEnabled`; capability `subAgentManagement`; errors -32602, -32083, -32085.
+   * Params: {@link SubAgentProfileSetEnabledParams}.
+   */
+  subagentProfilesSetEnabled(params = {}, options) {
+    return this.request("subagent/profiles/setEnabled", params, options);
+  }
+  /**
+   * Create or wholly replace a workspace profile (a built-in's name overrides the built-in); a definition with validation warnings is refused. Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/upsert`; capability `subAgentManagement`; errors -32602, -32084.
+   * Params: {@link SubAgentProfileUpsertParams}.
+   */
+  subagentProfilesUpsert(params = {}, options) {
+    return this.request("subagent/profiles/upsert", params, options);
+  }
+  /**
+   * Change the SubAgent settings (`model`, `externalCliSessionResumeEnabled`). Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/settings/update`; capability `subAgentManagement`; errors -32602.
+   * Params: {@link SubAgentSettingsUpdateParams}.
+   */
+  subagentSettingsUpdate(params = {}, options) {
+    return this.request("subagent/settings/update", params, options);
   }
   /**
    * Stop every running terminal of `threadId` (each gets `terminal/completed`, then `terminal/cleaned`) and answer with all of the thread's terminals. Output files stay.

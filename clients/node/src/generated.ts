@@ -1677,6 +1677,200 @@ export interface SkillsViewResult {
   content: string;
 }
 
+/** Whether the main agent is offered the profile, and why not. */
+export interface SubAgentProfileDiagnostic {
+  /** Not disabled by the workspace. */
+  enabled: boolean;
+  /** A `cli-oneshot` profile whose `bin` is found (on PATH or as a path). */
+  binaryResolved: boolean;
+  /** The main agent is not told about this profile. */
+  hiddenFromPrompt: boolean;
+  /** Why it is hidden (reasons joined with `; `). */
+  hiddenReason?: string | null;
+  /** The validation warnings about this profile. */
+  warnings?: string[];
+}
+
+/** One profile as `subagent/profiles/list` shows it. */
+export interface SubAgentProfileEntry {
+  /** The profile's name (names match case-insensitively). */
+  name: string;
+  /** One of the server's own profiles. */
+  isBuiltIn: boolean;
+  /** `custom-cli-oneshot` without a workspace override: a starting point, never offered. */
+  isTemplate: boolean;
+  /** The workspace's config.json defines it (for a built-in: replaces the built-in). */
+  hasWorkspaceOverride: boolean;
+  /** The default profile (`native`). */
+  isDefault: boolean;
+  /** Not listed in the workspace's disabled profiles (`native` always is). */
+  enabled: boolean;
+  /** The effective definition: the workspace's override, else the built-in. */
+  definition: SubAgentProfileWrite;
+  /** The built-in definition (built-in names only). */
+  builtInDefaults?: SubAgentProfileWrite | null;
+  /** Whether the main agent is offered it. */
+  diagnostic: SubAgentProfileDiagnostic;
+}
+
+/** Every profile, `native` first, then by name (case-insensitively). */
+export interface SubAgentProfileListResult {
+  /** The profiles. */
+  profiles: SubAgentProfileEntry[];
+  /** The default profile's name (`native`). */
+  defaultName: string;
+  /** The SubAgent settings. */
+  settings: SubAgentSettings;
+}
+
+/** `subagent/profiles/remove`. */
+export interface SubAgentProfileRemoveParams {
+  /**
+   * The name of a profile the workspace defines.
+   *
+   * Default: `""`.
+   */
+  name?: string;
+}
+
+/** Always `{removed: true}` (an unknown name is an error). */
+export interface SubAgentProfileRemoveResult {
+  /** `true`. */
+  removed: boolean;
+}
+
+/** The profile after the write. */
+export interface SubAgentProfileResult {
+  /** The profile. */
+  profile: SubAgentProfileEntry;
+}
+
+/** `subagent/profiles/setEnabled`. */
+export interface SubAgentProfileSetEnabledParams {
+  /**
+   * The profile's name.
+   *
+   * Default: `""`.
+   */
+  name?: string;
+  /**
+   * Offer it to the agent (`true`) or not.
+   *
+   * Default: `false`.
+   */
+  enabled?: boolean;
+}
+
+/** `subagent/profiles/upsert`: create or wholly replace a workspace profile. */
+export interface SubAgentProfileUpsertParams {
+  /**
+   * The profile's name (a built-in's name overrides it).
+   *
+   * Default: `""`.
+   */
+  name?: string;
+  /** The whole definition (not merged with the built-in). */
+  definition?: SubAgentProfileWrite;
+}
+
+/**
+ * A profile's definition, as stored in the workspace and as written by `upsert`.
+ *
+ * Only `runtime`, `bin`, the input, output, resume and timeout fields are used by a run;
+ * `supportsStreaming`, `supportsModelSelection`, `inputFormat`, `trustLevel` and
+ * `sanitizationRules` are stored and echoed only.
+ */
+export interface SubAgentProfileWrite {
+  /**
+   * `native` (a child thread on this server) or `cli-oneshot` (an external command per task).
+   *
+   * Default: `"native"`.
+   */
+  runtime?: string;
+  /** The executable (a name on PATH or an absolute path); required for `cli-oneshot`. */
+  bin?: string | null;
+  /** Fixed leading arguments. */
+  args?: string[] | null;
+  /** Environment variables set last (they override everything). */
+  env?: { [key: string]: string } | null;
+  /** Names of this server's environment variables copied to the command when set. */
+  envPassthrough?: string[] | null;
+  /**
+   * `workspace` (the workspace root) or `specified` (the spawn call names an existing one).
+   *
+   * Default: `"workspace"`.
+   */
+  workingDirectoryMode?: string;
+  /** Stored and echoed only. */
+  supportsStreaming?: boolean | null;
+  /** Stored and echoed only. */
+  supportsModelSelection?: boolean | null;
+  /** Stored and echoed only. */
+  inputFormat?: string | null;
+  /** Stored and echoed only (`trusted`, `prompt`, `restricted`). */
+  trustLevel?: string | null;
+  /** Stored and echoed only. */
+  sanitizationRules?: { [key: string]: unknown } | null;
+  /** The command can continue a saved session (needs `resumeArgTemplate` and an id extractor). */
+  supportsResume?: boolean | null;
+  /** `arg` (default: the task is the last argument), `stdin`, `arg-template` or `env`. */
+  inputMode?: string | null;
+  /** Arguments with a `{task}` placeholder (`arg-template`). */
+  inputArgTemplate?: string | null;
+  /** The variable that carries the task (`env`). */
+  inputEnvKey?: string | null;
+  /** `text` (default) or `json`. */
+  outputFormat?: string | null;
+  /** Dotted path of the answer in the JSON on stdout (`json`). */
+  outputJsonPath?: string | null;
+  /** Dotted path of the input token count. */
+  outputInputTokensJsonPath?: string | null;
+  /** Dotted path of the output token count. */
+  outputOutputTokensJsonPath?: string | null;
+  /** Dotted path of the total token count (used as output when the other two are 0). */
+  outputTotalTokensJsonPath?: string | null;
+  /** Arguments with a `{path}` placeholder: a temporary file the command writes its answer to. */
+  outputFileArgTemplate?: string | null;
+  /** Prefer the output file over stdout. */
+  readOutputFile?: boolean | null;
+  /** Delete the output file once read. */
+  deleteOutputFileAfterRead?: boolean | null;
+  /** Arguments with a `{sessionId}` placeholder, to continue a session. */
+  resumeArgTemplate?: string | null;
+  /** Dotted path of the command's session id in its JSON output. */
+  resumeSessionIdJsonPath?: string | null;
+  /** A regular expression finding the session id in stdout (named group `sessionId`, else group 1). */
+  resumeSessionIdRegex?: string | null;
+  /** The answer is cut at this many bytes (default 1 MiB). */
+  maxOutputBytes?: number | null;
+  /** Seconds before the command is stopped (default 300; 0 or less: none). */
+  timeout?: number | null;
+  /** `interactive`, `auto-approve`, `restricted` -> extra arguments for that approval mode. */
+  permissionModeMapping?: { [key: string]: string } | null;
+}
+
+/** The workspace's SubAgent settings. */
+export interface SubAgentSettings {
+  /** External command-line children may continue their saved sessions. */
+  externalCliSessionResumeEnabled: boolean;
+  /** The model of child agents (absent: the parent's). */
+  model?: string | null;
+}
+
+/** `subagent/settings/update`: at least one field must be present. */
+export interface SubAgentSettingsUpdateParams {
+  /** Let external command-line children continue their saved sessions. */
+  externalCliSessionResumeEnabled?: boolean | null;
+  /** The child agents' model; `null` or blank clears it (the key's presence counts). */
+  model?: string | null;
+}
+
+/** The settings after the write. */
+export interface SubAgentSettingsUpdateResult {
+  /** The SubAgent settings. */
+  settings: SubAgentSettings;
+}
+
 /**
  * `system/event`: compaction/consolidation progress of a thread, or
  * (`kind: channelRejected`) the refusal of a channel adapter's handshake.
@@ -2699,6 +2893,41 @@ export interface Methods {
    */
   "skills/view": { params: SkillNameParams; result: SkillsViewResult };
   /**
+   * The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent settings; read from the workspace's config.json on every call.
+   *
+   * Wire method `subagent/profiles/list`; capability `subAgentManagement`.
+   * Params: {@link Empty}.
+   */
+  "subagent/profiles/list": { params: Empty; result: SubAgentProfileListResult };
+  /**
+   * Delete a workspace profile (for a built-in: its override, restoring the built-in). Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/remove`; capability `subAgentManagement`; errors -32602, -32083.
+   * Params: {@link SubAgentProfileRemoveParams}.
+   */
+  "subagent/profiles/remove": { params: SubAgentProfileRemoveParams; result: SubAgentProfileRemoveResult };
+  /**
+   * Offer a profile to the agent or not; `native` cannot be disabled. Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/setEnabled`; capability `subAgentManagement`; errors -32602, -32083, -32085.
+   * Params: {@link SubAgentProfileSetEnabledParams}.
+   */
+  "subagent/profiles/setEnabled": { params: SubAgentProfileSetEnabledParams; result: SubAgentProfileResult };
+  /**
+   * Create or wholly replace a workspace profile (a built-in's name overrides the built-in); a definition with validation warnings is refused. Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/upsert`; capability `subAgentManagement`; errors -32602, -32084.
+   * Params: {@link SubAgentProfileUpsertParams}.
+   */
+  "subagent/profiles/upsert": { params: SubAgentProfileUpsertParams; result: SubAgentProfileResult };
+  /**
+   * Change the SubAgent settings (`model`, `externalCliSessionResumeEnabled`). Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/settings/update`; capability `subAgentManagement`; errors -32602.
+   * Params: {@link SubAgentSettingsUpdateParams}.
+   */
+  "subagent/settings/update": { params: SubAgentSettingsUpdateParams; result: SubAgentSettingsUpdateResult };
+  /**
    * Stop every running terminal of `threadId` (each gets `terminal/completed`, then `terminal/cleaned`) and answer with all of the thread's terminals. Output files stay.
    *
    * Wire method `terminal/clean`; capability `backgroundTerminals`; errors -32602.
@@ -3170,6 +3399,11 @@ export const METHODS: readonly Method[] = [
   "skills/setEnabled",
   "skills/uninstall",
   "skills/view",
+  "subagent/profiles/list",
+  "subagent/profiles/remove",
+  "subagent/profiles/setEnabled",
+  "subagent/profiles/upsert",
+  "subagent/settings/update",
   "terminal/clean",
   "terminal/list",
   "terminal/read",
@@ -3290,6 +3524,11 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "skills/setEnabled": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/uninstall": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/view": { capability: "skillsManagement", errors: [-32040, -32602] },
+  "subagent/profiles/list": { capability: "subAgentManagement", errors: [] },
+  "subagent/profiles/remove": { capability: "subAgentManagement", errors: [-32602, -32083] },
+  "subagent/profiles/setEnabled": { capability: "subAgentManagement", errors: [-32602, -32083, -32085] },
+  "subagent/profiles/upsert": { capability: "subAgentManagement", errors: [-32602, -32084] },
+  "subagent/settings/update": { capability: "subAgentManagement", errors: [-32602] },
   "terminal/clean": { capability: "backgroundTerminals", errors: [-32602] },
   "terminal/list": { capability: "backgroundTerminals", errors: [-32602] },
   "terminal/read": { capability: "backgroundTerminals", errors: [-32602, -32090] },
@@ -3699,6 +3938,56 @@ export abstract class GeneratedMethods {
    */
   skillsView(params: SkillNameParams, options?: RequestOptions): Promise<SkillsViewResult> {
     return this.request("skills/view", params, options);
+  }
+
+  /**
+   * The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent settings; read from the workspace's config.json on every call.
+   *
+   * Wire method `subagent/profiles/list`; capability `subAgentManagement`.
+   * Params: {@link Empty}.
+   */
+  subagentProfilesList(params: Empty = {}, options?: RequestOptions): Promise<SubAgentProfileListResult> {
+    return this.request("subagent/profiles/list", params, options);
+  }
+
+  /**
+   * Delete a workspace profile (for a built-in: its override, restoring the built-in). Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/remove`; capability `subAgentManagement`; errors -32602, -32083.
+   * Params: {@link SubAgentProfileRemoveParams}.
+   */
+  subagentProfilesRemove(params: SubAgentProfileRemoveParams = {}, options?: RequestOptions): Promise<SubAgentProfileRemoveResult> {
+    return this.request("subagent/profiles/remove", params, options);
+  }
+
+  /**
+   * Offer a profile to the agent or not; `native` cannot be disabled. Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/setEnabled`; capability `subAgentManagement`; errors -32602, -32083, -32085.
+   * Params: {@link SubAgentProfileSetEnabledParams}.
+   */
+  subagentProfilesSetEnabled(params: SubAgentProfileSetEnabledParams = {}, options?: RequestOptions): Promise<SubAgentProfileResult> {
+    return this.request("subagent/profiles/setEnabled", params, options);
+  }
+
+  /**
+   * Create or wholly replace a workspace profile (a built-in's name overrides the built-in); a definition with validation warnings is refused. Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/profiles/upsert`; capability `subAgentManagement`; errors -32602, -32084.
+   * Params: {@link SubAgentProfileUpsertParams}.
+   */
+  subagentProfilesUpsert(params: SubAgentProfileUpsertParams = {}, options?: RequestOptions): Promise<SubAgentProfileResult> {
+    return this.request("subagent/profiles/upsert", params, options);
+  }
+
+  /**
+   * Change the SubAgent settings (`model`, `externalCliSessionResumeEnabled`). Emits `workspace/configChanged` (`subagent`).
+   *
+   * Wire method `subagent/settings/update`; capability `subAgentManagement`; errors -32602.
+   * Params: {@link SubAgentSettingsUpdateParams}.
+   */
+  subagentSettingsUpdate(params: SubAgentSettingsUpdateParams = {}, options?: RequestOptions): Promise<SubAgentSettingsUpdateResult> {
+    return this.request("subagent/settings/update", params, options);
   }
 
   /**

@@ -142,6 +142,18 @@ __all__ = [
     "SkillsSetEnabledResult",
     "SkillsUninstallResult",
     "SkillsViewResult",
+    "SubAgentProfileDiagnostic",
+    "SubAgentProfileEntry",
+    "SubAgentProfileListResult",
+    "SubAgentProfileRemoveParams",
+    "SubAgentProfileRemoveResult",
+    "SubAgentProfileResult",
+    "SubAgentProfileSetEnabledParams",
+    "SubAgentProfileUpsertParams",
+    "SubAgentProfileWrite",
+    "SubAgentSettings",
+    "SubAgentSettingsUpdateParams",
+    "SubAgentSettingsUpdateResult",
     "SystemEventNotification",
     "TerminalCleanParams",
     "TerminalListParams",
@@ -1346,6 +1358,129 @@ class SkillsViewResult(TypedDict):
     content: str
 
 
+class SubAgentProfileDiagnostic(TypedDict):
+    """Whether the main agent is offered the profile, and why not."""
+
+    enabled: bool
+    binaryResolved: bool
+    hiddenFromPrompt: bool
+    hiddenReason: NotRequired[str | None]
+    warnings: NotRequired[list[str]]
+
+
+class SubAgentProfileEntry(TypedDict):
+    """One profile as `subagent/profiles/list` shows it."""
+
+    name: str
+    isBuiltIn: bool
+    isTemplate: bool
+    hasWorkspaceOverride: bool
+    isDefault: bool
+    enabled: bool
+    definition: SubAgentProfileWrite
+    builtInDefaults: NotRequired[SubAgentProfileWrite | None]
+    diagnostic: SubAgentProfileDiagnostic
+
+
+class SubAgentProfileListResult(TypedDict):
+    """Every profile, `native` first, then by name (case-insensitively)."""
+
+    profiles: list[SubAgentProfileEntry]
+    defaultName: str
+    settings: SubAgentSettings
+
+
+class SubAgentProfileRemoveParams(TypedDict):
+    """``subagent/profiles/remove``."""
+
+    name: NotRequired[str]  # default: ""
+
+
+class SubAgentProfileRemoveResult(TypedDict):
+    """Always `{removed: true}` (an unknown name is an error)."""
+
+    removed: bool
+
+
+class SubAgentProfileResult(TypedDict):
+    """The profile after the write."""
+
+    profile: SubAgentProfileEntry
+
+
+class SubAgentProfileSetEnabledParams(TypedDict):
+    """``subagent/profiles/setEnabled``."""
+
+    name: NotRequired[str]  # default: ""
+    enabled: NotRequired[bool]  # default: false
+
+
+class SubAgentProfileUpsertParams(TypedDict):
+    """``subagent/profiles/upsert``: create or wholly replace a workspace profile."""
+
+    name: NotRequired[str]  # default: ""
+    definition: NotRequired[SubAgentProfileWrite]
+
+
+class SubAgentProfileWrite(TypedDict):
+    """A profile's definition, as stored in the workspace and as written by `upsert`.
+
+    Only `runtime`, `bin`, the input, output, resume and timeout fields are used by a run;
+    `supportsStreaming`, `supportsModelSelection`, `inputFormat`, `trustLevel` and
+    `sanitizationRules` are stored and echoed only.
+    """
+
+    runtime: NotRequired[str]  # default: "native"
+    bin: NotRequired[str | None]
+    args: NotRequired[list[str] | None]
+    env: NotRequired[dict[str, str] | None]
+    envPassthrough: NotRequired[list[str] | None]
+    workingDirectoryMode: NotRequired[str]  # default: "workspace"
+    supportsStreaming: NotRequired[bool | None]
+    supportsModelSelection: NotRequired[bool | None]
+    inputFormat: NotRequired[str | None]
+    trustLevel: NotRequired[str | None]
+    sanitizationRules: NotRequired[dict[str, Any] | None]
+    supportsResume: NotRequired[bool | None]
+    inputMode: NotRequired[str | None]
+    inputArgTemplate: NotRequired[str | None]
+    inputEnvKey: NotRequired[str | None]
+    outputFormat: NotRequired[str | None]
+    outputJsonPath: NotRequired[str | None]
+    outputInputTokensJsonPath: NotRequired[str | None]
+    outputOutputTokensJsonPath: NotRequired[str | None]
+    outputTotalTokensJsonPath: NotRequired[str | None]
+    outputFileArgTemplate: NotRequired[str | None]
+    readOutputFile: NotRequired[bool | None]
+    deleteOutputFileAfterRead: NotRequired[bool | None]
+    resumeArgTemplate: NotRequired[str | None]
+    resumeSessionIdJsonPath: NotRequired[str | None]
+    resumeSessionIdRegex: NotRequired[str | None]
+    maxOutputBytes: NotRequired[int | None]
+    timeout: NotRequired[int | None]
+    permissionModeMapping: NotRequired[dict[str, str] | None]
+
+
+class SubAgentSettings(TypedDict):
+    """The workspace's SubAgent settings."""
+
+    externalCliSessionResumeEnabled: bool
+    model: NotRequired[str | None]
+
+
+class SubAgentSettingsUpdateParams(TypedDict):
+    """``subagent/settings/update``: at least one field must be present."""
+
+    externalCliSessionResumeEnabled: NotRequired[bool | None]
+    model: NotRequired[str | None]
+
+
+class SubAgentSettingsUpdateResult(TypedDict):
+    """The settings after the write."""
+
+    settings: SubAgentSettings
+
+
 class SystemEventNotification(TypedDict):
     """``system/event``: compaction/consolidation progress of a thread, or
     (``kind: channelRejected``) the refusal of a channel adapter's handshake.
@@ -1920,6 +2055,11 @@ METHODS: Final[dict[str, str]] = {
     "skills/setEnabled": "skills_set_enabled",
     "skills/uninstall": "skills_uninstall",
     "skills/view": "skills_view",
+    "subagent/profiles/list": "subagent_profiles_list",
+    "subagent/profiles/remove": "subagent_profiles_remove",
+    "subagent/profiles/setEnabled": "subagent_profiles_set_enabled",
+    "subagent/profiles/upsert": "subagent_profiles_upsert",
+    "subagent/settings/update": "subagent_settings_update",
     "terminal/clean": "terminal_clean",
     "terminal/list": "terminal_list",
     "terminal/read": "terminal_read",
@@ -2578,6 +2718,95 @@ class GeneratedMethods:
         params = _params({"name": name}, {})
         reply = await self.request("skills/view", params, timeout=timeout)
         return cast(SkillsViewResult, reply)
+
+    async def subagent_profiles_list(
+        self, *, timeout: float | None = None
+    ) -> SubAgentProfileListResult:
+        """The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent
+        settings; read from the workspace's config.json on every call.
+
+        Wire method ``subagent/profiles/list``; capability ``subAgentManagement``.
+        Params: :class:`Empty` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {})
+        reply = await self.request("subagent/profiles/list", params, timeout=timeout)
+        return cast(SubAgentProfileListResult, reply)
+
+    async def subagent_profiles_remove(
+        self, *, name: str | None = None, timeout: float | None = None
+    ) -> SubAgentProfileRemoveResult:
+        """Delete a workspace profile (for a built-in: its override, restoring the built-in). Emits
+        `workspace/configChanged` (`subagent`).
+
+        Wire method ``subagent/profiles/remove``; capability ``subAgentManagement``; errors
+        -32602, -32083.
+        Params: :class:`SubAgentProfileRemoveParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"name": name})
+        reply = await self.request("subagent/profiles/remove", params, timeout=timeout)
+        return cast(SubAgentProfileRemoveResult, reply)
+
+    async def subagent_profiles_set_enabled(
+        self, *, name: str | None = None, enabled: bool | None = None, timeout: float | None = None
+    ) -> SubAgentProfileResult:
+        """Offer a profile to the agent or not; `native` cannot be disabled. Emits
+        `workspace/configChanged` (`subagent`).
+
+        Wire method ``subagent/profiles/setEnabled``; capability ``subAgentManagement``; errors
+        -32602, -32083, -32085.
+        Params: :class:`SubAgentProfileSetEnabledParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"name": name, "enabled": enabled})
+        reply = await self.request("subagent/profiles/setEnabled", params, timeout=timeout)
+        return cast(SubAgentProfileResult, reply)
+
+    async def subagent_profiles_upsert(
+        self,
+        *,
+        name: str | None = None,
+        definition: SubAgentProfileWrite | None = None,
+        timeout: float | None = None,
+    ) -> SubAgentProfileResult:
+        """Create or wholly replace a workspace profile (a built-in's name overrides the built-in);
+        a definition with validation warnings is refused. Emits `workspace/configChanged`
+        (`subagent`).
+
+        Wire method ``subagent/profiles/upsert``; capability ``subAgentManagement``; errors
+        -32602, -32084.
+        Params: :class:`SubAgentProfileUpsertParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"name": name, "definition": definition})
+        reply = await self.request("subagent/profiles/upsert", params, timeout=timeout)
+        return cast(SubAgentProfileResult, reply)
+
+    async def subagent_settings_update(
+        self,
+        *,
+        external_cli_session_resume_enabled: bool | None = None,
+        model: str | None = None,
+        timeout: float | None = None,
+    ) -> SubAgentSettingsUpdateResult:
+        """Change the SubAgent settings (`model`, `externalCliSessionResumeEnabled`). Emits
+        `workspace/configChanged` (`subagent`).
+
+        Wire method ``subagent/settings/update``; capability ``subAgentManagement``; errors
+        -32602.
+        Params: :class:`SubAgentSettingsUpdateParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "externalCliSessionResumeEnabled": external_cli_session_resume_enabled,
+                "model": model,
+            },
+        )
+        reply = await self.request("subagent/settings/update", params, timeout=timeout)
+        return cast(SubAgentSettingsUpdateResult, reply)
 
     async def terminal_clean(
         self, *, thread_id: str, timeout: float | None = None
