@@ -396,6 +396,19 @@ class SessionScope(WireModel):
     """What it covers, in words, for the prompt."""
 
 
+class ApprovalSubAgent(WireModel):
+    """The child thread an approval request comes from, and its parent."""
+
+    child_thread_id: str
+    """The child thread (the request's `threadId`)."""
+    parent_thread_id: str
+    """The thread whose turn spawned it."""
+    root_thread_id: str
+    """The user thread at the top of the tree."""
+    agent_nickname: str | None = None
+    """The child's nickname."""
+
+
 class ApprovalRequestParams(WireModel):
     """A gated tool call waits for the client's approval (`item/approval/request`)."""
 
@@ -423,6 +436,9 @@ class ApprovalRequestParams(WireModel):
     diff: str | None = None
     """For a file write or edit: a unified diff of the file as it is against what the call would
     write (a new file diffs against nothing). Absent for other approvals."""
+    sub_agent: ApprovalSubAgent | None = None
+    """A SubAgent child's request: which child and parent it belongs to (the parent turn's
+    clients are asked too). Absent for a user thread."""
 
 
 class ApprovalRequestResult(WireModel):

@@ -22,6 +22,9 @@ from appserver.runtime.events import Participant
 from appserver.runtime.inputs import InputMaterializer
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
+from appserver.runtime.subagent_roles import subagent_max_depth
+from appserver.runtime.subagent_tools import control_tools
+from appserver.runtime.subagents import SubAgents
 from appserver.runtime.threads import Threads
 from appserver.runtime.turn_cases import Turns
 from appserver.runtime.turns import EngineConfig, TurnEngine
@@ -87,6 +90,10 @@ class Runtime:
             self.repo, self.bus, self.journal, self.states, self.engine, self.approvals, workspace
         )
         self.turns = Turns(self.threads, self.engine, self.materializer)
+        # Child threads and the agent-control tools that make them.
+        self.subagents = SubAgents(self.threads, self.turns, lambda: subagent_max_depth(workspace))
+        for tool in control_tools(self.subagents):
+            self.engine.tools.register(tool, replace=True)
         # Processes sharing the database (PostgreSQL nodes, or every process
         # serving the workspace's SQLite file): numbering, delivery and
         # failover go through the cluster (runtime/cluster.py).

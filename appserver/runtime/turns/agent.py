@@ -36,6 +36,7 @@ from appserver.runtime.instructions import (
     compose,
     system_text,
 )
+from appserver.runtime.subagent_roles import hidden_tools
 from appserver.runtime.turns.compaction import Compactor
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
@@ -259,8 +260,9 @@ class AgentLoop:
         return calls
 
     def _tool_specs(self, active: ActiveTurn) -> list[ToolSpec]:
-        """The built-in tools, then the tools the thread's client declared."""
-        specs = self.tools.tools.specs()
+        """The built-in tools the thread may use, then the tools its client declared."""
+        hidden = hidden_tools(active.thread)
+        specs = [spec for spec in self.tools.tools.specs() if spec.name not in hidden]
         taken = {spec.name for spec in specs}
         return specs + self.tools.client_tools.specs(active, taken)
 

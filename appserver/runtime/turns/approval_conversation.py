@@ -107,6 +107,7 @@ class ApprovalConversation:
             reason=need.reason,
             session_scopes=scopes,
             diff=need.diff,
+            sub_agent=_sub_agent(active),
         )
         askers = list(dict.fromkeys([*self.bus.subscribers(active.thread_id), *active.watchers]))
         assert active.tg is not None
@@ -143,3 +144,16 @@ class ApprovalConversation:
             {"requestId": request_id, "approved": verdict.approved, "decision": verdict.decision},
             between=resolved,
         )
+
+
+def _sub_agent(active: ActiveTurn) -> turn_wire.ApprovalSubAgent | None:
+    """Which parent a child thread's request comes from (``None`` for a user thread)."""
+    block = (active.thread.source or {}).get("subAgent")
+    if active.thread.source_kind != "subagent" or not isinstance(block, dict):
+        return None
+    return turn_wire.ApprovalSubAgent(
+        child_thread_id=active.thread_id,
+        parent_thread_id=str(block.get("parentThreadId") or ""),
+        root_thread_id=str(block.get("rootThreadId") or ""),
+        agent_nickname=block.get("agentNickname"),
+    )

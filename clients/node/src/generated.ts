@@ -78,6 +78,8 @@ export interface ApprovalRequestParams {
   sessionScopes?: SessionScope[];
   /** For a file write or edit: a unified diff of the file as it is against what the call would write (a new file diffs against nothing). Absent for other approvals. */
   diff?: string | null;
+  /** A SubAgent child's request: which child and parent it belongs to (the parent turn's clients are asked too). Absent for a user thread. */
+  subAgent?: ApprovalSubAgent | null;
 }
 
 /** The client's answer to `item/approval/request`. */
@@ -96,6 +98,18 @@ export interface ApprovalResolvedNotification {
   turnId: string;
   /** The `approvalResponse` item with the decision. */
   item: Item;
+}
+
+/** The child thread an approval request comes from, and its parent. */
+export interface ApprovalSubAgent {
+  /** The child thread (the request's `threadId`). */
+  childThreadId: string;
+  /** The thread whose turn spawned it. */
+  parentThreadId: string;
+  /** The user thread at the top of the tree. */
+  rootThreadId: string;
+  /** The child's nickname. */
+  agentNickname?: string | null;
 }
 
 /** One background terminal: a command started by the agent, its state and output. */

@@ -20,6 +20,7 @@ __all__ = [
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
+    "ApprovalSubAgent",
     "BackgroundTerminal",
     "ChannelInfo",
     "ChannelListResult",
@@ -252,6 +253,7 @@ class ApprovalRequestParams(TypedDict):
     reason: str
     sessionScopes: NotRequired[list[SessionScope]]
     diff: NotRequired[str | None]
+    subAgent: NotRequired[ApprovalSubAgent | None]
 
 
 class ApprovalRequestResult(TypedDict):
@@ -267,6 +269,15 @@ class ApprovalResolvedNotification(TypedDict):
     threadId: str
     turnId: str
     item: Item
+
+
+class ApprovalSubAgent(TypedDict):
+    """The child thread an approval request comes from, and its parent."""
+
+    childThreadId: str
+    parentThreadId: str
+    rootThreadId: str
+    agentNickname: NotRequired[str | None]
 
 
 class BackgroundTerminal(TypedDict):

@@ -1,0 +1,166 @@
+"""SubAgent sessions: the child threads an agent spawns (DotCraft's ``subAgentSessions``).
+
+A parent turn's ``SpawnAgent`` tool makes a child thread (``source.kind``
+``subagent``) and an edge parent -> child; ``subagent/children/list`` reads the
+edges, ``subagent/close`` and ``subagent/resume`` set their status, and every
+edge change is broadcast as ``subagent/graphChanged``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from appserver.protocol import errors as rpc_errors
+from appserver.protocol.base import WireModel
+from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
+from appserver.protocol.threads import Thread
+
+EdgeStatus = Literal["open", "closed"]
+
+
+class SubAgentCapabilities(WireModel):
+    """What a parent may do with a child (native children: everything)."""
+
+    supports_send_input: bool = True
+    """`SendInput` may start another turn on the child."""
+    supports_resume: bool = True
+    """`subagent/resume` / `ResumeAgent` may reopen it."""
+    supports_close: bool = True
+    """`subagent/close` / `CloseAgent` may close it."""
+
+
+class ThreadSpawnEdge(SubAgentCapabilities):
+    """An edge of the thread tree: ``parentThreadId`` spawned ``childThreadId``."""
+
+    parent_thread_id: str
+    """The thread whose turn spawned the child."""
+    child_thread_id: str
+    """The child thread."""
+    parent_turn_id: str | None = None
+    """The parent's turn that spawned it."""
+    depth: int
+    """1 for a child of a user thread, 2 for a grandchild, ..."""
+    agent_nickname: str | None = None
+    """The child's short name (also its thread's `displayName`)."""
+    agent_role: str | None = None
+    """Its role (`default`, `worker`, ...)."""
+    profile_name: str | None = None
+    """Its profile (`native`)."""
+    runtime_type: str | None = None
+    """The profile's runtime (`native`)."""
+    status: EdgeStatus
+    """`open`, or `closed` once closed."""
+    created_at: str
+    """When it was spawned, ISO 8601."""
+    updated_at: str
+    """When it last changed, ISO 8601."""
+
+
+class SubAgentChildrenListParams(WireModel):
+    """``subagent/children/list`` params."""
+
+    parent_thread_id: str = ""
+    """The parent thread (required)."""
+    include_closed: bool = False
+    """Include closed edges."""
+    include_threads: bool = False
+    """Also send each child thread (the `thread/read` shape, without turns)."""
+
+
+class SubAgentChild(WireModel):
+    """One child of the parent."""
+
+    edge: ThreadSpawnEdge
+    """The edge."""
+    thread: Thread | None = None
+    """The child thread, with `includeThreads`."""
+
+
+class SubAgentChildrenListResult(WireModel):
+    """The parent's children, the most recently changed first."""
+
+    data: list[SubAgentChild]
+    """The children."""
+
+
+class SubAgentChildParams(WireModel):
+    """``subagent/close`` and ``subagent/resume`` params."""
+
+    parent_thread_id: str = ""
+    """The parent thread (required; the edge parent -> child must exist)."""
+    child_thread_id: str = ""
+    """The child thread (required)."""
+
+
+class SubAgentControlResult(SubAgentCapabilities):
+    """What a control call did (DotCraft's ``SubAgentControlResult``; the tools answer it too)."""
+
+    child_thread_id: str
+    """The child thread."""
+    status: str
+    """`running`, `open`, `closed`, or a wait's outcome (`completed`, `failed`, `cancelled`,
+    `timeout`, `idle`)."""
+    message: str | None = None
+    """`WaitAgent`: the child turn's agent text."""
+    agent_nickname: str | None = None
+    """The child's nickname."""
+    agent_role: str | None = None
+    """The child's role."""
+    profile_name: str | None = None
+    """The child's profile."""
+    runtime_type: str | None = None
+    """The profile's runtime."""
+
+
+class SubAgentGraphChangedNotification(WireModel):
+    """``subagent/graphChanged``: an edge was made or its status set."""
+
+    parent_thread_id: str
+    """The parent thread."""
+    child_thread_id: str
+    """The child thread."""
+
+
+_ERRORS = (rpc_errors.INVALID_PARAMS, rpc_errors.THREAD_NOT_FOUND)
+
+METHOD_SPECS: list[MethodSpec] = [
+    MethodSpec(
+        "subagent/children/list",
+        SubAgentChildrenListParams,
+        SubAgentChildrenListResult,
+        "subAgentSessions",
+        "The parent's child edges, `updatedAt` newest first (closed ones with `includeClosed`; "
+        "each child thread without turns with `includeThreads`). An unknown parent has none.",
+        _ERRORS,
+        access="read",
+    ),
+    MethodSpec(
+        "subagent/close",
+        SubAgentChildParams,
+        SubAgentControlResult,
+        "subAgentSessions",
+        "Cancel the child's running turn and close its edge (`status: closed`); "
+        "`subagent/graphChanged` follows. No edge parent -> child: -32602.",
+        _ERRORS,
+    ),
+    MethodSpec(
+        "subagent/resume",
+        SubAgentChildParams,
+        SubAgentControlResult,
+        "subAgentSessions",
+        "Reopen a closed child (`status: open`; sends no input); `subagent/graphChanged` "
+        "follows. An archived child: -32011.",
+        (*_ERRORS, rpc_errors.THREAD_NOT_ACTIVE),
+    ),
+]
+
+NOTIFICATION_SPECS: list[NotificationSpec] = [
+    NotificationSpec(
+        "subagent/graphChanged",
+        SubAgentGraphChangedNotification,
+        "all connections",
+        "A child edge was made (spawn) or its status set (close, resume), changed or not.",
+    ),
+]
+
+SERVER_REQUEST_SPECS: list[ServerRequestSpec] = []

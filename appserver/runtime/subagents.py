@@ -1,0 +1,294 @@
+"""SubAgent child threads: spawning, waiting on, closing and resuming them.
+
+A parent turn's ``SpawnAgent`` call makes a child thread (``source.kind``
+``subagent``, DotCraft's ``subAgent`` block), an edge parent -> child
+(``thread_spawn_edges``) and starts the child's first turn on this runtime,
+then returns at once (DotCraft's code, not its spec: the parent may spawn
+several children and ``WaitAgent`` on each). The child's turn has the parent
+turn's client as its watcher, so that client sees the child's events and is
+asked the child's approvals. A parent turn that ends cancelled (interrupt,
+shutdown) cancels the thread's children that still run; one that completes
+leaves them running. Only the built-in ``native`` profile exists here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from appserver.protocol import turns as turn_wire
+from appserver.protocol.ids import now_iso
+from appserver.protocol.subagent_sessions import (
+    SubAgentControlResult,
+    SubAgentGraphChangedNotification,
+    ThreadSpawnEdge,
+)
+from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
+from appserver.runtime.subagent_roles import MAX_NICKNAME, child_configuration, find_role
+from appserver.runtime.threads import NewThread, Threads
+from appserver.runtime.turn_cases import Turns
+from appserver.runtime.turns.model import ActiveTurn
+from appserver.storage.records import ThreadRecord
+from appserver.storage.spawn_edges import SpawnEdgeRepository
+from appserver.tools.base import ToolError
+
+NATIVE = "native"
+
+
+class SubAgentError(ToolError):
+    """A control call the model got wrong (unknown role or child, depth, ...)."""
+
+
+@dataclass
+class ChildRun:
+    """A child's turn this process started, tracked until it ends."""
+
+    parent_thread_id: str
+    active: ActiveTurn
+
+
+def sub_agent_of(thread: ThreadRecord) -> dict[str, Any]:
+    """The thread's ``source.subAgent`` block (empty for a user thread)."""
+    block = (thread.source or {}).get("subAgent")
+    return block if isinstance(block, dict) else {}
+
+
+def turn_text(active: ActiveTurn) -> str:
+    """The turn's agent messages joined by blank lines (its error texts if none)."""
+    texts = [str(i.payload.get("text", "")) for i in active.items if i.type == "agentMessage"]
+    if not any(texts):
+        texts = [str(i.payload.get("message", "")) for i in active.items if i.type == "error"]
+    return "\n\n".join(text for text in texts if text)
+
+
+class SubAgents:
+    """The child threads of this workspace's runtime."""
+
+    def __init__(self, threads: Threads, turns: Turns, max_depth: Callable[[], int]) -> None:
+        self.threads = threads
+        self.turns = turns
+        self.edges = SpawnEdgeRepository(threads.repo.db)
+        # ``SubAgent.MaxDepth`` of the workspace's config (at least 1).
+        self.max_depth = max_depth
+        self.runs: dict[str, ChildRun] = {}  # by child thread id
+        threads.engine.turn_listeners.append(self._turn_ended)
+
+    # --- graph -------------------------------------------------------------------
+
+    async def _changed(self, parent_id: str, child_id: str) -> None:
+        self.threads.bus.publish(
+            "subagent/graphChanged",
+            SubAgentGraphChangedNotification(parent_thread_id=parent_id, child_thread_id=child_id),
+            broadcast=True,
+        )
+
+    async def set_status(self, parent_id: str, child_id: str, status: str) -> ThreadSpawnEdge:
+        """Set the edge's status and announce it (changed or not)."""
+        if not await self.edges.set_status(parent_id, child_id, status):
+            raise InvalidInput(f"Thread '{child_id}' is not a SubAgent child of '{parent_id}'.")
+        await self._changed(parent_id, child_id)
+        edge = await self.edges.get(parent_id, child_id)
+        assert edge is not None
+        return edge
+
+    # --- spawning ----------------------------------------------------------------
+
+    async def spawn(
+        self, parent_id: str, parent_turn_id: str, arguments: dict[str, Any]
+    ) -> SubAgentControlResult:
+        """Make a child of ``parent_id`` and start its first turn (§2.8 of the parity notes)."""
+        parent = await self.threads.get(parent_id)
+        parent_block = sub_agent_of(parent)
+        prompt = str(arguments.get("agentPrompt") or "").strip()
+        if not prompt:
+            raise SubAgentError("'agentPrompt' is required.")
+        nickname = str(arguments.get("agentNickname") or "").strip()[:MAX_NICKNAME]
+        if not nickname:
+            first = next(line.strip() for line in prompt.splitlines() if line.strip())
+            nickname = first[:MAX_NICKNAME]
+        role = find_role(str(arguments.get("agentRole") or ""))
+        profile = str(arguments.get("profile") or "").strip() or NATIVE
+        if profile != NATIVE:
+            # TODO(issue 30): look the profile up in the profile store (subagent/profiles/*).
+            raise SubAgentError(f"Unknown subagent profile '{profile}'.")
+        depth = int(parent_block.get("depth", 0)) + 1
+        max_depth = max(1, self.max_depth())
+        if depth > max_depth:
+            raise SubAgentError(f"Subagent depth limit reached. Maximum depth is {max_depth}.")
+        root = str(parent_block.get("rootThreadId") or parent.id)
+        block = {
+            "parentThreadId": parent.id,
+            "parentTurnId": parent_turn_id,
+            "rootThreadId": root,
+            "depth": depth,
+            "agentNickname": nickname,
+            "agentRole": role.name,
+            "profileName": NATIVE,
+            "runtimeType": NATIVE,
+            "supportsSendInput": True,
+            "supportsResume": True,
+            "supportsClose": True,
+        }
+        child = await self.threads.create(
+            NewThread(
+                user_id=parent.user_id,
+                channel_name="subagent",
+                workspace_path=parent.workspace_path,
+                channel_context=parent.id,
+                display_name=nickname,
+                source={"kind": "subagent", "subAgent": block},
+                configuration=child_configuration(parent.configuration, role, depth, max_depth),
+            )
+        )
+        now = now_iso()
+        edge = ThreadSpawnEdge(
+            parent_thread_id=parent.id,
+            child_thread_id=child.id,
+            parent_turn_id=parent_turn_id,
+            depth=depth,
+            agent_nickname=nickname,
+            agent_role=role.name,
+            profile_name=NATIVE,
+            runtime_type=NATIVE,
+            status="open",
+            created_at=now,
+            updated_at=now,
+        )
+        await self.edges.upsert(edge)
+        await self._changed(parent.id, child.id)
+        await self._start_child(parent.id, child.id, prompt)
+        return self.result(edge, "running")
+
+    async def _start_child(self, parent_id: str, child_id: str, text: str) -> None:
+        parent_turn = self.threads.engine.active.get(parent_id)
+        # The parent turn's client watches the child's turn: it sees its events
+        # and is asked its approvals.
+        origin = parent_turn.origin if parent_turn is not None else None
+        active = await self.turns.start(
+            child_id, [turn_wire.TextPart(type="text", text=text)], origin
+        )
+        self.runs[child_id] = ChildRun(parent_id, active)
+
+    def _turn_ended(self, active: ActiveTurn) -> None:
+        """A parent turn that ended cancelled takes the thread's running children with
+        it (whichever turn spawned them: stopping a turn that waits on a child stops it)."""
+        run = self.runs.get(active.thread_id)
+        if run is not None and run.active is active:
+            del self.runs[active.thread_id]
+        if active.record.status != "cancelled":
+            return
+        for child_run in list(self.runs.values()):
+            if (
+                child_run.parent_thread_id == active.thread_id
+                and not child_run.active.done.is_set()
+            ):
+                child_run.active.cancel("interrupted")
+
+    # --- control -----------------------------------------------------------------
+
+    @staticmethod
+    def result(
+        edge: ThreadSpawnEdge, status: str, message: str | None = None
+    ) -> SubAgentControlResult:
+        """The control result for ``edge`` (DotCraft's ``SubAgentControlResult``)."""
+        return SubAgentControlResult(
+            child_thread_id=edge.child_thread_id,
+            status=status,
+            message=message,
+            agent_nickname=edge.agent_nickname,
+            agent_role=edge.agent_role,
+            profile_name=edge.profile_name,
+            runtime_type=edge.runtime_type,
+            supports_send_input=edge.supports_send_input,
+            supports_resume=edge.supports_resume,
+            supports_close=edge.supports_close,
+        )
+
+    async def edge(self, parent_id: str, child_id: str) -> ThreadSpawnEdge:
+        """The edge parent -> child; ``InvalidInput`` when there is none."""
+        if not child_id.strip():
+            raise InvalidInput("'childThreadId' is required.")
+        edge = await self.edges.get(parent_id, child_id)
+        if edge is None:
+            await self.threads.get(child_id)  # an unknown thread: ThreadNotFound
+            raise InvalidInput(f"Thread '{child_id}' is not a SubAgent child of '{parent_id}'.")
+        return edge
+
+    async def wait(
+        self, parent_id: str, child_id: str, timeout: float | None
+    ) -> SubAgentControlResult:
+        """Wait for the child's running turn (at most ``timeout`` seconds)."""
+        edge = await self.edge(parent_id, child_id)
+        run = self.runs.get(child_id)
+        active = run.active if run is not None else self.threads.engine.active.get(child_id)
+        if active is None:
+            view = await self.threads.view(await self.threads.get(child_id), include_turns=True)
+            turns = view.thread.turns
+            if not turns:
+                return self.result(edge, "idle")
+            last = turns[-1]
+            texts = [
+                str(getattr(item, "payload", {}).get("text", ""))
+                for item in last.items or []
+                if getattr(item, "type", "") == "agentMessage"
+            ]
+            return self.result(edge, last.status, "\n\n".join(t for t in texts if t) or None)
+        with anyio.move_on_after(timeout if timeout else float("inf")):
+            await active.done.wait()
+        if not active.done.is_set():
+            return self.result(edge, "timeout")
+        return self.result(edge, active.record.status, turn_text(active) or None)
+
+    async def send_input(
+        self, parent_id: str, child_id: str, message: str
+    ) -> SubAgentControlResult:
+        """Start another turn on the child."""
+        edge = await self.edge(parent_id, child_id)
+        if not message.strip():
+            raise SubAgentError("'message' is required.")
+        if await self.threads.running_anywhere(child_id):
+            raise TurnInProgress(child_id)
+        await self._start_child(parent_id, child_id, message)
+        return self.result(edge, "running")
+
+    async def close(self, parent_id: str, child_id: str) -> SubAgentControlResult:
+        """Cancel the child's running turn and close its edge."""
+        await self.edge(parent_id, child_id)
+        await self.threads.engine.cancel_and_wait(child_id, "interrupted")
+        return self.result(await self.set_status(parent_id, child_id, "closed"), "closed")
+
+    async def resume(self, parent_id: str, child_id: str) -> SubAgentControlResult:
+        """Reopen the child's edge (an archived child cannot be)."""
+        await self.edge(parent_id, child_id)
+        child = await self.threads.get(child_id)
+        if child.status == "archived":
+            raise ThreadNotActive(child_id)
+        return self.result(await self.set_status(parent_id, child_id, "open"), "open")
+
+    # --- lifecycle of trees ------------------------------------------------------
+
+    async def refuse_child(self, thread_id: str, verb: str) -> None:
+        """A child is managed through its parent: ``InvalidInput`` for one."""
+        thread = await self.threads.get(thread_id)
+        if thread.source_kind != "subagent":
+            return
+        parent = sub_agent_of(thread).get("parentThreadId") or thread.channel_context
+        raise InvalidInput(
+            f"SubAgent child thread '{thread.id}' cannot be {verb} directly; "
+            f"manage its parent thread '{parent}' instead."
+        )
+
+    async def descendants(self, thread_id: str) -> list[str]:
+        """Every thread below ``thread_id``, parents first."""
+        return await self.edges.descendants(thread_id)
+
+    async def known(self, thread_id: str) -> bool:
+        """Whether the thread exists."""
+        try:
+            await self.threads.get(thread_id)
+        except ThreadNotFound:
+            return False
+        return True
