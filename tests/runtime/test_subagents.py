@@ -18,9 +18,7 @@ from tests.support.turns import (
     wait_terminal,
 )
 
-# KNOWN GAP (issue 30 slice 2): on PostgreSQL a parent turn/start after a spawn is
-# refused -32012; until found, these run on SQLite only.
-STORES = BOTH_STORES[:1]
+STORES = BOTH_STORES
 
 
 def spawn(prompt: str, **extra: Any) -> str:
@@ -137,11 +135,11 @@ async def test_interrupting_the_parent_cancels_its_running_child(server: ServerU
                 client, "thread/started", lambda p: p["thread"]["id"] != parent, start=mark
             )
             child = started["thread"]["id"]
-            await wait_terminal(client, turn_id, start=mark)
+            await wait_terminal(client, turn_id, start=mark, thread_id=parent)
             # The spawning turn completed: the child keeps running (waiting on approval).
             wait_turn = await start_turn(client, parent, call("WaitAgent", childThreadId=child))
             await client.request("turn/interrupt", {"threadId": parent, "turnId": wait_turn})
-            terminal = await wait_terminal(client, wait_turn, start=mark)
+            terminal = await wait_terminal(client, wait_turn, start=mark, thread_id=parent)
             assert terminal["method"] == "turn/cancelled"
             await client.notification(
                 "turn/cancelled", start=mark, where=lambda p: p["turn"]["threadId"] == child

@@ -120,12 +120,21 @@ def assert_increasing(values: list[int]) -> None:
 
 
 async def wait_terminal(
-    client: RpcClient, turn_id: str, timeout: float = 10, start: int = 0
+    client: RpcClient,
+    turn_id: str,
+    timeout: float = 10,
+    start: int = 0,
+    thread_id: str | None = None,
 ) -> dict[str, Any]:
-    """The first terminal notification of ``turn_id`` (the whole message)."""
+    """The first terminal notification of ``turn_id`` (the whole message); of
+    ``thread_id``'s turn when given (turn ids repeat across threads: a client
+    watching a child thread gets its ``turn_001`` too)."""
     return await client.wait(
         lambda m: (
-            is_notification(m) and m["method"] in TERMINAL and turn_of(m["params"]) == turn_id
+            is_notification(m)
+            and m["method"] in TERMINAL
+            and turn_of(m["params"]) == turn_id
+            and thread_id in (None, m["params"].get("threadId"))
         ),
         timeout,
         start,
@@ -239,7 +248,7 @@ async def run_turn(
     """Start a turn and wait for its end; returns ``(turn_id, terminal message)``."""
     start = client.mark()
     turn_id = await start_turn(client, thread_id, text, **extra)
-    return turn_id, await wait_terminal(client, turn_id, timeout, start)
+    return turn_id, await wait_terminal(client, turn_id, timeout, start, thread_id)
 
 
 async def read_turn(client: RpcClient, thread_id: str, turn_id: str) -> dict[str, Any]:
