@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from openai_codex import CodexConfig
 
 from tests.support.codex_clients import codex_schema
-from tests.support.codex_frames import CodexSchema
+from tests.support.codex_frames import CodexSchema, check_frames
+from tests.support.servers import child_env
 
 TEE = Path(__file__).resolve().parents[2] / "support" / "codex_tee.py"
 
@@ -58,3 +60,27 @@ def optional_schema() -> CodexSchema | None:
     """Codex 0.169's schema, or ``None`` where it cannot be made (no npm)."""
     root = codex_schema()
     return CodexSchema(root) if root is not None else None
+
+
+@pytest.fixture
+def codex_cwd(workspace: Path) -> Path:
+    """Where the SDK's sessions run (a module may give another directory)."""
+    return workspace
+
+
+@pytest.fixture
+def config(codex_cwd: Path, teed_bin: str) -> CodexConfig:
+    """OpenAI's SDK configured for ``appserver-codex`` (offline model) behind the recorder."""
+    env = child_env()
+    env["APPSERVER_PROVIDER"] = "offline"
+    return CodexConfig(codex_bin=teed_bin, cwd=str(codex_cwd), env=env)
+
+
+@pytest.fixture
+def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
+    """Every frame of the test's sessions, checked against Codex 0.169's own schema
+    (where it can be made: it needs npm)."""
+    yield
+    assert frames.stat().st_size > 0  # the recorder was in the way
+    if optional_schema is not None:
+        assert check_frames(optional_schema, frames) == []

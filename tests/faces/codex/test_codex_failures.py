@@ -7,7 +7,6 @@ frame validates against Codex 0.169's own schema."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +14,10 @@ import pytest
 from openai_codex import CodexConfig
 from openai_codex.client import CodexClient
 
-from tests.support.codex_frames import CodexSchema, check_frames
-from tests.support.servers import child_env
-
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@pytest.fixture
-def config(workspace: Path, teed_bin: str) -> CodexConfig:
-    env = child_env()
-    env["APPSERVER_PROVIDER"] = "offline"
-    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
-
-
-@pytest.fixture(autouse=True)
-def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
-    yield
-    assert frames.stat().st_size > 0  # the recorder was in the way
-    if optional_schema is not None:
-        assert check_frames(optional_schema, frames) == []
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.usefixtures("every_frame_checked"),
+]
 
 
 def sent(frames: Path, method: str) -> list[dict[str, Any]]:

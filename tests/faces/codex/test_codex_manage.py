@@ -16,7 +16,6 @@ from openai_codex.client import CodexClient
 
 from tests.support.codex_clients import MISSING
 from tests.support.codex_frames import CodexSchema, check_frames
-from tests.support.servers import child_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -26,13 +25,6 @@ def schema(optional_schema: CodexSchema | None) -> CodexSchema:
     if optional_schema is None:
         pytest.skip(MISSING["schema"])
     return optional_schema
-
-
-@pytest.fixture
-def config(workspace: Path, teed_bin: str) -> CodexConfig:
-    env = child_env()
-    env["APPSERVER_PROVIDER"] = "offline"
-    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
 
 
 @pytest.fixture

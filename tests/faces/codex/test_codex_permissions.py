@@ -5,7 +5,6 @@ every frame validated against Codex 0.169's own schema."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,25 +13,8 @@ from openai_codex import CodexConfig
 from openai_codex.client import CodexClient
 
 from appserver.faces.codex.approvals import permissions_decision
-from tests.support.codex_frames import CodexSchema, check_frames
-from tests.support.servers import child_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@pytest.fixture
-def config(workspace: Path, teed_bin: str) -> CodexConfig:
-    env = child_env()
-    env["APPSERVER_PROVIDER"] = "offline"
-    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
-
-
-@pytest.fixture
-def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
-    yield
-    assert frames.stat().st_size > 0  # the recorder was in the way
-    if optional_schema is not None:
-        assert check_frames(optional_schema, frames) == []
 
 
 def final_text(client: CodexClient, thread_id: str, text: str) -> str:

@@ -7,7 +7,6 @@ the session validates against Codex 0.169's own schema."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ from openai_codex import CodexConfig
 from openai_codex.client import CodexClient
 from openai_codex.generated.v2_all import ReviewStartResponse
 
-from tests.support.codex_frames import CodexSchema, check_frames
-from tests.support.servers import child_env
-
-pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.usefixtures("every_frame_checked"),
+]
 
 
 def git(workspace: Path, *args: str) -> str:
@@ -43,18 +42,8 @@ def repository(workspace: Path) -> Path:
 
 
 @pytest.fixture
-def config(repository: Path, teed_bin: str) -> CodexConfig:
-    env = child_env()
-    env["APPSERVER_PROVIDER"] = "offline"
-    return CodexConfig(codex_bin=teed_bin, cwd=str(repository), env=env)
-
-
-@pytest.fixture(autouse=True)
-def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
-    yield
-    assert frames.stat().st_size > 0  # the recorder was in the way
-    if optional_schema is not None:
-        assert check_frames(optional_schema, frames) == []
+def codex_cwd(repository: Path) -> Path:
+    return repository
 
 
 def review(client: CodexClient, thread_id: str, target: dict[str, Any]) -> list[Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -37,21 +37,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 
 Frame = dict[str, Any]
 CHAT = "POST /v1/chat/completions"
-
-
-@pytest.fixture
-def config(workspace: Path, teed_bin: str) -> CodexConfig:
-    env = child_env()
-    env["APPSERVER_PROVIDER"] = "offline"
-    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
-
-
-@pytest.fixture
-def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
-    yield
-    assert frames.stat().st_size > 0  # the recorder was in the way
-    if optional_schema is not None:
-        assert check_frames(optional_schema, frames) == []
 
 
 def run_turn(

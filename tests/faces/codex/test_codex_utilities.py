@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,26 +19,14 @@ from openai_codex.generated.v2_all import (
 )
 
 from appserver.faces.codex.fuzzy import _search, fuzzy_match
-from tests.support.codex_frames import CodexSchema, check_frames
-from tests.support.servers import child_env
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
 @pytest.fixture
-def every_frame_checked(frames: Path, optional_schema: CodexSchema | None) -> Iterator[None]:
-    yield
-    assert frames.stat().st_size > 0  # the recorder was in the way
-    if optional_schema is not None:
-        assert check_frames(optional_schema, frames) == []
-
-
-@pytest.fixture
-def config(workspace: Path, teed_bin: str, every_frame_checked: None) -> CodexConfig:
-    """The SDK's configuration; the session's frames are checked after the test."""
-    env = child_env()
-    env["APPSERVER_PROVIDER"] = "offline"
-    return CodexConfig(codex_bin=teed_bin, cwd=str(workspace), env=env)
+def config(config: CodexConfig, every_frame_checked: None) -> CodexConfig:
+    """The shared configuration; the session's frames are checked after the test."""
+    return config
 
 
 def _input_tokens(thread: object, text: str) -> int:
