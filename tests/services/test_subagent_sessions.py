@@ -134,3 +134,71 @@ async def test_session_method_errors(server: ServerUnderTest) -> None:
                 "subagent/close", {"parentThreadId": "thr_other", "childThreadId": child}
             )
             assert closed["status"] == "closed"
+
+
+async def test_a_child_is_managed_through_its_parent(server: ServerUnderTest) -> None:
+    with anyio.fail_after(40):
+        async with server.connect() as client:
+            parent = await new_thread(client)
+            child = await spawned(client, parent, "delta")
+            for method, verb in (
+                ("thread/archive", "archived"),
+                ("thread/unarchive", "unarchived"),
+                ("thread/delete", "deleted"),
+            ):
+                failure = await refused(client, method, {"threadId": child})
+                assert failure.code == -32602
+                assert failure.data["detail"] == (
+                    f"SubAgent child thread '{child}' cannot be {verb} directly; "
+                    f"manage its parent thread '{parent}' instead."
+                )
+            read = await client.request("thread/read", {"threadId": child})
+            assert read["thread"]["status"] == "active"
+
+
+async def test_archiving_and_deleting_a_parent_takes_its_subtree(
+    server: ServerUnderTest,
+) -> None:
+    with anyio.fail_after(40):
+        async with server.connect() as client:
+            parent = await new_thread(client)
+            open_child = await spawned(client, parent, "open one")
+            closed_child = await spawned(client, parent, "closed one")
+            pair = {"parentThreadId": parent, "childThreadId": closed_child}
+            await client.request("subagent/close", pair)
+
+            await client.request("thread/archive", {"threadId": parent})
+            for thread_id in (parent, open_child, closed_child):
+                read = await client.request("thread/read", {"threadId": thread_id})
+                assert read["thread"]["status"] == "archived", thread_id
+            failure = await refused(client, "subagent/resume", pair)
+            assert failure.code == -32011
+
+            await client.request("thread/unarchive", {"threadId": parent})
+            for thread_id in (parent, open_child, closed_child):
+                read = await client.request("thread/read", {"threadId": thread_id})
+                assert read["thread"]["status"] == "active", thread_id
+            assert (await client.request("subagent/resume", pair))["status"] == "open"
+
+            if server.kind == "stdio":  # one client per process: no one else to tell
+                await client.request("thread/delete", {"threadId": parent})
+            else:
+                async with server.connect("watcher") as watcher:
+                    mark = watcher.mark()
+                    await client.request("thread/delete", {"threadId": parent})
+                    await wait_event(
+                        watcher, "thread/deleted", lambda p: p["threadId"] == parent, start=mark
+                    )
+                    order = [
+                        m["params"]["threadId"]
+                        for m in watcher.messages[mark:]
+                        if m.get("method") == "thread/deleted"
+                    ]
+                    # Leaves first: the parent's own announcement comes last.
+                    assert sorted(order[:-1]) == sorted([open_child, closed_child])
+                    assert order[-1] == parent
+            for thread_id in (parent, open_child, closed_child):
+                failure = await refused(client, "thread/read", {"threadId": thread_id})
+                assert failure.code == -32010
+            listed = await client.request("subagent/children/list", {"parentThreadId": parent})
+            assert listed == {"data": []}
