@@ -23,6 +23,7 @@ from appserver.protocol import (
     prompt,
     skills,
     subagent_profiles,
+    subagent_sessions,
     terminals,
     workspace,
 )
@@ -53,6 +54,7 @@ _FAMILIES = (
     prompt,
     grants,
     subagent_profiles,
+    subagent_sessions,
 )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import ConfigDict
+
 from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -59,6 +61,10 @@ class ThreadSpawnEdge(SubAgentCapabilities):
 class SubAgentChildrenListParams(WireModel):
     """``subagent/children/list`` params."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"parentThreadId": "thr_1", "includeClosed": True}]}
+    )
+
     parent_thread_id: str = ""
     """The parent thread (required)."""
     include_closed: bool = False
@@ -85,6 +91,10 @@ class SubAgentChildrenListResult(WireModel):
 
 class SubAgentChildParams(WireModel):
     """``subagent/close`` and ``subagent/resume`` params."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"parentThreadId": "thr_1", "childThreadId": "thr_2"}]}
+    )
 
     parent_thread_id: str = ""
     """The parent thread (required; the edge parent -> child must exist)."""

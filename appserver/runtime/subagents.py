@@ -13,7 +13,7 @@ leaves them running. Only the built-in ``native`` profile exists here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from appserver.protocol.subagent_sessions import (
     ThreadSpawnEdge,
 )
 from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
+from appserver.runtime.events import Participant
 from appserver.runtime.subagent_roles import MAX_NICKNAME, child_configuration, find_role
 from appserver.runtime.threads import NewThread, Threads
 from appserver.runtime.turn_cases import Turns
@@ -280,6 +281,45 @@ class SubAgents:
             f"SubAgent child thread '{thread.id}' cannot be {verb} directly; "
             f"manage its parent thread '{parent}' instead."
         )
+
+    async def archive(self, thread_id: str) -> None:
+        """Archive a thread and its whole subtree (closed edges too); a child is refused.
+
+        The thread's own running turn refuses it (``TurnInProgress``, as for any
+        thread); its descendants' running turns are cancelled first, since an
+        archived child has no one left to report to."""
+        await self.refuse_child(thread_id, "archived")
+        if await self.threads.running_anywhere(thread_id):
+            raise TurnInProgress(thread_id)
+        below = await self.descendants(thread_id)
+        await self.threads.archive(thread_id)
+        for child_id in below:
+            await self.threads.engine.cancel_and_wait(child_id, "interrupted")
+            await self._quietly(self.threads.archive(child_id))
+
+    async def unarchive(self, thread_id: str) -> None:
+        """Unarchive a thread and its whole subtree; a child is refused."""
+        await self.refuse_child(thread_id, "unarchived")
+        below = await self.descendants(thread_id)
+        await self.threads.unarchive(thread_id)
+        for child_id in below:
+            await self._quietly(self.threads.unarchive(child_id))
+
+    async def delete(self, thread_id: str, by: Participant | None = None) -> None:
+        """Delete a thread and its whole subtree, leaves first (each gets
+        ``thread/deleted``); a child is refused."""
+        await self.refuse_child(thread_id, "deleted")
+        for child_id in reversed(await self.descendants(thread_id)):
+            await self._quietly(self.threads.delete(child_id, by=by))
+        await self.threads.delete(thread_id, by=by)
+
+    @staticmethod
+    async def _quietly(change: Awaitable[None]) -> None:
+        """A descendant deleted meanwhile (another process, a race) is already gone."""
+        try:
+            await change
+        except ThreadNotFound:
+            return
 
     async def descendants(self, thread_id: str) -> list[str]:
         """Every thread below ``thread_id``, parents first."""

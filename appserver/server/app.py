@@ -148,7 +148,7 @@ class AppServer:
             bus=self._bus,
             node_id=config.node_id,
         )
-        ThreadService(self.runtime.threads).register(self.router)
+        ThreadService(self.runtime.threads, self.runtime.subagents).register(self.router)
         turn_service = TurnService(self.runtime.turns)
         turn_service.register(self.router)
         self.families = FamilyContext(

@@ -73,6 +73,7 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.prompt": Declared(flags=("promptRead",)),
     "appserver.services.grants": Declared(flags=("approvalGrants",)),
     "appserver.services.subagent_profiles": Declared(flags=("subAgentManagement",)),
+    "appserver.services.subagent_sessions": Declared(flags=("subAgentSessions",)),
 }
 
 

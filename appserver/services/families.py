@@ -21,6 +21,7 @@ from appserver.services import (
     prompt,
     skills,
     subagent_profiles,
+    subagent_sessions,
     terminals,
     workspace,
 )
@@ -40,4 +41,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     prompt.install,
     grants.install,
     subagent_profiles.install,
+    subagent_sessions.install,
 ]

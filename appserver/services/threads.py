@@ -24,6 +24,7 @@ from appserver.rpc.connection import RequestContext
 from appserver.rpc.framing import RawJSON
 from appserver.runtime.errors import InvalidInput
 from appserver.runtime.fork import ForkSpec, fork_thread
+from appserver.runtime.subagents import SubAgents
 from appserver.runtime.threads import NewThread, Threads
 from appserver.services.peer import Peer, peer_of
 from appserver.services.router import Router
@@ -44,8 +45,11 @@ def hidden_item_types(viewer: Peer | None) -> frozenset[str]:
 class ThreadService:
     """Handlers of the thread family."""
 
-    def __init__(self, threads: Threads) -> None:
+    def __init__(self, threads: Threads, subagents: SubAgents) -> None:
         self.threads = threads
+        # Archive, unarchive and delete go through it: a SubAgent child is managed
+        # through its parent, and a parent takes its subtree along.
+        self.subagents = subagents
 
     def register(self, router: Router) -> None:
         handlers: dict[str, Any] = {
@@ -245,15 +249,15 @@ class ThreadService:
         return Empty()
 
     async def archive(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
-        await self.threads.archive(params.thread_id)
+        await self.subagents.archive(params.thread_id)
         return Empty()
 
     async def unarchive(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
-        await self.threads.unarchive(params.thread_id)
+        await self.subagents.unarchive(params.thread_id)
         return Empty()
 
     async def delete(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
-        await self.threads.delete(params.thread_id, by=peer_of(ctx))
+        await self.subagents.delete(params.thread_id, by=peer_of(ctx))
         return Empty()
 
     async def rename(

@@ -41,14 +41,14 @@ def _page(items: list[Any], params: Message) -> tuple[list[Any], str | None]:
 
 
 async def thread_archive(session: CodexSession, params: Message) -> Message:
-    await session.runtime.threads.archive(_thread_id(params))
+    await session.runtime.subagents.archive(_thread_id(params))
     return {}
 
 
 async def thread_unarchive(session: CodexSession, params: Message) -> Message:
     threads = session.runtime.threads
     thread_id = _thread_id(params)
-    await threads.unarchive(thread_id)
+    await session.runtime.subagents.unarchive(thread_id)
     return {"thread": await codex_thread(session, await threads.get(thread_id), with_turns=False)}
 
 
@@ -73,7 +73,7 @@ async def thread_compact_start(session: CodexSession, params: Message) -> Messag
 
 
 async def thread_delete(session: CodexSession, params: Message) -> Message:
-    await session.runtime.threads.delete(_thread_id(params))
+    await session.runtime.subagents.delete(_thread_id(params))
     return {}
 
 

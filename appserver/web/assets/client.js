@@ -40,10 +40,13 @@ var METHODS = [
   "skills/setEnabled",
   "skills/uninstall",
   "skills/view",
+  "subagent/children/list",
+  "subagent/close",
   "subagent/profiles/list",
   "subagent/profiles/remove",
   "subagent/profiles/setEnabled",
   "subagent/profiles/upsert",
+  "subagent/resume",
   "subagent/settings/update",
   "terminal/clean",
   "terminal/list",
@@ -88,6 +91,7 @@ var NOTIFICATION_METHODS = [
   "item/usage/delta",
   "mcp/status/updated",
   "plan/updated",
+  "subagent/graphChanged",
   "system/event",
   "system/jobResult",
   "terminal/cleaned",
@@ -159,10 +163,13 @@ var METHOD_INFO = {
   "skills/setEnabled": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/uninstall": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/view": { capability: "skillsManagement", errors: [-32040, -32602] },
+  "subagent/children/list": { capability: "subAgentSessions", errors: [-32602, -32010] },
+  "subagent/close": { capability: "subAgentSessions", errors: [-32602, -32010] },
   "subagent/profiles/list": { capability: "subAgentManagement", errors: [] },
   "subagent/profiles/remove": { capability: "subAgentManagement", errors: [-32602, -32083] },
   "subagent/profiles/setEnabled": { capability: "subAgentManagement", errors: [-32602, -32083, -32085] },
   "subagent/profiles/upsert": { capability: "subAgentManagement", errors: [-32602, -32084] },
+  "subagent/resume": { capability: "subAgentSessions", errors: [-32602, -32010, -32011] },
   "subagent/settings/update": { capability: "subAgentManagement", errors: [-32602] },
   "terminal/clean": { capability: "backgroundTerminals", errors: [-32602] },
   "terminal/list": { capability: "backgroundTerminals", errors: [-32602] },
@@ -521,6 +528,24 @@ var GeneratedMethods = class {
     return this.request("skills/view", params, options);
   }
   /**
+   * The parent's child edges, `updatedAt` newest first (closed ones with `includeClosed`; each child thread without turns with `includeThreads`). An unknown parent has none.
+   *
+   * Wire method `subagent/children/list`; capability `subAgentSessions`; errors -32602, -32010.
+   * Params: {@link SubAgentChildrenListParams}.
+   */
+  subagentChildrenList(params = {}, options) {
+    return this.request("subagent/children/list", params, options);
+  }
+  /**
+   * Cancel the child's running turn and close its edge (`status: closed`); `subagent/graphChanged` follows. No edge parent -> child: -32602.
+   *
+   * Wire method `subagent/close`; capability `subAgentSessions`; errors -32602, -32010.
+   * Params: {@link SubAgentChildParams}.
+   */
+  subagentClose(params = {}, options) {
+    return this.request("subagent/close", params, options);
+  }
+  /**
    * The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent settings; read from the workspace's config.json on every call.
    *
    * Wire method `subagent/profiles/list`; capability `subAgentManagement`.
@@ -555,6 +580,15 @@ var GeneratedMethods = class {
    */
   subagentProfilesUpsert(params = {}, options) {
     return this.request("subagent/profiles/upsert", params, options);
+  }
+  /**
+   * Reopen a closed child (`status: open`; sends no input); `subagent/graphChanged` follows. An archived child: -32011.
+   *
+   * Wire method `subagent/resume`; capability `subAgentSessions`; errors -32602, -32010, -32011.
+   * Params: {@link SubAgentChildParams}.
+   */
+  subagentResume(params = {}, options) {
+    return this.request("subagent/resume", params, options);
   }
   /**
    * Change the SubAgent settings (`model`, `externalCliSessionResumeEnabled`). Emits `workspace/configChanged` (`subagent`).

@@ -1691,6 +1691,102 @@ export interface SkillsViewResult {
   content: string;
 }
 
+/** One child of the parent. */
+export interface SubAgentChild {
+  /** The edge. */
+  edge: ThreadSpawnEdge;
+  /** The child thread, with `includeThreads`. */
+  thread?: Thread | null;
+}
+
+/** `subagent/close` and `subagent/resume` params. */
+export interface SubAgentChildParams {
+  /**
+   * The parent thread (required; the edge parent -> child must exist).
+   *
+   * Default: `""`.
+   */
+  parentThreadId?: string;
+  /**
+   * The child thread (required).
+   *
+   * Default: `""`.
+   */
+  childThreadId?: string;
+}
+
+/** `subagent/children/list` params. */
+export interface SubAgentChildrenListParams {
+  /**
+   * The parent thread (required).
+   *
+   * Default: `""`.
+   */
+  parentThreadId?: string;
+  /**
+   * Include closed edges.
+   *
+   * Default: `false`.
+   */
+  includeClosed?: boolean;
+  /**
+   * Also send each child thread (the `thread/read` shape, without turns).
+   *
+   * Default: `false`.
+   */
+  includeThreads?: boolean;
+}
+
+/** The parent's children, the most recently changed first. */
+export interface SubAgentChildrenListResult {
+  /** The children. */
+  data: SubAgentChild[];
+}
+
+/** What a control call did (DotCraft's `SubAgentControlResult`; the tools answer it too). */
+export interface SubAgentControlResult {
+  /**
+   * `SendInput` may start another turn on the child.
+   *
+   * Default: `true`.
+   */
+  supportsSendInput?: boolean;
+  /**
+   * `subagent/resume` / `ResumeAgent` may reopen it.
+   *
+   * Default: `true`.
+   */
+  supportsResume?: boolean;
+  /**
+   * `subagent/close` / `CloseAgent` may close it.
+   *
+   * Default: `true`.
+   */
+  supportsClose?: boolean;
+  /** The child thread. */
+  childThreadId: string;
+  /** `running`, `open`, `closed`, or a wait's outcome (`completed`, `failed`, `cancelled`, `timeout`, `idle`). */
+  status: string;
+  /** `WaitAgent`: the child turn's agent text. */
+  message?: string | null;
+  /** The child's nickname. */
+  agentNickname?: string | null;
+  /** The child's role. */
+  agentRole?: string | null;
+  /** The child's profile. */
+  profileName?: string | null;
+  /** The profile's runtime. */
+  runtimeType?: string | null;
+}
+
+/** `subagent/graphChanged`: an edge was made or its status set. */
+export interface SubAgentGraphChangedNotification {
+  /** The parent thread. */
+  parentThreadId: string;
+  /** The child thread. */
+  childThreadId: string;
+}
+
 /** Whether the main agent is offered the profile, and why not. */
 export interface SubAgentProfileDiagnostic {
   /** Not disabled by the workspace. */
@@ -2259,6 +2355,50 @@ export interface ThreadSource {
    */
   kind?: string;
   [key: string]: unknown;
+}
+
+/** An edge of the thread tree: `parentThreadId` spawned `childThreadId`. */
+export interface ThreadSpawnEdge {
+  /**
+   * `SendInput` may start another turn on the child.
+   *
+   * Default: `true`.
+   */
+  supportsSendInput?: boolean;
+  /**
+   * `subagent/resume` / `ResumeAgent` may reopen it.
+   *
+   * Default: `true`.
+   */
+  supportsResume?: boolean;
+  /**
+   * `subagent/close` / `CloseAgent` may close it.
+   *
+   * Default: `true`.
+   */
+  supportsClose?: boolean;
+  /** The thread whose turn spawned the child. */
+  parentThreadId: string;
+  /** The child thread. */
+  childThreadId: string;
+  /** The parent's turn that spawned it. */
+  parentTurnId?: string | null;
+  /** 1 for a child of a user thread, 2 for a grandchild, ... */
+  depth: number;
+  /** The child's short name (also its thread's `displayName`). */
+  agentNickname?: string | null;
+  /** Its role (`default`, `worker`, ...). */
+  agentRole?: string | null;
+  /** Its profile (`native`). */
+  profileName?: string | null;
+  /** The profile's runtime (`native`). */
+  runtimeType?: string | null;
+  /** `open`, or `closed` once closed. */
+  status: "open" | "closed";
+  /** When it was spawned, ISO 8601. */
+  createdAt: string;
+  /** When it last changed, ISO 8601. */
+  updatedAt: string;
 }
 
 /** `ThreadStartParams` on the wire. */
@@ -2907,6 +3047,20 @@ export interface Methods {
    */
   "skills/view": { params: SkillNameParams; result: SkillsViewResult };
   /**
+   * The parent's child edges, `updatedAt` newest first (closed ones with `includeClosed`; each child thread without turns with `includeThreads`). An unknown parent has none.
+   *
+   * Wire method `subagent/children/list`; capability `subAgentSessions`; errors -32602, -32010.
+   * Params: {@link SubAgentChildrenListParams}.
+   */
+  "subagent/children/list": { params: SubAgentChildrenListParams; result: SubAgentChildrenListResult };
+  /**
+   * Cancel the child's running turn and close its edge (`status: closed`); `subagent/graphChanged` follows. No edge parent -> child: -32602.
+   *
+   * Wire method `subagent/close`; capability `subAgentSessions`; errors -32602, -32010.
+   * Params: {@link SubAgentChildParams}.
+   */
+  "subagent/close": { params: SubAgentChildParams; result: SubAgentControlResult };
+  /**
    * The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent settings; read from the workspace's config.json on every call.
    *
    * Wire method `subagent/profiles/list`; capability `subAgentManagement`.
@@ -2934,6 +3088,13 @@ export interface Methods {
    * Params: {@link SubAgentProfileUpsertParams}.
    */
   "subagent/profiles/upsert": { params: SubAgentProfileUpsertParams; result: SubAgentProfileResult };
+  /**
+   * Reopen a closed child (`status: open`; sends no input); `subagent/graphChanged` follows. An archived child: -32011.
+   *
+   * Wire method `subagent/resume`; capability `subAgentSessions`; errors -32602, -32010, -32011.
+   * Params: {@link SubAgentChildParams}.
+   */
+  "subagent/resume": { params: SubAgentChildParams; result: SubAgentControlResult };
   /**
    * Change the SubAgent settings (`model`, `externalCliSessionResumeEnabled`). Emits `workspace/configChanged` (`subagent`).
    *
@@ -3222,6 +3383,12 @@ export interface Notifications {
    */
   "plan/updated": WithSeq<PlanUpdatedNotification>;
   /**
+   * A child edge was made (spawn) or its status set (close, resume), changed or not.
+   *
+   * Delivery: all connections.
+   */
+  "subagent/graphChanged": WithSeq<SubAgentGraphChangedNotification>;
+  /**
    * A system event: context compaction progress (`compacting`, `compacted`, `compactSkipped`, `compactFailed`, with `tokenCount`/`percentLeft`), or `kind: channelRejected` refusing a channel adapter.
    *
    * Delivery: compaction kinds: thread-scoped, within the compacting turn (before its terminal event); `channelRejected`: the rejected adapter only, right after its `initialize` response (before `initialized`), then the connection closes.
@@ -3413,10 +3580,13 @@ export const METHODS: readonly Method[] = [
   "skills/setEnabled",
   "skills/uninstall",
   "skills/view",
+  "subagent/children/list",
+  "subagent/close",
   "subagent/profiles/list",
   "subagent/profiles/remove",
   "subagent/profiles/setEnabled",
   "subagent/profiles/upsert",
+  "subagent/resume",
   "subagent/settings/update",
   "terminal/clean",
   "terminal/list",
@@ -3463,6 +3633,7 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "item/usage/delta",
   "mcp/status/updated",
   "plan/updated",
+  "subagent/graphChanged",
   "system/event",
   "system/jobResult",
   "terminal/cleaned",
@@ -3538,10 +3709,13 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "skills/setEnabled": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/uninstall": { capability: "skillsManagement", errors: [-32040, -32602] },
   "skills/view": { capability: "skillsManagement", errors: [-32040, -32602] },
+  "subagent/children/list": { capability: "subAgentSessions", errors: [-32602, -32010] },
+  "subagent/close": { capability: "subAgentSessions", errors: [-32602, -32010] },
   "subagent/profiles/list": { capability: "subAgentManagement", errors: [] },
   "subagent/profiles/remove": { capability: "subAgentManagement", errors: [-32602, -32083] },
   "subagent/profiles/setEnabled": { capability: "subAgentManagement", errors: [-32602, -32083, -32085] },
   "subagent/profiles/upsert": { capability: "subAgentManagement", errors: [-32602, -32084] },
+  "subagent/resume": { capability: "subAgentSessions", errors: [-32602, -32010, -32011] },
   "subagent/settings/update": { capability: "subAgentManagement", errors: [-32602] },
   "terminal/clean": { capability: "backgroundTerminals", errors: [-32602] },
   "terminal/list": { capability: "backgroundTerminals", errors: [-32602] },
@@ -3955,6 +4129,26 @@ export abstract class GeneratedMethods {
   }
 
   /**
+   * The parent's child edges, `updatedAt` newest first (closed ones with `includeClosed`; each child thread without turns with `includeThreads`). An unknown parent has none.
+   *
+   * Wire method `subagent/children/list`; capability `subAgentSessions`; errors -32602, -32010.
+   * Params: {@link SubAgentChildrenListParams}.
+   */
+  subagentChildrenList(params: SubAgentChildrenListParams = {}, options?: RequestOptions): Promise<SubAgentChildrenListResult> {
+    return this.request("subagent/children/list", params, options);
+  }
+
+  /**
+   * Cancel the child's running turn and close its edge (`status: closed`); `subagent/graphChanged` follows. No edge parent -> child: -32602.
+   *
+   * Wire method `subagent/close`; capability `subAgentSessions`; errors -32602, -32010.
+   * Params: {@link SubAgentChildParams}.
+   */
+  subagentClose(params: SubAgentChildParams = {}, options?: RequestOptions): Promise<SubAgentControlResult> {
+    return this.request("subagent/close", params, options);
+  }
+
+  /**
    * The SubAgent profiles (built-in and the workspace's), their diagnostics and the SubAgent settings; read from the workspace's config.json on every call.
    *
    * Wire method `subagent/profiles/list`; capability `subAgentManagement`.
@@ -3992,6 +4186,16 @@ export abstract class GeneratedMethods {
    */
   subagentProfilesUpsert(params: SubAgentProfileUpsertParams = {}, options?: RequestOptions): Promise<SubAgentProfileResult> {
     return this.request("subagent/profiles/upsert", params, options);
+  }
+
+  /**
+   * Reopen a closed child (`status: open`; sends no input); `subagent/graphChanged` follows. An archived child: -32011.
+   *
+   * Wire method `subagent/resume`; capability `subAgentSessions`; errors -32602, -32010, -32011.
+   * Params: {@link SubAgentChildParams}.
+   */
+  subagentResume(params: SubAgentChildParams = {}, options?: RequestOptions): Promise<SubAgentControlResult> {
+    return this.request("subagent/resume", params, options);
   }
 
   /**

@@ -143,6 +143,12 @@ __all__ = [
     "SkillsSetEnabledResult",
     "SkillsUninstallResult",
     "SkillsViewResult",
+    "SubAgentChild",
+    "SubAgentChildParams",
+    "SubAgentChildrenListParams",
+    "SubAgentChildrenListResult",
+    "SubAgentControlResult",
+    "SubAgentGraphChangedNotification",
     "SubAgentProfileDiagnostic",
     "SubAgentProfileEntry",
     "SubAgentProfileListResult",
@@ -184,6 +190,7 @@ __all__ = [
     "ThreadRuntimeChangedNotification",
     "ThreadRuntimeState",
     "ThreadSource",
+    "ThreadSpawnEdge",
     "ThreadStartParams",
     "ThreadStartedNotification",
     "ThreadStatusChangedNotification",
@@ -1369,6 +1376,56 @@ class SkillsViewResult(TypedDict):
     content: str
 
 
+class SubAgentChild(TypedDict):
+    """One child of the parent."""
+
+    edge: ThreadSpawnEdge
+    thread: NotRequired[Thread | None]
+
+
+class SubAgentChildParams(TypedDict):
+    """``subagent/close`` and ``subagent/resume`` params."""
+
+    parentThreadId: NotRequired[str]  # default: ""
+    childThreadId: NotRequired[str]  # default: ""
+
+
+class SubAgentChildrenListParams(TypedDict):
+    """``subagent/children/list`` params."""
+
+    parentThreadId: NotRequired[str]  # default: ""
+    includeClosed: NotRequired[bool]  # default: false
+    includeThreads: NotRequired[bool]  # default: false
+
+
+class SubAgentChildrenListResult(TypedDict):
+    """The parent's children, the most recently changed first."""
+
+    data: list[SubAgentChild]
+
+
+class SubAgentControlResult(TypedDict):
+    """What a control call did (DotCraft's ``SubAgentControlResult``; the tools answer it too)."""
+
+    supportsSendInput: NotRequired[bool]  # default: true
+    supportsResume: NotRequired[bool]  # default: true
+    supportsClose: NotRequired[bool]  # default: true
+    childThreadId: str
+    status: str
+    message: NotRequired[str | None]
+    agentNickname: NotRequired[str | None]
+    agentRole: NotRequired[str | None]
+    profileName: NotRequired[str | None]
+    runtimeType: NotRequired[str | None]
+
+
+class SubAgentGraphChangedNotification(TypedDict):
+    """``subagent/graphChanged``: an edge was made or its status set."""
+
+    parentThreadId: str
+    childThreadId: str
+
+
 class SubAgentProfileDiagnostic(TypedDict):
     """Whether the main agent is offered the profile, and why not."""
 
@@ -1747,6 +1804,25 @@ class ThreadSource(TypedDict):
     kind: NotRequired[str]  # default: "user"
 
 
+class ThreadSpawnEdge(TypedDict):
+    """An edge of the thread tree: ``parentThreadId`` spawned ``childThreadId``."""
+
+    supportsSendInput: NotRequired[bool]  # default: true
+    supportsResume: NotRequired[bool]  # default: true
+    supportsClose: NotRequired[bool]  # default: true
+    parentThreadId: str
+    childThreadId: str
+    parentTurnId: NotRequired[str | None]
+    depth: int
+    agentNickname: NotRequired[str | None]
+    agentRole: NotRequired[str | None]
+    profileName: NotRequired[str | None]
+    runtimeType: NotRequired[str | None]
+    status: Literal["open", "closed"]
+    createdAt: str
+    updatedAt: str
+
+
 class ThreadStartParams(TypedDict):
     """``ThreadStartParams`` on the wire."""
 
@@ -2066,10 +2142,13 @@ METHODS: Final[dict[str, str]] = {
     "skills/setEnabled": "skills_set_enabled",
     "skills/uninstall": "skills_uninstall",
     "skills/view": "skills_view",
+    "subagent/children/list": "subagent_children_list",
+    "subagent/close": "subagent_close",
     "subagent/profiles/list": "subagent_profiles_list",
     "subagent/profiles/remove": "subagent_profiles_remove",
     "subagent/profiles/setEnabled": "subagent_profiles_set_enabled",
     "subagent/profiles/upsert": "subagent_profiles_upsert",
+    "subagent/resume": "subagent_resume",
     "subagent/settings/update": "subagent_settings_update",
     "terminal/clean": "terminal_clean",
     "terminal/list": "terminal_list",
@@ -2116,6 +2195,7 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "item/usage/delta": "UsageDeltaNotification",
     "mcp/status/updated": "McpStatusUpdatedNotification",
     "plan/updated": "PlanUpdatedNotification",
+    "subagent/graphChanged": "SubAgentGraphChangedNotification",
     "system/event": "SystemEventNotification",
     "system/jobResult": "JobResultNotification",
     "terminal/cleaned": "TerminalNotification",
@@ -2166,6 +2246,7 @@ NotificationMethod: TypeAlias = Literal[
     "item/usage/delta",
     "mcp/status/updated",
     "plan/updated",
+    "subagent/graphChanged",
     "system/event",
     "system/jobResult",
     "terminal/cleaned",
@@ -2730,6 +2811,51 @@ class GeneratedMethods:
         reply = await self.request("skills/view", params, timeout=timeout)
         return cast(SkillsViewResult, reply)
 
+    async def subagent_children_list(
+        self,
+        *,
+        parent_thread_id: str | None = None,
+        include_closed: bool | None = None,
+        include_threads: bool | None = None,
+        timeout: float | None = None,
+    ) -> SubAgentChildrenListResult:
+        """The parent's child edges, `updatedAt` newest first (closed ones with `includeClosed`;
+        each child thread without turns with `includeThreads`). An unknown parent has none.
+
+        Wire method ``subagent/children/list``; capability ``subAgentSessions``; errors -32602,
+        -32010.
+        Params: :class:`SubAgentChildrenListParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "parentThreadId": parent_thread_id,
+                "includeClosed": include_closed,
+                "includeThreads": include_threads,
+            },
+        )
+        reply = await self.request("subagent/children/list", params, timeout=timeout)
+        return cast(SubAgentChildrenListResult, reply)
+
+    async def subagent_close(
+        self,
+        *,
+        parent_thread_id: str | None = None,
+        child_thread_id: str | None = None,
+        timeout: float | None = None,
+    ) -> SubAgentControlResult:
+        """Cancel the child's running turn and close its edge (`status: closed`);
+        `subagent/graphChanged` follows. No edge parent -> child: -32602.
+
+        Wire method ``subagent/close``; capability ``subAgentSessions``; errors -32602, -32010.
+        Params: :class:`SubAgentChildParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"parentThreadId": parent_thread_id, "childThreadId": child_thread_id})
+        reply = await self.request("subagent/close", params, timeout=timeout)
+        return cast(SubAgentControlResult, reply)
+
     async def subagent_profiles_list(
         self, *, timeout: float | None = None
     ) -> SubAgentProfileListResult:
@@ -2793,6 +2919,25 @@ class GeneratedMethods:
         params = _params({}, {"name": name, "definition": definition})
         reply = await self.request("subagent/profiles/upsert", params, timeout=timeout)
         return cast(SubAgentProfileResult, reply)
+
+    async def subagent_resume(
+        self,
+        *,
+        parent_thread_id: str | None = None,
+        child_thread_id: str | None = None,
+        timeout: float | None = None,
+    ) -> SubAgentControlResult:
+        """Reopen a closed child (`status: open`; sends no input); `subagent/graphChanged` follows.
+        An archived child: -32011.
+
+        Wire method ``subagent/resume``; capability ``subAgentSessions``; errors -32602, -32010,
+        -32011.
+        Params: :class:`SubAgentChildParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"parentThreadId": parent_thread_id, "childThreadId": child_thread_id})
+        reply = await self.request("subagent/resume", params, timeout=timeout)
+        return cast(SubAgentControlResult, reply)
 
     async def subagent_settings_update(
         self,
