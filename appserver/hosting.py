@@ -96,13 +96,16 @@ def provider_settings(options: HostOptions, trusted: bool = False) -> ProviderSe
 
 
 def _tools(options: HostOptions) -> ToolRegistry:
+    from appserver.runtime.subagent_tools import CONTROL_TOOL_NAMES
+
     tools = default_tools(options.tool_env)
-    if options.tools is not None:
-        unknown = set(options.tools) - {tool.name for tool in tools}
-        if unknown:
-            raise ValueError(f"unknown tool(s): {', '.join(sorted(unknown))}")
-        tools = [tool for tool in tools if tool.name in options.tools]
-    return ToolRegistry(tools)
+    if options.tools is None:
+        return ToolRegistry(tools)
+    unknown = set(options.tools) - {tool.name for tool in tools} - set(CONTROL_TOOL_NAMES)
+    if unknown:
+        raise ValueError(f"unknown tool(s): {', '.join(sorted(unknown))}")
+    chosen = [tool for tool in tools if tool.name in options.tools]
+    return ToolRegistry(chosen, restricted_to=options.tools)
 
 
 @asynccontextmanager

@@ -93,7 +93,8 @@ class Runtime:
         # Child threads and the agent-control tools that make them.
         self.subagents = SubAgents(self.threads, self.turns, lambda: subagent_max_depth(workspace))
         for tool in control_tools(self.subagents):
-            self.engine.tools.register(tool, replace=True)
+            if self.engine.tools.admits(tool.name):
+                self.engine.tools.register(tool, replace=True)
         # Processes sharing the database (PostgreSQL nodes, or every process
         # serving the workspace's SQLite file): numbering, delivery and
         # failover go through the cluster (runtime/cluster.py).

@@ -105,6 +105,9 @@ class ControlTool:
         return await subagents.close(ctx.thread_id, child)
 
 
+CONTROL_TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
+
+
 def control_tools(subagents: SubAgents) -> list[Tool]:
     """The five control tools."""
     return [ControlTool(name, subagents) for name in _TOOLS]

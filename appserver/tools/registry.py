@@ -43,10 +43,19 @@ def default_tools(pass_env: Collection[str] = ()) -> list[Tool]:
 class ToolRegistry:
     """Tools by name, in registration order (the order the model sees them)."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(
+        self, tools: Iterable[Tool] = (), restricted_to: Collection[str] | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        # A set a client chose (Qwen's --core-tools/--exclude-tools): tools the
+        # runtime adds later (the agent-control tools) join only if named here.
+        self.restricted_to = None if restricted_to is None else frozenset(restricted_to)
         for tool in tools:
             self.register(tool)
+
+    def admits(self, name: str) -> bool:
+        """Whether a tool added by the runtime may join this registry."""
+        return self.restricted_to is None or name in self.restricted_to
 
     @classmethod
     def with_defaults(cls, pass_env: Collection[str] = ()) -> ToolRegistry:

@@ -108,6 +108,7 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
     from appserver.faces.common import system_prompt
     from appserver.faces.qwen.rules import ToolRules, split_list
     from appserver.faces.qwen.session import Settings
+    from appserver.runtime.subagent_tools import CONTROL_TOOL_NAMES
     from appserver.tools.registry import default_tools
 
     changes: dict[str, Any] = {
@@ -119,7 +120,7 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
         changes["max_model_calls"] = args.max_session_turns
     if changes:
         options.engine = dataclasses.replace(options.engine, **changes)
-    known = [tool.name for tool in default_tools()]
+    known = [tool.name for tool in default_tools()] + list(CONTROL_TOOL_NAMES)
     rules = ToolRules.build(
         known,
         split_list(args.core_tools),

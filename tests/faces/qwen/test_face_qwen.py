@@ -327,6 +327,12 @@ async def test_sdk_handshake_and_a_plain_turn(workspace: Path) -> None:
             "web_fetch",
             "CreatePlan",
             "UpdateTodos",
+            # The agent-control tools (child threads, docs/subagents.md).
+            "SpawnAgent",
+            "SendInput",
+            "WaitAgent",
+            "ResumeAgent",
+            "CloseAgent",
         ]
         assert system["model"] == "offline" and system["permission_mode"] == "default"
         assert system["slash_commands"] == ["compress"] and system["mcp_servers"] == []
@@ -961,3 +967,14 @@ async def test_a_websocket_client_watches_the_qwen_session(workspace: Path) -> N
             completed, watched = await watched_turn(ws, thread["id"], mark)
             assert watched == frames[-1]["result"] == "chunk 1 chunk 2 chunk 3 chunk 4 chunk 5 "
             assert completed["params"]["turn"]["initiator"]["channelName"] == "qwen"
+
+
+async def test_an_exclusion_keeps_the_agent_control_tools(workspace: Path) -> None:
+    """A set chosen by exclusion keeps the agent-control tools (docs/subagents.md);
+    one chosen with --core-tools (test above) has only what it names."""
+    async with qwen(workspace, "--exclude-tools", "edit") as proc:
+        await proc.prompt("hello")
+        frames = await proc.result()
+        tools = frames[0]["tools"]
+        assert "edit_file" not in tools and "read_file" in tools
+        assert tools[-5:] == ["SpawnAgent", "SendInput", "WaitAgent", "ResumeAgent", "CloseAgent"]
