@@ -14,6 +14,7 @@ code (2: a setting, 1: anything else). Input that ends, or nothing within
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -23,6 +24,9 @@ from typing import IO, Any
 
 import anyio
 
+log = logging.getLogger("appserver.faces")
+
+OPEN_ATTEMPTS = 4  # opening the workspace while another process creates its database
 FIRST_REQUEST_WAIT = 30.0
 
 # A line from the client -> the frames that answer it (None: not a request; read on).
@@ -48,7 +52,7 @@ async def open_runtime(
     from appserver.storage.lock import WorkspaceLocked
 
     try:
-        return await stack.enter_async_context(host())
+        return await _enter_runtime(stack, host)
     except (ProviderConfigError, ValueError) as exc:  # ValueError: e.g. an unknown tool
         failure = StartFailure(2, str(exc))
     except WorkspaceLocked as exc:
@@ -60,6 +64,28 @@ async def open_runtime(
             return failure
     sys.stderr.write(f"appserver: cannot start: {failure.message}\n")
     return failure
+
+
+async def _enter_runtime(stack: AsyncExitStack, host: Callable[[], Any]) -> Any:
+    """``host()`` entered, tried again briefly when SQLite says the file is busy.
+
+    Clients start processes in bursts (two SDK queries at once, an editor's
+    second agent): one that starts at the very instant another creates the
+    workspace's database can meet locks SQLite's busy handler does not wait
+    for ("database is locked", or an I/O error while the other sets up the
+    WAL index). A moment later the file is ready."""
+    delay = 0.05
+    for attempt in range(1, OPEN_ATTEMPTS + 1):
+        try:
+            return await stack.enter_async_context(host())
+        except sqlite3.OperationalError as exc:
+            busy = "locked" in str(exc) or "disk I/O error" in str(exc)
+            if not busy or attempt == OPEN_ATTEMPTS:
+                raise
+            log.debug("opening the workspace: %s; trying again", exc)
+            await anyio.sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
 
 
 async def answer_first_request(
