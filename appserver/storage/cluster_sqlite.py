@@ -18,7 +18,6 @@ of several sweepers exactly one claims each orphaned turn.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -26,7 +25,6 @@ import os
 import re
 import secrets
 import sqlite3
-import stat
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,12 +40,11 @@ from appserver.storage.cluster_common import (
     TurnTakenOver,
 )
 from appserver.storage.db import SqliteDatabase
-from appserver.storage.lock import UnsafeLockFile, WorkspaceLock
+from appserver.storage.lock import UnsafeLockFile, WorkspaceLock, open_lock_file
 
 POLL_INTERVAL = 0.05  # seconds between checks for other processes' commits
 ANNOUNCEMENT_RETENTION = 60.0  # seconds an announcement is kept for slow pollers
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # Unix seconds, SQLite's clock
-_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # storage/nodes.py's ids
 _EVENT_COLUMNS = "seq, method, topic, params_json, stream, node_id, broadcast"
 
@@ -237,19 +234,9 @@ class SqliteClusterStore:
             os.close(fd)  # closing releases the lock
 
     def _lock_file(self, thread_id: str) -> int:
-        """The thread's lock file, opened without following a link (as the
-        workspace lock is): only a plain file of its own is used."""
-        if self.locks_dir.is_symlink() or self.locks_dir.parent.is_symlink():
-            raise OSError(errno.ELOOP, "the lock directory is a symbolic link", str(self.locks_dir))
-        self.locks_dir.mkdir(parents=True, exist_ok=True)
+        """The thread's lock file (a plain file of its own, never through a link)."""
         name = hashlib.sha256(thread_id.encode()).hexdigest()[:32] + ".lock"
-        fd = os.open(self.locks_dir / name, _LOCK_FLAGS, 0o600)
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
-            os.close(fd)
-            raise OSError(errno.EPERM, "not a plain file of its own", str(self.locks_dir / name))
-        os.set_blocking(fd, True)
-        return fd
+        return open_lock_file(self.locks_dir, name)
 
     # --- commands between processes ----------------------------------------------------
 

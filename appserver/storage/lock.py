@@ -26,6 +26,23 @@ from pathlib import Path
 from typing import Any
 
 
+def open_lock_file(directory: Path, name: str) -> int:
+    """``directory/name`` opened for an ``flock`` (created if absent, 0600),
+    never through a symbolic link: ``.craft/`` can arrive with a checkout, so
+    only a plain file of its own, in a directory that is no link, is used
+    (else :class:`OSError`). The descriptor blocks; closing it releases a lock."""
+    if directory.is_symlink() or directory.parent.is_symlink():
+        raise OSError(errno.ELOOP, "the lock directory is a symbolic link", str(directory))
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(directory / name, _OPEN_FLAGS, 0o600)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(fd)
+        raise OSError(errno.EPERM, "not a plain file of its own", str(directory / name))
+    os.set_blocking(fd, True)
+    return fd
+
+
 class WorkspaceLocked(Exception):
     """Another live server holds the workspace (or, :class:`UnsafeLockFile`,
     the lock cannot be taken safely)."""

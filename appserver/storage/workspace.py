@@ -25,6 +25,8 @@ from typing import Any
 
 import anyio
 
+from appserver.storage.lock import open_lock_file
+
 SECRET_FILE_MODE = 0o600
 
 
@@ -129,8 +131,7 @@ class WorkspaceConfigFile:
 
     def _lock_across_processes(self) -> int:
         """Open the lock file and wait for its exclusive ``flock`` (edits are short)."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, SECRET_FILE_MODE)
+        fd = open_lock_file(self.lock_path.parent, self.lock_path.name)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:

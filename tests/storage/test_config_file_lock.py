@@ -86,3 +86,27 @@ def test_max_depth_is_read_with_default_one() -> None:
     assert read_subagent_config({"subagent": {"maxdepth": 3}}).max_depth == 3
     for junk in (0, -2, "3", True, None):
         assert read_subagent_config({"SubAgent": {"MaxDepth": junk}}).max_depth == 1
+
+
+async def test_a_linked_lock_file_or_directory_is_refused(tmp_path: Path) -> None:
+    """``.craft/`` can come with a checkout: its lock never opens a file elsewhere."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep\n")
+    craft = tmp_path / "craft"
+    (craft / "locks").mkdir(parents=True)
+    (craft / "locks" / "config.json.lock").symlink_to(outside)
+    linked_dir = tmp_path / "craft2"
+    linked_dir.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (linked_dir / "locks").symlink_to(tmp_path / "elsewhere")
+    for directory in (craft, linked_dir):
+        try:
+            async with WorkspaceConfigFile(directory).edit() as document:
+                document["Written"] = True
+        except OSError:
+            pass
+        else:
+            raise AssertionError(f"{directory}: the linked lock was used")
+        assert not (directory / "config.json").exists()
+    assert outside.read_text() == "keep\n"
+    assert list((tmp_path / "elsewhere").iterdir()) == []
