@@ -144,3 +144,31 @@ async def test_interrupting_the_parent_cancels_its_running_child(server: ServerU
             await client.notification(
                 "turn/cancelled", start=mark, where=lambda p: p["turn"]["threadId"] == child
             )
+
+
+async def test_send_input_close_resume_and_a_wait_that_times_out(server: ServerUnderTest) -> None:
+    """The other four tools on one child: another message, a bounded wait on a
+    turn that waits for an approval nobody gives, close (cancels it), reopen."""
+    with anyio.fail_after(60):
+        async with server.connect() as client:
+            approver = Approver(client, None)  # never answers
+            parent = await new_thread(client)
+
+            async def tool(script: str) -> dict[str, Any]:
+                turn_id, _ = await run_turn(client, parent, script)
+                return await tool_answer(client, parent, turn_id)
+
+            child = (await tool(spawn("first words", agentNickname="c")))["childThreadId"]
+            waited = await tool(call("WaitAgent", childThreadId=child))
+            assert (waited["status"], waited["message"]) == ("completed", "You said: first words")
+            sent = await tool(call("SendInput", childThreadId=child, message="!touch late.txt"))
+            assert sent["status"] == "running" and sent["childThreadId"] == child
+            await approver.wait_request()  # the child's second turn waits on it
+            waited = await tool(call("WaitAgent", childThreadId=child, timeoutSeconds=0.2))
+            assert waited["status"] == "timeout"
+            closed = await tool(call("CloseAgent", childThreadId=child))
+            assert closed["status"] == "closed"
+            read = await client.request("thread/read", {"threadId": child, "includeTurns": True})
+            assert [turn["status"] for turn in read["thread"]["turns"]] == ["completed", "cancelled"]
+            reopened = await tool(call("ResumeAgent", childThreadId=child))
+            assert reopened["status"] == "open"
