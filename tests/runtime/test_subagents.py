@@ -169,6 +169,7 @@ async def test_send_input_close_resume_and_a_wait_that_times_out(server: ServerU
             closed = await tool(call("CloseAgent", childThreadId=child))
             assert closed["status"] == "closed"
             read = await client.request("thread/read", {"threadId": child, "includeTurns": True})
-            assert [turn["status"] for turn in read["thread"]["turns"]] == ["completed", "cancelled"]
+            statuses = [turn["status"] for turn in read["thread"]["turns"]]
+            assert statuses == ["completed", "cancelled"]
             reopened = await tool(call("ResumeAgent", childThreadId=child))
             assert reopened["status"] == "open"
