@@ -101,21 +101,38 @@ async def git(workspace: str, *args: str, budget: int = DIFF_CAP) -> tuple[str, 
     from subprocess import DEVNULL, PIPE
 
     from appserver.tools.environment import tool_environment
+    from appserver.tools.groups import open_group_process
 
     env = {**tool_environment(), **GIT_ENV}
+    output = bytearray()
+    errors = bytearray()
+    code = -1
     with anyio.move_on_after(GIT_SECONDS) as timer:
-        async with await anyio.open_process(
+        process = await open_group_process(
             [*GIT, *args], cwd=workspace, env=env, stdin=DEVNULL, stdout=PIPE, stderr=PIPE
-        ) as process:
-            assert process.stdout is not None and process.stderr is not None
-            output = bytearray()
-            async for chunk in process.stdout:
-                output += chunk
-                if len(output) > budget:
-                    process.kill()
-                    break
-            errors = b"".join([chunk async for chunk in process.stderr])[:2000]
+        )
+        stdout, stderr = process.stdout, process.stderr
+        assert stdout is not None and stderr is not None
+
+        async def read_errors() -> None:
+            # Beside stdout: git writing much to stderr must not stall on a full pipe.
+            async for chunk in stderr:
+                errors.extend(chunk[: max(0, 2000 - len(errors))])
+
+        try:
+            async with anyio.create_task_group() as readers:
+                readers.start_soon(read_errors)
+                async for chunk in stdout:
+                    output += chunk
+                    if len(output) > budget:
+                        process.kill()  # enough: read no further
+                        break
             code = await process.wait()
+        finally:
+            with anyio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.kill()
+                await process.aclose()
     if timer.cancelled_caught:
         raise CodexError(f"git {args[0]} took longer than {GIT_SECONDS:g} s")
     cut = len(output) > budget
