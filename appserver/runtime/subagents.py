@@ -49,6 +49,10 @@ class ChildRun:
 
     parent_thread_id: str
     active: ActiveTurn
+    # What an external (cli-oneshot) child is doing now ("Launching codex", ...):
+    # ``subagent/progress`` shows it as ``currentToolDisplay``; native children
+    # leave it None (their tool items say it).
+    stage: str | None = None
 
 
 def sub_agent_of(thread: ThreadRecord) -> dict[str, Any]:
