@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin
 
-from appserver.runtime.threads import title_from
+from appserver.runtime.titles import title_from
 from tests.support.helpers import IDENTITY, start_thread
 from tests.support.processes import ws_client, ws_server
 from tests.support.servers import ServerUnderTest, child_env

@@ -8,54 +8,13 @@ edge change is broadcast as ``subagent/graphChanged``.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import ConfigDict
 
 from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
+from appserver.protocol.spawn_edges import SubAgentCapabilities, ThreadSpawnEdge
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import Thread
-
-EdgeStatus = Literal["open", "closed"]
-
-
-class SubAgentCapabilities(WireModel):
-    """What a parent may do with a child (native children: everything)."""
-
-    supports_send_input: bool = True
-    """`SendInput` may start another turn on the child."""
-    supports_resume: bool = True
-    """`subagent/resume` / `ResumeAgent` may reopen it."""
-    supports_close: bool = True
-    """`subagent/close` / `CloseAgent` may close it."""
-
-
-class ThreadSpawnEdge(SubAgentCapabilities):
-    """An edge of the thread tree: ``parentThreadId`` spawned ``childThreadId``."""
-
-    parent_thread_id: str
-    """The thread whose turn spawned the child."""
-    child_thread_id: str
-    """The child thread."""
-    parent_turn_id: str | None = None
-    """The parent's turn that spawned it."""
-    depth: int
-    """1 for a child of a user thread, 2 for a grandchild, ..."""
-    agent_nickname: str | None = None
-    """The child's short name (also its thread's `displayName`)."""
-    agent_role: str | None = None
-    """Its role (`default`, `worker`, ...)."""
-    profile_name: str | None = None
-    """Its profile (`native`)."""
-    runtime_type: str | None = None
-    """The profile's runtime (`native`)."""
-    status: EdgeStatus
-    """`open`, or `closed` once closed."""
-    created_at: str
-    """When it was spawned, ISO 8601."""
-    updated_at: str
-    """When it last changed, ISO 8601."""
 
 
 class SubAgentChildrenListParams(WireModel):
@@ -131,6 +90,37 @@ class SubAgentGraphChangedNotification(WireModel):
     """The child thread."""
 
 
+class SubAgentProgressEntry(WireModel):
+    """One child of the parent turn, as its own events show it now."""
+
+    label: str
+    """The child's nickname (DotCraft's clients match entries to children by it)."""
+    child_thread_id: str | None = None
+    """The child thread (beyond DotCraft: labels need not be unique)."""
+    current_tool: str | None = None
+    """The tool the child runs now, else the last one it ran (`external-cli` for an
+    external CLI child)."""
+    current_tool_display: str | None = None
+    """A readable line for it: the command, the file, or an external child's stage."""
+    input_tokens: int = 0
+    """Input tokens of the child's turn so far."""
+    output_tokens: int = 0
+    """Output tokens of the child's turn so far."""
+    is_completed: bool = False
+    """The child's turn has ended (however it ended)."""
+
+
+class SubAgentProgressNotification(WireModel):
+    """``subagent/progress``: a snapshot of every child the parent turn spawned."""
+
+    thread_id: str
+    """The parent thread."""
+    turn_id: str
+    """The parent turn that spawned them."""
+    entries: list[SubAgentProgressEntry]
+    """One entry per child, in spawn order."""
+
+
 _ERRORS = (rpc_errors.INVALID_PARAMS, rpc_errors.THREAD_NOT_FOUND)
 
 METHOD_SPECS: list[MethodSpec] = [
@@ -170,6 +160,14 @@ NOTIFICATION_SPECS: list[NotificationSpec] = [
         SubAgentGraphChangedNotification,
         "all connections",
         "A child edge was made (spawn) or its status set (close, resume), changed or not.",
+    ),
+    NotificationSpec(
+        "subagent/progress",
+        SubAgentProgressNotification,
+        "the parent turn's client and the parent thread's subscribers",
+        "While a turn's children run: a snapshot of each (current tool, tokens, completed), "
+        "at most every 200 ms and only when it changed, and a last one before the parent "
+        "turn's terminal event. Not stored or replayed.",
     ),
 ]
 

@@ -17,6 +17,7 @@ from appserver.protocol.limits import (
     check_encoded_size,
 )
 from appserver.protocol.plans import Plan
+from appserver.protocol.spawn_edges import ThreadSpawnEdge
 
 ThreadStatus = Literal["active", "paused", "archived"]
 HistoryMode = Literal["server", "client"]
@@ -301,6 +302,15 @@ class ThreadStartParams(WireModel):
         return tools
 
 
+class SubAgentChildSummary(WireModel):
+    """A SubAgent child of the thread: its edge and its summary."""
+
+    edge: ThreadSpawnEdge
+    """The edge parent -> child (closed ones too)."""
+    thread: ThreadSummary
+    """The child thread as `thread/list` shows it (`runtime.running` while it works)."""
+
+
 class ThreadResult(WireModel):
     thread: Thread
     """The thread."""
@@ -310,6 +320,9 @@ class ThreadResult(WireModel):
     # Beyond DotCraft's thread/read result: the plan DotCraft keeps in thread_plans.
     plan: Plan | None = None
     """The thread's plan (`CreatePlan` / `UpdateTodos`), if the agent wrote one."""
+    # Beyond DotCraft (which needs a `subagent/children/list` call for it).
+    sub_agents: list[SubAgentChildSummary] | None = None
+    """The SubAgent children the thread spawned, oldest first; absent when none."""
 
 
 class TurnPaging(WireModel):

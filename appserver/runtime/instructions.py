@@ -245,12 +245,16 @@ def compose(
     files: Iterable[InstructionFile],
     agent_instructions: str | None = None,
     turn_instructions: Iterable[str] = (),
+    role_instructions: str | None = None,
 ) -> list[PromptSection]:
-    """The system text's sections, in the order the model reads them."""
+    """The system text's sections, in the order the model reads them
+    (``role_instructions``: a SubAgent child's role)."""
     sections = [PromptSection("base", base), PromptSection("environment", environment.render())]
     sections.extend(render_instructions(files))
     if agent_instructions:
         sections.append(PromptSection("agentInstructions", agent_instructions))
+    if role_instructions:
+        sections.append(PromptSection("roleInstructions", role_instructions))
     sections.extend(PromptSection("turnInstructions", extra) for extra in turn_instructions)
     return sections
 

@@ -1,8 +1,9 @@
 """SubAgent roles and what a child's configuration is made of (DotCraft's built-ins).
 
 ``default`` may not spawn (agent control disabled); ``worker`` keeps agent
-control and loses the plan tools. A child's configuration is a copy of its
-parent's with the role's tool lists and agent-control access; at the depth
+control and loses the plan tools; ``explorer`` may only read (an allow-list).
+A child's configuration is a copy of its parent's with the role's tool lists
+and agent-control access; at the depth
 limit ``SpawnAgent`` is taken away. ``agentControlTools`` says which of the
 five control tools a thread may call: a thread without an explicit access
 has all of them if it is a user thread and none if it is a child.
@@ -31,6 +32,7 @@ class Role:
     name: str
     access: str  # full | disabled | allowList
     deny: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()  # empty: every tool the parent has
     instructions: str | None = None
 
 
@@ -41,6 +43,15 @@ ROLES = {
         instructions="You are a subagent: do the task yourself and do not spawn other agents.",
     ),
     "worker": Role("worker", "full", deny=("UpdateTodos", "TodoWrite", "CreatePlan")),
+    # DotCraft's read-only allow-list (ReadFile, GrepFiles, FindFiles, WebFetch, ...)
+    # in our tools' names.
+    "explorer": Role(
+        "explorer",
+        "disabled",
+        allow=("read_file", "list_dir", "grep", "find_files", "web_fetch", "view_image"),
+        instructions="You are a read-only explorer subagent: look things up and report; "
+        "change nothing and do not spawn other agents.",
+    ),
 }
 
 
@@ -61,6 +72,11 @@ def child_configuration(
     deny = list(dict.fromkeys([*config.get("toolDenyList", []), *role.deny]))
     if deny:
         config["toolDenyList"] = deny
+    parent_allow = [name for name in config.get("toolAllowList") or [] if isinstance(name, str)]
+    if parent_allow and role.allow:
+        config["toolAllowList"] = [name for name in parent_allow if name in role.allow]
+    elif role.allow:
+        config["toolAllowList"] = list(role.allow)
     config["promptProfile"] = "subagent-light"
     if role.instructions:
         config["roleInstructions"] = role.instructions
@@ -93,12 +109,18 @@ def agent_control_tools(thread: ThreadRecord) -> set[str]:
     return set()
 
 
-def hidden_tools(thread: ThreadRecord) -> set[str]:
-    """The tools the model is not offered on ``thread``: control tools it may not
-    call and its ``toolDenyList``."""
-    deny = (thread.configuration or {}).get("toolDenyList")
-    denied = {name for name in deny if isinstance(name, str)} if isinstance(deny, list) else set()
-    return (set(CONTROL_TOOLS) - agent_control_tools(thread)) | denied
+def tool_offered(thread: ThreadRecord, name: str) -> bool:
+    """Whether ``thread``'s turns may use the built-in tool ``name``: the control
+    tools by the thread's agent-control access, the others by its
+    ``toolDenyList`` and (when set) ``toolAllowList``."""
+    if name in CONTROL_TOOLS:
+        return name in agent_control_tools(thread)
+    config = thread.configuration or {}
+    deny = config.get("toolDenyList")
+    if isinstance(deny, list) and name in deny:
+        return False
+    allow = config.get("toolAllowList")
+    return not (isinstance(allow, list) and allow) or name in allow
 
 
 def subagent_max_depth(workspace: Path) -> int:

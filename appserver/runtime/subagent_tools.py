@@ -4,7 +4,7 @@
 Each answers a control result as JSON (camelCase, nulls kept, as DotCraft's
 tools do). None needs approval: what a child does goes through its own
 approvals. A thread whose agent-control access does not allow a tool is not
-offered it (``subagent_roles.hidden_tools``), and a call of it all the same
+offered it (``subagent_roles.tool_offered``), and a call of it all the same
 fails. Every refusal (unknown role or child, depth limit, a running child) is
 a failed tool result, never a failed turn.
 """
@@ -39,7 +39,10 @@ _TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
             {
                 "agentPrompt": {"type": "string", "description": "The task."},
                 "agentNickname": {"type": "string", "description": "A short name for it."},
-                "agentRole": {"type": "string", "description": "default or worker."},
+                "agentRole": {
+                    "type": "string",
+                    "description": "default, worker (may spawn) or explorer (read-only).",
+                },
                 "profile": {"type": "string", "description": "The profile (native)."},
                 "workingDirectory": {"type": "string"},
             },

@@ -14,45 +14,34 @@ leaves them running. Only the built-in ``native`` profile exists here.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
+from appserver.protocol.spawn_edges import ThreadSpawnEdge
 from appserver.protocol.subagent_sessions import (
     SubAgentControlResult,
     SubAgentGraphChangedNotification,
-    ThreadSpawnEdge,
 )
+from appserver.protocol.threads import Turn
 from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
 from appserver.runtime.events import Participant
+from appserver.runtime.subagent_progress import ChildRun, SubAgentProgress
 from appserver.runtime.subagent_roles import MAX_NICKNAME, child_configuration, find_role
 from appserver.runtime.threads import NewThread, Threads
 from appserver.runtime.turn_cases import Turns
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.storage.records import ThreadRecord
-from appserver.storage.spawn_edges import SpawnEdgeRepository
 from appserver.tools.base import ToolError
 
 NATIVE = "native"
+KEPT_FINISHED_RUNS = 64
 
 
 class SubAgentError(ToolError):
     """A control call the model got wrong (unknown role or child, depth, ...)."""
-
-
-@dataclass
-class ChildRun:
-    """A child's turn this process started, tracked until it ends."""
-
-    parent_thread_id: str
-    active: ActiveTurn
-    # What an external (cli-oneshot) child is doing now ("Launching codex", ...):
-    # ``subagent/progress`` shows it as ``currentToolDisplay``; native children
-    # leave it None (their tool items say it).
-    stage: str | None = None
 
 
 def sub_agent_of(thread: ThreadRecord) -> dict[str, Any]:
@@ -69,17 +58,30 @@ def turn_text(active: ActiveTurn) -> str:
     return "\n\n".join(text for text in texts if text)
 
 
+def stored_turn_text(turn: Turn) -> str:
+    """:func:`turn_text` of a stored turn, plus its error when it failed."""
+    texts = [item.payload.get("text") for item in turn.items or [] if item.type == "agentMessage"]
+    if not any(texts):
+        texts = [item.payload.get("message") for item in turn.items or [] if item.type == "error"]
+    if turn.status == "failed" and turn.error and turn.error not in texts:
+        texts.append(turn.error)
+    return "\n\n".join(str(text) for text in texts if text)
+
+
 class SubAgents:
     """The child threads of this workspace's runtime."""
 
     def __init__(self, threads: Threads, turns: Turns, max_depth: Callable[[], int]) -> None:
         self.threads = threads
         self.turns = turns
-        self.edges = SpawnEdgeRepository(threads.repo.db)
+        self.edges = threads.edges
         # ``SubAgent.MaxDepth`` of the workspace's config (at least 1).
         self.max_depth = max_depth
         self.runs: dict[str, ChildRun] = {}  # by child thread id
+        self.finished: dict[str, ChildRun] = {}  # the last ended ones, oldest first
+        self.progress = SubAgentProgress(threads.bus)
         threads.engine.turn_listeners.append(self._turn_ended)
+        threads.engine.ending.closing_listeners.append(self.progress.closing)
 
     # --- graph -------------------------------------------------------------------
 
@@ -164,10 +166,10 @@ class SubAgents:
         )
         await self.edges.upsert(edge)
         await self._changed(parent.id, child.id)
-        await self._start_child(parent.id, child.id, prompt)
+        await self._start_child(parent.id, child.id, prompt, nickname)
         return self.result(edge, "running")
 
-    async def _start_child(self, parent_id: str, child_id: str, text: str) -> None:
+    async def _start_child(self, parent_id: str, child_id: str, text: str, label: str) -> None:
         parent_turn = self.threads.engine.active.get(parent_id)
         # The parent turn's client watches the child's turn: it sees its events
         # and is asked its approvals.
@@ -175,14 +177,21 @@ class SubAgents:
         active = await self.turns.start(
             child_id, [turn_wire.TextPart(type="text", text=text)], origin
         )
-        self.runs[child_id] = ChildRun(parent_id, active)
+        self.finished.pop(child_id, None)
+        run = self.runs[child_id] = ChildRun(parent_id, active)
+        if parent_turn is not None:
+            self.progress.track(parent_turn, child_id, label, run)
 
     def _turn_ended(self, active: ActiveTurn) -> None:
         """A parent turn that ended cancelled takes the thread's running children with
         it (whichever turn spawned them: stopping a turn that waits on a child stops it)."""
         run = self.runs.get(active.thread_id)
         if run is not None and run.active is active:
-            del self.runs[active.thread_id]
+            # Kept (the newest few) so a WaitAgent just after still shows the
+            # ended run in its progress and answers from it.
+            self.finished[active.thread_id] = self.runs.pop(active.thread_id)
+            while len(self.finished) > KEPT_FINISHED_RUNS:
+                del self.finished[next(iter(self.finished))]
         if active.record.status != "cancelled":
             return
         for child_run in list(self.runs.values()):
@@ -225,22 +234,22 @@ class SubAgents:
     async def wait(
         self, parent_id: str, child_id: str, timeout: float | None
     ) -> SubAgentControlResult:
-        """Wait for the child's running turn (at most ``timeout`` seconds)."""
+        """Wait for the child's running turn (at most ``timeout`` seconds); the
+        waiting turn's ``subagent/progress`` follows the child meanwhile."""
         edge = await self.edge(parent_id, child_id)
-        run = self.runs.get(child_id)
+        run = self.runs.get(child_id) or self.finished.get(child_id)
         active = run.active if run is not None else self.threads.engine.active.get(child_id)
+        waiting = self.threads.engine.active.get(parent_id)
+        if run is not None and waiting is not None:
+            self.progress.track(waiting, child_id, edge.agent_nickname or child_id, run)
         if active is None:
+            # Nothing of this process runs it (it ended, or the server restarted
+            # since: recovery failed the turn it was running): its last turn says.
             view = await self.threads.view(await self.threads.get(child_id), include_turns=True)
             turns = view.thread.turns
             if not turns:
                 return self.result(edge, "idle")
-            last = turns[-1]
-            texts = [
-                str(getattr(item, "payload", {}).get("text", ""))
-                for item in last.items or []
-                if getattr(item, "type", "") == "agentMessage"
-            ]
-            return self.result(edge, last.status, "\n\n".join(t for t in texts if t) or None)
+            return self.result(edge, turns[-1].status, stored_turn_text(turns[-1]) or None)
         with anyio.move_on_after(timeout if timeout else float("inf")):
             await active.done.wait()
         if not active.done.is_set():
@@ -256,7 +265,7 @@ class SubAgents:
             raise SubAgentError("'message' is required.")
         if await self.threads.running_anywhere(child_id):
             raise TurnInProgress(child_id)
-        await self._start_child(parent_id, child_id, message)
+        await self._start_child(parent_id, child_id, message, edge.agent_nickname or child_id)
         return self.result(edge, "running")
 
     async def close(self, parent_id: str, child_id: str) -> SubAgentControlResult:

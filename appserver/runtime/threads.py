@@ -33,6 +33,7 @@ from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.plans import ThreadPlans
 from appserver.runtime.state import RuntimeStates
+from appserver.runtime.titles import title_from
 from appserver.runtime.turns import TurnEngine
 from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.runtime.wire import turn_to_wire
@@ -40,34 +41,15 @@ from appserver.storage.cursors import BadCursor, list_cursor
 from appserver.storage.cursors import turns_cursor as thread_turns_cursor
 from appserver.storage.plans import PlanRepository
 from appserver.storage.records import ThreadRecord
+from appserver.storage.spawn_edges import SpawnEdgeRepository
 from appserver.storage.threads import ThreadQuery, ThreadRepository
 from appserver.tools.plans import attach_plan_store
 
 # `replayRecent` replays the events among the thread's last N seqs.
 RECENT_EVENTS = 32
-# Longest title a thread gets from its first message (ellipsis included).
-TITLE_LENGTH = 60
 
 if TYPE_CHECKING:
     from appserver.runtime.cluster import ClusterNode
-
-
-def title_from(text: str, limit: int = TITLE_LENGTH) -> str | None:
-    """A thread title from a message: its first non-blank line with whitespace
-    collapsed, cut (at a word boundary when one is near) to ``limit``
-    characters ending in an ellipsis; ``None`` for a message with no text."""
-    for line in text.splitlines():
-        words = " ".join(line.split())
-        if not words:
-            continue
-        if len(words) <= limit:
-            return words
-        cut = words[: limit - 1]
-        space = cut.rfind(" ")
-        if words[limit - 1] != " " and space >= limit // 2:  # not mid-word
-            cut = cut[:space]
-        return cut.rstrip() + "…"
-    return None
 
 
 @dataclass
@@ -109,6 +91,7 @@ class Threads:
         engine.start_listeners.append(self._name_untitled)
         # The plan tools (CreatePlan, UpdateTodos) write through this.
         self.plans = ThreadPlans(PlanRepository(repo.db), journal, engine)
+        self.edges = SpawnEdgeRepository(repo.db)  # the SubAgent tree
         attach_plan_store(engine.tools, self.plans)
         # Called with (thread id, deleted) when a thread is archived or deleted,
         # before it changes (background terminals stop theirs, as DotCraft does).
@@ -209,7 +192,24 @@ class Threads:
             turns=turns,
         )
         plan = await self.plans.load(thread.id)
-        return thread_wire.ThreadResult(thread=wire, next_turns_cursor=next_cursor, plan=plan)
+        return thread_wire.ThreadResult(
+            thread=wire,
+            next_turns_cursor=next_cursor,
+            plan=plan,
+            sub_agents=await self._sub_agents(thread.id),
+        )
+
+    async def _sub_agents(self, thread_id: str) -> list[thread_wire.SubAgentChildSummary] | None:
+        """The thread's SubAgent children, oldest first (``None``: it spawned none)."""
+        edges = await self.edges.children(thread_id, include_closed=True)
+        found = []
+        for edge in sorted(edges, key=lambda edge: (edge.created_at, edge.child_thread_id)):
+            child = await self.repo.get(edge.child_thread_id)
+            if child is not None:
+                found.append(
+                    thread_wire.SubAgentChildSummary(edge=edge, thread=self.summary(child))
+                )
+        return found or None
 
     def version(self, thread_id: str) -> tuple[Any, ...] | None:
         """A cheap value that changes whenever the thread's turn-less view does

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from appserver.protocol.ids import now_iso
-from appserver.protocol.subagent_sessions import ThreadSpawnEdge
+from appserver.protocol.spawn_edges import ThreadSpawnEdge
 from appserver.storage.db import Database
 
 _COLUMNS = (

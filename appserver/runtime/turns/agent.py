@@ -36,7 +36,7 @@ from appserver.runtime.instructions import (
     compose,
     system_text,
 )
-from appserver.runtime.subagent_roles import hidden_tools
+from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.compaction import Compactor
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, EngineConfig, TurnFailure, UserInput
@@ -91,12 +91,14 @@ class AgentLoop:
             ask_outside_workspace=configuration.get("requireApprovalOutsideWorkspace") is not False,
         )
         agent_instructions = configuration.get("agentInstructions")
+        role_instructions = configuration.get("roleInstructions")  # a SubAgent child's role
         return compose(
             self.config.system_prompt,
             environment,
             self.project_instructions.files(workspace),
             str(agent_instructions) if agent_instructions else None,
             turn_instructions,
+            str(role_instructions) if role_instructions else None,
         )
 
     async def run(self, active: ActiveTurn, user: UserInput) -> None:
@@ -261,8 +263,8 @@ class AgentLoop:
 
     def _tool_specs(self, active: ActiveTurn) -> list[ToolSpec]:
         """The built-in tools the thread may use, then the tools its client declared."""
-        hidden = hidden_tools(active.thread)
-        specs = [spec for spec in self.tools.tools.specs() if spec.name not in hidden]
+        thread = active.thread
+        specs = [spec for spec in self.tools.tools.specs() if tool_offered(thread, spec.name)]
         taken = {spec.name for spec in specs}
         return specs + self.tools.client_tools.specs(active, taken)
 

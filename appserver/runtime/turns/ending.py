@@ -62,6 +62,9 @@ class TurnEnding:
         self.spawn = spawn
         # Starts a thread's next queued input after a completed turn.
         self.next_input = next_input
+        # Called with a turn just before its terminal event, so what they send
+        # about it (a last subagent/progress) arrives before the turn's end.
+        self.closing_listeners: list[Callable[[ActiveTurn], None]] = []
 
     async def run(
         self,
@@ -164,6 +167,11 @@ class TurnEnding:
             params = turn_wire.TurnCancelledNotification(
                 thread_id=turn.thread_id, turn=turn, reason=reason
             )
+        for listener in self.closing_listeners:
+            try:
+                listener(active)
+            except Exception:
+                log.exception("turn closing listener failed")
         await self.journal.emit(
             active.thread_id, kind, params, include=active.watchers, turn=record
         )

@@ -17,6 +17,7 @@ import anyio
 from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message, ToolCall
 from appserver.runtime.read_only_setting import read_only_unasked
+from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
@@ -121,6 +122,8 @@ class ToolRunner:
         tool = self.tools.get(call.name)
         if tool is None:
             return ToolOutcome(False, f"Error: unknown tool '{call.name}'")
+        if not tool_offered(active.thread, call.name):  # a role's lists (SubAgents)
+            return ToolOutcome(False, f"Error: tool '{call.name}' is not available here")
         editor = self.client_tools.editor_proxy.editor(active)
         ctx = ToolContext(
             workspace=self.workspace,

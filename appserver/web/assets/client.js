@@ -92,6 +92,7 @@ var NOTIFICATION_METHODS = [
   "mcp/status/updated",
   "plan/updated",
   "subagent/graphChanged",
+  "subagent/progress",
   "system/event",
   "system/jobResult",
   "terminal/cleaned",

@@ -1715,6 +1715,14 @@ export interface SubAgentChildParams {
   childThreadId?: string;
 }
 
+/** A SubAgent child of the thread: its edge and its summary. */
+export interface SubAgentChildSummary {
+  /** The edge parent -> child (closed ones too). */
+  edge: ThreadSpawnEdge;
+  /** The child thread as `thread/list` shows it (`runtime.running` while it works). */
+  thread: ThreadSummary;
+}
+
 /** `subagent/children/list` params. */
 export interface SubAgentChildrenListParams {
   /**
@@ -1957,6 +1965,46 @@ export interface SubAgentProfileWrite {
   timeout?: number | null;
   /** `interactive`, `auto-approve`, `restricted` -> extra arguments for that approval mode. */
   permissionModeMapping?: { [key: string]: string } | null;
+}
+
+/** One child of the parent turn, as its own events show it now. */
+export interface SubAgentProgressEntry {
+  /** The child's nickname (DotCraft's clients match entries to children by it). */
+  label: string;
+  /** The child thread (beyond DotCraft: labels need not be unique). */
+  childThreadId?: string | null;
+  /** The tool the child runs now, else the last one it ran (`external-cli` for an external CLI child). */
+  currentTool?: string | null;
+  /** A readable line for it: the command, the file, or an external child's stage. */
+  currentToolDisplay?: string | null;
+  /**
+   * Input tokens of the child's turn so far.
+   *
+   * Default: `0`.
+   */
+  inputTokens?: number;
+  /**
+   * Output tokens of the child's turn so far.
+   *
+   * Default: `0`.
+   */
+  outputTokens?: number;
+  /**
+   * The child's turn has ended (however it ended).
+   *
+   * Default: `false`.
+   */
+  isCompleted?: boolean;
+}
+
+/** `subagent/progress`: a snapshot of every child the parent turn spawned. */
+export interface SubAgentProgressNotification {
+  /** The parent thread. */
+  threadId: string;
+  /** The parent turn that spawned them. */
+  turnId: string;
+  /** One entry per child, in spawn order. */
+  entries: SubAgentProgressEntry[];
 }
 
 /** The workspace's SubAgent settings. */
@@ -2282,6 +2330,8 @@ export interface ThreadResult {
   nextTurnsCursor?: string | null;
   /** The thread's plan (`CreatePlan` / `UpdateTodos`), if the agent wrote one. */
   plan?: Plan | null;
+  /** The SubAgent children the thread spawned, oldest first; absent when none. */
+  subAgents?: SubAgentChildSummary[] | null;
 }
 
 /** `ThreadResumeParams` on the wire. */
@@ -3389,6 +3439,12 @@ export interface Notifications {
    */
   "subagent/graphChanged": WithSeq<SubAgentGraphChangedNotification>;
   /**
+   * While a turn's children run: a snapshot of each (current tool, tokens, completed), at most every 200 ms and only when it changed, and a last one before the parent turn's terminal event. Not stored or replayed.
+   *
+   * Delivery: the parent turn's client and the parent thread's subscribers.
+   */
+  "subagent/progress": WithSeq<SubAgentProgressNotification>;
+  /**
    * A system event: context compaction progress (`compacting`, `compacted`, `compactSkipped`, `compactFailed`, with `tokenCount`/`percentLeft`), or `kind: channelRejected` refusing a channel adapter.
    *
    * Delivery: compaction kinds: thread-scoped, within the compacting turn (before its terminal event); `channelRejected`: the rejected adapter only, right after its `initialize` response (before `initialized`), then the connection closes.
@@ -3634,6 +3690,7 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "mcp/status/updated",
   "plan/updated",
   "subagent/graphChanged",
+  "subagent/progress",
   "system/event",
   "system/jobResult",
   "terminal/cleaned",

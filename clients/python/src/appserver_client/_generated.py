@@ -145,6 +145,7 @@ __all__ = [
     "SkillsViewResult",
     "SubAgentChild",
     "SubAgentChildParams",
+    "SubAgentChildSummary",
     "SubAgentChildrenListParams",
     "SubAgentChildrenListResult",
     "SubAgentControlResult",
@@ -158,6 +159,8 @@ __all__ = [
     "SubAgentProfileSetEnabledParams",
     "SubAgentProfileUpsertParams",
     "SubAgentProfileWrite",
+    "SubAgentProgressEntry",
+    "SubAgentProgressNotification",
     "SubAgentSettings",
     "SubAgentSettingsUpdateParams",
     "SubAgentSettingsUpdateResult",
@@ -1390,6 +1393,13 @@ class SubAgentChildParams(TypedDict):
     childThreadId: NotRequired[str]  # default: ""
 
 
+class SubAgentChildSummary(TypedDict):
+    """A SubAgent child of the thread: its edge and its summary."""
+
+    edge: ThreadSpawnEdge
+    thread: ThreadSummary
+
+
 class SubAgentChildrenListParams(TypedDict):
     """``subagent/children/list`` params."""
 
@@ -1527,6 +1537,26 @@ class SubAgentProfileWrite(TypedDict):
     maxOutputBytes: NotRequired[int | None]
     timeout: NotRequired[int | None]
     permissionModeMapping: NotRequired[dict[str, str] | None]
+
+
+class SubAgentProgressEntry(TypedDict):
+    """One child of the parent turn, as its own events show it now."""
+
+    label: str
+    childThreadId: NotRequired[str | None]
+    currentTool: NotRequired[str | None]
+    currentToolDisplay: NotRequired[str | None]
+    inputTokens: NotRequired[int]  # default: 0
+    outputTokens: NotRequired[int]  # default: 0
+    isCompleted: NotRequired[bool]  # default: false
+
+
+class SubAgentProgressNotification(TypedDict):
+    """``subagent/progress``: a snapshot of every child the parent turn spawned."""
+
+    threadId: str
+    turnId: str
+    entries: list[SubAgentProgressEntry]
 
 
 class SubAgentSettings(TypedDict):
@@ -1755,6 +1785,7 @@ class ThreadResult(TypedDict):
     thread: Thread
     nextTurnsCursor: NotRequired[str | None]
     plan: NotRequired[Plan | None]
+    subAgents: NotRequired[list[SubAgentChildSummary] | None]
 
 
 class ThreadResumeParams(TypedDict):
@@ -2196,6 +2227,7 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "mcp/status/updated": "McpStatusUpdatedNotification",
     "plan/updated": "PlanUpdatedNotification",
     "subagent/graphChanged": "SubAgentGraphChangedNotification",
+    "subagent/progress": "SubAgentProgressNotification",
     "system/event": "SystemEventNotification",
     "system/jobResult": "JobResultNotification",
     "terminal/cleaned": "TerminalNotification",
@@ -2247,6 +2279,7 @@ NotificationMethod: TypeAlias = Literal[
     "mcp/status/updated",
     "plan/updated",
     "subagent/graphChanged",
+    "subagent/progress",
     "system/event",
     "system/jobResult",
     "terminal/cleaned",

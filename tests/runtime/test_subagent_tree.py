@@ -1,0 +1,192 @@
+"""The SubAgent tree as clients watch it: progress snapshots, a parent's view of
+its children, roles, grandchildren, closing a running child, and a restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from tests.conftest import BOTH_STORES
+from tests.runtime.test_subagents import call, spawn, tool_answer
+from tests.services.test_subagent_sessions import refused
+from tests.support.client import RpcClient
+from tests.support.processes import ws_client, ws_server
+from tests.support.servers import ServerUnderTest
+from tests.support.turns import new_thread, run_turn, start_turn, wait_count, wait_event
+
+STORES = BOTH_STORES
+
+
+def progress_of(client: RpcClient, turn_id: str, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        m["params"]
+        for m in client.messages[start:]
+        if m.get("method") == "subagent/progress" and m["params"]["turnId"] == turn_id
+    ]
+
+
+def terminal_index(client: RpcClient, turn_id: str) -> int:
+    return next(
+        index
+        for index, m in enumerate(client.messages)
+        if m.get("method") in ("turn/completed", "turn/failed", "turn/cancelled")
+        and m["params"]["turn"]["id"] == turn_id
+    )
+
+
+def last_progress_index(client: RpcClient, turn_id: str) -> int:
+    return max(
+        index
+        for index, m in enumerate(client.messages)
+        if m.get("method") == "subagent/progress" and m["params"]["turnId"] == turn_id
+    )
+
+
+async def test_progress_the_parents_view_and_the_explorer_role(server: ServerUnderTest) -> None:
+    with anyio.fail_after(40):
+        async with server.connect() as client:
+            parent = await new_thread(client)
+            look = '?tool list_dir {"path": "."}'
+            turn_id, _ = await run_turn(
+                client, parent, spawn(look, agentNickname="scout", agentRole="explorer")
+            )
+            child = (await tool_answer(client, parent, turn_id))["childThreadId"]
+            # The spawning turn's last snapshot comes before its own end.
+            (entry,) = progress_of(client, turn_id)[-1]["entries"]
+            assert entry["label"] == "scout" and entry["childThreadId"] == child
+            assert progress_of(client, turn_id)[-1]["threadId"] == parent
+            assert last_progress_index(client, turn_id) < terminal_index(client, turn_id)
+
+            # A turn waiting on the child follows it to its end.
+            wait_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=child))
+            assert (await tool_answer(client, parent, wait_id))["status"] == "completed"
+            (entry,) = progress_of(client, wait_id)[-1]["entries"]
+            assert entry["isCompleted"] is True and entry["label"] == "scout"
+            assert (entry["currentTool"], entry["currentToolDisplay"]) == ("list_dir", ".")
+            assert entry["inputTokens"] > 0 and entry["outputTokens"] > 0
+            assert last_progress_index(client, wait_id) < terminal_index(client, wait_id)
+
+            # The parent's thread/read lists its children with their summaries.
+            read = await client.request("thread/read", {"threadId": parent})
+            (summary,) = read["subAgents"]
+            assert summary["edge"]["childThreadId"] == child
+            assert summary["edge"]["agentRole"] == "explorer"
+            assert summary["thread"]["id"] == child and summary["thread"]["turnCount"] == 1
+            assert summary["thread"]["displayName"] == "scout"
+            assert "subAgents" not in (await client.request("thread/read", {"threadId": child}))
+
+            # The explorer only reads: writing is not among its tools.
+            config = (await client.request("thread/read", {"threadId": child}))["thread"][
+                "configuration"
+            ]
+            assert "read_file" in config["toolAllowList"]
+            assert "write_file" not in config["toolAllowList"]
+            assert config["agentControlToolAccess"] == "disabled"
+            turn_id, _ = await run_turn(
+                client, parent, spawn(">notes.txt\nhello", agentRole="explorer")
+            )
+            writer = (await tool_answer(client, parent, turn_id))["childThreadId"]
+            turn_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=writer))
+            answer = await tool_answer(client, parent, turn_id)
+            assert "write_file" in answer["message"] and "not available" in answer["message"]
+            assert not (server.workspace / "notes.txt").exists()
+
+
+def allow_depth(workspace: Path, depth: int) -> None:
+    """``SubAgent.MaxDepth`` in the workspace's config.json (other keys kept)."""
+    path = workspace / ".craft" / "config.json"
+    path.parent.mkdir(exist_ok=True)
+    config = json.loads(path.read_text()) if path.exists() else {}
+    config.setdefault("SubAgent", {})["MaxDepth"] = depth
+    path.write_text(json.dumps(config))
+
+
+async def test_grandchildren_and_closing_a_running_one(server: ServerUnderTest) -> None:
+    allow_depth(server.workspace, 2)
+    with anyio.fail_after(40):
+        async with server.connect() as client:
+            parent = await new_thread(client)
+            mark = client.mark()
+            slow = spawn("?stream 2000\n?delay 20", agentNickname="grandchild")
+            turn_id, _ = await run_turn(
+                client, parent, spawn(slow, agentRole="worker", agentNickname="child")
+            )
+            child = (await tool_answer(client, parent, turn_id))["childThreadId"]
+            started = await wait_event(
+                client,
+                "thread/started",
+                lambda p: p["thread"]["displayName"] == "grandchild",
+                start=mark,
+            )
+            grandchild = started["thread"]["id"]
+            block = started["thread"]["source"]["subAgent"]
+            assert (block["parentThreadId"], block["rootThreadId"]) == (child, parent)
+            assert block["depth"] == 2
+            listed = await client.request("subagent/children/list", {"parentThreadId": child})
+            assert [entry["edge"]["childThreadId"] for entry in listed["data"]] == [grandchild]
+
+            # The grandchild streams; closing it cancels its turn and closes the edge.
+            await wait_count(
+                client,
+                lambda m: (
+                    m.get("method") == "item/agentMessage/delta"
+                    and m["params"]["threadId"] == grandchild
+                ),
+                3,
+            )
+            closed = await client.request(
+                "subagent/close", {"parentThreadId": child, "childThreadId": grandchild}
+            )
+            assert closed["status"] == "closed"
+            await wait_event(
+                client,
+                "turn/cancelled",
+                lambda p: p["turn"]["threadId"] == grandchild,
+                start=mark,
+            )
+            listed = await client.request(
+                "subagent/children/list", {"parentThreadId": child, "includeClosed": True}
+            )
+            assert [entry["edge"]["status"] for entry in listed["data"]] == ["closed"]
+
+            # Deleting the root (once the child's turn is done) takes the whole tree.
+            await wait_event(
+                client, "turn/completed", lambda p: p["turn"]["threadId"] == child, start=mark
+            )
+            await client.request("thread/delete", {"threadId": parent})
+            for thread_id in (parent, child, grandchild):
+                failure = await refused(client, "thread/read", {"threadId": thread_id})
+                assert failure.code == -32010
+
+
+async def test_a_restart_mid_child_is_what_wait_agent_reports(workspace: Path) -> None:
+    with anyio.fail_after(60):
+        async with ws_server(workspace) as (process, url), ws_client(url) as client:
+            parent = await new_thread(client)
+            turn_id = await start_turn(client, parent, spawn("?stream 2000\n?delay 20"))
+            started = await wait_event(
+                client, "thread/started", lambda p: p["thread"]["id"] != parent
+            )
+            child = started["thread"]["id"]
+            await wait_count(
+                client,
+                lambda m: (
+                    m.get("method") == "item/agentMessage/delta"
+                    and m["params"]["threadId"] == child
+                ),
+                30,
+            )
+            process.send_signal(signal.SIGKILL)
+            with anyio.fail_after(10):
+                await process.wait()
+        assert turn_id
+
+        async with ws_server(workspace) as (_, url), ws_client(url, "after") as client:
+            turn_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=child))
+            answer = await tool_answer(client, parent, turn_id)
+            assert answer["status"] == "failed"
+            assert "server stopped" in answer["message"]
