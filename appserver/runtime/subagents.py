@@ -13,6 +13,7 @@ leaves them running. Only the built-in ``native`` profile exists here.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -26,7 +27,13 @@ from appserver.protocol.subagent_sessions import (
     SubAgentGraphChangedNotification,
 )
 from appserver.protocol.threads import Turn
-from appserver.runtime.errors import InvalidInput, ThreadNotActive, ThreadNotFound, TurnInProgress
+from appserver.runtime.errors import (
+    InvalidInput,
+    Refusal,
+    ThreadNotActive,
+    ThreadNotFound,
+    TurnInProgress,
+)
 from appserver.runtime.events import Participant
 from appserver.runtime.subagent_progress import ChildRun, SubAgentProgress
 from appserver.runtime.subagent_roles import MAX_NICKNAME, child_configuration, find_role
@@ -271,8 +278,20 @@ class SubAgents:
     async def close(self, parent_id: str, child_id: str) -> SubAgentControlResult:
         """Cancel the child's running turn and close its edge."""
         await self.edge(parent_id, child_id)
-        await self.threads.engine.cancel_and_wait(child_id, "interrupted")
+        await self.stop(child_id)
         return self.result(await self.set_status(parent_id, child_id, "closed"), "closed")
+
+    async def stop(self, child_id: str) -> None:
+        """Cancel the child's running turn: here (waiting for its end, within the
+        shutdown grace), or on the node of a cluster that runs it (told to)."""
+        if child_id in self.threads.engine.active:
+            await self.threads.engine.cancel_and_wait(child_id, "interrupted")
+            return
+        cluster = self.threads.cluster
+        running = await cluster.store.running_turn(child_id) if cluster is not None else None
+        if running is not None:
+            with contextlib.suppress(Refusal):  # it ended meanwhile
+                await self.turns.interrupt(child_id, running[0])
 
     async def resume(self, parent_id: str, child_id: str) -> SubAgentControlResult:
         """Reopen the child's edge (an archived child cannot be)."""
@@ -307,7 +326,7 @@ class SubAgents:
         below = await self.descendants(thread_id)
         await self.threads.archive(thread_id)
         for child_id in below:
-            await self.threads.engine.cancel_and_wait(child_id, "interrupted")
+            await self.stop(child_id)
             await self._quietly(self.threads.archive(child_id))
 
     async def unarchive(self, thread_id: str) -> None:

@@ -14,6 +14,7 @@ from tests.conftest import BOTH_STORES
 from tests.runtime.test_subagents import call, spawn, tool_answer
 from tests.services.test_subagent_sessions import refused
 from tests.support.client import RpcClient
+from tests.support.cluster import running_nodes
 from tests.support.processes import ws_client, ws_server
 from tests.support.servers import ServerUnderTest
 from tests.support.turns import new_thread, run_turn, start_turn, wait_count, wait_event
@@ -190,3 +191,42 @@ async def test_a_restart_mid_child_is_what_wait_agent_reports(workspace: Path) -
             answer = await tool_answer(client, parent, turn_id)
             assert answer["status"] == "failed"
             assert "server stopped" in answer["message"]
+
+
+async def test_another_node_sees_and_closes_a_child(workspace: Path, postgres_url: str) -> None:
+    """Two nodes on one PostgreSQL: a child spawned on A is listed, read and
+    closed from B (its turn on A is cancelled), and a turn on B waits on it."""
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=1.0) as (node_a, node_b),
+        node_a.connect("a") as on_a,
+        node_b.connect("b") as on_b,
+    ):
+        with anyio.fail_after(30):
+            parent = await new_thread(on_a)
+            mark = on_a.mark()
+            turn_id, _ = await run_turn(
+                on_a, parent, spawn("?stream 3000\n?delay 20", agentNickname="far")
+            )
+            child = (await tool_answer(on_a, parent, turn_id))["childThreadId"]
+            await wait_count(
+                on_a,
+                lambda m: (
+                    m.get("method") == "item/agentMessage/delta"
+                    and m["params"]["threadId"] == child
+                ),
+                3,
+            )
+            listed = await on_b.request("subagent/children/list", {"parentThreadId": parent})
+            assert [entry["edge"]["childThreadId"] for entry in listed["data"]] == [child]
+            read = await on_b.request("thread/read", {"threadId": parent})
+            assert read["subAgents"][0]["thread"]["runtime"]["running"] is True
+
+            closed = await on_b.request(
+                "subagent/close", {"parentThreadId": parent, "childThreadId": child}
+            )
+            assert closed["status"] == "closed"
+            await wait_event(
+                on_a, "turn/cancelled", lambda p: p["turn"]["threadId"] == child, start=mark
+            )
+            turn_id, _ = await run_turn(on_b, parent, call("WaitAgent", childThreadId=child))
+            assert (await tool_answer(on_b, parent, turn_id))["status"] == "cancelled"
