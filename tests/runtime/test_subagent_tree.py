@@ -30,12 +30,13 @@ def progress_of(client: RpcClient, turn_id: str, start: int = 0) -> list[dict[st
     ]
 
 
-def terminal_index(client: RpcClient, turn_id: str) -> int:
+def terminal_index(client: RpcClient, thread_id: str, turn_id: str) -> int:
+    # Turn ids repeat across threads (the child's first turn is turn_001 too).
     return next(
         index
         for index, m in enumerate(client.messages)
         if m.get("method") in ("turn/completed", "turn/failed", "turn/cancelled")
-        and m["params"]["turn"]["id"] == turn_id
+        and (m["params"]["turn"]["threadId"], m["params"]["turn"]["id"]) == (thread_id, turn_id)
     )
 
 
@@ -60,7 +61,7 @@ async def test_progress_the_parents_view_and_the_explorer_role(server: ServerUnd
             (entry,) = progress_of(client, turn_id)[-1]["entries"]
             assert entry["label"] == "scout" and entry["childThreadId"] == child
             assert progress_of(client, turn_id)[-1]["threadId"] == parent
-            assert last_progress_index(client, turn_id) < terminal_index(client, turn_id)
+            assert last_progress_index(client, turn_id) < terminal_index(client, parent, turn_id)
 
             # A turn waiting on the child follows it to its end.
             wait_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=child))
@@ -69,7 +70,7 @@ async def test_progress_the_parents_view_and_the_explorer_role(server: ServerUnd
             assert entry["isCompleted"] is True and entry["label"] == "scout"
             assert (entry["currentTool"], entry["currentToolDisplay"]) == ("list_dir", ".")
             assert entry["inputTokens"] > 0 and entry["outputTokens"] > 0
-            assert last_progress_index(client, wait_id) < terminal_index(client, wait_id)
+            assert last_progress_index(client, wait_id) < terminal_index(client, parent, wait_id)
 
             # The parent's thread/read lists its children with their summaries.
             read = await client.request("thread/read", {"threadId": parent})
