@@ -36,6 +36,7 @@ ASSETS = (
     "/assets/exact-text.js",
     "/assets/approval-view.js",
     "/assets/settings-view.js",
+    "/assets/subagents-view.js",
     "/assets/words.js",
 )
 
