@@ -46,6 +46,11 @@ def test_agents_lists_a_spawned_child_and_progress_lines_follow_it(workspace: Pa
             r"\(\d+(\.\d)?k? tokens\)  " + re.escape(scout)
         )
         child.expect_exact("you> ")
+        # Its thread, which /threads leaves out, is resumed by the id /agents gave.
+        child.sendline(f"/resume {scout}")
+        child.expect_exact(f"Resumed scout ({scout}, 1 turn(s)).")
+        child.expect_exact("agent: list_dir returned:")
+        child.expect_exact("you> ")
         child.sendline("/quit")
         assert finish(child) == 0
     said = transcript.getvalue()

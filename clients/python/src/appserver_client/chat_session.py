@@ -41,6 +41,7 @@ What the built-in offline model understands (a real model reads plain language):
 Commands:
   /threads            list your recent threads
   /resume X           switch to a thread: its number in /threads, its id, or its name
+                      (or a SubAgent's id from /agents)
   /new                start a new thread
   /agents             this thread's SubAgents: role, profile, open or closed, running
                       or idle, what each did last (↳ lines tell as it happens)
@@ -175,6 +176,9 @@ class Chat(ChatPrompts):
 
     async def resume_choice(self, choice: str) -> bool:
         """Resume the thread ``choice`` names (number, id, or name); whether one did."""
+        if self.agents is not None and choice in self.agents.children:
+            await self.resume(choice)  # a child's id from /agents (thread/list hides children)
+            return True
         if not choice.isdigit() or not 1 <= int(choice) <= len(self.listing):
             threads = await self.recent_threads(50)
             if not self.listing:
