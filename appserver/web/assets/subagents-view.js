@@ -112,7 +112,7 @@ function running(child) {
 }
 
 /** `1234` -> `1.2k`, `2500000` -> `2.5M`: tokens at a glance. */
-export function tokens(count) {
+function tokens(count) {
   const value = Number(count) || 0;
   if (value >= 1_000_000) return `${(value / 1_000_000).toFixed(1)}M`;
   if (value >= 1_000) return `${(value / 1_000).toFixed(1)}k`;
