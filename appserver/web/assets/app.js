@@ -24,6 +24,7 @@ import {
   writeFragment,
 } from "./page.js";
 import { openSettings, showModels, showStatus } from "./settings-view.js";
+import { noteProgress, refreshChildren, renderSubAgents, showsParent } from "./subagents-view.js";
 import { renderQueue } from "./thread-view.js";
 import {
   addThread,
@@ -35,6 +36,7 @@ import {
   renameThread,
   search,
   setThreadRuntime,
+  showSubAgents,
   threadName,
 } from "./threads.js";
 
@@ -48,6 +50,8 @@ function onNotification(event) {
   if (method === "thread/deleted") return dropThread(threadId);
   if (method === "thread/statusChanged" && params.newStatus === "archived") return dropThread(threadId);
   if (method === "workspace/configChanged") return void refreshWorkspace();
+  if (method === "subagent/graphChanged") return void childrenChanged(params?.parentThreadId);
+  if (method === "subagent/progress") return subAgentProgress(params);
   const view = threadId ? state.views.get(threadId) : undefined;
   if (!view) return;
   switch (method) {
@@ -98,6 +102,33 @@ function onNotification(event) {
       if (state.current === view) renderQueue();
       break;
   }
+}
+
+// ------------------------------------------------------------------ SubAgent children
+
+const listing = new Map(); // parent id -> "again" while its children are being listed
+
+/** A child of `parentId` was made, closed or reopened: list its children again (sent to
+ * every connection, so only for a parent this page shows). One listing at a time per
+ * parent; a change that comes meanwhile lists them once more after it. */
+async function childrenChanged(parentId) {
+  if (typeof parentId !== "string" || !showsParent(parentId)) return;
+  if (listing.has(parentId)) return void listing.set(parentId, "again");
+  try {
+    do {
+      listing.set(parentId, "listing");
+      if (await refreshChildren(parentId)) showSubAgents();
+    } while (listing.get(parentId) === "again");
+  } finally {
+    listing.delete(parentId);
+  }
+}
+
+/** What the children of a parent turn do now; a child not known yet lists them again. */
+function subAgentProgress(params) {
+  const unknown = noteProgress(params);
+  if (unknown.length) void childrenChanged(params.threadId);
+  else if (state.current?.id === params?.threadId) renderSubAgents(openThread);
 }
 
 // ------------------------------------------------------------------ workspace, model, thread actions
@@ -220,6 +251,11 @@ async function connect() {
   client.onReconnect(() => {
     setStatus("connected", "connected");
     void loadThreads();
+    // A child's view made from events only (never subscribed) misses the gap: it is made
+    // again from the server's record when opened.
+    for (const [threadId, view] of state.views) if (!view.subscribed) state.views.delete(threadId);
+    // Children made or closed while the connection was down.
+    for (const parentId of state.children.keys()) void childrenChanged(parentId);
   });
   void client.closed.then(() => setStatus("disconnected", "disconnected"));
   setStatus("connected", "connected");

@@ -32,8 +32,10 @@ function nextApproval() {
   state.approvalShown = pending;
   const { params } = pending;
   const summary = state.threads.get(params.threadId);
+  // A SubAgent child asks through its parent's tab: it is named by its nickname.
+  const child = params.subAgent?.agentNickname ? `${params.subAgent.agentNickname} (a SubAgent)` : "";
   // Exactly what runs or changes; "Allow once" is focused only when all of it fits.
-  showApproval(dialog, params, summary ? threadName(summary) : params.threadId);
+  showApproval(dialog, params, summary ? threadName(summary) : child || params.threadId);
 }
 
 export function decide(decision) {

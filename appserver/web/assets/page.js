@@ -67,6 +67,9 @@ export const state = {
   approvalShown: null,
   follow: true, // the chat is scrolled to its end
   found: { term: "", threads: new Map(), cursor: undefined }, // the server's search results
+  children: new Map(), // parent id -> [{edge, thread}]: its SubAgent children (subagents-view.js)
+  progress: new Map(), // child id -> its last `subagent/progress` entry
+  subAgentsFolded: false, // the reader folded the SubAgents panel
 };
 
 export function showError(message) {

@@ -75,6 +75,9 @@ export class ThreadView {
     this.queue = [];
     this.queueKnown = false;
     this.queuePaused = null; // {turnId, reason}: the queue waits after a turn that did not complete
+    // Subscribed (threads.js openThread); a SubAgent child's view is made before, from the
+    // events its parent's tab gets unasked.
+    this.subscribed = false;
   }
 
   turn(turnId) {

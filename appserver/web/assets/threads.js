@@ -1,8 +1,18 @@
-// The thread list (loading, searching, names, live changes) and opening a thread: its
-// view, subscribed from its first event, or a drafted "New thread" (docs/web.md).
+// The thread list (loading, searching, names, live changes, SubAgent children nested
+// under their parent) and opening a thread: its view, subscribed from its first event,
+// or a drafted "New thread" (docs/web.md).
 
 import { $, attempt, closeSidebar, el, state, stickToBottom, updateComposer, writeFragment } from "./page.js";
 import { showModels } from "./settings-view.js";
+import {
+  childRecord,
+  childRows,
+  forgetChild,
+  noteChildRuntime,
+  refreshChildren,
+  renderSubAgents,
+  setChildren,
+} from "./subagents-view.js";
 import { ThreadView, renderQueue } from "./thread-view.js";
 
 const PAGE_SIZE = 30;
@@ -29,6 +39,8 @@ function threadButton(summary) {
   if (state.current?.id === summary.id) button.setAttribute("aria-current", "true");
   button.addEventListener("click", () => openThread(summary.id));
   li.append(button);
+  const children = childRows(summary.id, openThread);
+  if (children) li.append(children);
   return li;
 }
 
@@ -94,6 +106,13 @@ export async function search(more = false) {
 
 export function addThread(thread, first) {
   if (!thread || state.threads.has(thread.id) || thread.userId !== state.identity.userId) return;
+  // A SubAgent child is listed under its parent (`subagent/graphChanged` follows), as
+  // `thread/list` leaves children out. Its view is made now: the tab whose turn spawned
+  // it gets the child's events unasked, and a later subscribe does not send them again.
+  if (thread.source?.kind === "subagent") {
+    if (!state.views.has(thread.id)) state.views.set(thread.id, new ThreadView(thread.id));
+    return;
+  }
   const summary = { ...thread };
   if (first) state.threads = new Map([[thread.id, summary], ...state.threads]);
   else state.threads.set(thread.id, summary);
@@ -111,15 +130,24 @@ export function renameThread(threadId, name) {
 
 export function setThreadRuntime(threadId, runtime) {
   const summary = state.threads.get(threadId);
-  if (!summary) return;
-  summary.runtime = runtime;
+  const child = noteChildRuntime(threadId, runtime);
+  if (!summary && !child) return;
+  if (summary) summary.runtime = runtime;
   const button = document.querySelector(`.thread-item[data-thread-id="${CSS.escape(threadId)}"]`);
   button?.classList.toggle("running", Boolean(runtime?.running));
+  if (child) renderSubAgents(openThread);
+}
+
+/** The SubAgent children changed: the list's nested rows and the open thread's panel. */
+export function showSubAgents() {
+  renderThreadList();
+  renderSubAgents(openThread);
 }
 
 export function dropThread(threadId) {
   state.threads.delete(threadId);
   state.views.delete(threadId);
+  forgetChild(threadId);
   if (state.current?.id === threadId) showView(null);
   renderThreadList();
 }
@@ -128,24 +156,39 @@ export function dropThread(threadId) {
 
 export async function openThread(threadId) {
   let view = state.views.get(threadId);
-  if (!view) {
-    view = new ThreadView(threadId);
+  if (!view?.subscribed) {
+    const made = !view;
+    view ??= new ThreadView(threadId);
     state.views.set(threadId, view);
-    // Every stored event of the thread, then live ones; after a reconnect the client
-    // re-subscribes from the last seq it saw.
+    // Every stored event of the thread this connection did not get yet, then live ones;
+    // after a reconnect the client re-subscribes from the last seq it saw.
     const ok = await attempt("Opening the thread", () => state.client.threadSubscribe({ threadId, afterSeq: 0 }));
     if (ok === undefined) {
-      state.views.delete(threadId);
+      if (made) state.views.delete(threadId);
       return;
     }
+    view.subscribed = true;
     // The queue as it is now, unless a thread/queue/updated already said.
     const read = await attempt("Reading the thread", () => state.client.threadRead({ threadId }));
     if (read && !view.queueKnown) view.queue = read.thread.queuedInputs ?? [];
     if (read) view.config = read.thread.configuration ?? {};
+    if (read) await learnFamily(view, read);
   }
   state.drafting = false;
   showView(view);
   closeSidebar();
+}
+
+/** What `thread/read` says of the thread's place in the tree: its children (`subAgents`,
+ * absent when none), or, for a child, its parent (whose children are then listed, so
+ * the child shows under it). */
+async function learnFamily(view, read) {
+  if (Array.isArray(read.subAgents)) setChildren(view.id, read.subAgents);
+  const source = read.thread.source;
+  if (source?.kind !== "subagent" || typeof source.subAgent?.parentThreadId !== "string") return;
+  view.subAgent = source.subAgent;
+  view.title = read.thread.displayName;
+  if (!childRecord(view.id)) await refreshChildren(source.subAgent.parentThreadId);
 }
 
 export function showView(view) {
@@ -156,8 +199,12 @@ export function showView(view) {
   else if (state.drafting) chat.append(el("p", "empty", "New thread: it starts when you send the first message."));
   else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
   const summary = view ? state.threads.get(view.id) : null;
-  $("thread-title").textContent = view ? (summary ? threadName(summary) : view.id) : state.drafting ? "New thread" : "";
+  $("thread-title").textContent = view ? (summary ? threadName(summary) : view.title || view.id) : state.drafting ? "New thread" : "";
   $("thread-bar").hidden = !view;
+  // A child is archived and deleted with its parent (the server refuses it alone).
+  $("thread-archive").hidden = Boolean(view?.subAgent);
+  $("thread-delete").hidden = Boolean(view?.subAgent);
+  renderSubAgents(openThread);
   showModels(state.models, currentModel());
   writeFragment(view?.id);
   renderThreadList();

@@ -26,6 +26,7 @@ from appserver_client.chat_input import (
     _Marker,
     history_path,
 )
+from appserver_client.chat_subagents import SubAgents
 from appserver_client.chat_view import View, one_line
 from appserver_client.client import AppServerClient
 from appserver_client.errors import RpcError
@@ -63,6 +64,8 @@ class ChatPrompts:
         self.idle_interrupts = 0  # Ctrl-C presses at an idle prompt in a row
         self.queued: list[str] = []  # typed while a turn ran; sent after it
         self.settings: SettingsCommands | None = None
+        self.agents: SubAgents | None = None  # the current thread's children (/agents)
+        self.prompting: str | None = None  # the prompt a read shows now (ask)
         self._typeahead: asyncio.Task[None] | None = None
         self._typeahead_stop = asyncio.Event()
         self._approval_lock = asyncio.Lock()
@@ -81,6 +84,17 @@ class ChatPrompts:
     def line(self, text: str = "") -> None:
         """Write ``text`` on a line of its own."""
         self.view.line(text)
+
+    def note(self, text: str) -> None:
+        """A line that comes on its own (a SubAgent's news), in the note colour.
+        At a plain prompt it goes below the prompt, which is shown again; the
+        line editor prints it above its prompt itself."""
+        waiting = self.prompting is not None and not self.input.editor
+        if waiting:
+            self.write("\n")
+        self.view.line(text, "note")
+        if waiting and self.prompting is not None:
+            self.write(self.prompting)
 
     def on_sigint(self) -> None:
         """Ctrl-C: answer an open approval with cancel, else interrupt the turn,
@@ -118,7 +132,11 @@ class ChatPrompts:
     async def ask(self, prompt: str) -> str | None:
         """A message from the user; ``None`` when they want to leave."""
         while True:
-            answer = await self.input.read(prompt, cancel=self.quit)
+            self.prompting = prompt
+            try:
+                answer = await self.input.read(prompt, cancel=self.quit)
+            finally:
+                self.prompting = None
             self.view.line_start = True
             if answer is INTERRUPTED:  # the editor caught Ctrl-C
                 self.on_sigint()

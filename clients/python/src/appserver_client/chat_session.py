@@ -24,6 +24,7 @@ from typing import Any
 from appserver_client._generated import ThreadSummary
 from appserver_client.chat_commands import SettingsCommands
 from appserver_client.chat_prompts import PROMPT, ChatPrompts
+from appserver_client.chat_subagents import SubAgents
 from appserver_client.chat_view import one_line
 from appserver_client.client import AppServerClient
 from appserver_client.errors import AppServerError, ConnectFailed, ConnectionLost, RpcError
@@ -40,7 +41,10 @@ What the built-in offline model understands (a real model reads plain language):
 Commands:
   /threads            list your recent threads
   /resume X           switch to a thread: its number in /threads, its id, or its name
+                      (or a SubAgent's id from /agents)
   /new                start a new thread
+  /agents             this thread's SubAgents: role, profile, open or closed, running
+                      or idle, what each did last (↳ lines tell as it happens)
   /show N             all of output #N (long outputs are cut at 20 lines)
   /model [N|NAME]     list the provider's models; switch this thread to one
   /status             workspace, provider, model, endpoint, approval policy, trust
@@ -95,6 +99,8 @@ class Chat(ChatPrompts):
             return 1
         self.client.on_disconnect(lambda _client: self.line("(connection lost; reconnecting…)"))
         self.client.on_reconnect(lambda _client: self.line("(reconnected)"))
+        self.agents = SubAgents(self.client, self.note)
+        self.spawn(self.agents.watch())
         handled_sigint = True
         try:
             loop.add_signal_handler(signal.SIGINT, self.on_sigint)
@@ -164,10 +170,15 @@ class Chat(ChatPrompts):
         thread = (await self.client.thread_start(identity=self.identity))["thread"]
         self.thread_id = thread["id"]
         self.workspace_path = thread.get("workspacePath")
+        if self.agents is not None:
+            await self.agents.follow(thread["id"], new=True)
         self.line(f"New thread {thread['id']}. Type a message.")
 
     async def resume_choice(self, choice: str) -> bool:
         """Resume the thread ``choice`` names (number, id, or name); whether one did."""
+        if self.agents is not None and choice in self.agents.children:
+            await self.resume(choice)  # a child's id from /agents (thread/list hides children)
+            return True
         if not choice.isdigit() or not 1 <= int(choice) <= len(self.listing):
             threads = await self.recent_threads(50)
             if not self.listing:
@@ -190,6 +201,8 @@ class Chat(ChatPrompts):
         thread = (await self.client.thread_resume(thread_id=thread_id))["thread"]
         self.thread_id = thread["id"]
         self.workspace_path = thread.get("workspacePath")
+        if self.agents is not None:
+            await self.agents.follow(thread["id"])
         turns = thread.get("turns") or []
         name = thread.get("displayName") or "(untitled)"
         self.line(f"Resumed {one_line(name, 60)} ({thread['id']}, {len(turns)} turn(s)).")
@@ -248,6 +261,8 @@ class Chat(ChatPrompts):
                 self.line("Usage: /resume N | ID | NAME (N from /threads).")
         elif name == "/new":
             await self.new_thread()
+        elif name == "/agents" and self.agents is not None:
+            await self.agents.show()
         elif name in ("/model", "/status", "/grants", "/revoke"):
             await self.settings_command(name, rest)
         elif name == "/show":
@@ -293,6 +308,10 @@ class Chat(ChatPrompts):
                     continue
                 self.view.render(notification)
                 if notification.is_terminal:
+                    # The children's last snapshot came before the turn's end: its
+                    # lines print before the next prompt.
+                    if self.agents is not None:
+                        await self.agents.caught_up()
                     break
         finally:
             await self.stop_typeahead()
