@@ -11,12 +11,15 @@ The refresh: every turn that completes on a thread that is not internal wakes
 :meth:`WelcomeSuggestions.run`; it waits until no turn has completed for
 :data:`DEBOUNCE_SECONDS` (several turns, one refresh) and until
 :data:`MIN_INTERVAL_SECONDS` after its last success, then, when the setting is
-on and the evidence sufficient (services/suggestions/evidence.py), runs a
-helper turn (runtime/helper_threads.py, profile ``welcome-suggest``) whose model
-calls ``EmitWelcomeSuggestions``. Usable items (exactly 4) replace the cache
-and the snapshot and are announced with ``welcome/suggestionsUpdated``;
-anything else (too little evidence, the same fingerprint as the cache, a model
-that answered badly, :data:`HELPER_SECONDS` passed) changes nothing. DotCraft
+on, someone shows the suggestions (a client of this process asked for them, or
+an earlier refresh left a snapshot: a server whose clients never show them
+spends no model call on them) and the evidence is sufficient
+(services/suggestions/evidence.py), runs a helper turn
+(runtime/helper_threads.py, profile ``welcome-suggest``) whose model calls
+``EmitWelcomeSuggestions``. Usable items (exactly 4) replace the cache and the
+snapshot and are announced with ``welcome/suggestionsUpdated``; anything else
+(too little evidence, the same fingerprint as the cache, a model that answered
+badly, :data:`HELPER_SECONDS` passed) changes nothing. DotCraft
 v0.2.9's trigger, not v0.2.15's "after memory consolidation": this server keeps
 no memory files.
 """
@@ -44,7 +47,7 @@ from appserver.rpc.connection import RequestContext
 from appserver.runtime.helper_threads import HelperRequest, HelperThreads
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.services.suggestions import evidence as welcome_evidence
-from appserver.storage.welcome_cache import read_snapshot, write_snapshot
+from appserver.storage.welcome_cache import cache_path, read_snapshot, write_snapshot
 from appserver.storage.workspace_config import lookup
 from appserver.tools.suggestion_tools import EMIT_WELCOME, WELCOME_PROFILE
 
@@ -84,6 +87,9 @@ class WelcomeSuggestions:
         self.cached: WelcomeSuggestionsResult | None = None
         self.cached_at = 0.0
         self.last_success: float | None = None
+        # Whether anyone shows them: a client of this process asked, or an earlier
+        # refresh left a snapshot. Until then no refresh spends a model call.
+        self.wanted = False
         self._wake = anyio.Event()
 
     # --- the request ------------------------------------------------------------------
@@ -101,6 +107,7 @@ class WelcomeSuggestions:
         count = min(count, MAX_WELCOME_ITEMS)
         if not welcome_enabled(self.server):
             return nothing()
+        self.wanted = True
         cached = self.cached
         if cached is None or time.monotonic() - self.cached_at > MEMORY_SECONDS:
             cached = await self._persisted()
@@ -147,6 +154,8 @@ class WelcomeSuggestions:
     async def refresh(self) -> WelcomeSuggestionsResult | None:
         """One refresh (see the module docstring); the new suggestions, if any."""
         if not welcome_enabled(self.server):
+            return None
+        if not self.wanted and not cache_path(self.server.craft_dir).is_file():
             return None
         found = await self._evidence()
         if not found.sufficient:
