@@ -37,6 +37,7 @@ ASSETS = (
     "/assets/approval-view.js",
     "/assets/settings-view.js",
     "/assets/words.js",
+    "/assets/welcome-view.js",
 )
 
 

@@ -37,6 +37,7 @@ import {
   setThreadRuntime,
   threadName,
 } from "./threads.js";
+import { suggestionsUpdated } from "./welcome-view.js";
 
 // ------------------------------------------------------------------ notifications
 
@@ -48,6 +49,7 @@ function onNotification(event) {
   if (method === "thread/deleted") return dropThread(threadId);
   if (method === "thread/statusChanged" && params.newStatus === "archived") return dropThread(threadId);
   if (method === "workspace/configChanged") return void refreshWorkspace();
+  if (method === "welcome/suggestionsUpdated") return suggestionsUpdated(params);
   const view = threadId ? state.views.get(threadId) : undefined;
   if (!view) return;
   switch (method) {

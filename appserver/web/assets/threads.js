@@ -4,6 +4,7 @@
 import { $, attempt, closeSidebar, el, state, stickToBottom, updateComposer, writeFragment } from "./page.js";
 import { showModels } from "./settings-view.js";
 import { ThreadView, renderQueue } from "./thread-view.js";
+import { draftPage } from "./welcome-view.js";
 
 const PAGE_SIZE = 30;
 
@@ -153,7 +154,7 @@ export function showView(view) {
   const chat = $("chat");
   chat.textContent = "";
   if (view) chat.append(view.root);
-  else if (state.drafting) chat.append(el("p", "empty", "New thread: it starts when you send the first message."));
+  else if (state.drafting) chat.append(draftPage());
   else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
   const summary = view ? state.threads.get(view.id) : null;
   $("thread-title").textContent = view ? (summary ? threadName(summary) : view.id) : state.drafting ? "New thread" : "";
