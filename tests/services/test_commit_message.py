@@ -73,9 +73,11 @@ async def test_a_message_for_changed_and_untracked_files_and_the_refusals(
             small = await client.request(SUGGEST, {**asked, "maxDiffChars": 40})
             assert small["message"].startswith("Update greet.py\n\n")  # cut inside its diff
 
-            for paths in (["../elsewhere.txt"], [str(workspace.parent / "x.txt")], [".craft/x"]):
-                refused = await client.fail(SUGGEST, {"threadId": thread_id, "paths": paths})
-                assert refused.code == -32602, paths
+            (workspace / "elsewhere").symlink_to(workspace.parent)  # a link out of it
+            outside = ["../x.txt", str(workspace.parent / "x.txt"), ".craft/x", "elsewhere/x.txt"]
+            for path in outside:
+                refused = await client.fail(SUGGEST, {"threadId": thread_id, "paths": [path]})
+                assert refused.code == -32602, path
             for params in ({"threadId": thread_id, "paths": []}, {"paths": ["greet.py"]}):
                 assert (await client.fail(SUGGEST, params)).code == -32602
             unknown = await client.fail(SUGGEST, {"threadId": "thread_nope", "paths": ["greet.py"]})

@@ -274,7 +274,12 @@ def test_the_docs_name_tests_that_exist() -> None:
     doc = (root / "docs" / "web.md").read_text("utf-8")
     source = "".join(
         (root / "tests" / "transport" / name).read_text("utf-8")
-        for name in ("test_web_browser.py", "test_web_workspace.py", "test_web_desktop.py")
+        for name in (
+            "test_web_browser.py",
+            "test_web_workspace.py",
+            "test_web_desktop.py",
+            "test_web_suggestions.py",
+        )
     )
     listed = set(re.findall(r"^\| `(test_\w+)` \|", doc, re.M))
     defined = set(re.findall(r"^def (test_\w+)\(", source, re.M))
