@@ -161,7 +161,8 @@ class WelcomeSuggestions:
         if not found.sufficient:
             return None
         fingerprint = found.fingerprint(MAX_WELCOME_ITEMS)
-        if self.cached is not None and self.cached.fingerprint == fingerprint:
+        known = self.cached or await self._persisted()  # after a restart: the file's
+        if known is not None and known.fingerprint == fingerprint:
             return None  # nothing new since the suggestions were made
         request = HelperRequest(
             profile=WELCOME_PROFILE,
