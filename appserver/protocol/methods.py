@@ -24,6 +24,7 @@ from appserver.protocol import (
     skills,
     subagent_profiles,
     subagent_sessions,
+    suggestions,
     terminals,
     workspace,
 )
@@ -55,6 +56,7 @@ _FAMILIES = (
     grants,
     subagent_profiles,
     subagent_sessions,
+    suggestions,
 )
 
 

@@ -353,6 +353,9 @@ class ThreadListParams(WireModel):
     """Include archived threads."""
     include_sub_agents: bool = False
     """Include threads of sub-agents."""
+    include_internal: bool = False
+    """Include the server's internal helper threads (welcome and commit-message suggestions,
+    `metadata["dotcraft.internal"]`), as DotCraft v0.2.15; they are hidden otherwise."""
     cross_channel_origins: list[str] | None = None
     """Also list threads of the same workspace started from these channels."""
     channel_name: str | None = None

@@ -96,6 +96,11 @@ class ThreadJournal:
         # Set when nodes share a PostgreSQL database: the log numbers, stores
         # and delivers instead (runtime/shared_log.py).
         self.shared: SharedLog | None = None
+        # Internal helper threads this process runs (runtime/helper_threads.py):
+        # their events go to their subscribers and watchers only, never to
+        # everyone (DotCraft leaks their thread/runtimeChanged to every client).
+        # Decided here, where the event is made, so other nodes never get it either.
+        self.internal: set[str] = set()
 
     def lock(self, thread_id: str) -> anyio.Lock:
         lock = self._locks.get(thread_id)
@@ -137,6 +142,8 @@ class ThreadJournal:
         event only if it wants both (see ``Participant.wants``).
         """
         event = Event(kind, params, thread_id=thread_id, topic=topic)
+        if broadcast and thread_id in self.internal:
+            broadcast = False
         if self.shared is not None:
             statements = companion_statements(
                 thread_id, turn=turn, new_turn=new_turn, item=item, node_id=self.shared.node_id

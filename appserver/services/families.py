@@ -22,6 +22,7 @@ from appserver.services import (
     skills,
     subagent_profiles,
     subagent_sessions,
+    suggestions,
     terminals,
     workspace,
 )
@@ -42,4 +43,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     grants.install,
     subagent_profiles.install,
     subagent_sessions.install,
+    suggestions.install,
 ]

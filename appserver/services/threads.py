@@ -130,6 +130,7 @@ class ThreadService:
                 channel_context=identity.channel_context,
                 include_archived=params.include_archived,
                 include_sub_agents=params.include_sub_agents,
+                include_internal=params.include_internal,
                 cross_channel_origins=params.cross_channel_origins or [],
                 channel_name=params.channel_name,
                 limit=params.limit,

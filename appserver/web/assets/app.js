@@ -39,6 +39,7 @@ import {
   showSubAgents,
   threadName,
 } from "./threads.js";
+import { suggestionsUpdated } from "./welcome-view.js";
 
 // ------------------------------------------------------------------ notifications
 
@@ -52,6 +53,7 @@ function onNotification(event) {
   if (method === "workspace/configChanged") return void refreshWorkspace();
   if (method === "subagent/graphChanged") return void childrenChanged(params?.parentThreadId);
   if (method === "subagent/progress") return subAgentProgress(params);
+  if (method === "welcome/suggestionsUpdated") return suggestionsUpdated(params);
   const view = threadId ? state.views.get(threadId) : undefined;
   if (!view) return;
   switch (method) {

@@ -74,6 +74,8 @@ var METHODS = [
   "turn/queue/remove",
   "turn/start",
   "turn/steer",
+  "welcome/suggestions",
+  "workspace/commitMessage/suggest",
   "workspace/config/schema",
   "workspace/config/update",
   "workspace/status",
@@ -112,6 +114,7 @@ var NOTIFICATION_METHODS = [
   "turn/diff/updated",
   "turn/failed",
   "turn/started",
+  "welcome/suggestionsUpdated",
   "workspace/configChanged"
 ];
 var SERVER_REQUEST_METHODS = [
@@ -198,6 +201,8 @@ var METHOD_INFO = {
   "turn/queue/remove": { capability: "threadManagement", errors: [-32010, -32602] },
   "turn/start": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
+  "welcome/suggestions": { capability: null, errors: [-32602, -32600] },
+  "workspace/commitMessage/suggest": { capability: null, errors: [-32602, -32010, -32600, -32603] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
   "workspace/status": { capability: "workspaceConfigManagement", errors: [] },
@@ -835,6 +840,24 @@ var GeneratedMethods = class {
     return this.request("turn/steer", params, options);
   }
   /**
+   * Suggestions for a new thread, from the cache a background refresh fills after turns complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`. Another workspace than this server's is `-32600`.
+   *
+   * Wire method `welcome/suggestions`; errors -32602, -32600.
+   * Params: {@link WelcomeSuggestionsParams}.
+   */
+  welcomeSuggestions(params = {}, options) {
+    return this.request("welcome/suggestions", params, options);
+  }
+  /**
+   * A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new files), written by a helper turn that reads the diff and the thread's conversation. `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+   *
+   * Wire method `workspace/commitMessage/suggest`; errors -32602, -32010, -32600, -32603.
+   * Params: {@link CommitMessageSuggestParams}.
+   */
+  workspaceCommitMessageSuggest(params = {}, options) {
+    return this.request("workspace/commitMessage/suggest", params, options);
+  }
+  /**
    * The editable workspace settings: sections of fields with type, sensitivity and reload behaviour. Never carries values.
    *
    * Wire method `workspace/config/schema`; capability `workspaceConfigManagement`.
@@ -844,7 +867,7 @@ var GeneratedMethods = class {
     return this.request("workspace/config/schema", params, options);
   }
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.

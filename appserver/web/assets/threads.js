@@ -14,6 +14,7 @@ import {
   setChildren,
 } from "./subagents-view.js";
 import { ThreadView, renderQueue } from "./thread-view.js";
+import { draftPage } from "./welcome-view.js";
 
 const PAGE_SIZE = 30;
 
@@ -196,7 +197,7 @@ export function showView(view) {
   const chat = $("chat");
   chat.textContent = "";
   if (view) chat.append(view.root);
-  else if (state.drafting) chat.append(el("p", "empty", "New thread: it starts when you send the first message."));
+  else if (state.drafting) chat.append(draftPage());
   else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
   const summary = view ? state.threads.get(view.id) : null;
   $("thread-title").textContent = view ? (summary ? threadName(summary) : view.title || view.id) : state.drafting ? "New thread" : "";

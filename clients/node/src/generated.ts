@@ -469,6 +469,28 @@ export interface CommandRefPart {
   rawText?: string | null;
 }
 
+/** `workspace/commitMessage/suggest`: a commit message for the changes to `paths`. */
+export interface CommitMessageSuggestParams {
+  /**
+   * The thread whose conversation explains the change (its messages are the context).
+   *
+   * Default: `""`.
+   */
+  threadId?: string;
+  /** Workspace-relative paths of the changed files (tracked or untracked). */
+  paths?: string[];
+  /** Cut the diff the model reads to this many characters (absent or not positive: 100000). */
+  maxDiffChars?: number | null;
+  /** Ours: give up after this many milliseconds (default 120000) with `-32603`, reason `timeout`, so a client with its own deadline gets an answer before it. */
+  timeoutMs?: number | null;
+}
+
+/** The suggested message. */
+export interface CommitMessageSuggestResult {
+  /** The summary line, then a blank line and the body when there is one. */
+  message: string;
+}
+
 /** `ConfigChangedNotification` on the wire. */
 export interface ConfigChangedNotification {
   /** The method that changed it, e.g. `workspace/config/update`. */
@@ -2262,6 +2284,12 @@ export interface ThreadListParams {
    * Default: `false`.
    */
   includeSubAgents?: boolean;
+  /**
+   * Include the server's internal helper threads (welcome and commit-message suggestions, `metadata["dotcraft.internal"]`), as DotCraft v0.2.15; they are hidden otherwise.
+   *
+   * Default: `false`.
+   */
+  includeInternal?: boolean;
   /** Also list threads of the same workspace started from these channels. */
   crossChannelOrigins?: string[] | null;
   /** Only threads started from this channel (case-insensitive). */
@@ -2744,6 +2772,48 @@ export interface UsageDeltaNotification {
   totalOutputTokens?: number | null;
 }
 
+/** One suggestion: a button that fills the message box. */
+export interface WelcomeSuggestion {
+  /** A short label (at most 80 characters, one line). */
+  title: string;
+  /** The message it puts in the box (at most 500 characters). */
+  prompt: string;
+  /** Why it is suggested (at most 200 characters; may be empty). */
+  reason: string;
+}
+
+/** `welcome/suggestions`: the suggestions for a new thread in this workspace. */
+export interface WelcomeSuggestionsParams {
+  /** Whose new thread; only its `workspacePath` is used (absent or empty: this server's). */
+  identity?: SessionIdentity | null;
+  /** At most this many items (absent or not positive: 4; never more than 4). */
+  maxItems?: number | null;
+}
+
+/** The cached suggestions; never generated on request. */
+export interface WelcomeSuggestionsResult {
+  /** The suggestions (empty with `source: none`). */
+  items: WelcomeSuggestion[];
+  /** `dynamic`: made by the model from the workspace's recent threads; `none`: nothing yet, or suggestions are switched off (`workspace/config/update {welcomeSuggestionsEnabled}`). */
+  source: "dynamic" | "none";
+  /** When they were made (ISO 8601; now, for `none`). */
+  generatedAt: string;
+  /** A digest of the evidence they were made from (`""` for `none`). */
+  fingerprint: string;
+}
+
+/** `welcome/suggestionsUpdated`: a background refresh made new suggestions (ours). */
+export interface WelcomeSuggestionsUpdatedNotification {
+  /** The suggestions (empty with `source: none`). */
+  items: WelcomeSuggestion[];
+  /** `dynamic`: made by the model from the workspace's recent threads; `none`: nothing yet, or suggestions are switched off (`workspace/config/update {welcomeSuggestionsEnabled}`). */
+  source: "dynamic" | "none";
+  /** When they were made (ISO 8601; now, for `none`). */
+  generatedAt: string;
+  /** A digest of the evidence they were made from (`""` for `none`). */
+  fingerprint: string;
+}
+
 /** `WorkspaceConfigSchemaResult` on the wire. */
 export interface WorkspaceConfigSchemaResult {
   /** The editable settings, by group. */
@@ -2768,6 +2838,8 @@ export interface WorkspaceConfigUpdateParams {
   defaultApprovalPolicy?: string | null;
   /** The model provider; `null` or `""` removes it. */
   provider?: string | null;
+  /** Whether turns refresh the welcome suggestions (`welcome/suggestions`); `null` removes the setting (the workspace's `.craft/config.json`, else on). */
+  welcomeSuggestionsEnabled?: boolean | null;
 }
 
 /** The resulting workspace values (absent = not set); `apiKey` is masked. */
@@ -2782,6 +2854,8 @@ export interface WorkspaceConfigUpdateResult {
   defaultApprovalPolicy?: string | null;
   /** The model provider. */
   provider?: string | null;
+  /** The welcome suggestions setting of the user's settings for this workspace (absent: unset). */
+  welcomeSuggestionsEnabled?: boolean | null;
 }
 
 /** What the server works on and with: for a header, a status line, `/status`. */
@@ -3335,6 +3409,20 @@ export interface Methods {
    */
   "turn/steer": { params: TurnSteerParams; result: TurnSteerResult };
   /**
+   * Suggestions for a new thread, from the cache a background refresh fills after turns complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`. Another workspace than this server's is `-32600`.
+   *
+   * Wire method `welcome/suggestions`; errors -32602, -32600.
+   * Params: {@link WelcomeSuggestionsParams}.
+   */
+  "welcome/suggestions": { params: WelcomeSuggestionsParams; result: WelcomeSuggestionsResult };
+  /**
+   * A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new files), written by a helper turn that reads the diff and the thread's conversation. `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+   *
+   * Wire method `workspace/commitMessage/suggest`; errors -32602, -32010, -32600, -32603.
+   * Params: {@link CommitMessageSuggestParams}.
+   */
+  "workspace/commitMessage/suggest": { params: CommitMessageSuggestParams; result: CommitMessageSuggestResult };
+  /**
    * The editable workspace settings: sections of fields with type, sensitivity and reload behaviour. Never carries values.
    *
    * Wire method `workspace/config/schema`; capability `workspaceConfigManagement`.
@@ -3342,7 +3430,7 @@ export interface Methods {
    */
   "workspace/config/schema": { params: Empty; result: WorkspaceConfigSchemaResult };
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.
@@ -3559,6 +3647,12 @@ export interface Notifications {
    */
   "turn/started": WithSeq<TurnNotification>;
   /**
+   * Ours: a background refresh stored new welcome suggestions (what `welcome/suggestions` now answers).
+   *
+   * Delivery: all connections (not with it in optOutNotificationMethods).
+   */
+  "welcome/suggestionsUpdated": WithSeq<WelcomeSuggestionsUpdatedNotification>;
+  /**
    * Workspace configuration changed; `regions` says which parts.
    *
    * Delivery: all connections (not with capabilities.configChange: false).
@@ -3670,6 +3764,8 @@ export const METHODS: readonly Method[] = [
   "turn/queue/remove",
   "turn/start",
   "turn/steer",
+  "welcome/suggestions",
+  "workspace/commitMessage/suggest",
   "workspace/config/schema",
   "workspace/config/update",
   "workspace/status",
@@ -3710,6 +3806,7 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "turn/diff/updated",
   "turn/failed",
   "turn/started",
+  "welcome/suggestionsUpdated",
   "workspace/configChanged",
 ];
 
@@ -3800,6 +3897,8 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "turn/queue/remove": { capability: "threadManagement", errors: [-32010, -32602] },
   "turn/start": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
+  "welcome/suggestions": { capability: null, errors: [-32602, -32600] },
+  "workspace/commitMessage/suggest": { capability: null, errors: [-32602, -32010, -32600, -32603] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
   "workspace/status": { capability: "workspaceConfigManagement", errors: [] },
@@ -4526,6 +4625,26 @@ export abstract class GeneratedMethods {
   }
 
   /**
+   * Suggestions for a new thread, from the cache a background refresh fills after turns complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`. Another workspace than this server's is `-32600`.
+   *
+   * Wire method `welcome/suggestions`; errors -32602, -32600.
+   * Params: {@link WelcomeSuggestionsParams}.
+   */
+  welcomeSuggestions(params: WelcomeSuggestionsParams = {}, options?: RequestOptions): Promise<WelcomeSuggestionsResult> {
+    return this.request("welcome/suggestions", params, options);
+  }
+
+  /**
+   * A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new files), written by a helper turn that reads the diff and the thread's conversation. `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+   *
+   * Wire method `workspace/commitMessage/suggest`; errors -32602, -32010, -32600, -32603.
+   * Params: {@link CommitMessageSuggestParams}.
+   */
+  workspaceCommitMessageSuggest(params: CommitMessageSuggestParams = {}, options?: RequestOptions): Promise<CommitMessageSuggestResult> {
+    return this.request("workspace/commitMessage/suggest", params, options);
+  }
+
+  /**
    * The editable workspace settings: sections of fields with type, sensitivity and reload behaviour. Never carries values.
    *
    * Wire method `workspace/config/schema`; capability `workspaceConfigManagement`.
@@ -4536,7 +4655,7 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.

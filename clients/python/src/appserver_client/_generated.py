@@ -42,6 +42,8 @@ __all__ = [
     "CommandListParams",
     "CommandListResult",
     "CommandRefPart",
+    "CommitMessageSuggestParams",
+    "CommitMessageSuggestResult",
     "ConfigChangedNotification",
     "ConfigSchemaField",
     "ConfigSchemaSection",
@@ -217,6 +219,10 @@ __all__ = [
     "TurnSteerParams",
     "TurnSteerResult",
     "UsageDeltaNotification",
+    "WelcomeSuggestion",
+    "WelcomeSuggestionsParams",
+    "WelcomeSuggestionsResult",
+    "WelcomeSuggestionsUpdatedNotification",
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
@@ -512,6 +518,21 @@ class CommandRefPart(TypedDict):
     name: str
     argsText: NotRequired[str | None]
     rawText: NotRequired[str | None]
+
+
+class CommitMessageSuggestParams(TypedDict):
+    """``workspace/commitMessage/suggest``: a commit message for the changes to ``paths``."""
+
+    threadId: NotRequired[str]  # default: ""
+    paths: NotRequired[list[str]]
+    maxDiffChars: NotRequired[int | None]
+    timeoutMs: NotRequired[int | None]
+
+
+class CommitMessageSuggestResult(TypedDict):
+    """The suggested message."""
+
+    message: str
 
 
 class ConfigChangedNotification(TypedDict):
@@ -1735,6 +1756,7 @@ class ThreadListParams(TypedDict):
     identity: SessionIdentity
     includeArchived: NotRequired[bool]  # default: false
     includeSubAgents: NotRequired[bool]  # default: false
+    includeInternal: NotRequired[bool]  # default: false
     crossChannelOrigins: NotRequired[list[str] | None]
     channelName: NotRequired[str | None]
     limit: NotRequired[int | None]
@@ -2064,6 +2086,39 @@ class UsageDeltaNotification(TypedDict):
     totalOutputTokens: NotRequired[int | None]
 
 
+class WelcomeSuggestion(TypedDict):
+    """One suggestion: a button that fills the message box."""
+
+    title: str
+    prompt: str
+    reason: str
+
+
+class WelcomeSuggestionsParams(TypedDict):
+    """``welcome/suggestions``: the suggestions for a new thread in this workspace."""
+
+    identity: NotRequired[SessionIdentity | None]
+    maxItems: NotRequired[int | None]
+
+
+class WelcomeSuggestionsResult(TypedDict):
+    """The cached suggestions; never generated on request."""
+
+    items: list[WelcomeSuggestion]
+    source: Literal["dynamic", "none"]
+    generatedAt: str
+    fingerprint: str
+
+
+class WelcomeSuggestionsUpdatedNotification(TypedDict):
+    """``welcome/suggestionsUpdated``: a background refresh made new suggestions (ours)."""
+
+    items: list[WelcomeSuggestion]
+    source: Literal["dynamic", "none"]
+    generatedAt: str
+    fingerprint: str
+
+
 class WorkspaceConfigSchemaResult(TypedDict):
     """``WorkspaceConfigSchemaResult`` on the wire."""
 
@@ -2083,6 +2138,7 @@ class WorkspaceConfigUpdateParams(TypedDict):
     endPoint: NotRequired[str | None]
     defaultApprovalPolicy: NotRequired[str | None]
     provider: NotRequired[str | None]
+    welcomeSuggestionsEnabled: NotRequired[bool | None]
 
 
 class WorkspaceConfigUpdateResult(TypedDict):
@@ -2093,6 +2149,7 @@ class WorkspaceConfigUpdateResult(TypedDict):
     endPoint: NotRequired[str | None]
     defaultApprovalPolicy: NotRequired[str | None]
     provider: NotRequired[str | None]
+    welcomeSuggestionsEnabled: NotRequired[bool | None]
 
 
 class WorkspaceStatusResult(TypedDict):
@@ -2207,6 +2264,8 @@ METHODS: Final[dict[str, str]] = {
     "turn/queue/remove": "turn_queue_remove",
     "turn/start": "turn_start",
     "turn/steer": "turn_steer",
+    "welcome/suggestions": "welcome_suggestions",
+    "workspace/commitMessage/suggest": "workspace_commit_message_suggest",
     "workspace/config/schema": "workspace_config_schema",
     "workspace/config/update": "workspace_config_update",
     "workspace/status": "workspace_status",
@@ -2247,6 +2306,7 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "turn/diff/updated": "TurnDiffUpdatedNotification",
     "turn/failed": "TurnFailedNotification",
     "turn/started": "TurnNotification",
+    "welcome/suggestionsUpdated": "WelcomeSuggestionsUpdatedNotification",
     "workspace/configChanged": "ConfigChangedNotification",
 }
 """Every server->client notification and the TypedDict of its params."""
@@ -2299,6 +2359,7 @@ NotificationMethod: TypeAlias = Literal[
     "turn/diff/updated",
     "turn/failed",
     "turn/started",
+    "welcome/suggestionsUpdated",
     "workspace/configChanged",
 ]
 ServerRequestMethod: TypeAlias = Literal[
@@ -3179,6 +3240,7 @@ class GeneratedMethods:
         identity: SessionIdentity,
         include_archived: bool | None = None,
         include_sub_agents: bool | None = None,
+        include_internal: bool | None = None,
         cross_channel_origins: list[str] | None = None,
         channel_name: str | None = None,
         limit: int | None = None,
@@ -3197,6 +3259,7 @@ class GeneratedMethods:
             {
                 "includeArchived": include_archived,
                 "includeSubAgents": include_sub_agents,
+                "includeInternal": include_internal,
                 "crossChannelOrigins": cross_channel_origins,
                 "channelName": channel_name,
                 "limit": limit,
@@ -3482,6 +3545,56 @@ class GeneratedMethods:
         reply = await self.request("turn/steer", params, timeout=timeout)
         return cast(TurnSteerResult, reply)
 
+    async def welcome_suggestions(
+        self,
+        *,
+        identity: SessionIdentity | None = None,
+        max_items: int | None = None,
+        timeout: float | None = None,
+    ) -> WelcomeSuggestionsResult:
+        """Suggestions for a new thread, from the cache a background refresh fills after turns
+        complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`.
+        Another workspace than this server's is `-32600`.
+
+        Wire method ``welcome/suggestions``; errors -32602, -32600.
+        Params: :class:`WelcomeSuggestionsParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"identity": identity, "maxItems": max_items})
+        reply = await self.request("welcome/suggestions", params, timeout=timeout)
+        return cast(WelcomeSuggestionsResult, reply)
+
+    async def workspace_commit_message_suggest(
+        self,
+        *,
+        thread_id: str | None = None,
+        paths: list[str] | None = None,
+        max_diff_chars: int | None = None,
+        timeout_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> CommitMessageSuggestResult:
+        """A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new
+        files), written by a helper turn that reads the diff and the thread's conversation.
+        `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such
+        thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message
+        from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+
+        Wire method ``workspace/commitMessage/suggest``; errors -32602, -32010, -32600, -32603.
+        Params: :class:`CommitMessageSuggestParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "threadId": thread_id,
+                "paths": paths,
+                "maxDiffChars": max_diff_chars,
+                "timeoutMs": timeout_ms,
+            },
+        )
+        reply = await self.request("workspace/commitMessage/suggest", params, timeout=timeout)
+        return cast(CommitMessageSuggestResult, reply)
+
     async def workspace_config_schema(
         self, *, timeout: float | None = None
     ) -> WorkspaceConfigSchemaResult:
@@ -3504,12 +3617,13 @@ class GeneratedMethods:
         end_point: str | None = None,
         default_approval_policy: str | None = None,
         provider: str | None = None,
+        welcome_suggestions_enabled: bool | None = None,
         timeout: float | None = None,
     ) -> WorkspaceConfigUpdateResult:
-        """Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's
-        settings for this workspace (outside it, 0600) and apply them at once. Emits
-        `workspace/configChanged` for the regions that really changed. The result masks
-        `apiKey`.
+        """Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or
+        welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600)
+        and apply them at once. Emits `workspace/configChanged` for the regions that really
+        changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
 
         Wire method ``workspace/config/update``; capability ``workspaceConfigManagement``;
         errors -32602.
@@ -3524,6 +3638,7 @@ class GeneratedMethods:
                 "endPoint": end_point,
                 "defaultApprovalPolicy": default_approval_policy,
                 "provider": provider,
+                "welcomeSuggestionsEnabled": welcome_suggestions_enabled,
             },
         )
         reply = await self.request("workspace/config/update", params, timeout=timeout)
