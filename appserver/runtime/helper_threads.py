@@ -28,6 +28,7 @@ concurrent turns).
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,10 @@ from appserver.storage.records import INTERNAL_METADATA_KEY, INTERNAL_SOURCE_KIN
 log = logging.getLogger("appserver.helpers")
 
 CLEANUP_SECONDS = 30.0
+# A helper thread idle this long was left by a process that died mid-turn (a
+# helper turn is bounded far below it); the first helper turn of a process
+# deletes such threads.
+STALE_SECONDS = 3600.0
 INTERNAL_USER = "internal"
 
 
@@ -91,6 +96,17 @@ class HelperThreads:
     def __init__(self, threads: Threads, turns: Turns) -> None:
         self.threads = threads
         self.turns = turns
+        self._swept = False
+
+    async def sweep(self) -> None:
+        """Delete the helper threads a dead process left behind (idle past
+        :data:`STALE_SECONDS` and running nowhere)."""
+        self._swept = True
+        cutoff = datetime.now(UTC) - timedelta(seconds=STALE_SECONDS)
+        before = cutoff.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        for thread_id in await self.threads.repo.stale_internal_threads(before):
+            if not await self.threads.running_anywhere(thread_id):
+                await self._delete(thread_id)
 
     async def run(self, request: HelperRequest) -> HelperOutcome:
         """Run ``request``'s turn to its end and return what it handed over.
@@ -98,6 +114,8 @@ class HelperThreads:
         The caller bounds the time (a cancel scope): a cancellation cancels the
         turn and still deletes the thread before it propagates.
         """
+        if not self._swept:
+            await self.sweep()
         thread = await self.threads.create(
             NewThread(
                 user_id=INTERNAL_USER,

@@ -210,6 +210,16 @@ class ThreadRepository:
         rows = await self.db.fetch(sql, (workspace_key(workspace_path), limit))
         return [thread_from_row(row) for row in rows]
 
+    async def stale_internal_threads(self, active_before: str) -> list[str]:
+        """Ids of internal (helper) threads last active before ``active_before``:
+        what a process that died mid-helper-turn left behind."""
+        rows = await self.db.fetch(
+            f"SELECT id FROM threads WHERE source_kind = '{INTERNAL_SOURCE_KIND}'"
+            " AND last_active_at < ? ORDER BY id",
+            (active_before,),
+        )
+        return [str(row[0]) for row in rows]
+
     # --- turns and items --------------------------------------------------
 
     async def add_turn(self, turn: TurnRecord, touched_at: str) -> None:

@@ -5,6 +5,7 @@ thread and the other connection that hears nothing of it."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import anyio
 from tests.support.client import RpcFailure
 from tests.support.fake_models import Reply, fake_model_server
 from tests.support.helpers import IDENTITY
+from tests.support.processes import ws_client, ws_server
 from tests.support.servers import ServerUnderTest
 from tests.support.turns import new_thread, run_turn
 
@@ -138,3 +140,25 @@ async def test_a_slow_helper_turn_times_out_hidden_from_everyone(
         for client, mark in zip((asker, watcher), marks, strict=True):
             heard = [m["method"] for m in client.since(mark) if m.get("method") in HELPER_EVENTS]
             assert heard == [], client.name
+
+
+async def test_a_helper_thread_a_dead_process_left_is_swept(workspace: Path) -> None:
+    """A helper thread idle for an hour (its process died mid-turn) is deleted by
+    the next process's first helper turn."""
+    make_repository(workspace)
+    with anyio.fail_after(30):
+        async with ws_server(workspace) as (_, url), ws_client(url) as client:
+            orphan = await new_thread(client)
+            thread_id = await new_thread(client)
+        with sqlite3.connect(workspace / ".craft" / "appserver.db") as db:
+            db.execute(
+                "UPDATE threads SET source_kind = 'internal', user_id = 'internal',"
+                " origin_channel = 'commit-suggest', last_active_at = ? WHERE id = ?",
+                ("2020-01-01T00:00:00.000Z", orphan),
+            )
+        async with ws_server(workspace) as (_, url), ws_client(url) as client:
+            answer = await client.request(SUGGEST, {"threadId": thread_id, "paths": ["greet.py"]})
+            assert answer["message"]
+            assert await internal_threads(client, include=True) == []
+            failure = await client.fail("thread/read", {"threadId": orphan})
+            assert failure.code == -32010
