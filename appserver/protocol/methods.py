@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from appserver.protocol import (
+    automations,
     channels,
     commands,
     cron,
@@ -55,6 +56,7 @@ _FAMILIES = (
     grants,
     subagent_profiles,
     subagent_sessions,
+    automations,
 )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from appserver.runtime.tool_profiles import in_profile
 from appserver.storage.records import ThreadRecord
 from appserver.storage.workspace_config import load_workspace_config
 from appserver.tools.base import ToolError
@@ -112,10 +113,13 @@ def agent_control_tools(thread: ThreadRecord) -> set[str]:
 def tool_offered(thread: ThreadRecord, name: str) -> bool:
     """Whether ``thread``'s turns may use the built-in tool ``name``: the control
     tools by the thread's agent-control access, the others by its
-    ``toolDenyList`` and (when set) ``toolAllowList``."""
+    ``toolDenyList`` and (when set) ``toolAllowList``; a profile's tools only
+    under their ``toolProfile`` (runtime/tool_profiles.py)."""
     if name in CONTROL_TOOLS:
         return name in agent_control_tools(thread)
     config = thread.configuration or {}
+    if not in_profile(config, name):
+        return False
     deny = config.get("toolDenyList")
     if isinstance(deny, list) and name in deny:
         return False

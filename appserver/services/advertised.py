@@ -56,6 +56,13 @@ def _cron(workspace_config: dict[str, Any]) -> Declared:
     return Declared(flags=("cronManagement", "heartbeatManagement"))
 
 
+def _automations(workspace_config: dict[str, Any]) -> Declared:
+    # As appserver/services/automations install: on unless switched off.
+    if lookup(workspace_config, "Automations", "Enabled") is False:
+        return Declared()
+    return Declared(flags=("automations",))
+
+
 # The module that holds a family's install (its FAMILIES entry) -> what it advertises.
 FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] = {
     "appserver.services.workspace": Declared(
@@ -74,6 +81,7 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.grants": Declared(flags=("approvalGrants",)),
     "appserver.services.subagent_profiles": Declared(flags=("subAgentManagement",)),
     "appserver.services.subagent_sessions": Declared(flags=("subAgentSessions",)),
+    "appserver.services.automations": _automations,
 }
 
 

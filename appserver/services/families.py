@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from appserver.services import (
+    automations,
     channels,
     commands,
     cron,
@@ -42,4 +43,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     grants.install,
     subagent_profiles.install,
     subagent_sessions.install,
+    automations.install,
 ]
