@@ -254,3 +254,53 @@ def iso(ms: int) -> str:
 
 
 assert iso(epoch_ms("2100-01-04T12:30:00")) == "2100-01-04T12:30:00.000Z"
+
+
+async def test_a_checked_in_task_waits_for_trust_and_links_are_not_followed(
+    workspace: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "task.md").write_text("---\nid: outside\n---\nNot the workspace's.\n")
+    tasks = workspace / ".craft" / "tasks"
+    (tasks / "checked-in").mkdir(parents=True)
+    (tasks / "checked-in" / "task.md").write_text(
+        "---\nid: checked-in\ntitle: From the checkout\n---\n" + complete_with("ran")
+    )
+    (tasks / "checked-in" / "workflow.md").write_text("{{ task.description }}")
+    (tasks / "linked").symlink_to(outside)
+    (tasks / "linked-file").mkdir()
+    (tasks / "linked-file" / "task.md").symlink_to(outside / "task.md")
+    # Files the server did not make: the workspace is not trusted.
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        assert sut.app is not None and sut.app.families.automations is not None
+        assert sut.app.families.automations.may_run() is False
+        listed = (await client.request("automation/task/list", {}))["tasks"]
+        assert [task["id"] for task in listed] == ["checked-in"]
+        failure = await client.fail("automation/task/read", {"taskId": "outside"})
+        assert failure.code == rpc_errors.TASK_NOT_FOUND
+        ran = (await client.request("automation/task/run", {"taskId": "checked-in"}))["task"]
+        assert ran["status"] == "pending"
+        assert (await client.request("automation/task/read", {"taskId": "checked-in"}))[
+            "status"
+        ] == "pending"
+        mark = client.mark()
+        await client.request("workspace/trust", {"trusted": True})
+        await updated(client, "checked-in", "completed", mark)
+    assert (outside / "task.md").read_text() == "---\nid: outside\n---\nNot the workspace's.\n"
+
+
+async def test_a_stopping_server_gives_its_runs_back(workspace: Path) -> None:
+    async with automation_server(workspace) as (sut, _clock), sut.connect() as client:
+        task_id = await create(
+            client,
+            title="Slow",
+            description="?stream 1000\n?delay 20",
+            workflowTemplate="---\nmax_rounds: 1\n---\n{{ task.description }}",
+        )
+        running = await client.notification(UPDATED, where=lambda p: "threadId" in p["task"])
+        await client.request("thread/subscribe", {"threadId": running["task"]["threadId"]})
+        await client.notification("item/agentMessage/delta")
+    # The stop cancelled the turn; the run was recorded as a failed attempt, not left running.
+    text = (workspace / ".craft" / "tasks" / task_id / "task.md").read_text("utf-8")
+    assert "status: pending" in text
