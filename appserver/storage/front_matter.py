@@ -56,6 +56,8 @@ def split(text: str) -> tuple[dict[str, Any], str] | None:
         parsed = yaml.load(match.group("yaml"), Loader=_Loader)  # a SafeLoader
     except yaml.YAMLError as exc:
         raise FrontMatterError(f"the front matter is not valid YAML: {exc}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise FrontMatterError("the front matter is nested too deeply") from None
     if parsed is None:
         parsed = {}
     if not isinstance(parsed, dict):
