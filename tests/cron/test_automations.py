@@ -80,6 +80,7 @@ async def test_a_task_runs_its_rounds_in_its_own_thread(workspace: Path) -> None
         automation_server(workspace) as (sut, _clock),
         sut.connect() as client,
         sut.connect("quiet", capabilities=opt_out) as quiet,
+        sut.connect("unready", initialize=False) as unready,
     ):
         workflow = "---\nmax_rounds: 3\n---\nRound of {{ task.title }}: {{ task.description }}"
         task_id = await create(
@@ -121,7 +122,8 @@ async def test_a_task_runs_its_rounds_in_its_own_thread(workspace: Path) -> None
         assert len(await turns_of(client, thread_id)) == 4  # the same thread, one turn
         read = await client.request("automation/task/read", {"taskId": task_id})
         assert read["agentSummary"] == "early"  # the tool's summary wins over the last message
-        assert quiet.notifications(UPDATED) == []
+        assert quiet.notifications(UPDATED) == []  # opted out
+        assert unready.notifications(UPDATED) == []  # never finished the handshake
 
 
 async def test_complete_local_task_in_a_bound_thread(workspace: Path) -> None:
