@@ -109,8 +109,11 @@ async def test_a_task_runs_its_rounds_in_its_own_thread(workspace: Path) -> None
         assert (thread["originChannel"], thread["userId"]) == ("automations", f"task-{task_id}")
         assert thread["displayName"] == "Three rounds"
         config = thread["configuration"]
-        assert (config["approvalPolicy"], config["toolProfile"]) == ("autoApprove", "local-task")
+        assert config["approvalPolicy"] == "autoApprove" and "toolProfile" not in config
         assert config["requireApprovalOutsideWorkspace"] is False
+        assert config["automationTaskDirectory"] == str(
+            workspace.resolve() / ".craft/tasks" / task_id
+        )
 
         # The same task, run again, ends early through CompleteLocalTask: one more turn.
         again = (await client.request("automation/task/run", {"taskId": task_id}))["task"]

@@ -52,15 +52,16 @@ class TurnRegistry:
 
 
 def thread_configuration(task: TaskRecord) -> dict[str, object]:
-    """What a task's own thread is set to (DotCraft's, but for its workspace
-    override: the runtime has one workspace). ``workspaceScope``: what lies
-    outside the workspace is refused; ``fullAuto``: it is asked (and declined
-    when nobody answers), since this server never approves it unasked."""
+    """What a task's own thread is set to: DotCraft's, but for its workspace
+    override (the runtime has one workspace) and its tool profile, which each
+    of the run's turns gets instead (so a person's turn in the thread is not
+    offered ``CompleteLocalTask``). ``workspaceScope``: what lies outside the
+    workspace is refused; ``fullAuto``: it is asked (and declined when nobody
+    answers), since this server never approves it unasked."""
     policy = (task.approval_policy or "").strip().lower()
     return {
         "approvalPolicy": "autoApprove",
         "requireApprovalOutsideWorkspace": policy in _FULL_AUTO,
-        "toolProfile": LOCAL_TASK_PROFILE,
         "automationTaskDirectory": str(task.directory),
     }
 
