@@ -21,7 +21,7 @@ from typing import Any
 
 from appserver.protocol.cron import JobTokenUsage
 from appserver.runtime.threads import NewThread, Threads
-from appserver.runtime.turns import TurnEngine, UserInput
+from appserver.runtime.turns import ActiveTurn, TurnEngine, UserInput
 from appserver.storage.records import ThreadRecord
 
 
@@ -41,7 +41,7 @@ class Trigger:
     """What starts the turn: the prompt and the userMessage's trigger fields."""
 
     text: str
-    kind: str  # triggerKind: cron | heartbeat
+    kind: str  # triggerKind: cron | heartbeat | automation
     label: str  # triggerLabel: the job's name
     ref_id: str | None = None  # triggerRefId: the job's id
 
@@ -109,11 +109,16 @@ class JobRunner:
         )
 
     async def run(
-        self, thread_id: str | None, dedicated: ThreadSpec | None, trigger: Trigger
+        self,
+        thread_id: str | None,
+        dedicated: ThreadSpec | None,
+        trigger: Trigger,
+        prepare: Callable[[ActiveTurn], None] | None = None,
     ) -> RunOutcome:
         """Run ``trigger`` in ``thread_id``; with ``dedicated``, a missing thread
-        is made from it. A failed run is an outcome, not an exception; only
-        :class:`ShuttingDown` is raised (before anything happened)."""
+        is made from it. ``prepare`` adjusts the reserved turn before it is
+        stored (automations give it their tool). A failed run is an outcome, not
+        an exception; only :class:`ShuttingDown` is raised (before anything happened)."""
         if not self.accepting():
             raise ShuttingDown
         created = False
@@ -139,7 +144,7 @@ class JobRunner:
             if fresh is None:
                 return RunOutcome(thread.id, error=f"Thread not found: {thread.id}")
             thread = fresh
-        active = await self.engine.run_turn(thread, trigger.user_input())
+        active = await self.engine.run_turn(thread, trigger.user_input(), prepare)
         record = active.record
         usage = record.token_usage or {}
         outcome = RunOutcome(

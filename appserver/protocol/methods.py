@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from appserver.protocol import (
+    automations,
     channels,
     commands,
     cron,
@@ -57,6 +58,7 @@ _FAMILIES = (
     subagent_profiles,
     subagent_sessions,
     suggestions,
+    automations,
 )
 
 

@@ -28,8 +28,8 @@ concurrent turns).
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio

@@ -57,6 +57,13 @@ def _cron(workspace_config: dict[str, Any]) -> Declared:
     return Declared(flags=("cronManagement", "heartbeatManagement"))
 
 
+def _automations(workspace_config: dict[str, Any]) -> Declared:
+    # As appserver/services/automations install: on unless switched off.
+    if lookup(workspace_config, "Automations", "Enabled") is False:
+        return Declared()
+    return Declared(flags=("automations",))
+
+
 # The module that holds a family's install (its FAMILIES entry) -> what it advertises.
 FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] = {
     "appserver.services.workspace": Declared(
@@ -76,6 +83,7 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.subagent_profiles": Declared(flags=("subAgentManagement",)),
     "appserver.services.subagent_sessions": Declared(flags=("subAgentSessions",)),
     "appserver.services.suggestions": Declared(extensions=("welcomeSuggestions",)),
+    "appserver.services.automations": _automations,
 }
 
 

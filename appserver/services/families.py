@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from appserver.services import (
+    automations,
     channels,
     commands,
     cron,
@@ -44,4 +45,5 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     subagent_profiles.install,
     subagent_sessions.install,
     suggestions.install,
+    automations.install,
 ]

@@ -6,37 +6,18 @@ calling one of these tools; the tool only checks the shape and says "Recorded.",
 and the server reads the call's arguments from its ``toolCall`` item once the
 turn has ended (services/suggestions/). Each belongs to a *tool profile* and is
 offered only to threads whose configuration names that profile
-(``toolProfile``; :func:`profile_verdict`), so no user thread ever sees them.
+(``toolProfile``; tools/profiles.py), so no user thread ever sees them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from appserver.tools.base import Tool, ToolContext, ToolError, ToolOutcome, ToolPlan
+from appserver.tools.profiles import COMMIT_SUGGEST, EMIT_WELCOME
 
-WELCOME_PROFILE = "welcome-suggest"
-COMMIT_PROFILE = "commit-suggest"
-EMIT_WELCOME = "EmitWelcomeSuggestions"
-COMMIT_SUGGEST = "CommitSuggest"
-# Each profile tool -> the one profile it is offered to.
-PROFILE_TOOLS: dict[str, str] = {EMIT_WELCOME: WELCOME_PROFILE, COMMIT_SUGGEST: COMMIT_PROFILE}
 RECORDED = "Recorded."
-
-
-def profile_verdict(configuration: Mapping[str, Any], name: str) -> bool | None:
-    """Whether a thread with ``configuration`` may use the tool ``name`` by its tool
-    profile: a profile tool only on its profile's threads; with
-    ``useToolProfileOnly``, nothing but the profile's tools. ``None``: the
-    profile has no say (the thread's other lists decide)."""
-    profile = configuration.get("toolProfile")
-    owner = PROFILE_TOOLS.get(name)
-    if owner is not None:
-        return owner == profile
-    if profile and configuration.get("useToolProfileOnly") is True:
-        return False
-    return None
 
 
 class RecordingTool:

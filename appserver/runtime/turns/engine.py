@@ -253,12 +253,18 @@ class TurnEngine:
             except Exception:
                 log.exception("turn start listener failed on %s", active.thread_id)
 
-    async def run_turn(self, thread: ThreadRecord, user: UserInput) -> ActiveTurn:
-        """Start a turn with no client behind it (cron, heartbeat) and wait for
-        its end. Raises ``RuntimeError`` if the thread already runs a turn."""
+    async def run_turn(
+        self,
+        thread: ThreadRecord,
+        user: UserInput,
+        prepare: Callable[[ActiveTurn], None] | None = None,
+    ) -> ActiveTurn:
+        """Start a turn with no client behind it (cron, heartbeat, automations)
+        and wait for its end (``prepare`` as for :meth:`start`). Raises
+        ``RuntimeError`` if the thread already runs a turn."""
         if thread.id in self.active:
             raise RuntimeError(f"a turn is already running on {thread.id}")
-        active = await self.start(thread, None, user)
+        active = await self.start(thread, None, user, prepare)
         await active.done.wait()
         return active
 

@@ -45,8 +45,8 @@ from appserver.runtime.helper_threads import HelperRequest, HelperThreads
 from appserver.storage.records import ThreadRecord
 from appserver.tools.base import ToolError
 from appserver.tools.git_diff import GitFailure, NotARepository, changes_diff
+from appserver.tools.profiles import COMMIT_PROFILE, COMMIT_SUGGEST
 from appserver.tools.sandbox import Sandbox
-from appserver.tools.suggestion_tools import COMMIT_PROFILE, COMMIT_SUGGEST
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext

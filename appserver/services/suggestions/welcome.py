@@ -49,7 +49,7 @@ from appserver.runtime.turns.model import ActiveTurn
 from appserver.services.suggestions import evidence as welcome_evidence
 from appserver.storage.welcome_cache import cache_path, read_snapshot, write_snapshot
 from appserver.storage.workspace_config import lookup
-from appserver.tools.suggestion_tools import EMIT_WELCOME, WELCOME_PROFILE
+from appserver.tools.profiles import EMIT_WELCOME, WELCOME_PROFILE
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext

@@ -4,6 +4,15 @@
 // src/generated.ts
 var PROTOCOL_ID = "urn:appserver:protocol:1";
 var METHODS = [
+  "automation/task/create",
+  "automation/task/delete",
+  "automation/task/list",
+  "automation/task/read",
+  "automation/task/run",
+  "automation/task/updateBinding",
+  "automation/template/delete",
+  "automation/template/list",
+  "automation/template/save",
   "channel/list",
   "channel/status",
   "command/execute",
@@ -82,6 +91,7 @@ var METHODS = [
   "workspace/trust"
 ];
 var NOTIFICATION_METHODS = [
+  "automation/task/updated",
   "cron/stateChanged",
   "item/agentMessage/delta",
   "item/approval/resolved",
@@ -131,6 +141,15 @@ var SERVER_REQUEST_METHODS = [
   "item/tool/call"
 ];
 var METHOD_INFO = {
+  "automation/task/create": { capability: "automations", errors: [-32602, -32054, -32055] },
+  "automation/task/delete": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/list": { capability: "automations", errors: [] },
+  "automation/task/read": { capability: "automations", errors: [-32602, -32051] },
+  "automation/task/run": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/updateBinding": { capability: "automations", errors: [-32602, -32051, -32052, -32055] },
+  "automation/template/delete": { capability: "automations", errors: [-32602] },
+  "automation/template/list": { capability: "automations", errors: [] },
+  "automation/template/save": { capability: "automations", errors: [-32602] },
   "channel/list": { capability: null, errors: [] },
   "channel/status": { capability: "channelStatus", errors: [] },
   "command/execute": { capability: "commandManagement", errors: [-32060, -32061, -32062, -32010, -32602] },
@@ -209,6 +228,87 @@ var METHOD_INFO = {
   "workspace/trust": { capability: "workspaceConfigManagement", errors: [] }
 };
 var GeneratedMethods = class {
+  /**
+   * Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+   *
+   * Wire method `automation/task/create`; capability `automations`; errors -32602, -32054, -32055.
+   * Params: {@link AutomationTaskCreateParams}.
+   */
+  automationTaskCreate(params = {}, options) {
+    return this.request("automation/task/create", params, options);
+  }
+  /**
+   * Delete a task's directory (not while it runs); its thread is kept.
+   *
+   * Wire method `automation/task/delete`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskDelete(params = {}, options) {
+    return this.request("automation/task/delete", params, options);
+  }
+  /**
+   * Every task under `.craft/tasks/` read from disk (short form: no `description`, `agentSummary`); unreadable files are left out.
+   *
+   * Wire method `automation/task/list`; capability `automations`.
+   * Params: {@link AutomationTaskListParams}.
+   */
+  automationTaskList(params = {}, options) {
+    return this.request("automation/task/list", params, options);
+  }
+  /**
+   * One task, read from disk: the task itself, and again under `task`.
+   *
+   * Wire method `automation/task/read`; capability `automations`; errors -32602, -32051.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRead(params = {}, options) {
+    return this.request("automation/task/read", params, options);
+  }
+  /**
+   * Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+   *
+   * Wire method `automation/task/run`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRun(params = {}, options) {
+    return this.request("automation/task/run", params, options);
+  }
+  /**
+   * Bind a task to an existing thread, or unbind it (not while it runs).
+   *
+   * Wire method `automation/task/updateBinding`; capability `automations`; errors -32602, -32051, -32052, -32055.
+   * Params: {@link AutomationTaskUpdateBindingParams}.
+   */
+  automationTaskUpdateBinding(params = {}, options) {
+    return this.request("automation/task/updateBinding", params, options);
+  }
+  /**
+   * Delete a user template (a missing one is fine; a built-in is refused).
+   *
+   * Wire method `automation/template/delete`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateDeleteParams}.
+   */
+  automationTemplateDelete(params = {}, options) {
+    return this.request("automation/template/delete", params, options);
+  }
+  /**
+   * The nine built-in templates, then the user's (`.craft/automations/templates/`).
+   *
+   * Wire method `automation/template/list`; capability `automations`.
+   * Params: {@link AutomationTemplateListParams}.
+   */
+  automationTemplateList(params = {}, options) {
+    return this.request("automation/template/list", params, options);
+  }
+  /**
+   * Create or replace a user template (`createdAt` is kept).
+   *
+   * Wire method `automation/template/save`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateSaveParams}.
+   */
+  automationTemplateSave(params = {}, options) {
+    return this.request("automation/template/save", params, options);
+  }
   /**
    * Channel names threads can originate from: this server's built-in and system channels plus enabled external channels, by category then name.
    *

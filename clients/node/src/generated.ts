@@ -112,6 +112,312 @@ export interface ApprovalSubAgent {
   agentNickname?: string | null;
 }
 
+/** `{ok: true}`. */
+export interface AutomationOkResult {
+  /**
+   * Always `true`.
+   *
+   * Default: `true`.
+   */
+  ok?: boolean;
+}
+
+/**
+ * When a task runs (DotCraft's `AutomationScheduleWire`).
+ *
+ * `once` (or no schedule): one run from `pending`. `every`: each `everyMs`, the
+ * first run at once or after `initialDelayMs`. `at`: one run at `atMs`. `daily`:
+ * each day at `dailyHour:dailyMinute` in `tz` (IANA; UTC when absent). Other kinds
+ * are refused by `automation/task/create`; a task file may still hold one (it is
+ * shown, and does not run).
+ */
+export interface AutomationSchedule {
+  /**
+   * `once`, `every`, `at` or `daily`.
+   *
+   * Default: `"once"`.
+   */
+  kind?: string;
+  /** The one run, in Unix milliseconds (`at`). */
+  atMs?: number | null;
+  /** Interval in milliseconds (`every`, at least 1000). */
+  everyMs?: number | null;
+  /** Delay before the first run (`every`); absent: the first run comes at once. */
+  initialDelayMs?: number | null;
+  /** Hour of the day, 0-23 (`daily`). */
+  dailyHour?: number | null;
+  /** Minute of the hour, 0-59 (`daily`, default 0). */
+  dailyMinute?: number | null;
+  /** Kept as written; no kind that reads it is accepted. */
+  expr?: string | null;
+  /** IANA time zone of a `daily` schedule. */
+  tz?: string | null;
+}
+
+/**
+ * A task (DotCraft's `AutomationTaskWire`). `description` and `agentSummary` are
+ * sent by `read`, `run`, `updateBinding` and `create`; `list` and
+ * `automation/task/updated` leave them out.
+ */
+export interface AutomationTask {
+  /** The task's id: its directory's name. */
+  id: string;
+  /** Its title. */
+  title: string;
+  /** `pending`, `running`, `completed` or `failed`. */
+  status: string;
+  /** The thread its turns ran in (the bound thread, or its own). */
+  threadId?: string | null;
+  /** The body of `task.md`. */
+  description?: string | null;
+  /** What the agent said it did (`CompleteLocalTask`, else its last message). */
+  agentSummary?: string | null;
+  /** When it was created, ISO 8601. */
+  createdAt?: string | null;
+  /** When `task.md` was last written, ISO 8601. */
+  updatedAt?: string | null;
+  /** `workspaceScope` (default) or `fullAuto` (legacy `autoApprove`, `default` are read). */
+  approvalPolicy?: string | null;
+  /** When it runs; absent: once. */
+  schedule?: AutomationSchedule | null;
+  /** The thread its turns run in, when bound. */
+  threadBinding?: AutomationThreadBinding | null;
+  /** Its next scheduled run, ISO 8601 (scheduled tasks). */
+  nextRunAt?: string | null;
+}
+
+/** `automation/task/create`. */
+export interface AutomationTaskCreateParams {
+  /** Accepted and ignored. */
+  workspacePath?: string | null;
+  /**
+   * Required, at most 200 characters; the task's id is made from it.
+   *
+   * Default: `""`.
+   */
+  title?: string;
+  /** What the agent is to do (at most 10,000 characters): the body of `task.md`. */
+  description?: string | null;
+  /** The whole `workflow.md`; absent: the template's (`templateId`), else a default one. */
+  workflowTemplate?: string | null;
+  /** `workspaceScope` (default) or `fullAuto`. */
+  approvalPolicy?: string | null;
+  /** `project` (default) or `isolated`, for the default `workflow.md`. */
+  workspaceMode?: string | null;
+  /** When it runs; absent or `once`: one run. */
+  schedule?: AutomationSchedule | null;
+  /** Run its turns in this existing thread (it must exist and not be archived). */
+  threadBinding?: AutomationThreadBinding | null;
+  /** The template it was made from (kept in `task.md`). */
+  templateId?: string | null;
+}
+
+/** DotCraft's code answers the first two; its spec answers `task`. */
+export interface AutomationTaskCreateResult {
+  /** The new task's id. */
+  taskId: string;
+  /** Its directory (absolute). */
+  taskDirectory: string;
+  /** The task as stored. */
+  task: AutomationTask;
+}
+
+/** `automation/task/read`, `run` and `delete`. */
+export interface AutomationTaskIdParams {
+  /** Accepted and ignored. */
+  workspacePath?: string | null;
+  /**
+   * The task's id.
+   *
+   * Default: `""`.
+   */
+  taskId?: string;
+}
+
+/** `automation/task/list`. */
+export interface AutomationTaskListParams {
+  /** Accepted and ignored (DotCraft's DTO has it): the server's workspace is used. */
+  workspacePath?: string | null;
+}
+
+/** Every readable task under `.craft/tasks/`, in id order. */
+export interface AutomationTaskListResult {
+  /** The tasks (short form). */
+  tasks: AutomationTask[];
+}
+
+/** The task itself (DotCraft's code and desktop), and again under `task` (its spec). */
+export interface AutomationTaskReadResult {
+  /** The task's id: its directory's name. */
+  id: string;
+  /** Its title. */
+  title: string;
+  /** `pending`, `running`, `completed` or `failed`. */
+  status: string;
+  /** The thread its turns ran in (the bound thread, or its own). */
+  threadId?: string | null;
+  /** The body of `task.md`. */
+  description?: string | null;
+  /** What the agent said it did (`CompleteLocalTask`, else its last message). */
+  agentSummary?: string | null;
+  /** When it was created, ISO 8601. */
+  createdAt?: string | null;
+  /** When `task.md` was last written, ISO 8601. */
+  updatedAt?: string | null;
+  /** `workspaceScope` (default) or `fullAuto` (legacy `autoApprove`, `default` are read). */
+  approvalPolicy?: string | null;
+  /** When it runs; absent: once. */
+  schedule?: AutomationSchedule | null;
+  /** The thread its turns run in, when bound. */
+  threadBinding?: AutomationThreadBinding | null;
+  /** Its next scheduled run, ISO 8601 (scheduled tasks). */
+  nextRunAt?: string | null;
+  /** The same task. */
+  task: AutomationTask;
+}
+
+/** `automation/task/run` and `updateBinding`. */
+export interface AutomationTaskResult {
+  /** The task after the change. */
+  task: AutomationTask;
+}
+
+/** `automation/task/updateBinding`. */
+export interface AutomationTaskUpdateBindingParams {
+  /** Accepted and ignored. */
+  workspacePath?: string | null;
+  /**
+   * The task's id.
+   *
+   * Default: `""`.
+   */
+  taskId?: string;
+  /** The new binding; `null` or a blank `threadId` unbinds. */
+  threadBinding?: AutomationThreadBinding | null;
+}
+
+/** A task's status changed, or it got its thread. */
+export interface AutomationTaskUpdatedNotification {
+  /** The server's workspace. */
+  workspacePath: string;
+  /** The task (short form). */
+  task: AutomationTask;
+}
+
+/** A preset for a new task (DotCraft's `AutomationTemplateWire`). */
+export interface AutomationTemplate {
+  /** The template's id. */
+  id: string;
+  /** Its title. */
+  title: string;
+  /** What it does. */
+  description?: string | null;
+  /** An emoji. */
+  icon?: string | null;
+  /** `review`, `digest`, `insight`, `watch`, `creative`, ... */
+  category?: string | null;
+  /** The whole `workflow.md` a task made from it gets. */
+  workflowMarkdown: string;
+  /** The schedule to suggest. */
+  defaultSchedule?: AutomationSchedule | null;
+  /** `project` or `isolated`. */
+  defaultWorkspaceMode?: string | null;
+  /** `workspaceScope` or `fullAuto`. */
+  defaultApprovalPolicy?: string | null;
+  /** The task is meant to run in an existing thread. */
+  needsThreadBinding: boolean;
+  /** The title to suggest. */
+  defaultTitle?: string | null;
+  /** The description to suggest. */
+  defaultDescription?: string | null;
+  /** `true` for templates saved with `automation/template/save` (absent for built-ins). */
+  isUser?: boolean | null;
+  /** When a user template was first saved, ISO 8601. */
+  createdAt?: string | null;
+  /** When a user template was last saved, ISO 8601. */
+  updatedAt?: string | null;
+}
+
+/** `automation/template/delete`. */
+export interface AutomationTemplateDeleteParams {
+  /**
+   * A user template's id (a missing one is fine).
+   *
+   * Default: `""`.
+   */
+  id?: string;
+}
+
+/** `automation/template/list`. */
+export interface AutomationTemplateListParams {
+  /** `zh`, `zh-CN` or `zh-Hans` for the built-ins in Chinese; anything else: English. */
+  locale?: string | null;
+}
+
+/** The built-in templates, then the user's. */
+export interface AutomationTemplateListResult {
+  /** The templates. */
+  templates: AutomationTemplate[];
+}
+
+/** The template as saved. */
+export interface AutomationTemplateResult {
+  /** The template. */
+  template: AutomationTemplate;
+}
+
+/** `automation/template/save`: create or replace a user template. */
+export interface AutomationTemplateSaveParams {
+  /** `^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`, not a built-in's; absent: `user-` + 10 hex digits. */
+  id?: string | null;
+  /**
+   * Required, at most 200 characters.
+   *
+   * Default: `""`.
+   */
+  title?: string;
+  /** What it does. */
+  description?: string | null;
+  /** An emoji. */
+  icon?: string | null;
+  /** A category. */
+  category?: string | null;
+  /**
+   * Required: the whole `workflow.md`.
+   *
+   * Default: `""`.
+   */
+  workflowMarkdown?: string;
+  /** The schedule to suggest. */
+  defaultSchedule?: AutomationSchedule | null;
+  /** `project` or `isolated`. */
+  defaultWorkspaceMode?: string | null;
+  /** `workspaceScope` or `fullAuto`. */
+  defaultApprovalPolicy?: string | null;
+  /**
+   * The task is meant to run in an existing thread.
+   *
+   * Default: `false`.
+   */
+  needsThreadBinding?: boolean;
+  /** The title to suggest. */
+  defaultTitle?: string | null;
+  /** The description to suggest. */
+  defaultDescription?: string | null;
+}
+
+/** An existing thread the task's turns run in instead of its own thread. */
+export interface AutomationThreadBinding {
+  /**
+   * The thread; blank in `updateBinding`: unbind.
+   *
+   * Default: `""`.
+   */
+  threadId?: string;
+  /** `run-in-thread` (the only mode; the default). */
+  mode?: string | null;
+}
+
 /** One background terminal: a command started by the agent, its state and output. */
 export interface BackgroundTerminal {
   /** The terminal's id (`term_` and 12 hex digits). */
@@ -2919,6 +3225,69 @@ export type WithSeq<T> = T & { seq?: number };
 /** Every client->server method: its params and result types. */
 export interface Methods {
   /**
+   * Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+   *
+   * Wire method `automation/task/create`; capability `automations`; errors -32602, -32054, -32055.
+   * Params: {@link AutomationTaskCreateParams}.
+   */
+  "automation/task/create": { params: AutomationTaskCreateParams; result: AutomationTaskCreateResult };
+  /**
+   * Delete a task's directory (not while it runs); its thread is kept.
+   *
+   * Wire method `automation/task/delete`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  "automation/task/delete": { params: AutomationTaskIdParams; result: AutomationOkResult };
+  /**
+   * Every task under `.craft/tasks/` read from disk (short form: no `description`, `agentSummary`); unreadable files are left out.
+   *
+   * Wire method `automation/task/list`; capability `automations`.
+   * Params: {@link AutomationTaskListParams}.
+   */
+  "automation/task/list": { params: AutomationTaskListParams; result: AutomationTaskListResult };
+  /**
+   * One task, read from disk: the task itself, and again under `task`.
+   *
+   * Wire method `automation/task/read`; capability `automations`; errors -32602, -32051.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  "automation/task/read": { params: AutomationTaskIdParams; result: AutomationTaskReadResult };
+  /**
+   * Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+   *
+   * Wire method `automation/task/run`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  "automation/task/run": { params: AutomationTaskIdParams; result: AutomationTaskResult };
+  /**
+   * Bind a task to an existing thread, or unbind it (not while it runs).
+   *
+   * Wire method `automation/task/updateBinding`; capability `automations`; errors -32602, -32051, -32052, -32055.
+   * Params: {@link AutomationTaskUpdateBindingParams}.
+   */
+  "automation/task/updateBinding": { params: AutomationTaskUpdateBindingParams; result: AutomationTaskResult };
+  /**
+   * Delete a user template (a missing one is fine; a built-in is refused).
+   *
+   * Wire method `automation/template/delete`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateDeleteParams}.
+   */
+  "automation/template/delete": { params: AutomationTemplateDeleteParams; result: AutomationOkResult };
+  /**
+   * The nine built-in templates, then the user's (`.craft/automations/templates/`).
+   *
+   * Wire method `automation/template/list`; capability `automations`.
+   * Params: {@link AutomationTemplateListParams}.
+   */
+  "automation/template/list": { params: AutomationTemplateListParams; result: AutomationTemplateListResult };
+  /**
+   * Create or replace a user template (`createdAt` is kept).
+   *
+   * Wire method `automation/template/save`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateSaveParams}.
+   */
+  "automation/template/save": { params: AutomationTemplateSaveParams; result: AutomationTemplateResult };
+  /**
    * Channel names threads can originate from: this server's built-in and system channels plus enabled external channels, by category then name.
    *
    * Wire method `channel/list`.
@@ -3455,6 +3824,12 @@ export interface Methods {
 /** Every server->client notification: its params type (with `seq`). */
 export interface Notifications {
   /**
+   * A task's status changed (pending, running, completed, failed) or it got its thread.
+   *
+   * Delivery: all connections (not after optOutNotificationMethods).
+   */
+  "automation/task/updated": WithSeq<AutomationTaskUpdatedNotification>;
+  /**
    * A job was added, changed, removed (`removed: true`) or ran.
    *
    * Delivery: all connections.
@@ -3694,6 +4069,15 @@ export type ServerRequestMethod = keyof ServerRequests;
 
 /** Every client->server method name. */
 export const METHODS: readonly Method[] = [
+  "automation/task/create",
+  "automation/task/delete",
+  "automation/task/list",
+  "automation/task/read",
+  "automation/task/run",
+  "automation/task/updateBinding",
+  "automation/template/delete",
+  "automation/template/list",
+  "automation/template/save",
   "channel/list",
   "channel/status",
   "command/execute",
@@ -3774,6 +4158,7 @@ export const METHODS: readonly Method[] = [
 
 /** Every server->client notification name. */
 export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
+  "automation/task/updated",
   "cron/stateChanged",
   "item/agentMessage/delta",
   "item/approval/resolved",
@@ -3827,6 +4212,15 @@ export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
 
 /** Per method: the server capability that advertises it (`null`: always there) and its documented error codes. */
 export const METHOD_INFO: { readonly [M in Method]: { readonly capability: string | null; readonly errors: readonly number[] } } = {
+  "automation/task/create": { capability: "automations", errors: [-32602, -32054, -32055] },
+  "automation/task/delete": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/list": { capability: "automations", errors: [] },
+  "automation/task/read": { capability: "automations", errors: [-32602, -32051] },
+  "automation/task/run": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/updateBinding": { capability: "automations", errors: [-32602, -32051, -32052, -32055] },
+  "automation/template/delete": { capability: "automations", errors: [-32602] },
+  "automation/template/list": { capability: "automations", errors: [] },
+  "automation/template/save": { capability: "automations", errors: [-32602] },
   "channel/list": { capability: null, errors: [] },
   "channel/status": { capability: "channelStatus", errors: [] },
   "command/execute": { capability: "commandManagement", errors: [-32060, -32061, -32062, -32010, -32602] },
@@ -3923,6 +4317,96 @@ export interface RequestOptions {
 export abstract class GeneratedMethods {
   /** Send one request and resolve with its result (implemented by the client). */
   abstract request<M extends Method>(method: M, params: ParamsOf<M>, options?: RequestOptions): Promise<ResultOf<M>>;
+
+  /**
+   * Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+   *
+   * Wire method `automation/task/create`; capability `automations`; errors -32602, -32054, -32055.
+   * Params: {@link AutomationTaskCreateParams}.
+   */
+  automationTaskCreate(params: AutomationTaskCreateParams = {}, options?: RequestOptions): Promise<AutomationTaskCreateResult> {
+    return this.request("automation/task/create", params, options);
+  }
+
+  /**
+   * Delete a task's directory (not while it runs); its thread is kept.
+   *
+   * Wire method `automation/task/delete`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskDelete(params: AutomationTaskIdParams = {}, options?: RequestOptions): Promise<AutomationOkResult> {
+    return this.request("automation/task/delete", params, options);
+  }
+
+  /**
+   * Every task under `.craft/tasks/` read from disk (short form: no `description`, `agentSummary`); unreadable files are left out.
+   *
+   * Wire method `automation/task/list`; capability `automations`.
+   * Params: {@link AutomationTaskListParams}.
+   */
+  automationTaskList(params: AutomationTaskListParams = {}, options?: RequestOptions): Promise<AutomationTaskListResult> {
+    return this.request("automation/task/list", params, options);
+  }
+
+  /**
+   * One task, read from disk: the task itself, and again under `task`.
+   *
+   * Wire method `automation/task/read`; capability `automations`; errors -32602, -32051.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRead(params: AutomationTaskIdParams = {}, options?: RequestOptions): Promise<AutomationTaskReadResult> {
+    return this.request("automation/task/read", params, options);
+  }
+
+  /**
+   * Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+   *
+   * Wire method `automation/task/run`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRun(params: AutomationTaskIdParams = {}, options?: RequestOptions): Promise<AutomationTaskResult> {
+    return this.request("automation/task/run", params, options);
+  }
+
+  /**
+   * Bind a task to an existing thread, or unbind it (not while it runs).
+   *
+   * Wire method `automation/task/updateBinding`; capability `automations`; errors -32602, -32051, -32052, -32055.
+   * Params: {@link AutomationTaskUpdateBindingParams}.
+   */
+  automationTaskUpdateBinding(params: AutomationTaskUpdateBindingParams = {}, options?: RequestOptions): Promise<AutomationTaskResult> {
+    return this.request("automation/task/updateBinding", params, options);
+  }
+
+  /**
+   * Delete a user template (a missing one is fine; a built-in is refused).
+   *
+   * Wire method `automation/template/delete`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateDeleteParams}.
+   */
+  automationTemplateDelete(params: AutomationTemplateDeleteParams = {}, options?: RequestOptions): Promise<AutomationOkResult> {
+    return this.request("automation/template/delete", params, options);
+  }
+
+  /**
+   * The nine built-in templates, then the user's (`.craft/automations/templates/`).
+   *
+   * Wire method `automation/template/list`; capability `automations`.
+   * Params: {@link AutomationTemplateListParams}.
+   */
+  automationTemplateList(params: AutomationTemplateListParams = {}, options?: RequestOptions): Promise<AutomationTemplateListResult> {
+    return this.request("automation/template/list", params, options);
+  }
+
+  /**
+   * Create or replace a user template (`createdAt` is kept).
+   *
+   * Wire method `automation/template/save`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateSaveParams}.
+   */
+  automationTemplateSave(params: AutomationTemplateSaveParams = {}, options?: RequestOptions): Promise<AutomationTemplateResult> {
+    return this.request("automation/template/save", params, options);
+  }
 
   /**
    * Channel names threads can originate from: this server's built-in and system channels plus enabled external channels, by category then name.

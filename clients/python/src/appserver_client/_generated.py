@@ -21,6 +21,25 @@ __all__ = [
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
     "ApprovalSubAgent",
+    "AutomationOkResult",
+    "AutomationSchedule",
+    "AutomationTask",
+    "AutomationTaskCreateParams",
+    "AutomationTaskCreateResult",
+    "AutomationTaskIdParams",
+    "AutomationTaskListParams",
+    "AutomationTaskListResult",
+    "AutomationTaskReadResult",
+    "AutomationTaskResult",
+    "AutomationTaskUpdateBindingParams",
+    "AutomationTaskUpdatedNotification",
+    "AutomationTemplate",
+    "AutomationTemplateDeleteParams",
+    "AutomationTemplateListParams",
+    "AutomationTemplateListResult",
+    "AutomationTemplateResult",
+    "AutomationTemplateSaveParams",
+    "AutomationThreadBinding",
     "BackgroundTerminal",
     "ChannelInfo",
     "ChannelListResult",
@@ -294,6 +313,200 @@ class ApprovalSubAgent(TypedDict):
     parentThreadId: str
     rootThreadId: str
     agentNickname: NotRequired[str | None]
+
+
+class AutomationOkResult(TypedDict):
+    """``{ok: true}``."""
+
+    ok: NotRequired[bool]  # default: true
+
+
+class AutomationSchedule(TypedDict):
+    """When a task runs (DotCraft's ``AutomationScheduleWire``).
+
+    `once` (or no schedule): one run from `pending`. `every`: each `everyMs`, the
+    first run at once or after `initialDelayMs`. `at`: one run at `atMs`. `daily`:
+    each day at `dailyHour:dailyMinute` in `tz` (IANA; UTC when absent). Other kinds
+    are refused by `automation/task/create`; a task file may still hold one (it is
+    shown, and does not run).
+    """
+
+    kind: NotRequired[str]  # default: "once"
+    atMs: NotRequired[int | None]
+    everyMs: NotRequired[int | None]
+    initialDelayMs: NotRequired[int | None]
+    dailyHour: NotRequired[int | None]
+    dailyMinute: NotRequired[int | None]
+    expr: NotRequired[str | None]
+    tz: NotRequired[str | None]
+
+
+class AutomationTask(TypedDict):
+    """A task (DotCraft's ``AutomationTaskWire``). `description` and `agentSummary` are
+    sent by `read`, `run`, `updateBinding` and `create`; `list` and
+    `automation/task/updated` leave them out.
+    """
+
+    id: str
+    title: str
+    status: str
+    threadId: NotRequired[str | None]
+    description: NotRequired[str | None]
+    agentSummary: NotRequired[str | None]
+    createdAt: NotRequired[str | None]
+    updatedAt: NotRequired[str | None]
+    approvalPolicy: NotRequired[str | None]
+    schedule: NotRequired[AutomationSchedule | None]
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+    nextRunAt: NotRequired[str | None]
+
+
+class AutomationTaskCreateParams(TypedDict):
+    """``automation/task/create``."""
+
+    workspacePath: NotRequired[str | None]
+    title: NotRequired[str]  # default: ""
+    description: NotRequired[str | None]
+    workflowTemplate: NotRequired[str | None]
+    approvalPolicy: NotRequired[str | None]
+    workspaceMode: NotRequired[str | None]
+    schedule: NotRequired[AutomationSchedule | None]
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+    templateId: NotRequired[str | None]
+
+
+class AutomationTaskCreateResult(TypedDict):
+    """DotCraft's code answers the first two; its spec answers `task`."""
+
+    taskId: str
+    taskDirectory: str
+    task: AutomationTask
+
+
+class AutomationTaskIdParams(TypedDict):
+    """``automation/task/read``, ``run`` and ``delete``."""
+
+    workspacePath: NotRequired[str | None]
+    taskId: NotRequired[str]  # default: ""
+
+
+class AutomationTaskListParams(TypedDict):
+    """``automation/task/list``."""
+
+    workspacePath: NotRequired[str | None]
+
+
+class AutomationTaskListResult(TypedDict):
+    """Every readable task under `.craft/tasks/`, in id order."""
+
+    tasks: list[AutomationTask]
+
+
+class AutomationTaskReadResult(TypedDict):
+    """The task itself (DotCraft's code and desktop), and again under `task` (its spec)."""
+
+    id: str
+    title: str
+    status: str
+    threadId: NotRequired[str | None]
+    description: NotRequired[str | None]
+    agentSummary: NotRequired[str | None]
+    createdAt: NotRequired[str | None]
+    updatedAt: NotRequired[str | None]
+    approvalPolicy: NotRequired[str | None]
+    schedule: NotRequired[AutomationSchedule | None]
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+    nextRunAt: NotRequired[str | None]
+    task: AutomationTask
+
+
+class AutomationTaskResult(TypedDict):
+    """``automation/task/run`` and ``updateBinding``."""
+
+    task: AutomationTask
+
+
+class AutomationTaskUpdateBindingParams(TypedDict):
+    """``automation/task/updateBinding``."""
+
+    workspacePath: NotRequired[str | None]
+    taskId: NotRequired[str]  # default: ""
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+
+
+class AutomationTaskUpdatedNotification(TypedDict):
+    """A task's status changed, or it got its thread."""
+
+    workspacePath: str
+    task: AutomationTask
+
+
+class AutomationTemplate(TypedDict):
+    """A preset for a new task (DotCraft's ``AutomationTemplateWire``)."""
+
+    id: str
+    title: str
+    description: NotRequired[str | None]
+    icon: NotRequired[str | None]
+    category: NotRequired[str | None]
+    workflowMarkdown: str
+    defaultSchedule: NotRequired[AutomationSchedule | None]
+    defaultWorkspaceMode: NotRequired[str | None]
+    defaultApprovalPolicy: NotRequired[str | None]
+    needsThreadBinding: bool
+    defaultTitle: NotRequired[str | None]
+    defaultDescription: NotRequired[str | None]
+    isUser: NotRequired[bool | None]
+    createdAt: NotRequired[str | None]
+    updatedAt: NotRequired[str | None]
+
+
+class AutomationTemplateDeleteParams(TypedDict):
+    """``automation/template/delete``."""
+
+    id: NotRequired[str]  # default: ""
+
+
+class AutomationTemplateListParams(TypedDict):
+    """``automation/template/list``."""
+
+    locale: NotRequired[str | None]
+
+
+class AutomationTemplateListResult(TypedDict):
+    """The built-in templates, then the user's."""
+
+    templates: list[AutomationTemplate]
+
+
+class AutomationTemplateResult(TypedDict):
+    """The template as saved."""
+
+    template: AutomationTemplate
+
+
+class AutomationTemplateSaveParams(TypedDict):
+    """``automation/template/save``: create or replace a user template."""
+
+    id: NotRequired[str | None]
+    title: NotRequired[str]  # default: ""
+    description: NotRequired[str | None]
+    icon: NotRequired[str | None]
+    category: NotRequired[str | None]
+    workflowMarkdown: NotRequired[str]  # default: ""
+    defaultSchedule: NotRequired[AutomationSchedule | None]
+    defaultWorkspaceMode: NotRequired[str | None]
+    defaultApprovalPolicy: NotRequired[str | None]
+    needsThreadBinding: NotRequired[bool]  # default: false
+    defaultTitle: NotRequired[str | None]
+    defaultDescription: NotRequired[str | None]
+
+
+class AutomationThreadBinding(TypedDict):
+    """An existing thread the task's turns run in instead of its own thread."""
+
+    threadId: NotRequired[str]  # default: ""
+    mode: NotRequired[str | None]
 
 
 class BackgroundTerminal(TypedDict):
@@ -2194,6 +2407,15 @@ class WriteTextFileResult(TypedDict):
 
 
 METHODS: Final[dict[str, str]] = {
+    "automation/task/create": "automation_task_create",
+    "automation/task/delete": "automation_task_delete",
+    "automation/task/list": "automation_task_list",
+    "automation/task/read": "automation_task_read",
+    "automation/task/run": "automation_task_run",
+    "automation/task/updateBinding": "automation_task_update_binding",
+    "automation/template/delete": "automation_template_delete",
+    "automation/template/list": "automation_template_list",
+    "automation/template/save": "automation_template_save",
     "channel/list": "channel_list",
     "channel/status": "channel_status",
     "command/execute": "command_execute",
@@ -2274,6 +2496,7 @@ METHODS: Final[dict[str, str]] = {
 """Every client->server method and the name of its method on the client."""
 
 NOTIFICATIONS: Final[dict[str, str]] = {
+    "automation/task/updated": "AutomationTaskUpdatedNotification",
     "cron/stateChanged": "CronStateChangedNotification",
     "item/agentMessage/delta": "DeltaNotification",
     "item/approval/resolved": "ApprovalResolvedNotification",
@@ -2327,6 +2550,7 @@ SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
 """Every server->client request: (params TypedDict, result TypedDict)."""
 
 NotificationMethod: TypeAlias = Literal[
+    "automation/task/updated",
     "cron/stateChanged",
     "item/agentMessage/delta",
     "item/approval/resolved",
@@ -2402,6 +2626,203 @@ class GeneratedMethods:
     ) -> Any:
         """Send one request and return its result (implemented by the client)."""
         raise NotImplementedError
+
+    async def automation_task_create(
+        self,
+        *,
+        workspace_path: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        workflow_template: str | None = None,
+        approval_policy: str | None = None,
+        workspace_mode: str | None = None,
+        schedule: AutomationSchedule | None = None,
+        thread_binding: AutomationThreadBinding | None = None,
+        template_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskCreateResult:
+        """Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the
+        title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+
+        Wire method ``automation/task/create``; capability ``automations``; errors -32602,
+        -32054, -32055.
+        Params: :class:`AutomationTaskCreateParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "workspacePath": workspace_path,
+                "title": title,
+                "description": description,
+                "workflowTemplate": workflow_template,
+                "approvalPolicy": approval_policy,
+                "workspaceMode": workspace_mode,
+                "schedule": schedule,
+                "threadBinding": thread_binding,
+                "templateId": template_id,
+            },
+        )
+        reply = await self.request("automation/task/create", params, timeout=timeout)
+        return cast(AutomationTaskCreateResult, reply)
+
+    async def automation_task_delete(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationOkResult:
+        """Delete a task's directory (not while it runs); its thread is kept.
+
+        Wire method ``automation/task/delete``; capability ``automations``; errors -32602,
+        -32051, -32052.
+        Params: :class:`AutomationTaskIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path, "taskId": task_id})
+        reply = await self.request("automation/task/delete", params, timeout=timeout)
+        return cast(AutomationOkResult, reply)
+
+    async def automation_task_list(
+        self, *, workspace_path: str | None = None, timeout: float | None = None
+    ) -> AutomationTaskListResult:
+        """Every task under `.craft/tasks/` read from disk (short form: no `description`,
+        `agentSummary`); unreadable files are left out.
+
+        Wire method ``automation/task/list``; capability ``automations``.
+        Params: :class:`AutomationTaskListParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path})
+        reply = await self.request("automation/task/list", params, timeout=timeout)
+        return cast(AutomationTaskListResult, reply)
+
+    async def automation_task_read(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskReadResult:
+        """One task, read from disk: the task itself, and again under `task`.
+
+        Wire method ``automation/task/read``; capability ``automations``; errors -32602, -32051.
+        Params: :class:`AutomationTaskIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path, "taskId": task_id})
+        reply = await self.request("automation/task/read", params, timeout=timeout)
+        return cast(AutomationTaskReadResult, reply)
+
+    async def automation_task_run(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskResult:
+        """Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+
+        Wire method ``automation/task/run``; capability ``automations``; errors -32602, -32051,
+        -32052.
+        Params: :class:`AutomationTaskIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path, "taskId": task_id})
+        reply = await self.request("automation/task/run", params, timeout=timeout)
+        return cast(AutomationTaskResult, reply)
+
+    async def automation_task_update_binding(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        thread_binding: AutomationThreadBinding | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskResult:
+        """Bind a task to an existing thread, or unbind it (not while it runs).
+
+        Wire method ``automation/task/updateBinding``; capability ``automations``; errors
+        -32602, -32051, -32052, -32055.
+        Params: :class:`AutomationTaskUpdateBindingParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {"workspacePath": workspace_path, "taskId": task_id, "threadBinding": thread_binding},
+        )
+        reply = await self.request("automation/task/updateBinding", params, timeout=timeout)
+        return cast(AutomationTaskResult, reply)
+
+    async def automation_template_delete(
+        self, *, id: str | None = None, timeout: float | None = None
+    ) -> AutomationOkResult:
+        """Delete a user template (a missing one is fine; a built-in is refused).
+
+        Wire method ``automation/template/delete``; capability ``automations``; errors -32602.
+        Params: :class:`AutomationTemplateDeleteParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"id": id})
+        reply = await self.request("automation/template/delete", params, timeout=timeout)
+        return cast(AutomationOkResult, reply)
+
+    async def automation_template_list(
+        self, *, locale: str | None = None, timeout: float | None = None
+    ) -> AutomationTemplateListResult:
+        """The nine built-in templates, then the user's (`.craft/automations/templates/`).
+
+        Wire method ``automation/template/list``; capability ``automations``.
+        Params: :class:`AutomationTemplateListParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"locale": locale})
+        reply = await self.request("automation/template/list", params, timeout=timeout)
+        return cast(AutomationTemplateListResult, reply)
+
+    async def automation_template_save(
+        self,
+        *,
+        id: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        icon: str | None = None,
+        category: str | None = None,
+        workflow_markdown: str | None = None,
+        default_schedule: AutomationSchedule | None = None,
+        default_workspace_mode: str | None = None,
+        default_approval_policy: str | None = None,
+        needs_thread_binding: bool | None = None,
+        default_title: str | None = None,
+        default_description: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTemplateResult:
+        """Create or replace a user template (`createdAt` is kept).
+
+        Wire method ``automation/template/save``; capability ``automations``; errors -32602.
+        Params: :class:`AutomationTemplateSaveParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "id": id,
+                "title": title,
+                "description": description,
+                "icon": icon,
+                "category": category,
+                "workflowMarkdown": workflow_markdown,
+                "defaultSchedule": default_schedule,
+                "defaultWorkspaceMode": default_workspace_mode,
+                "defaultApprovalPolicy": default_approval_policy,
+                "needsThreadBinding": needs_thread_binding,
+                "defaultTitle": default_title,
+                "defaultDescription": default_description,
+            },
+        )
+        reply = await self.request("automation/template/save", params, timeout=timeout)
+        return cast(AutomationTemplateResult, reply)
 
     async def channel_list(self, *, timeout: float | None = None) -> ChannelListResult:
         """Channel names threads can originate from: this server's built-in and system channels
