@@ -36,6 +36,7 @@ from appserver.runtime.instructions import (
     compose,
     system_text,
 )
+from appserver.runtime.subagent_prompt import environment_line
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.compaction import Compactor
 from appserver.runtime.turns.items import ItemLog
@@ -89,6 +90,7 @@ class AgentLoop:
             workspace=workspace,
             approval_policy=self.tools.approvals.effective_policy(configuration),
             ask_outside_workspace=configuration.get("requireApprovalOutsideWorkspace") is not False,
+            subagent_profiles=environment_line(workspace, configuration),
         )
         agent_instructions = configuration.get("agentInstructions")
         role_instructions = configuration.get("roleInstructions")  # a SubAgent child's role
