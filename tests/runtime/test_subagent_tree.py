@@ -313,3 +313,15 @@ async def test_a_provider_streams_the_spawn_and_the_child(server: ServerUnderTes
         assert texts == ["There are three."]
         entries = progress_of(client, turn_id)[-1]["entries"]
         assert [entry["label"] for entry in entries] == ["counter"]
+
+
+async def test_progress_can_be_opted_out_of(server: ServerUnderTest) -> None:
+    opt_out = {"optOutNotificationMethods": ["subagent/progress"]}
+    async with server.connect(capabilities=opt_out) as client:
+        with anyio.fail_after(30):
+            parent = await new_thread(client)
+            turn_id, _ = await run_turn(client, parent, spawn("hello", agentNickname="quiet"))
+            child = (await tool_answer(client, parent, turn_id))["childThreadId"]
+            wait_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=child))
+            assert (await tool_answer(client, parent, wait_id))["status"] == "completed"
+            assert [m for m in client.messages if m.get("method") == "subagent/progress"] == []
