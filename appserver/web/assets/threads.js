@@ -173,6 +173,8 @@ export async function openThread(threadId) {
     const read = await attempt("Reading the thread", () => state.client.threadRead({ threadId }));
     if (read && !view.queueKnown) view.queue = read.thread.queuedInputs ?? [];
     if (read) view.config = read.thread.configuration ?? {};
+    // The title of a thread the list does not hold (a SubAgent's, an automation task's).
+    if (read) view.title = read.thread.displayName;
     if (read) await learnFamily(view, read);
   }
   state.drafting = false;
@@ -188,7 +190,6 @@ async function learnFamily(view, read) {
   const source = read.thread.source;
   if (source?.kind !== "subagent" || typeof source.subAgent?.parentThreadId !== "string") return;
   view.subAgent = source.subAgent;
-  view.title = read.thread.displayName;
   if (!childRecord(view.id)) await refreshChildren(source.subAgent.parentThreadId);
 }
 
