@@ -172,6 +172,24 @@ class EditorClient(Protocol):
         """
 
 
+@runtime_checkable
+class NodeReplHost(Protocol):
+    """A :class:`Participant` whose client may host the thread's Node REPL
+    (DotCraft Desktop's ``nodeRepl`` + ``browserUse``). Optional, like :class:`ToolCaller`."""
+
+    def node_repl(self) -> bool:
+        """Whether it serves ``ext/nodeRepl/*`` now."""
+
+    async def node_repl_request(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send an ``ext/nodeRepl/*`` request; the client's answer (an object).
+
+        Raise :class:`QuestionUnanswered` if the client left or did not answer
+        within ``timeout``; :class:`QuestionRefused` if it answered with an error.
+        """
+
+
 class QuestionUnanswered(Exception):
     """The client left, or did not answer in time."""
 

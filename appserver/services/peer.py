@@ -142,6 +142,22 @@ class Peer:
         """Send an ``ext/acp/*`` request; its answer (a non-object answer: ``{}``)."""
         return await self._object_answer(method, request, timeout)
 
+    def node_repl(self) -> bool:
+        """Whether the client declared both ``nodeRepl`` and ``browserUse``, as
+        DotCraft requires for ``ext/nodeRepl/*`` (a
+        :class:`~appserver.runtime.events.NodeReplHost`)."""
+        caps = self.capabilities if self.ready else None
+        return (
+            getattr(caps, "node_repl", None) is not None
+            and getattr(caps, "browser_use", None) is not None
+        )
+
+    async def node_repl_request(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send an ``ext/nodeRepl/*`` request; its answer (a non-object answer: ``{}``)."""
+        return await self._object_answer(method, request, timeout)
+
     def _acp_extensions(self) -> Any:
         """``capabilities.acpExtensions`` of a ready client (``None``: none)."""
         return getattr(self.capabilities, "acp_extensions", None) if self.ready else None

@@ -11,7 +11,8 @@ goes the same way as ``ext/channel/toolCall`` to the adapter and a
 becomes an :class:`~appserver.tools.base.ApprovalNeed` (:func:`client_tool_need`).
 
 :class:`ClientToolCalls` also keeps each thread's seat (its bound client),
-which the editor proxy (``runtime.turns.editor_proxy``) asks too.
+which the editor proxy (``runtime.turns.editor_proxy``) and the Node REPL
+(``runtime.turns.node_repl``) ask too.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from appserver.runtime.history import client_tool_text as model_text
 from appserver.runtime.turns.editor_proxy import EditorProxy
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
+from appserver.runtime.turns.node_repl import NodeRepl
 from appserver.tools.base import ApprovalNeed, ToolError
 from appserver.tools.sandbox import Sandbox
 
@@ -199,8 +201,10 @@ class ClientToolCalls:
         # The external channels' tools (set by the channel adapter hub).
         self.channel_source: ChannelToolSource | None = None
         approvals.offer_listeners.append(self._offered)
-        # The thread's editor (ext/acp/*): the same seat, asked the same way.
+        # The thread's editor (ext/acp/*) and Node REPL host (ext/nodeRepl/*): the
+        # same seat, asked the same way.
         self.editor_proxy = EditorProxy(approvals, self.owners.get)
+        self.node_repl = NodeRepl(items, approvals, self.owners.get)
 
     # --- declaring, binding ----------------------------------------------------------
 
@@ -251,6 +255,7 @@ class ClientToolCalls:
         ):
             pending.ask(owner)
         self.editor_proxy.offer(thread_id, owner)
+        self.node_repl.offer(thread_id, owner)
 
     def adapter_attached(self, channel: str, adapter: Participant) -> None:
         """An adapter of ``channel`` (re)connected: it is asked the channel's pending calls."""

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from appserver.protocol import turns as turn_wire
-from appserver.providers.base import Message, ToolCall
+from appserver.providers.base import Message, ToolCall, ToolSpec
 from appserver.runtime.read_only_setting import read_only_unasked
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
@@ -50,10 +50,26 @@ class ToolRunner:
         # The tools clients declared (thread/start.dynamicTools) and the external
         # channels' adapters registered (channelTools), run by the client.
         self.client_tools = ClientToolCalls(items, approvals.approvals)
+        # The server's tool that is a request of the thread's client: the Node
+        # REPL (ext/nodeRepl/*).
+        self.node_repl = self.client_tools.node_repl
 
     def is_client_tool(self, active: ActiveTurn, name: str) -> bool:
-        """``name`` is a client's tool on this turn (a built-in of that name wins)."""
-        return name not in self.tools and self.client_tools.find(active, name) is not None
+        """``name`` is recorded by its own item, not a ``toolCall``: a client's
+        tool, or ``NodeReplJs`` (a built-in tool of that name wins)."""
+        if name in self.tools:
+            return False
+        if self.node_repl.offers(active, name):
+            return True
+        return self.client_tools.find(active, name) is not None
+
+    def offered_specs(self, active: ActiveTurn, taken: set[str]) -> list[ToolSpec]:
+        """The tools of this turn beyond the built-in ones (``taken``): the Node
+        REPL's when the thread's client serves it, then the tools clients
+        declared (a name already taken is not offered)."""
+        specs = self.node_repl.specs(active, taken)
+        taken = taken | {spec.name for spec in specs}
+        return specs + self.client_tools.specs(active, taken)
 
     async def call(self, active: ActiveTurn, call: ToolCall, history: list[Message]) -> None:
         """Run ``call``, store a ``toolResult`` item and add the result to ``history``.
@@ -65,6 +81,10 @@ class ToolRunner:
         channel tool: ``pluginFunctionCall``) item is the call's only
         projection (no ``toolResult``).
         """
+        if call.name not in self.tools and self.node_repl.offers(active, call.name):
+            output, images = await self.node_repl.call(active, call)
+            history.append(tool_message(call.call_id, call.name, output, self.output_limit, images))
+            return
         client_tool = self.client_tools.find(active, call.name)
         if client_tool is not None and call.name not in self.tools:
             output = await self._call_client_tool(active, client_tool, call)

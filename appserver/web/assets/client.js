@@ -137,6 +137,8 @@ var SERVER_REQUEST_METHODS = [
   "ext/acp/terminal/waitForExit",
   "ext/channel/send",
   "ext/channel/toolCall",
+  "ext/nodeRepl/cancel",
+  "ext/nodeRepl/evaluate",
   "item/approval/request",
   "item/tool/call"
 ];

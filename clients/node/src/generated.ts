@@ -460,6 +460,21 @@ export interface BackgroundTerminal {
   backgroundReason?: string | null;
 }
 
+/**
+ * `initialize.capabilities.browserUse`: the client's REPL drives an embedded browser.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface BrowserUseCapability {
+  /** The browser backend (DotCraft Desktop: `desktop-iab`); informational. */
+  backend?: string | null;
+  /** The browser-use protocol version (DotCraft's is `2`); informational. */
+  protocolVersion?: number | null;
+  /** The client handles `ext/nodeRepl/cancel` (it is sent in any case: an error answer is ignored). */
+  supportsCancel?: boolean | null;
+  [key: string]: unknown;
+}
+
 /** A channel name threads can originate from (`originChannel` values). */
 export interface ChannelInfo {
   /** Channel name, as it appears in a thread's `originChannel`. */
@@ -680,6 +695,10 @@ export interface ClientCapabilities {
   channelAdapter?: { [key: string]: unknown } | null;
   /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`. */
   acpExtensions?: AcpExtensionsCapability | null;
+  /** The client hosts a Node REPL per thread; with `browserUse` too, the threads bound to it are offered `NodeReplJs` (`ext/nodeRepl/*`). */
+  nodeRepl?: NodeReplCapability | null;
+  /** The client's REPL drives an embedded browser (needed with `nodeRepl`). */
+  browserUse?: BrowserUseCapability | null;
   [key: string]: unknown;
 }
 
@@ -1539,6 +1558,88 @@ export interface ModelListResult {
   errorCode?: string | null;
   /** Human-readable reason; ends with ` Endpoint: <url>` when the endpoint is known. */
   errorMessage?: string | null;
+}
+
+/** Stop an evaluation (`ext/nodeRepl/cancel`). */
+export interface NodeReplCancelParams {
+  /** The thread whose REPL runs it. */
+  threadId: string;
+  /** The `evaluationId` of the `ext/nodeRepl/evaluate` to stop. */
+  evaluationId: string;
+}
+
+/**
+ * Whether an evaluation was stopped (`{ok}`; the answer is not used).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplCancelResult {
+  /** `false`: no such evaluation was running. */
+  ok?: boolean | null;
+  [key: string]: unknown;
+}
+
+/**
+ * `initialize.capabilities.nodeRepl`: the client hosts a persistent Node REPL per thread.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplCapability {
+  /** The client's runtime (DotCraft Desktop: `desktop-node`); informational. */
+  backend?: string | null;
+  [key: string]: unknown;
+}
+
+/** Evaluate JavaScript in the thread's REPL (`ext/nodeRepl/evaluate`). */
+export interface NodeReplEvaluateParams {
+  /** The thread whose REPL (and browser tabs) run the code. */
+  threadId: string;
+  /** Unique per evaluation (`node-repl-<hex>`): `ext/nodeRepl/cancel` names it, and a client asked again after reconnecting can tell a repeat. */
+  evaluationId: string;
+  /** The JavaScript the model wrote (top-level `await` and state that persists between calls, as the client's REPL allows). */
+  code: string;
+  /** How long the evaluation may run (the tool's `timeoutSeconds`, 1-120 s, default 30); the server waits this long plus a margin (5 s) for the answer. */
+  timeoutMs?: number | null;
+}
+
+/**
+ * What the evaluation printed and returned (every field optional).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplEvaluateResult {
+  /** Output text (stdout-like). */
+  text?: string | null;
+  /** The final expression's value, serialised. */
+  resultText?: string | null;
+  /** Images for the model. */
+  images?: NodeReplImage[] | null;
+  /** Console lines. */
+  logs?: string[] | null;
+  /** What went wrong, readable: the tool call fails with it (the other fields still reach the model). */
+  error?: string | null;
+  [key: string]: unknown;
+}
+
+/**
+ * An image the evaluation produced (a screenshot, `display()`).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplImage {
+  /**
+   * The image's media type.
+   *
+   * Default: `"image/png"`.
+   */
+  mediaType?: string;
+  /**
+   * The image, base64-encoded (empty: left out).
+   *
+   * Default: `""`.
+   */
+  dataBase64?: string;
+  [key: string]: unknown;
 }
 
 /** A thread's plan: the whole snapshot, as the model last wrote it. */
@@ -4055,6 +4156,10 @@ export interface ServerRequests {
   "ext/channel/send": { params: ChannelSendParams; result: ChannelSendResult };
   /** Run a tool the adapter registered in `channelAdapter.channelTools`; sent to the adapter that started the turn, else the channel's newest attached adapter. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished adapter or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
   "ext/channel/toolCall": { params: ChannelToolCallParams; result: ChannelToolCallResult };
+  /** Best effort, after the turn running an `ext/nodeRepl/evaluate` was interrupted or the server stopped waiting for it: stop that evaluation and ignore its late result. Answer `{ok}`; the answer (or its absence within 2 s) changes nothing. */
+  "ext/nodeRepl/cancel": { params: NodeReplCancelParams; result: NodeReplCancelResult };
+  /** The model's `NodeReplJs` call: sent to the connection bound to the thread when it advertised both `nodeRepl` and `browserUse`. Answer `{text?, resultText?, images?, logs?, error?}` within `timeoutMs` (+5 s). A timeout, a vanished client, an error or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
+  "ext/nodeRepl/evaluate": { params: NodeReplEvaluateParams; result: NodeReplEvaluateResult };
   /** Ask the client to approve a gated tool call. Answer with `{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else counts as decline. */
   "item/approval/request": { params: ApprovalRequestParams; result: ApprovalRequestResult };
   /** Run a tool the client declared in `thread/start.dynamicTools`; sent to the connection that owns the thread. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished client or an invalid answer fail the call (a failed `dynamicToolCall` item); the turn goes on. */
@@ -4206,6 +4311,8 @@ export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
   "ext/acp/terminal/waitForExit",
   "ext/channel/send",
   "ext/channel/toolCall",
+  "ext/nodeRepl/cancel",
+  "ext/nodeRepl/evaluate",
   "item/approval/request",
   "item/tool/call",
 ];

@@ -41,6 +41,7 @@ __all__ = [
     "AutomationTemplateSaveParams",
     "AutomationThreadBinding",
     "BackgroundTerminal",
+    "BrowserUseCapability",
     "ChannelInfo",
     "ChannelListResult",
     "ChannelMediaSource",
@@ -123,6 +124,12 @@ __all__ = [
     "McpTestResult",
     "ModelCatalogItem",
     "ModelListResult",
+    "NodeReplCancelParams",
+    "NodeReplCancelResult",
+    "NodeReplCapability",
+    "NodeReplEvaluateParams",
+    "NodeReplEvaluateResult",
+    "NodeReplImage",
     "NotificationMethod",
     "Plan",
     "PlanTodo",
@@ -531,6 +538,17 @@ class BackgroundTerminal(TypedDict):
     backgroundReason: NotRequired[str | None]
 
 
+class BrowserUseCapability(TypedDict):
+    """`initialize.capabilities.browserUse`: the client's REPL drives an embedded browser.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    backend: NotRequired[str | None]
+    protocolVersion: NotRequired[int | None]
+    supportsCancel: NotRequired[bool | None]
+
+
 class ChannelInfo(TypedDict):
     """A channel name threads can originate from (``originChannel`` values)."""
 
@@ -668,6 +686,8 @@ class ClientCapabilities(TypedDict):
     optOutNotificationMethods: NotRequired[list[str]]
     channelAdapter: NotRequired[dict[str, Any] | None]
     acpExtensions: NotRequired[AcpExtensionsCapability | None]
+    nodeRepl: NotRequired[NodeReplCapability | None]
+    browserUse: NotRequired[BrowserUseCapability | None]
 
 
 class ClientInfo(TypedDict):
@@ -1266,6 +1286,63 @@ class ModelListResult(TypedDict):
     models: NotRequired[list[ModelCatalogItem]]
     errorCode: NotRequired[str | None]
     errorMessage: NotRequired[str | None]
+
+
+class NodeReplCancelParams(TypedDict):
+    """Stop an evaluation (`ext/nodeRepl/cancel`)."""
+
+    threadId: str
+    evaluationId: str
+
+
+class NodeReplCancelResult(TypedDict):
+    """Whether an evaluation was stopped (`{ok}`; the answer is not used).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    ok: NotRequired[bool | None]
+
+
+class NodeReplCapability(TypedDict):
+    """`initialize.capabilities.nodeRepl`: the client hosts a persistent Node REPL per thread.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    backend: NotRequired[str | None]
+
+
+class NodeReplEvaluateParams(TypedDict):
+    """Evaluate JavaScript in the thread's REPL (`ext/nodeRepl/evaluate`)."""
+
+    threadId: str
+    evaluationId: str
+    code: str
+    timeoutMs: NotRequired[int | None]
+
+
+class NodeReplEvaluateResult(TypedDict):
+    """What the evaluation printed and returned (every field optional).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    text: NotRequired[str | None]
+    resultText: NotRequired[str | None]
+    images: NotRequired[list[NodeReplImage] | None]
+    logs: NotRequired[list[str] | None]
+    error: NotRequired[str | None]
+
+
+class NodeReplImage(TypedDict):
+    """An image the evaluation produced (a screenshot, `display()`).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    mediaType: NotRequired[str]  # default: "image/png"
+    dataBase64: NotRequired[str]  # default: ""
 
 
 class Plan(TypedDict):
@@ -2544,6 +2621,8 @@ SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
     "ext/acp/terminal/waitForExit": ("EditorTerminalWaitParams", "EditorTerminalOutputResult"),
     "ext/channel/send": ("ChannelSendParams", "ChannelSendResult"),
     "ext/channel/toolCall": ("ChannelToolCallParams", "ChannelToolCallResult"),
+    "ext/nodeRepl/cancel": ("NodeReplCancelParams", "NodeReplCancelResult"),
+    "ext/nodeRepl/evaluate": ("NodeReplEvaluateParams", "NodeReplEvaluateResult"),
     "item/approval/request": ("ApprovalRequestParams", "ApprovalRequestResult"),
     "item/tool/call": ("ToolCallParams", "ToolCallResult"),
 }
@@ -2596,6 +2675,8 @@ ServerRequestMethod: TypeAlias = Literal[
     "ext/acp/terminal/waitForExit",
     "ext/channel/send",
     "ext/channel/toolCall",
+    "ext/nodeRepl/cancel",
+    "ext/nodeRepl/evaluate",
     "item/approval/request",
     "item/tool/call",
 ]
