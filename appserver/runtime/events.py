@@ -153,14 +153,18 @@ class ToolCaller(Protocol):
 
 @runtime_checkable
 class EditorClient(Protocol):
-    """A :class:`Participant` whose client may serve the file system and
-    terminals (DotCraft's ``acpExtensions``). Optional, like :class:`ToolCaller`."""
+    """A :class:`Participant` whose client may serve the file system, terminals
+    and its own request families (DotCraft's ``acpExtensions``). Optional, like
+    :class:`ToolCaller`."""
 
     def editor_fs(self) -> tuple[bool, bool]:
         """Whether it serves ``ext/acp/fs/readTextFile`` and ``writeTextFile`` now."""
 
     def editor_terminal(self) -> bool:
         """Whether it runs commands in its terminals (``ext/acp/terminal/*``) now."""
+
+    def editor_families(self) -> tuple[str, ...]:
+        """The custom families (``_unity``) whose ``ext/acp/<family>/*`` it serves now."""
 
     async def editor_request(
         self, method: str, request: WireModel, timeout: float

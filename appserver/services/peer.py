@@ -136,6 +136,12 @@ class Peer:
         caps = self._acp_extensions()
         return caps is not None and caps.terminal_create
 
+    def editor_families(self) -> tuple[str, ...]:
+        """The custom families of ``acpExtensions.extensions`` (an
+        :class:`~appserver.runtime.events.EditorClient`)."""
+        caps = self._acp_extensions()
+        return () if caps is None else tuple(caps.extensions)
+
     async def editor_request(
         self, method: str, request: WireModel, timeout: float
     ) -> Mapping[str, object]:

@@ -21,6 +21,7 @@ from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
+from appserver.runtime.turns.editor_families import EditorFamilyTools
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.turns.turn_diff import TurnDiff, wire_changes
@@ -50,9 +51,10 @@ class ToolRunner:
         # The tools clients declared (thread/start.dynamicTools) and the external
         # channels' adapters registered (channelTools), run by the client.
         self.client_tools = ClientToolCalls(items, approvals.approvals)
-        # The server's tool that is a request of the thread's client: the Node
-        # REPL (ext/nodeRepl/*).
+        # The server's tools that are requests of the thread's client: the Node
+        # REPL (ext/nodeRepl/*) and the editor's families (ext/acp/<family>/*).
         self.node_repl = self.client_tools.node_repl
+        self.family_tools = EditorFamilyTools(self.client_tools.editor_proxy)
 
     def is_client_tool(self, active: ActiveTurn, name: str) -> bool:
         """``name`` is recorded by its own item, not a ``toolCall``: a client's
@@ -65,9 +67,9 @@ class ToolRunner:
 
     def offered_specs(self, active: ActiveTurn, taken: set[str]) -> list[ToolSpec]:
         """The tools of this turn beyond the built-in ones (``taken``): the Node
-        REPL's when the thread's client serves it, then the tools clients
-        declared (a name already taken is not offered)."""
-        specs = self.node_repl.specs(active, taken)
+        REPL's and the editor families' when the thread's client serves them,
+        then the tools clients declared (a name already taken is not offered)."""
+        specs = self.node_repl.specs(active, taken) + self.family_tools.specs(active, taken)
         taken = taken | {spec.name for spec in specs}
         return specs + self.client_tools.specs(active, taken)
 
@@ -141,6 +143,9 @@ class ToolRunner:
     async def _run(self, active: ActiveTurn, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
+            family_tool = self.family_tools.find(active, call.name)
+            if family_tool is not None:  # a request of the editor's family (no approval)
+                return await self.family_tools.run(active, family_tool, call.arguments)
             return ToolOutcome(False, f"Error: unknown tool '{call.name}'")
         if not tool_offered(active.thread, call.name):  # a role's lists (SubAgents)
             return ToolOutcome(False, f"Error: tool '{call.name}' is not available here")

@@ -128,6 +128,11 @@ var NOTIFICATION_METHODS = [
   "workspace/configChanged"
 ];
 var SERVER_REQUEST_METHODS = [
+  "ext/acp/<family>/<method>",
+  "ext/acp/_unity/get_console_logs",
+  "ext/acp/_unity/get_project_info",
+  "ext/acp/_unity/get_selection",
+  "ext/acp/_unity/scene_query",
   "ext/acp/fs/readTextFile",
   "ext/acp/fs/writeTextFile",
   "ext/acp/terminal/create",

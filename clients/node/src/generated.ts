@@ -37,8 +37,31 @@ export interface AcpExtensionsCapability {
    * Default: `false`.
    */
   terminalCreate?: boolean;
-  /** Further `ext/acp/<family>` families the client serves (not used by this server). */
+  /** Custom families the client serves (`_unity`): tools of these families send `ext/acp/<family>/<method>` (see `ext/acp/<family>/<method>`). */
   extensions?: string[];
+  [key: string]: unknown;
+}
+
+/**
+ * A request of a client's own family (`ext/acp/<family>/<method>`): `threadId` and
+ * the method's fields (for a declared tool: the model's arguments).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpFamilyParams {
+  /** The thread whose agent asks (bridges strip it before forwarding to the IDE). */
+  threadId: string;
+  [key: string]: unknown;
+}
+
+/**
+ * Any JSON object: it becomes the tool's result (the model reads it as JSON).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpFamilyResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
   [key: string]: unknown;
 }
 
@@ -693,7 +716,7 @@ export interface ClientCapabilities {
   optOutNotificationMethods?: string[];
   /** The client is an external channel adapter (see `ext/channel/*`). */
   channelAdapter?: { [key: string]: unknown } | null;
-  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`. */
+  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`, `shell` runs in its terminals, the tools of the families it lists send `ext/acp/<family>/<method>`. */
   acpExtensions?: AcpExtensionsCapability | null;
   /** The client hosts a Node REPL per thread; with `browserUse` too, the threads bound to it are offered `NodeReplJs` (`ext/nodeRepl/*`). */
   nodeRepl?: NodeReplCapability | null;
@@ -1043,7 +1066,8 @@ export interface DeltaNotification {
 }
 
 /**
- * A tool the client implements; the server calls it with `item/tool/call`.
+ * A tool the client implements; the server calls it with `item/tool/call` (or, with
+ * `acpMethod`, `ext/acp/<family>/<method>`).
  *
  * Open object: the server keeps (and may send) keys not listed here.
  */
@@ -1060,6 +1084,8 @@ export interface DynamicToolSpec {
   deferLoading?: boolean | null;
   /** Ask for approval before each call: `{kind, targetArgument, operation?, operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`, `remoteResource`; see `ChannelToolApproval`); a declined call is not sent. */
   approval?: { [key: string]: unknown } | null;
+  /** Ours: `_family/method` of a family the client lists in `acpExtensions.extensions`. A call is sent as `ext/acp/<family>/<method>` (`threadId` and the model's arguments) instead of `item/tool/call`, and the tool is offered only while the thread's client serves the family. */
+  acpMethod?: string | null;
   [key: string]: unknown;
 }
 
@@ -3163,6 +3189,148 @@ export interface TurnSteerResult {
   queuedInputs: QueuedTurnInput[];
 }
 
+/**
+ * One console entry.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityConsoleLogEntry {
+  /** `error`, `warning` or `log`. */
+  type?: string | null;
+  /** The message. */
+  message?: string | null;
+  /** Its stack trace. */
+  stackTrace?: string | null;
+  /** How many times it repeated. */
+  count?: number | null;
+  [key: string]: unknown;
+}
+
+/**
+ * Recent console entries (`ext/acp/_unity/get_console_logs`, tool
+ * `unity_get_console_logs`).
+ */
+export interface UnityConsoleLogsParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+  /** Only these types: `error`, `warning`, `log` (absent: all). */
+  types?: string[] | null;
+  /**
+   * At most this many, the newest (default 50).
+   *
+   * Default: `50`.
+   */
+  limit?: number;
+}
+
+/**
+ * The console entries.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityConsoleLogsResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** Oldest first. */
+  logs?: UnityConsoleLogEntry[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * One GameObject (fields as DotCraft's Unity client sends them; all optional).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityGameObject {
+  /** Its name. */
+  name?: string | null;
+  /** Its hierarchy path (`/Parent/Child`). */
+  path?: string | null;
+  /** Unity's instance id. */
+  instanceId?: number | null;
+  /** Whether it is active itself. */
+  active?: boolean | null;
+  /** Component type names (with `includeComponents`). */
+  components?: string[] | null;
+  /** Its children, down to `maxDepth`. */
+  children?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * The project.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityProjectInfoResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** The project's name. */
+  projectName?: string | null;
+  /** The editor's version. */
+  unityVersion?: string | null;
+  /** Where the project is. */
+  projectPath?: string | null;
+  /** Installed packages. */
+  packages?: string[] | null;
+  [key: string]: unknown;
+}
+
+/** The scene hierarchy (`ext/acp/_unity/scene_query`, tool `unity_scene_query`). */
+export interface UnitySceneQueryParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+  /** Keep GameObjects whose name or path contains this (case-insensitive). */
+  query?: string | null;
+  /**
+   * List each GameObject's component type names.
+   *
+   * Default: `false`.
+   */
+  includeComponents?: boolean;
+  /**
+   * How deep to walk the hierarchy (default 10).
+   *
+   * Default: `10`.
+   */
+  maxDepth?: number;
+}
+
+/**
+ * The matching GameObjects.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnitySceneQueryResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** Root objects (or matches) with their children. */
+  objects?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * What the editor has selected.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnitySelectionResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** The selected GameObjects, with their components. */
+  selectedObjects?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * A request with no fields of its own (`ext/acp/_unity/get_selection`,
+ * `ext/acp/_unity/get_project_info`).
+ */
+export interface UnityThreadParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+}
+
 /** `UsageDeltaNotification` on the wire. */
 export interface UsageDeltaNotification {
   /** The thread. */
@@ -4138,6 +4306,16 @@ export interface Notifications {
 
 /** Every server->client request: its params and result types. */
 export interface ServerRequests {
+  /** A call of a tool the client declared in `thread/start.dynamicTools` with `acpMethod: "<family>/<method>"`: params are `threadId` and the model's arguments; any JSON object answers (the `dynamicToolCall` item's `structuredResult`). Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/<family>/<method>": { params: AcpFamilyParams; result: AcpFamilyResult };
+  /** The `unity_get_console_logs` tool. Answer `{logs}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_console_logs": { params: UnityConsoleLogsParams; result: UnityConsoleLogsResult };
+  /** The `unity_get_project_info` tool. Answer `{projectName, unityVersion, projectPath, packages}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_project_info": { params: UnityThreadParams; result: UnityProjectInfoResult };
+  /** The `unity_get_selection` tool. Answer `{selectedObjects}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_selection": { params: UnityThreadParams; result: UnitySelectionResult };
+  /** The `unity_scene_query` tool. Answer `{objects}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/scene_query": { params: UnitySceneQueryParams; result: UnitySceneQueryResult };
   /** `read_file` (and `edit_file`) read through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsReadTextFile`, after the workspace sandbox and approvals. Answer `{content}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
   "ext/acp/fs/readTextFile": { params: ReadTextFileParams; result: ReadTextFileResult };
   /** `write_file` (and `edit_file`) write through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsWriteTextFile`, after the workspace sandbox and approvals. Answer `{}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
@@ -4302,6 +4480,11 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
 
 /** Every server->client request name. */
 export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
+  "ext/acp/<family>/<method>",
+  "ext/acp/_unity/get_console_logs",
+  "ext/acp/_unity/get_project_info",
+  "ext/acp/_unity/get_selection",
+  "ext/acp/_unity/scene_query",
   "ext/acp/fs/readTextFile",
   "ext/acp/fs/writeTextFile",
   "ext/acp/terminal/create",
