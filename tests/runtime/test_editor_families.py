@@ -71,7 +71,9 @@ async def test_a_unity_tool_is_one_request_of_the_family(server: ServerUnderTest
     with anyio.fail_after(20):
         async with server.connect("unity", capabilities=UNITY) as client:
             ide = Ide(client, lambda method, params: SCENE)
-            thread_id = (await start_thread(client))["id"]
+            # A declared tool of the same name is not offered: the server's own wins.
+            same_name = {"name": "unity_scene_query", "description": "", "inputSchema": {}}
+            thread_id = (await start_thread(client, dynamicTools=[same_name]))["id"]
             _, terminal = await run_turn(
                 client, thread_id, _call("unity_scene_query", query="Cam", includeComponents=True)
             )

@@ -57,13 +57,18 @@ class ToolRunner:
         self.family_tools = EditorFamilyTools(self.client_tools.editor_proxy)
 
     def is_client_tool(self, active: ActiveTurn, name: str) -> bool:
-        """``name`` is recorded by its own item, not a ``toolCall``: a client's
-        tool, or ``NodeReplJs`` (a built-in tool of that name wins)."""
-        if name in self.tools:
+        """``name`` is recorded by its own item, not a ``toolCall``: ``NodeReplJs``
+        or a client's tool (a built-in or family tool of that name wins, as in
+        :meth:`offered_specs`)."""
+        if self._server_tool(active, name):
             return False
         if self.node_repl.offers(active, name):
             return True
         return self.client_tools.find(active, name) is not None
+
+    def _server_tool(self, active: ActiveTurn, name: str) -> bool:
+        """``name`` is a built-in tool, or a family tool of this turn."""
+        return name in self.tools or self.family_tools.find(active, name) is not None
 
     def offered_specs(self, active: ActiveTurn, taken: set[str]) -> list[ToolSpec]:
         """The tools of this turn beyond the built-in ones (``taken``): the Node
@@ -83,15 +88,18 @@ class ToolRunner:
         channel tool: ``pluginFunctionCall``) item is the call's only
         projection (no ``toolResult``).
         """
-        if call.name not in self.tools and self.node_repl.offers(active, call.name):
-            output, images = await self.node_repl.call(active, call)
-            history.append(tool_message(call.call_id, call.name, output, self.output_limit, images))
-            return
-        client_tool = self.client_tools.find(active, call.name)
-        if client_tool is not None and call.name not in self.tools:
-            output = await self._call_client_tool(active, client_tool, call)
-            history.append(tool_message(call.call_id, call.name, output, self.output_limit))
-            return
+        if not self._server_tool(active, call.name):
+            if self.node_repl.offers(active, call.name):
+                output, images = await self.node_repl.call(active, call)
+                history.append(
+                    tool_message(call.call_id, call.name, output, self.output_limit, images)
+                )
+                return
+            client_tool = self.client_tools.find(active, call.name)
+            if client_tool is not None:
+                output = await self._call_client_tool(active, client_tool, call)
+                history.append(tool_message(call.call_id, call.name, output, self.output_limit))
+                return
         outcome = await self._run(active, call)
         payload: dict[str, Any] = {
             "callId": call.call_id,
