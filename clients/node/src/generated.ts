@@ -37,8 +37,31 @@ export interface AcpExtensionsCapability {
    * Default: `false`.
    */
   terminalCreate?: boolean;
-  /** Further `ext/acp/<family>` families the client serves (not used by this server). */
+  /** Custom families the client serves (`_unity`): tools of these families send `ext/acp/<family>/<method>` (see `ext/acp/<family>/<method>`). */
   extensions?: string[];
+  [key: string]: unknown;
+}
+
+/**
+ * A request of a client's own family (`ext/acp/<family>/<method>`): `threadId` and
+ * the method's fields (for a declared tool: the model's arguments).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpFamilyParams {
+  /** The thread whose agent asks (bridges strip it before forwarding to the IDE). */
+  threadId: string;
+  [key: string]: unknown;
+}
+
+/**
+ * Any JSON object: it becomes the tool's result (the model reads it as JSON).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpFamilyResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
   [key: string]: unknown;
 }
 
@@ -460,6 +483,21 @@ export interface BackgroundTerminal {
   backgroundReason?: string | null;
 }
 
+/**
+ * `initialize.capabilities.browserUse`: the client's REPL drives an embedded browser.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface BrowserUseCapability {
+  /** The browser backend (DotCraft Desktop: `desktop-iab`); informational. */
+  backend?: string | null;
+  /** The browser-use protocol version (DotCraft's is `2`); informational. */
+  protocolVersion?: number | null;
+  /** The client handles `ext/nodeRepl/cancel` (it is sent in any case: an error answer is ignored). */
+  supportsCancel?: boolean | null;
+  [key: string]: unknown;
+}
+
 /** A channel name threads can originate from (`originChannel` values). */
 export interface ChannelInfo {
   /** Channel name, as it appears in a thread's `originChannel`. */
@@ -678,8 +716,12 @@ export interface ClientCapabilities {
   optOutNotificationMethods?: string[];
   /** The client is an external channel adapter (see `ext/channel/*`). */
   channelAdapter?: { [key: string]: unknown } | null;
-  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`. */
+  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`, `shell` runs in its terminals, the tools of the families it lists send `ext/acp/<family>/<method>`. */
   acpExtensions?: AcpExtensionsCapability | null;
+  /** The client hosts a Node REPL per thread; with `browserUse` too, the threads bound to it are offered `NodeReplJs` (`ext/nodeRepl/*`). */
+  nodeRepl?: NodeReplCapability | null;
+  /** The client's REPL drives an embedded browser (needed with `nodeRepl`). */
+  browserUse?: BrowserUseCapability | null;
   [key: string]: unknown;
 }
 
@@ -1024,7 +1066,8 @@ export interface DeltaNotification {
 }
 
 /**
- * A tool the client implements; the server calls it with `item/tool/call`.
+ * A tool the client implements; the server calls it with `item/tool/call` (or, with
+ * `acpMethod`, `ext/acp/<family>/<method>`).
  *
  * Open object: the server keeps (and may send) keys not listed here.
  */
@@ -1041,6 +1084,8 @@ export interface DynamicToolSpec {
   deferLoading?: boolean | null;
   /** Ask for approval before each call: `{kind, targetArgument, operation?, operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`, `remoteResource`; see `ChannelToolApproval`); a declined call is not sent. */
   approval?: { [key: string]: unknown } | null;
+  /** Ours: `_family/method` of a family the client lists in `acpExtensions.extensions`. A call is sent as `ext/acp/<family>/<method>` (`threadId` and the model's arguments) instead of `item/tool/call`, and the tool is offered only while the thread's client serves the family. */
+  acpMethod?: string | null;
   [key: string]: unknown;
 }
 
@@ -1539,6 +1584,88 @@ export interface ModelListResult {
   errorCode?: string | null;
   /** Human-readable reason; ends with ` Endpoint: <url>` when the endpoint is known. */
   errorMessage?: string | null;
+}
+
+/** Stop an evaluation (`ext/nodeRepl/cancel`). */
+export interface NodeReplCancelParams {
+  /** The thread whose REPL runs it. */
+  threadId: string;
+  /** The `evaluationId` of the `ext/nodeRepl/evaluate` to stop. */
+  evaluationId: string;
+}
+
+/**
+ * Whether an evaluation was stopped (`{ok}`; the answer is not used).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplCancelResult {
+  /** `false`: no such evaluation was running. */
+  ok?: boolean | null;
+  [key: string]: unknown;
+}
+
+/**
+ * `initialize.capabilities.nodeRepl`: the client hosts a persistent Node REPL per thread.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplCapability {
+  /** The client's runtime (DotCraft Desktop: `desktop-node`); informational. */
+  backend?: string | null;
+  [key: string]: unknown;
+}
+
+/** Evaluate JavaScript in the thread's REPL (`ext/nodeRepl/evaluate`). */
+export interface NodeReplEvaluateParams {
+  /** The thread whose REPL (and browser tabs) run the code. */
+  threadId: string;
+  /** Unique per evaluation (`node-repl-<hex>`): `ext/nodeRepl/cancel` names it, and a client asked again after reconnecting can tell a repeat. */
+  evaluationId: string;
+  /** The JavaScript the model wrote (top-level `await` and state that persists between calls, as the client's REPL allows). */
+  code: string;
+  /** How long the evaluation may run (the tool's `timeoutSeconds`, 1-120 s, default 30); the server waits this long plus a margin (5 s) for the answer. */
+  timeoutMs?: number | null;
+}
+
+/**
+ * What the evaluation printed and returned (every field optional).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplEvaluateResult {
+  /** Output text (stdout-like). */
+  text?: string | null;
+  /** The final expression's value, serialised. */
+  resultText?: string | null;
+  /** Images for the model. */
+  images?: NodeReplImage[] | null;
+  /** Console lines. */
+  logs?: string[] | null;
+  /** What went wrong, readable: the tool call fails with it (the other fields still reach the model). */
+  error?: string | null;
+  [key: string]: unknown;
+}
+
+/**
+ * An image the evaluation produced (a screenshot, `display()`).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplImage {
+  /**
+   * The image's media type.
+   *
+   * Default: `"image/png"`.
+   */
+  mediaType?: string;
+  /**
+   * The image, base64-encoded (empty: left out).
+   *
+   * Default: `""`.
+   */
+  dataBase64?: string;
+  [key: string]: unknown;
 }
 
 /** A thread's plan: the whole snapshot, as the model last wrote it. */
@@ -3062,6 +3189,148 @@ export interface TurnSteerResult {
   queuedInputs: QueuedTurnInput[];
 }
 
+/**
+ * One console entry.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityConsoleLogEntry {
+  /** `error`, `warning` or `log`. */
+  type?: string | null;
+  /** The message. */
+  message?: string | null;
+  /** Its stack trace. */
+  stackTrace?: string | null;
+  /** How many times it repeated. */
+  count?: number | null;
+  [key: string]: unknown;
+}
+
+/**
+ * Recent console entries (`ext/acp/_unity/get_console_logs`, tool
+ * `unity_get_console_logs`).
+ */
+export interface UnityConsoleLogsParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+  /** Only these types: `error`, `warning`, `log` (absent: all). */
+  types?: string[] | null;
+  /**
+   * At most this many, the newest (default 50).
+   *
+   * Default: `50`.
+   */
+  limit?: number;
+}
+
+/**
+ * The console entries.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityConsoleLogsResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** Oldest first. */
+  logs?: UnityConsoleLogEntry[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * One GameObject (fields as DotCraft's Unity client sends them; all optional).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityGameObject {
+  /** Its name. */
+  name?: string | null;
+  /** Its hierarchy path (`/Parent/Child`). */
+  path?: string | null;
+  /** Unity's instance id. */
+  instanceId?: number | null;
+  /** Whether it is active itself. */
+  active?: boolean | null;
+  /** Component type names (with `includeComponents`). */
+  components?: string[] | null;
+  /** Its children, down to `maxDepth`. */
+  children?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * The project.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityProjectInfoResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** The project's name. */
+  projectName?: string | null;
+  /** The editor's version. */
+  unityVersion?: string | null;
+  /** Where the project is. */
+  projectPath?: string | null;
+  /** Installed packages. */
+  packages?: string[] | null;
+  [key: string]: unknown;
+}
+
+/** The scene hierarchy (`ext/acp/_unity/scene_query`, tool `unity_scene_query`). */
+export interface UnitySceneQueryParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+  /** Keep GameObjects whose name or path contains this (case-insensitive). */
+  query?: string | null;
+  /**
+   * List each GameObject's component type names.
+   *
+   * Default: `false`.
+   */
+  includeComponents?: boolean;
+  /**
+   * How deep to walk the hierarchy (default 10).
+   *
+   * Default: `10`.
+   */
+  maxDepth?: number;
+}
+
+/**
+ * The matching GameObjects.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnitySceneQueryResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** Root objects (or matches) with their children. */
+  objects?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * What the editor has selected.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnitySelectionResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** The selected GameObjects, with their components. */
+  selectedObjects?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * A request with no fields of its own (`ext/acp/_unity/get_selection`,
+ * `ext/acp/_unity/get_project_info`).
+ */
+export interface UnityThreadParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+}
+
 /** `UsageDeltaNotification` on the wire. */
 export interface UsageDeltaNotification {
   /** The thread. */
@@ -4037,6 +4306,16 @@ export interface Notifications {
 
 /** Every server->client request: its params and result types. */
 export interface ServerRequests {
+  /** A call of a tool the client declared in `thread/start.dynamicTools` with `acpMethod: "<family>/<method>"`: params are `threadId` and the model's arguments; any JSON object answers (the `dynamicToolCall` item's `structuredResult`). Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/<family>/<method>": { params: AcpFamilyParams; result: AcpFamilyResult };
+  /** The `unity_get_console_logs` tool. Answer `{logs}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_console_logs": { params: UnityConsoleLogsParams; result: UnityConsoleLogsResult };
+  /** The `unity_get_project_info` tool. Answer `{projectName, unityVersion, projectPath, packages}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_project_info": { params: UnityThreadParams; result: UnityProjectInfoResult };
+  /** The `unity_get_selection` tool. Answer `{selectedObjects}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_selection": { params: UnityThreadParams; result: UnitySelectionResult };
+  /** The `unity_scene_query` tool. Answer `{objects}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/scene_query": { params: UnitySceneQueryParams; result: UnitySceneQueryResult };
   /** `read_file` (and `edit_file`) read through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsReadTextFile`, after the workspace sandbox and approvals. Answer `{content}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
   "ext/acp/fs/readTextFile": { params: ReadTextFileParams; result: ReadTextFileResult };
   /** `write_file` (and `edit_file`) write through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsWriteTextFile`, after the workspace sandbox and approvals. Answer `{}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
@@ -4055,6 +4334,10 @@ export interface ServerRequests {
   "ext/channel/send": { params: ChannelSendParams; result: ChannelSendResult };
   /** Run a tool the adapter registered in `channelAdapter.channelTools`; sent to the adapter that started the turn, else the channel's newest attached adapter. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished adapter or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
   "ext/channel/toolCall": { params: ChannelToolCallParams; result: ChannelToolCallResult };
+  /** Best effort, after the turn running an `ext/nodeRepl/evaluate` was interrupted or the server stopped waiting for it: stop that evaluation and ignore its late result. Answer `{ok}`; the answer (or its absence within 2 s) changes nothing. */
+  "ext/nodeRepl/cancel": { params: NodeReplCancelParams; result: NodeReplCancelResult };
+  /** The model's `NodeReplJs` call: sent to the connection bound to the thread when it advertised both `nodeRepl` and `browserUse`. Answer `{text?, resultText?, images?, logs?, error?}` within `timeoutMs` (+5 s). A timeout, a vanished client, an error or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
+  "ext/nodeRepl/evaluate": { params: NodeReplEvaluateParams; result: NodeReplEvaluateResult };
   /** Ask the client to approve a gated tool call. Answer with `{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else counts as decline. */
   "item/approval/request": { params: ApprovalRequestParams; result: ApprovalRequestResult };
   /** Run a tool the client declared in `thread/start.dynamicTools`; sent to the connection that owns the thread. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished client or an invalid answer fail the call (a failed `dynamicToolCall` item); the turn goes on. */
@@ -4197,6 +4480,11 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
 
 /** Every server->client request name. */
 export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
+  "ext/acp/<family>/<method>",
+  "ext/acp/_unity/get_console_logs",
+  "ext/acp/_unity/get_project_info",
+  "ext/acp/_unity/get_selection",
+  "ext/acp/_unity/scene_query",
   "ext/acp/fs/readTextFile",
   "ext/acp/fs/writeTextFile",
   "ext/acp/terminal/create",
@@ -4206,6 +4494,8 @@ export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
   "ext/acp/terminal/waitForExit",
   "ext/channel/send",
   "ext/channel/toolCall",
+  "ext/nodeRepl/cancel",
+  "ext/nodeRepl/evaluate",
   "item/approval/request",
   "item/tool/call",
 ];

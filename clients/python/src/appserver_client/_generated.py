@@ -16,6 +16,8 @@ __all__ = [
     "NOTIFICATIONS",
     "SERVER_REQUESTS",
     "AcpExtensionsCapability",
+    "AcpFamilyParams",
+    "AcpFamilyResult",
     "ApprovalGrant",
     "ApprovalRequestParams",
     "ApprovalRequestResult",
@@ -41,6 +43,7 @@ __all__ = [
     "AutomationTemplateSaveParams",
     "AutomationThreadBinding",
     "BackgroundTerminal",
+    "BrowserUseCapability",
     "ChannelInfo",
     "ChannelListResult",
     "ChannelMediaSource",
@@ -123,6 +126,12 @@ __all__ = [
     "McpTestResult",
     "ModelCatalogItem",
     "ModelListResult",
+    "NodeReplCancelParams",
+    "NodeReplCancelResult",
+    "NodeReplCapability",
+    "NodeReplEvaluateParams",
+    "NodeReplEvaluateResult",
+    "NodeReplImage",
     "NotificationMethod",
     "Plan",
     "PlanTodo",
@@ -237,6 +246,15 @@ __all__ = [
     "TurnStartParams",
     "TurnSteerParams",
     "TurnSteerResult",
+    "UnityConsoleLogEntry",
+    "UnityConsoleLogsParams",
+    "UnityConsoleLogsResult",
+    "UnityGameObject",
+    "UnityProjectInfoResult",
+    "UnitySceneQueryParams",
+    "UnitySceneQueryResult",
+    "UnitySelectionResult",
+    "UnityThreadParams",
     "UsageDeltaNotification",
     "WelcomeSuggestion",
     "WelcomeSuggestionsParams",
@@ -263,6 +281,25 @@ class AcpExtensionsCapability(TypedDict):
     fsWriteTextFile: NotRequired[bool]  # default: false
     terminalCreate: NotRequired[bool]  # default: false
     extensions: NotRequired[list[str]]
+
+
+class AcpFamilyParams(TypedDict):
+    """A request of a client's own family (`ext/acp/<family>/<method>`): `threadId` and
+    the method's fields (for a declared tool: the model's arguments).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    threadId: str
+
+
+class AcpFamilyResult(TypedDict):
+    """Any JSON object: it becomes the tool's result (the model reads it as JSON).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
 
 
 class ApprovalGrant(TypedDict):
@@ -531,6 +568,17 @@ class BackgroundTerminal(TypedDict):
     backgroundReason: NotRequired[str | None]
 
 
+class BrowserUseCapability(TypedDict):
+    """`initialize.capabilities.browserUse`: the client's REPL drives an embedded browser.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    backend: NotRequired[str | None]
+    protocolVersion: NotRequired[int | None]
+    supportsCancel: NotRequired[bool | None]
+
+
 class ChannelInfo(TypedDict):
     """A channel name threads can originate from (``originChannel`` values)."""
 
@@ -668,6 +716,8 @@ class ClientCapabilities(TypedDict):
     optOutNotificationMethods: NotRequired[list[str]]
     channelAdapter: NotRequired[dict[str, Any] | None]
     acpExtensions: NotRequired[AcpExtensionsCapability | None]
+    nodeRepl: NotRequired[NodeReplCapability | None]
+    browserUse: NotRequired[BrowserUseCapability | None]
 
 
 class ClientInfo(TypedDict):
@@ -901,7 +951,8 @@ class DeltaNotification(TypedDict):
 
 
 class DynamicToolSpec(TypedDict):
-    """A tool the client implements; the server calls it with `item/tool/call`.
+    """A tool the client implements; the server calls it with `item/tool/call` (or, with
+    `acpMethod`, `ext/acp/<family>/<method>`).
 
     Open object: the server keeps (and may send) keys not listed here.
     """
@@ -912,6 +963,7 @@ class DynamicToolSpec(TypedDict):
     inputSchema: dict[str, Any]
     deferLoading: NotRequired[bool | None]
     approval: NotRequired[dict[str, Any] | None]
+    acpMethod: NotRequired[str | None]
 
 
 class EditorTerminalCreateParams(TypedDict):
@@ -1266,6 +1318,63 @@ class ModelListResult(TypedDict):
     models: NotRequired[list[ModelCatalogItem]]
     errorCode: NotRequired[str | None]
     errorMessage: NotRequired[str | None]
+
+
+class NodeReplCancelParams(TypedDict):
+    """Stop an evaluation (`ext/nodeRepl/cancel`)."""
+
+    threadId: str
+    evaluationId: str
+
+
+class NodeReplCancelResult(TypedDict):
+    """Whether an evaluation was stopped (`{ok}`; the answer is not used).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    ok: NotRequired[bool | None]
+
+
+class NodeReplCapability(TypedDict):
+    """`initialize.capabilities.nodeRepl`: the client hosts a persistent Node REPL per thread.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    backend: NotRequired[str | None]
+
+
+class NodeReplEvaluateParams(TypedDict):
+    """Evaluate JavaScript in the thread's REPL (`ext/nodeRepl/evaluate`)."""
+
+    threadId: str
+    evaluationId: str
+    code: str
+    timeoutMs: NotRequired[int | None]
+
+
+class NodeReplEvaluateResult(TypedDict):
+    """What the evaluation printed and returned (every field optional).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    text: NotRequired[str | None]
+    resultText: NotRequired[str | None]
+    images: NotRequired[list[NodeReplImage] | None]
+    logs: NotRequired[list[str] | None]
+    error: NotRequired[str | None]
+
+
+class NodeReplImage(TypedDict):
+    """An image the evaluation produced (a screenshot, `display()`).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    mediaType: NotRequired[str]  # default: "image/png"
+    dataBase64: NotRequired[str]  # default: ""
 
 
 class Plan(TypedDict):
@@ -2288,6 +2397,102 @@ class TurnSteerResult(TypedDict):
     queuedInputs: list[QueuedTurnInput]
 
 
+class UnityConsoleLogEntry(TypedDict):
+    """One console entry.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    type: NotRequired[str | None]
+    message: NotRequired[str | None]
+    stackTrace: NotRequired[str | None]
+    count: NotRequired[int | None]
+
+
+class UnityConsoleLogsParams(TypedDict):
+    """Recent console entries (`ext/acp/_unity/get_console_logs`, tool
+    `unity_get_console_logs`).
+    """
+
+    threadId: str
+    types: NotRequired[list[str] | None]
+    limit: NotRequired[int]  # default: 50
+
+
+class UnityConsoleLogsResult(TypedDict):
+    """The console entries.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    logs: NotRequired[list[UnityConsoleLogEntry] | None]
+
+
+class UnityGameObject(TypedDict):
+    """One GameObject (fields as DotCraft's Unity client sends them; all optional).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    name: NotRequired[str | None]
+    path: NotRequired[str | None]
+    instanceId: NotRequired[int | None]
+    active: NotRequired[bool | None]
+    components: NotRequired[list[str] | None]
+    children: NotRequired[list[UnityGameObject] | None]
+
+
+class UnityProjectInfoResult(TypedDict):
+    """The project.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    projectName: NotRequired[str | None]
+    unityVersion: NotRequired[str | None]
+    projectPath: NotRequired[str | None]
+    packages: NotRequired[list[str] | None]
+
+
+class UnitySceneQueryParams(TypedDict):
+    """The scene hierarchy (`ext/acp/_unity/scene_query`, tool `unity_scene_query`)."""
+
+    threadId: str
+    query: NotRequired[str | None]
+    includeComponents: NotRequired[bool]  # default: false
+    maxDepth: NotRequired[int]  # default: 10
+
+
+class UnitySceneQueryResult(TypedDict):
+    """The matching GameObjects.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    objects: NotRequired[list[UnityGameObject] | None]
+
+
+class UnitySelectionResult(TypedDict):
+    """What the editor has selected.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    selectedObjects: NotRequired[list[UnityGameObject] | None]
+
+
+class UnityThreadParams(TypedDict):
+    """A request with no fields of its own (`ext/acp/_unity/get_selection`,
+    `ext/acp/_unity/get_project_info`).
+    """
+
+    threadId: str
+
+
 class UsageDeltaNotification(TypedDict):
     """``UsageDeltaNotification`` on the wire."""
 
@@ -2535,6 +2740,11 @@ NOTIFICATIONS: Final[dict[str, str]] = {
 """Every server->client notification and the TypedDict of its params."""
 
 SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
+    "ext/acp/<family>/<method>": ("AcpFamilyParams", "AcpFamilyResult"),
+    "ext/acp/_unity/get_console_logs": ("UnityConsoleLogsParams", "UnityConsoleLogsResult"),
+    "ext/acp/_unity/get_project_info": ("UnityThreadParams", "UnityProjectInfoResult"),
+    "ext/acp/_unity/get_selection": ("UnityThreadParams", "UnitySelectionResult"),
+    "ext/acp/_unity/scene_query": ("UnitySceneQueryParams", "UnitySceneQueryResult"),
     "ext/acp/fs/readTextFile": ("ReadTextFileParams", "ReadTextFileResult"),
     "ext/acp/fs/writeTextFile": ("WriteTextFileParams", "WriteTextFileResult"),
     "ext/acp/terminal/create": ("EditorTerminalCreateParams", "EditorTerminalCreateResult"),
@@ -2544,6 +2754,8 @@ SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
     "ext/acp/terminal/waitForExit": ("EditorTerminalWaitParams", "EditorTerminalOutputResult"),
     "ext/channel/send": ("ChannelSendParams", "ChannelSendResult"),
     "ext/channel/toolCall": ("ChannelToolCallParams", "ChannelToolCallResult"),
+    "ext/nodeRepl/cancel": ("NodeReplCancelParams", "NodeReplCancelResult"),
+    "ext/nodeRepl/evaluate": ("NodeReplEvaluateParams", "NodeReplEvaluateResult"),
     "item/approval/request": ("ApprovalRequestParams", "ApprovalRequestResult"),
     "item/tool/call": ("ToolCallParams", "ToolCallResult"),
 }
@@ -2587,6 +2799,11 @@ NotificationMethod: TypeAlias = Literal[
     "workspace/configChanged",
 ]
 ServerRequestMethod: TypeAlias = Literal[
+    "ext/acp/<family>/<method>",
+    "ext/acp/_unity/get_console_logs",
+    "ext/acp/_unity/get_project_info",
+    "ext/acp/_unity/get_selection",
+    "ext/acp/_unity/scene_query",
     "ext/acp/fs/readTextFile",
     "ext/acp/fs/writeTextFile",
     "ext/acp/terminal/create",
@@ -2596,6 +2813,8 @@ ServerRequestMethod: TypeAlias = Literal[
     "ext/acp/terminal/waitForExit",
     "ext/channel/send",
     "ext/channel/toolCall",
+    "ext/nodeRepl/cancel",
+    "ext/nodeRepl/evaluate",
     "item/approval/request",
     "item/tool/call",
 ]
