@@ -81,6 +81,9 @@ class ClusterNode:
         self._scheduled: set[str] = set()
         self._commands_pending = False
         self.peers = 0  # other live nodes, as of the last sweep
+        # Set (and dropped) when another node announces a thread idle: what
+        # wait_idle waits on.
+        self._idle_signals: dict[str, anyio.Event] = {}
         # Called when a heartbeat finds that the other nodes took this one for dead.
         self.on_presumed_dead: Callable[[], Awaitable[None]] | None = None
 
@@ -203,6 +206,7 @@ class ClusterNode:
                     error = lost_error(self.silence) if self.store.remote else PROCESS_LOST
                 await fail_interrupted(self.journal, self.repo, turn, error)
                 await self.states.announce_idle(thread_id)
+                self._signal_idle(thread_id)
                 failed += 1
             except Exception:
                 # Deleted meanwhile, taken over again, the database gone: the
@@ -216,6 +220,28 @@ class ClusterNode:
             params = event.params
             assert isinstance(params, ThreadRuntimeChangedNotification)
             self.states.adopt(params.thread_id, params.runtime)
+            if not params.runtime.running:
+                self._signal_idle(params.thread_id)
+
+    def _signal_idle(self, thread_id: str) -> None:
+        signal = self._idle_signals.pop(thread_id, None)
+        if signal is not None:
+            signal.set()
+
+    async def wait_idle(self, thread_id: str) -> None:
+        """Return once no other node runs a turn on the thread (a new one may
+        start at once: a caller that starts a turn still meets ``TurnInProgress``)."""
+        while True:
+            # Armed before looking: an end announced meanwhile still wakes us.
+            signal = self._idle_signals.setdefault(thread_id, anyio.Event())
+            running = await self.store.running_turn(thread_id)
+            if running is None or running[1] == self.node_id:
+                return
+            # The end comes as the other node's thread/runtimeChanged; look again
+            # now and then all the same (a node that dies never says it; a sweep
+            # here or elsewhere fails its turn within the lease).
+            with anyio.move_on_after(max(self.lease / 4, 0.05)):
+                await signal.wait()
 
     # --- the store's feed (FeedHandler) -------------------------------------------------
 
