@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -230,6 +230,10 @@ class ApprovalBroker:
         self.remote_askers: list[Participant] = []
         # Told each request id once its question is over (answered or not).
         self.settle_listeners: list[Callable[[str], None]] = []
+        # Awaited before each question: the remote askers count the live nodes
+        # then, not at their last sweep.
+        self.before_asking: list[Callable[[], Awaitable[None]]] = []
+        self._asked_here: set[str] = set()  # request ids of the questions ask() put
 
     async def precheck(
         self,
@@ -272,6 +276,11 @@ class ApprovalBroker:
         policy: str,
     ) -> Verdict:
         """Ask ``askers`` and wait for the first answer."""
+        for refresh in self.before_asking:
+            try:
+                await refresh()
+            except Exception:
+                log.exception("could not count who else can answer %s", params.request_id)
         capable = [asker for asker in [*askers, *self.remote_askers] if _can_answer(asker)]
         fields = _log_fields(params)
         if not capable:
@@ -291,12 +300,14 @@ class ApprovalBroker:
         )
         pending = PendingApproval(params, tg, self.timeout, self.reconnect_grace)
         self.pending[params.thread_id] = pending
+        self._asked_here.add(params.request_id)
         try:
             for conn in capable:
                 pending.ask(conn)
             decision, reason = await pending.wait()
         finally:
             self.pending.pop(params.thread_id, None)
+            self._asked_here.discard(params.request_id)
             for listener in self.settle_listeners:
                 listener(params.request_id)
         if decision is None:
@@ -320,6 +331,15 @@ class ApprovalBroker:
             pending.ask(participant)
         for listener in self.offer_listeners:
             listener(thread_id, participant)
+
+    def offer_remote(self) -> None:
+        """Put this node's open questions to the remote askers that can answer
+        now and were not asked yet (a node joined the cluster)."""
+        for pending in list(self.pending.values()):
+            if pending.params.request_id in self._asked_here:
+                for asker in self.remote_askers:
+                    if _can_answer(asker):
+                        pending.ask(asker)
 
     def answer(
         self,

@@ -22,6 +22,7 @@ import anyio.abc
 
 from appserver.protocol.threads import ThreadRuntimeChangedNotification
 from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.cluster_approvals import RemoteAskers, RemoteQuestions
 from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
@@ -91,16 +92,30 @@ class ClusterNode:
     def node_id(self) -> str:
         return self.store.node_id
 
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup | None:
+        """Where this node runs what other nodes ask of it (``None`` until it runs)."""
+        return self._tg
+
     def wire_approvals(self, broker: ApprovalBroker) -> None:
         """Let the clients of other nodes answer this node's approvals, and
         this node's clients answer theirs."""
         remote = RemoteAskers(self)
         broker.remote_askers.append(remote)
         broker.settle_listeners.append(remote.settle)
+        broker.before_asking.append(remote.refresh)
         questions = RemoteQuestions(self, broker, self.journal.bus.subscribers)
+
+        async def joined(body: dict[str, Any]) -> None:
+            # A node that joins is asked what is open here, as if it had been
+            # alive when the question was put.
+            await remote.joined(str(body.get("node")))
+            broker.offer_remote()
+
         self.commands["approval/answer"] = remote.on_answer
         self.commands["approval/ask"] = questions.on_ask
         self.commands["approval/settled"] = questions.on_settled
+        self.commands["node/joined"] = joined
 
     async def check_workspace(self) -> None:
         """Refuse to start on a workspace the other nodes do not share.
@@ -148,6 +163,9 @@ class ClusterNode:
                 await tg.start(self.shared.run)
                 await tg.start(self.store.follow, self)
                 await self.sweep(starting=True)
+                # The others learn of this node now, not at their next sweep:
+                # an approval open there is put to this node's clients too.
+                await self.broadcast("node/joined", {"node": self.node_id})
                 tg.start_soon(self._heartbeat)
                 tg.start_soon(self._sweeper)
                 task_status.started()
@@ -330,150 +348,3 @@ class ClusterNode:
     async def send(self, node_id: str, kind: str, body: dict[str, Any]) -> None:
         """Ask ``node_id`` to carry out ``kind`` (it runs the turn ``body`` names)."""
         await self.store.send(node_id, kind, body)
-
-
-class _RemoteQuestion:
-    """A question this node put to the other nodes' clients."""
-
-    def __init__(self, nodes: set[str]) -> None:
-        self.nodes = nodes  # nodes that have not replied
-        self.answer: dict[str, Any] | None = None
-        self.settled = False
-        self.changed = anyio.Event()
-
-    def wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
-
-
-class RemoteAskers:
-    """The clients of every other node, as one participant of a turn's approval.
-
-    Asking sends ``approval/ask`` to each live node; a node asks its clients
-    subscribed to the thread and sends back the first answer
-    (``approval/answer``), or ``null`` when none of them answered. The
-    broker's first-answer-wins rule then holds across nodes; once the
-    question is over, nodes still asking are told to stop (``approval/settled``).
-    """
-
-    name = "another node's client"
-    closed = False
-
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
-        self._questions: dict[str, _RemoteQuestion] = {}
-
-    def wants(self, kind: str, topic: str | None) -> bool:
-        return False
-
-    def deliver(self, event: object) -> None:
-        return None
-
-    def can_answer_approvals(self) -> bool:
-        return self.node.peers > 0
-
-    async def ask_approval(self, request: Any, timeout: float) -> dict[str, Any]:
-        from appserver.protocol.encoding import model_json
-        from appserver.runtime.events import QuestionUnanswered
-
-        nodes = await self.node.store.live_peers(self.node.silence)
-        if not nodes:
-            raise QuestionUnanswered("no other node")
-        question = self._questions[request.request_id] = _RemoteQuestion(set(nodes))
-        body = {
-            "threadId": request.thread_id,
-            "requestId": request.request_id,
-            "params": model_json(request),
-            "timeout": timeout,
-            "from": self.node.node_id,
-        }
-        try:
-            for node_id in nodes:
-                await self.node.send(node_id, "approval/ask", body)
-            with anyio.move_on_after(timeout):
-                while question.answer is None and question.nodes and not question.settled:
-                    await question.changed.wait()
-        finally:
-            self._questions.pop(request.request_id, None)
-            with anyio.CancelScope(shield=True):
-                for node_id in question.nodes:
-                    await self.node.send(
-                        node_id, "approval/settled", {"requestId": request.request_id}
-                    )
-        if question.answer is None:
-            raise QuestionUnanswered("no client of another node answered")
-        return question.answer
-
-    def settle(self, request_id: str) -> None:
-        """The broker's question is over (answered here, or timed out)."""
-        question = self._questions.get(request_id)
-        if question is not None:
-            question.settled = True
-            question.wake()
-
-    async def on_answer(self, body: dict[str, Any]) -> None:
-        question = self._questions.get(str(body.get("requestId")))
-        if question is None:
-            return
-        question.nodes.discard(str(body.get("node")))
-        answer = body.get("answer")
-        if isinstance(answer, dict) and question.answer is None:
-            question.answer = answer
-        question.wake()
-
-
-class RemoteQuestions:
-    """This node's side of another node's approval: ask the local clients
-    subscribed to the thread, answer the asking node."""
-
-    def __init__(self, node: ClusterNode, broker: Any, subscribers: Any) -> None:
-        self.node = node
-        self.broker = broker
-        self.subscribers = subscribers
-        self._pending: dict[str, Any] = {}
-
-    async def on_ask(self, body: dict[str, Any]) -> None:
-        from appserver.protocol.turns import ApprovalRequestParams
-        from appserver.runtime.approvals import PendingApproval
-
-        params = ApprovalRequestParams.model_validate_json(body["params"])
-        asker, request_id = str(body["from"]), params.request_id
-        capable = [
-            participant
-            for participant in self.subscribers(params.thread_id)
-            if not participant.closed and participant.can_answer_approvals()
-        ]
-        answer: dict[str, Any] | None = None
-        # Even with nobody here yet: a client that reconnects to this node and
-        # subscribes within the reconnect grace is asked (broker.offer).
-        if self.node._tg is not None:
-            timeout = float(body.get("timeout") or self.broker.timeout)
-            pending = PendingApproval(params, self.node._tg, timeout, self.broker.reconnect_grace)
-            self._pending[request_id] = pending
-            # Here too a client that subscribes meanwhile is asked (broker.offer).
-            self.broker.pending.setdefault(params.thread_id, pending)
-            try:
-                for participant in capable:
-                    pending.ask(participant)
-                decision, _reason = await pending.wait()
-            finally:
-                self._pending.pop(request_id, None)
-                if self.broker.pending.get(params.thread_id) is pending:
-                    del self.broker.pending[params.thread_id]
-            if decision == _SETTLED:
-                return  # the asking node has its answer: no reply wanted
-            if decision is not None:
-                answer = {"decision": decision, "scope": pending.scope}
-        await self.node.send(
-            asker,
-            "approval/answer",
-            {"requestId": request_id, "node": self.node.node_id, "answer": answer},
-        )
-
-    async def on_settled(self, body: dict[str, Any]) -> None:
-        pending = self._pending.get(str(body.get("requestId")))
-        if pending is not None:
-            pending.resolve(_SETTLED, None)
-
-
-_SETTLED = "settled"  # not a decision: the question ended on the asking node

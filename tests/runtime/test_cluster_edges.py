@@ -18,7 +18,7 @@ import anyio
 from tests.support.client import RpcClient
 from tests.support.cluster import running_nodes
 from tests.support.cron_servers import add_job
-from tests.support.turns import new_thread
+from tests.support.turns import Approver, new_thread, start_turn, wait_terminal
 
 LEASE = 1.0  # seconds; the default is 10
 TERMINAL = ("turn/completed", "turn/failed", "turn/cancelled")
@@ -88,3 +88,44 @@ async def test_cron_runs_due_together_on_one_thread_all_run_on_two_nodes(
         refs = sorted(turn["items"][0]["payload"].get("triggerRefId") for turn in turns)
         assert refs == sorted(ids)
 
+
+async def test_an_approval_reaches_a_node_that_has_just_joined(
+    workspace: Path, postgres_url: str
+) -> None:
+    # A long lease: sweeps (which count the live nodes) come seldom, so who is
+    # asked can only be right if it does not wait for one.
+    lease = 40.0
+    mute = {"approvalSupport": False}  # a client that cannot answer approvals
+    async with (
+        running_nodes(1, workspace, postgres_url, lease=lease) as (a,),
+        a.connect("a") as on_a,
+        a.connect("a-mute", mute) as mute_a,
+    ):
+        silent = Approver(on_a, None)  # sees the question, never answers
+        first = await new_thread(on_a)
+        with anyio.fail_after(30):
+            # Raised while A is alone: asked on A only...
+            first_turn = await start_turn(on_a, first, "!echo joined-later")
+            await silent.wait_request()
+            # ...and offered to B's clients once B joins.
+            async with (
+                running_nodes(1, workspace, postgres_url, lease=lease, first="B") as (b,),
+                b.connect("b") as on_b,
+            ):
+                answerer = Approver(on_b, "accept")
+                await on_b.request("thread/subscribe", {"threadId": first})
+                terminal = await wait_terminal(on_a, first_turn, timeout=20)
+                assert terminal["method"] == "turn/completed"
+                assert len(answerer.requests) == 1
+                # Raised right after B came up, from a client that cannot answer:
+                # B's subscribed client is asked, not the policy.
+                second = await new_thread(on_a)
+                await on_b.request("thread/subscribe", {"threadId": second})
+                second_turn = await start_turn(mute_a, second, "!echo just-joined")
+                terminal = await wait_terminal(on_b, second_turn, 20, thread_id=second)
+        assert terminal["method"] == "turn/completed"
+        assert len(answerer.requests) == 2
+        items = terminal["params"]["turn"]["items"]
+        assert not [item for item in items if item["type"] == "error"], items
+        result = next(item for item in items if item["type"] == "toolResult")
+        assert result["payload"]["success"] is True
