@@ -18,7 +18,16 @@ import anyio
 from tests.support.client import RpcClient
 from tests.support.cluster import running_nodes
 from tests.support.cron_servers import add_job
-from tests.support.turns import Approver, new_thread, start_turn, wait_terminal
+from tests.support.turns import (
+    Approver,
+    any_delta,
+    new_thread,
+    read_turn,
+    start_turn,
+    streamed_text,
+    wait_count,
+    wait_terminal,
+)
 
 LEASE = 1.0  # seconds; the default is 10
 TERMINAL = ("turn/completed", "turn/failed", "turn/cancelled")
@@ -129,3 +138,39 @@ async def test_an_approval_reaches_a_node_that_has_just_joined(
         assert not [item for item in items if item["type"] == "error"], items
         result = next(item for item in items if item["type"] == "toolResult")
         assert result["payload"]["success"] is True
+
+
+async def test_a_dead_node_s_streaming_item_keeps_every_delivered_delta(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        thread_id = await new_thread(on_a)
+        await on_b.request("thread/subscribe", {"threadId": thread_id})
+        with anyio.fail_after(20):
+            turn_id = await start_turn(on_a, thread_id, "?stream 400\n?delay 20")
+            # Killed well inside the first checkpoint interval (0.5 s).
+            await wait_count(on_b, any_delta(), 10)
+            a.kill()
+            terminal = await wait_terminal(on_b, turn_id, timeout=15)
+        assert terminal["method"] == "turn/failed"
+        shown = "".join(
+            m["params"]["delta"]
+            for m in on_b.notifications("item/agentMessage/delta")
+            if m["params"]["threadId"] == thread_id
+        )
+        assert len(shown) >= len(streamed_text(10))
+        completed = [
+            m["params"]["item"]
+            for m in on_b.notifications("item/completed")
+            if m["params"]["threadId"] == thread_id
+            and m["params"]["item"]["type"] == "agentMessage"
+        ]
+        assert len(completed) == 1
+        assert completed[0]["payload"]["text"].startswith(shown)
+        stored = await read_turn(on_b, thread_id, turn_id)
+        message = next(item for item in stored["items"] if item["type"] == "agentMessage")
+        assert message["payload"]["text"] == completed[0]["payload"]["text"]
