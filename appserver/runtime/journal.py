@@ -146,7 +146,8 @@ class ThreadJournal:
                 owned = turn.id
             elif item is not None:
                 owned = item.turn_id
-            return await self.shared.append(
+            include = tuple(include)
+            seq = await self.shared.append(
                 event,
                 now_iso(),
                 broadcast=broadcast,
@@ -155,6 +156,11 @@ class ThreadJournal:
                 statements=statements,
                 turn_id=owned,
             )
+            if turn is not None and new_turn:
+                # Started here (not refused): its watchers get its end even if
+                # another node writes it.
+                self.shared.watch_turn(thread_id, turn.id, include)
+            return seq
         body = event.params_json()
         async with self.lock(thread_id):
             seq = event.seq = await self._next_seq(thread_id)

@@ -17,6 +17,7 @@ before anyone sees it, as on one node).
 
 from __future__ import annotations
 
+import json
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +34,7 @@ log = logging.getLogger("appserver.cluster")
 
 MAX_QUEUED_DELTAS = 4096  # a producer that runs this far ahead waits for the flusher
 FETCH_PAGE = 1000
+TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 
 Deliver = Callable[[Event, bool, Iterable[Participant], Iterable[Participant]], None]
 
@@ -88,6 +90,10 @@ class SharedLog:
         self._closed = False
         # Sees each event another node wrote before it is delivered here.
         self.on_remote: Callable[[Event], None] | None = None
+        # thread -> turn -> its watchers (who get its events without
+        # subscribing), for each turn started here until its end is delivered
+        # here: another node that takes the turn over writes that end.
+        self._turn_watchers: dict[str, dict[str, tuple[Participant, ...]]] = {}
 
     def _feed(self, thread_id: str) -> _ThreadFeed:
         feed = self._feeds.get(thread_id)
@@ -248,7 +254,7 @@ class SharedLog:
     def announced(self, thread_id: str, first: int, last: int, broadcast: bool) -> bool:
         """Note another node's events; ``True`` if this node should fetch them."""
         feed = self._feeds.get(thread_id)
-        wanted = broadcast or bool(self._subscribers(thread_id))
+        wanted = broadcast or bool(self._subscribers(thread_id)) or thread_id in self._turn_watchers
         if not wanted and (feed is None or not feed.subscribing):
             if feed is not None:
                 feed.announced = max(feed.announced, last)
@@ -275,9 +281,7 @@ class SharedLog:
                 following = feed.delivered + 1
                 pending = feed.local.pop(following, None)
                 if pending is not None:
-                    self._deliver(
-                        pending.event, pending.broadcast, pending.include, pending.exclude
-                    )
+                    self._deliver_local(pending)
                     feed.delivered = following
                     continue
                 target = max(max(feed.local, default=0), feed.announced)
@@ -292,13 +296,46 @@ class SharedLog:
                         target = row.seq  # newer than announced: deliver it all the same
                     local = feed.local.pop(row.seq, None)
                     if local is not None:
-                        self._deliver(local.event, local.broadcast, local.include, local.exclude)
+                        self._deliver_local(local)
                     else:
                         event = _event(thread_id, row)
                         if self.on_remote is not None and row.node_id != self.node_id:
                             self.on_remote(event)
-                        self._deliver(event, row.broadcast, (), ())
+                        self._deliver(event, row.broadcast, self._watchers_of(row, event), ())
                     feed.delivered = row.seq
+
+    def watch_turn(self, thread_id: str, turn_id: str, watchers: Iterable[Participant]) -> None:
+        """``watchers`` get the turn's events without subscribing: its end too,
+        should another node write it (it took the turn over from this one)."""
+        chosen = tuple(watchers)
+        if chosen:
+            self._turn_watchers.setdefault(thread_id, {})[turn_id] = chosen
+
+    def _deliver_local(self, pending: _Pending) -> None:
+        event = pending.event
+        self._deliver(event, pending.broadcast, pending.include, pending.exclude)
+        if event.kind in TERMINAL:
+            assert event.thread_id is not None
+            self._turn_ended(event.thread_id, _turn_id(json.loads(event.params_json())))
+
+    def _watchers_of(self, row: SharedEvent, event: Event) -> tuple[Participant, ...]:
+        """The watchers of a turn started here that another node's ``row`` is about."""
+        assert event.thread_id is not None
+        turns = self._turn_watchers.get(event.thread_id)
+        if turns is None or row.broadcast or row.stream is not None:
+            return ()
+        turn_id = _turn_id(json.loads(row.params_json))
+        watchers = turns.get(turn_id or "", ())
+        if row.method in TERMINAL:
+            self._turn_ended(event.thread_id, turn_id)
+        return watchers
+
+    def _turn_ended(self, thread_id: str, turn_id: str | None) -> None:
+        turns = self._turn_watchers.get(thread_id)
+        if turns is not None and turn_id is not None:
+            turns.pop(turn_id, None)
+            if not turns:
+                del self._turn_watchers[thread_id]
 
     # --- subscribing --------------------------------------------------------------------
 
@@ -332,9 +369,19 @@ class SharedLog:
         return await self.store.last_seq(thread_id)
 
     def forget_thread(self, thread_id: str) -> None:
+        self._turn_watchers.pop(thread_id, None)
         feed = self._feeds.get(thread_id)
         if feed is not None and not feed.queue and not feed.local:
             del self._feeds[thread_id]
+
+
+def _turn_id(params: Any) -> str | None:
+    """The turn an event's params are about (``turnId``, or ``turn.id``)."""
+    if not isinstance(params, dict):
+        return None
+    turn = params.get("turn")
+    found = params.get("turnId") or (turn.get("id") if isinstance(turn, dict) else None)
+    return found if isinstance(found, str) else None
 
 
 def _event(thread_id: str, row: SharedEvent) -> Event:

@@ -8,6 +8,7 @@ lease and comes back.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -174,3 +175,40 @@ async def test_a_dead_node_s_streaming_item_keeps_every_delivered_delta(
         stored = await read_turn(on_b, thread_id, turn_id)
         message = next(item for item in stored["items"] if item["type"] == "agentMessage")
         assert message["payload"]["text"] == completed[0]["payload"]["text"]
+
+
+async def test_a_node_resumed_after_a_stall_delivers_the_end_another_node_wrote(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        a.connect("a-watcher") as watcher_a,
+        b.connect("b") as on_b,
+    ):
+        thread_id = await new_thread(on_a)
+        for client in (watcher_a, on_b):
+            await client.request("thread/subscribe", {"threadId": thread_id})
+        with anyio.fail_after(30):
+            turn_id = await start_turn(on_a, thread_id, "?stream 400\n?delay 20")
+            await wait_count(watcher_a, any_delta(), 5)
+            a.process.send_signal(signal.SIGSTOP)  # a stall past the lease
+            try:
+                ended = await wait_terminal(on_b, turn_id, timeout=20)
+            finally:
+                a.process.send_signal(signal.SIGCONT)
+            assert ended["method"] == "turn/failed"
+            # A wakes, finds it was taken for dead, and delivers what B wrote.
+            for client in (on_a, watcher_a):
+                terminal = await wait_terminal(client, turn_id, timeout=20)
+                assert terminal["method"] == "turn/failed"
+                assert terminal["params"]["seq"] == ended["params"]["seq"]
+            await a.wait_log("taken for dead")
+            await on_b.settle()
+            await watcher_a.settle()
+        expected = [m["params"]["seq"] for m in of_thread(on_b, thread_id)]
+        for client in (on_a, watcher_a):
+            seen = [m["params"]["seq"] for m in of_thread(client, thread_id)]
+            tail = [seq for seq in seen if seq >= expected[0]]
+            assert tail == expected[: len(tail)], (client.name, seen, expected)
+            assert len(tail) >= expected.index(ended["params"]["seq"]) + 1
