@@ -73,7 +73,9 @@ class ClusterNode:
         # dead, and sweeps every lease/8 fail its turns: at most 7/8 of the
         # lease after it stopped (at least half of it), so within the lease.
         self.silence = lease * 3 / 4
-        self.shared = SharedLog(store, journal._deliver, journal.lock, journal.bus.subscribers)
+        self.shared = SharedLog(
+            store, journal._deliver, journal.lock, journal.bus.subscribers, journal.forget_lock
+        )
         journal.shared = self.shared
         self.states = states
         self.shared.on_remote = self._remote_event
@@ -198,6 +200,7 @@ class ClusterNode:
             await anyio.sleep(max(self.lease / 8, 0.05))
             try:
                 await self.sweep()
+                self.shared.drop_idle()  # threads whose last follower left
                 now = anyio.current_time()
                 if now - last_prune > DELTA_RETENTION / 2:
                     last_prune = now

@@ -103,6 +103,13 @@ class ThreadJournal:
             lock = self._locks[thread_id] = anyio.Lock(fast_acquire=True)
         return lock
 
+    def forget_lock(self, thread_id: str) -> None:
+        """Drop the thread's lock if nobody holds or awaits it (the next use
+        makes a new one)."""
+        lock = self._locks.get(thread_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[thread_id]
+
     async def _next_seq(self, thread_id: str) -> int:
         current = self._seq.get(thread_id)
         if current is None:

@@ -76,11 +76,13 @@ class SharedLog:
         deliver: Deliver,
         lock: Callable[[str], anyio.Lock],
         subscribers: Callable[[str], frozenset[Participant]],
+        forget_lock: Callable[[str], None] = lambda _thread_id: None,
     ) -> None:
         self.store = store
         self.node_id = store.node_id
         self._deliver = deliver
         self._lock = lock  # the journal's per-thread lock: held while delivering
+        self._forget_lock = forget_lock  # drops that lock while nobody holds it
         self._subscribers = subscribers
         self._feeds: dict[str, _ThreadFeed] = {}
         # Per (participant, thread): the last seq a subscribe replay covered;
@@ -268,6 +270,10 @@ class SharedLog:
             feed.delivered = first - 1
         return True
 
+    def kept(self) -> list[str]:
+        """Threads this node keeps delivery state of."""
+        return list(self._feeds)
+
     def followed(self) -> list[str]:
         """Threads this node delivers events of."""
         return [thread_id for thread_id, feed in self._feeds.items() if feed.delivered is not None]
@@ -303,6 +309,31 @@ class SharedLog:
                             self.on_remote(event)
                         self._deliver(event, row.broadcast, self._watchers_of(row, event), ())
                     feed.delivered = row.seq
+        self.drop_idle([thread_id])
+
+    def drop_idle(self, thread_ids: Iterable[str] | None = None) -> int:
+        """Forget the delivery state of threads nobody here follows any more
+        (of ``thread_ids``, or of every thread); returns how many. What a node
+        keeps then grows with the threads its clients follow, not with every
+        thread it has seen: a later event starts following afresh (a broadcast
+        from its own seq, a subscriber from its replay)."""
+        dropped = 0
+        for thread_id in list(self._feeds if thread_ids is None else thread_ids):
+            feed = self._feeds.get(thread_id)
+            if (
+                feed is None
+                or feed.queue
+                or feed.local
+                or feed.flushing
+                or feed.subscribing
+                or thread_id in self._turn_watchers
+                or self._subscribers(thread_id)
+            ):
+                continue
+            del self._feeds[thread_id]
+            self._forget_lock(thread_id)
+            dropped += 1
+        return dropped
 
     def watch_turn(self, thread_id: str, turn_id: str, watchers: Iterable[Participant]) -> None:
         """``watchers`` get the turn's events without subscribing: its end too,

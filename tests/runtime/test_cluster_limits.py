@@ -1,0 +1,69 @@
+"""The cluster's remaining edges, closed or pinned as docs/scale-out.md states
+them (issue 32): an in-process node (whose state a test can look at) beside
+real node processes, on one real PostgreSQL database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+
+from appserver.runtime.cluster import ClusterNode
+from appserver.runtime.turns import EngineConfig
+from tests.support.client import RpcClient
+from tests.support.cluster import Node, running_nodes
+from tests.support.turns import new_thread, run_turn
+
+LEASE = 1.0  # seconds; the default is 10
+
+
+@asynccontextmanager
+async def beside_a_process(
+    workspace: Path, postgres_url: str
+) -> AsyncIterator[tuple[ClusterNode, RpcClient, Node, RpcClient]]:
+    """Node A in this process (its ClusterNode and a client), node B a process (and a client)."""
+    from tests.support.servers import running_server
+
+    async with (
+        running_server(
+            "memory", workspace, store=postgres_url, engine=EngineConfig(node_lease=LEASE)
+        ) as sut,
+        running_nodes(1, workspace, postgres_url, lease=LEASE, first="B") as (b,),
+        sut.connect() as on_a,
+        b.connect("b") as on_b,
+    ):
+        assert sut.app is not None and sut.app.runtime.cluster is not None
+        yield sut.app.runtime.cluster, on_a, b, on_b
+
+
+def idle_on(client: RpcClient, thread_id: str) -> bool:
+    return any(
+        m["params"]["threadId"] == thread_id and not m["params"]["runtime"]["running"]
+        for m in client.notifications("thread/runtimeChanged")
+    )
+
+
+async def test_a_node_keeps_no_delivery_state_of_threads_nobody_there_follows(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with beside_a_process(workspace, postgres_url) as (node, on_a, _b, on_b):
+        journal = node.journal
+        threads = []
+        with anyio.fail_after(30):
+            for _ in range(4):
+                thread_id = await new_thread(on_b)
+                await run_turn(on_b, thread_id, "?stream 3", timeout=15)
+                threads.append(thread_id)
+            # A delivered every broadcast of them (thread/started, runtimeChanged)...
+            await on_a.wait(lambda m: idle_on(on_a, threads[-1]))
+        # ...and keeps nothing of them once delivered.
+        assert not set(threads) & set(node.shared.kept())
+        assert not set(threads) & set(journal._locks)
+        # A subscriber keeps its thread followed; once it goes, the thread is forgotten.
+        await on_a.request("thread/subscribe", {"threadId": threads[0]})
+        assert threads[0] in node.shared.followed()
+        await on_a.request("thread/unsubscribe", {"threadId": threads[0]})
+        node.shared.drop_idle()
+        assert threads[0] not in node.shared.kept()
