@@ -296,7 +296,7 @@ class ClusterNode:
         self._tg.start_soon(pump)
 
     def _catch_up(self) -> None:
-        for thread_id in self.shared.followed():
+        for thread_id in self.shared.reconnected():
             self._schedule_pump(thread_id, force=True)
 
     # --- commands ----------------------------------------------------------------------

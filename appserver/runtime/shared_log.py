@@ -64,6 +64,12 @@ class _ThreadFeed:
     delivered: int | None = None  # last seq delivered here (None: not following)
     subscribing: int = 0  # subscribe replays under way: announcements count meanwhile
     announced: int = 0  # highest seq other nodes announced
+    # The first seq this feed delivers when it began following by this node's
+    # own commit or a subscriber's replay: another node's broadcast before it
+    # may still be announced (its notification was in flight), and is then
+    # delivered late rather than skipped.
+    followed_from: int = 0
+    remote_seen: int = 0  # highest seq of another node's delivered here
     local: dict[int, _Pending] = field(default_factory=dict)  # committed here, not yet delivered
 
 
@@ -236,6 +242,7 @@ class SharedLog:
                     feed.local[pending.event.seq] = pending
                 if feed.delivered is None:
                     feed.delivered = last - len(batch)
+                    feed.followed_from = feed.delivered + 1
         except Exception as exc:
             self._fail(batch, exc)
             if not any(p.done is not None for p in batch):
@@ -268,11 +275,36 @@ class SharedLog:
         feed.announced = max(feed.announced, last)
         if feed.delivered is None:
             feed.delivered = first - 1
+        elif broadcast and first < feed.followed_from and self._tg is not None:
+            end = min(last, feed.followed_from - 1)
+            self._tg.start_soon(self._deliver_late, thread_id, first, end)
         return True
+
+    async def _deliver_late(self, thread_id: str, first: int, last: int) -> None:
+        """Deliver other nodes' broadcasts among ``first..last``: seqs before the
+        one this node began following the thread at, announced after it did
+        (a replay's floor keeps its subscriber from getting them twice)."""
+        try:
+            async with self._lock(thread_id):
+                for row in await self.store.events_after(thread_id, first - 1, last - first + 1):
+                    if row.broadcast and row.node_id != self.node_id:
+                        # Not shown to on_remote: flags it carries are older than
+                        # what this node has written since.
+                        self._deliver(_event(thread_id, row), True, (), ())
+        except Exception as exc:
+            log.warning("event feed: cannot read %s: %s", thread_id, exc)
 
     def kept(self) -> list[str]:
         """Threads this node keeps delivery state of."""
         return list(self._feeds)
+
+    def reconnected(self) -> list[str]:
+        """The feed was down; returns the threads to read again. Notifications
+        of what committed meanwhile never come: what was read ahead of them
+        counts as announced."""
+        for feed in self._feeds.values():
+            feed.announced = max(feed.announced, feed.remote_seen)
+        return self.followed()
 
     def followed(self) -> list[str]:
         """Threads this node delivers events of."""
@@ -304,6 +336,8 @@ class SharedLog:
                     if local is not None:
                         self._deliver_local(local)
                     else:
+                        if row.node_id != self.node_id:
+                            feed.remote_seen = max(feed.remote_seen, row.seq)
                         event = _event(thread_id, row)
                         if self.on_remote is not None and row.node_id != self.node_id:
                             self.on_remote(event)
@@ -326,6 +360,9 @@ class SharedLog:
                 or feed.local
                 or feed.flushing
                 or feed.subscribing
+                # read ahead of its notification: keep the feed until that comes,
+                # so it is not taken for one that came late (below followed_from)
+                or feed.remote_seen > feed.announced
                 or thread_id in self._turn_watchers
                 or self._subscribers(thread_id)
             ):
@@ -394,6 +431,7 @@ class SharedLog:
         self.floors[key] = last
         if feed.delivered is None and not feed.local and not feed.queue:
             feed.delivered = last
+            feed.followed_from = last + 1
         return [_event(thread_id, row) for row in stored]
 
     async def last_seq(self, thread_id: str) -> int:

@@ -67,3 +67,48 @@ async def test_a_node_keeps_no_delivery_state_of_threads_nobody_there_follows(
         await on_a.request("thread/unsubscribe", {"threadId": threads[0]})
         node.shared.drop_idle()
         assert threads[0] not in node.shared.kept()
+
+
+async def test_a_broadcast_announced_after_this_node_began_following_is_delivered(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with beside_a_process(workspace, postgres_url) as (node, on_a, _b, on_b):
+        watched = await new_thread(on_b)
+        with anyio.fail_after(20):
+            await on_a.notification("thread/started", where=lambda p: p["thread"]["id"] == watched)
+        # B's notifications about the thread are held back on their way to A (a
+        # slow network), while A writes an event of its own there.
+        held: list[tuple[str, int, int, str, bool]] = []
+        arrived = anyio.Event()
+        deliver = node.on_events
+
+        def hold(thread_id: str, first: int, last: int, node: str, broadcast: bool) -> None:
+            if thread_id != watched:
+                deliver(thread_id, first, last, node, broadcast)
+                return
+            held.append((thread_id, first, last, node, broadcast))
+            arrived.set()
+
+        node.on_events = hold  # type: ignore[method-assign]
+        with anyio.fail_after(20):
+            await run_turn(on_b, watched, "?stream 2", timeout=15)
+            idle = await on_b.notification(
+                "thread/runtimeChanged",
+                where=lambda p: p["threadId"] == watched and not p["runtime"]["running"],
+            )
+            while not held or held[-1][2] < idle["seq"]:
+                await arrived.wait()
+                arrived = anyio.Event()
+            await on_a.request("thread/rename", {"threadId": watched, "displayName": "mine"})
+            await on_a.notification("thread/renamed", where=lambda p: p["threadId"] == watched)
+            node.on_events = deliver  # type: ignore[method-assign]
+            for announcement in held:
+                deliver(*announcement)
+            # B's broadcasts (the thread running, then idle) still reach A's client.
+            await on_a.wait(lambda m: idle_on(on_a, watched))
+        seqs = [
+            m["params"]["seq"]
+            for m in on_a.notifications("thread/runtimeChanged")
+            if m["params"]["threadId"] == watched
+        ]
+        assert len(seqs) == len(set(seqs)) == 2
