@@ -39,6 +39,11 @@ DELTA_RETENTION = 300.0  # seconds a completed item's stored deltas are kept
 Command = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+STRANDED = (
+    "This node lost track of the turn (a write whose answer never came may or may "
+    "not have reached the database); it marked the turn failed."
+)
+
 PROCESS_LOST = (
     "The appserver process running this turn stopped; another process serving the "
     "workspace marked the turn failed."
@@ -87,6 +92,9 @@ class ClusterNode:
         # Set (and dropped) when another node announces a thread idle: what
         # wait_idle waits on.
         self._idle_signals: dict[str, anyio.Event] = {}
+        # Whether this node runs the turn (thread, turn); set by the runtime.
+        self.runs_turn: Callable[[str, str], bool] = lambda _thread, _turn: True
+        self._stranded: set[tuple[str, str]] = set()  # this node's, not run, at the last sweep
         # Called when a heartbeat finds that the other nodes took this one for dead.
         self.on_presumed_dead: Callable[[], Awaitable[None]] | None = None
 
@@ -233,6 +241,32 @@ class ClusterNode:
                 # Deleted meanwhile, taken over again, the database gone: the
                 # next sweep looks again; the node carries on.
                 log.exception("could not fail turn %s on %s", turn_id, thread_id)
+        return failed + await self._fail_stranded()
+
+    async def _fail_stranded(self) -> int:
+        """Fail the turns the database says this node runs and it does not: a
+        COMMIT whose answer was lost (the turn's start, or its end) left them
+        running there. Seen at two sweeps in a row, so a turn that is just
+        starting or ending here is not taken for one."""
+        stranded = {
+            (thread_id, turn_id)
+            for thread_id, turn_id in await self.store.own_running_turns()
+            if not self.runs_turn(thread_id, turn_id)
+        }
+        failed = 0
+        for thread_id, turn_id in stranded & self._stranded:
+            try:
+                turn = await self.journal.events.turn(thread_id, turn_id)
+                if turn is None or turn.status not in ("running", "waitingApproval"):
+                    continue
+                log.warning("failing turn %s on %s: this node lost track of it", turn_id, thread_id)
+                await fail_interrupted(self.journal, self.repo, turn, STRANDED)
+                await self.states.announce_idle(thread_id)
+                self._signal_idle(thread_id)
+                failed += 1
+            except Exception:
+                log.exception("could not fail turn %s on %s", turn_id, thread_id)
+        self._stranded = stranded
         return failed
 
     def _remote_event(self, event: Event) -> None:

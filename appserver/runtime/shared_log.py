@@ -270,6 +270,7 @@ class SharedLog:
                 if feed.delivered is not None and not feed.local and not feed.queue:
                     # Nobody here follows it: skip ahead, never back.
                     feed.delivered = max(feed.delivered, last)
+                self.drop_idle([thread_id])  # its last awaited notification, maybe
             return False
         feed = self._feed(thread_id)
         feed.announced = max(feed.announced, last)

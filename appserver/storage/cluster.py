@@ -265,6 +265,15 @@ class ClusterStore:
             )
         return [(row[0], row[1]) for row in rows]
 
+    async def own_running_turns(self) -> list[tuple[str, str]]:
+        """``(thread_id, turn_id)`` of the turns the database says this node runs."""
+        rows = await self.pool.fetch(
+            "SELECT thread_id, id FROM turns WHERE node_id = $1"
+            " AND status IN ('running', 'waitingApproval')",
+            self.node_id,
+        )
+        return [(row[0], row[1]) for row in rows]
+
     async def live_peers(self, lease_seconds: float) -> list[str]:
         """The other nodes whose heartbeat is within the lease."""
         rows = await self.pool.fetch(

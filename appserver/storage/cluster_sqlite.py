@@ -158,6 +158,15 @@ class SqliteClusterStore:
         dead = [row[0] for row in rows if self._has_exited(str(row[0]))]
         return await self.db.run_transaction(_claim_orphans, self.node_id, lease_seconds, dead)
 
+    async def own_running_turns(self) -> list[tuple[str, str]]:
+        """``(thread_id, turn_id)`` of the turns the file says this process runs."""
+        rows = await self.db.lookup_or_fetch(
+            "SELECT thread_id, id FROM turns WHERE node_id = ?"
+            " AND status IN ('running', 'waitingApproval')",
+            (self.node_id,),
+        )
+        return [(row[0], row[1]) for row in rows]
+
     def _has_exited(self, node_id: str) -> bool:
         """Whether ``node_id``'s process is gone: its node lock is free (or was
         removed by its clean exit). Unknown names count as alive (the lease decides)."""

@@ -212,3 +212,44 @@ async def test_a_node_resumed_after_a_stall_delivers_the_end_another_node_wrote(
             tail = [seq for seq in seen if seq >= expected[0]]
             assert tail == expected[: len(tail)], (client.name, seen, expected)
             assert len(tail) >= expected.index(ended["params"]["seq"]) + 1
+
+
+async def test_a_turn_left_running_by_an_uncertain_commit_is_failed_by_its_own_node(
+    workspace: Path, postgres_url: str
+) -> None:
+    import asyncpg
+
+    async with (
+        running_nodes(1, workspace, postgres_url, lease=LEASE) as (a,),
+        a.connect("a") as on_a,
+        a.connect("late") as late,
+    ):
+        thread_id = await new_thread(on_a)
+        with anyio.fail_after(20):
+            turn_id = await start_turn(on_a, thread_id, "?stream 2")
+            await wait_terminal(on_a, turn_id)
+        # What a COMMIT whose answer was lost leaves when it did not land: the
+        # turn still running in the database, on a node that no longer runs it.
+        conn = await asyncpg.connect(postgres_url)
+        try:
+            await conn.execute(
+                "UPDATE turns SET status = 'running', completed_at = NULL"
+                " WHERE thread_id = $1 AND id = $2",
+                thread_id,
+                turn_id,
+            )
+        finally:
+            await conn.close()
+        await late.request("thread/subscribe", {"threadId": thread_id})
+        refused = await late.fail(
+            "turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": "x"}]}
+        )
+        assert refused.code == -32012
+        with anyio.fail_after(LEASE * 10):  # a few sweeps, not a restart
+            terminal = await wait_terminal(late, turn_id, timeout=LEASE * 10)
+        assert terminal["method"] == "turn/failed"
+        with anyio.fail_after(20):
+            again = await start_turn(late, thread_id, "again")
+            assert (await wait_terminal(late, again, thread_id=thread_id))["method"] == (
+                "turn/completed"
+            )
