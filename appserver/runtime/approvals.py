@@ -234,6 +234,9 @@ class ApprovalBroker:
         # then, not at their last sweep.
         self.before_asking: list[Callable[[], Awaitable[None]]] = []
         self._asked_here: set[str] = set()  # request ids of the questions ask() put
+        # Told each acceptForSession grant (thread, key): nodes sharing a
+        # database pass it on, so the session's grant holds on every node.
+        self.grant_listeners: list[Callable[[str, str], Awaitable[None]]] = []
 
     async def precheck(
         self,
@@ -365,13 +368,27 @@ class ApprovalBroker:
         """Apply ``acceptForSession`` (the key of ``scope``) / ``acceptAlways``
         (the exact operation, this session and later ones)."""
         if decision == "acceptForSession":
-            self._session_grants.setdefault(thread_id, set()).add(grant_key(need, scope))
+            key = grant_key(need, scope)
+            self.add_session_grant(thread_id, key)
+            for listener in self.grant_listeners:
+                try:
+                    await listener(thread_id, key)
+                except Exception:
+                    log.exception("could not pass on a session grant of %s", thread_id)
         if decision == "acceptAlways":
             key = scope_key(need)
             self._session_grants.setdefault(thread_id, set()).add(key)
             stored = stored_grant(need)
             self._always_keys.setdefault(stored, set()).add((thread_id, key))
             await self.events.grant(*stored, now)
+
+    def add_session_grant(self, thread_id: str, key: str) -> None:
+        """Let ``key`` (a :func:`grant_key`) cover the thread's session from now on."""
+        self._session_grants.setdefault(thread_id, set()).add(key)
+
+    def session_grants(self) -> dict[str, list[str]]:
+        """Every thread's session grant keys (what another node is told of)."""
+        return {thread: sorted(keys) for thread, keys in self._session_grants.items() if keys}
 
     async def revoke(self, kind: str, operation: str, target: str) -> bool:
         """Forget a remembered (``acceptAlways``) grant, in the database and in

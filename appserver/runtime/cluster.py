@@ -118,9 +118,25 @@ class ClusterNode:
 
         async def joined(body: dict[str, Any]) -> None:
             # A node that joins is asked what is open here, as if it had been
-            # alive when the question was put.
-            await remote.joined(str(body.get("node")))
+            # alive when the question was put, and told the session grants.
+            node_id = str(body.get("node"))
+            await remote.joined(node_id)
             broker.offer_remote()
+            grants = broker.session_grants()
+            if grants:
+                await self.send(node_id, "approval/grant", {"grants": grants})
+
+        async def share_grant(thread_id: str, key: str) -> None:
+            await self.broadcast("approval/grant", {"grants": {thread_id: [key]}})
+
+        async def on_grant(body: dict[str, Any]) -> None:
+            grants = body.get("grants")
+            for thread_id, keys in (grants if isinstance(grants, dict) else {}).items():
+                for key in keys if isinstance(keys, list) else []:
+                    broker.add_session_grant(str(thread_id), str(key))
+
+        broker.grant_listeners.append(share_grant)
+        self.commands["approval/grant"] = on_grant
 
         self.commands["approval/answer"] = remote.on_answer
         self.commands["approval/ask"] = questions.on_ask

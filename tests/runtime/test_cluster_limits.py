@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -14,7 +15,7 @@ from appserver.runtime.cluster import ClusterNode
 from appserver.runtime.turns import EngineConfig
 from tests.support.client import RpcClient
 from tests.support.cluster import Node, running_nodes
-from tests.support.turns import new_thread, run_turn
+from tests.support.turns import Approver, new_thread, run_turn
 
 LEASE = 1.0  # seconds; the default is 10
 
@@ -117,3 +118,31 @@ async def test_a_broadcast_announced_after_this_node_began_following_is_delivere
         renamed = sorted(seq for method, seq in seen if method == "thread/renamed")
         assert len(renamed) == 2
         assert ("thread/runtimeChanged", idle["seq"]) in seen
+
+
+async def test_an_accept_for_session_holds_on_every_node(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with beside_a_process(workspace, postgres_url) as (node, on_a, _b, on_b):
+        asked_on_b = Approver(on_b, "acceptForSession")
+        asked_on_a = Approver(on_a, None)
+        thread_id = await new_thread(on_b)
+        await on_a.request("thread/subscribe", {"threadId": thread_id})
+        told = anyio.Event()
+        take_grant = node.commands["approval/grant"]
+
+        async def noted(body: dict[str, Any]) -> None:
+            await take_grant(body)
+            told.set()
+
+        node.commands["approval/grant"] = noted
+        with anyio.fail_after(30):
+            # Granted for the session on B (B runs the turn, its client answers)...
+            _turn, ended = await run_turn(on_b, thread_id, "!echo same", timeout=20)
+            assert ended["method"] == "turn/completed"
+            await told.wait()
+            # ...so the same command in a turn on A is not asked again.
+            _turn, ended = await run_turn(on_a, thread_id, "!echo same", timeout=20)
+        assert ended["method"] == "turn/completed"
+        assert len(asked_on_b.requests) == 1
+        assert len(asked_on_a.requests) == 1  # the first question, seen on A too
