@@ -13,6 +13,7 @@ heartbeats is failed within the lease, by exactly one node, with one
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,14 @@ from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.recovery import RECOVERED_ERROR, fail_interrupted
-from appserver.storage.cluster_common import NodeStore, WorkspaceMismatch
+from appserver.storage.cluster_common import NodeStore, SharedEvent, WorkspaceMismatch
 from appserver.storage.threads import ThreadRepository
 
 log = logging.getLogger("appserver.cluster")
 
 WORKSPACE_MARK = "cluster-workspace"  # under .craft/: the token every node must see
 DELTA_RETENTION = 300.0  # seconds a completed item's stored deltas are kept
+RECENT_BROADCASTS = 60.0  # seconds (beyond a lease) a delivered broadcast is remembered
 
 Command = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -92,6 +94,7 @@ class ClusterNode:
         # Set (and dropped) when another node announces a thread idle: what
         # wait_idle waits on.
         self._idle_signals: dict[str, anyio.Event] = {}
+        self._down_since: float | None = None  # when the feed went down (Unix seconds)
         # Whether this node runs the turn (thread, turn); set by the runtime.
         self.runs_turn: Callable[[str, str], bool] = lambda _thread, _turn: True
         self._stranded: set[tuple[str, str]] = set()  # this node's, not run, at the last sweep
@@ -225,6 +228,8 @@ class ClusterNode:
             try:
                 await self.sweep()
                 self.shared.drop_idle()  # threads whose last follower left
+                if self._down_since is None:  # kept while the feed is down
+                    self.shared.recent.prune(RECENT_BROADCASTS + self.lease)
                 now = anyio.current_time()
                 if now - last_prune > DELTA_RETENTION / 2:
                     last_prune = now
@@ -327,9 +332,34 @@ class ClusterNode:
         """Commands may be queued for this node."""
         self._wake_commands()
 
+    def on_lost(self) -> None:
+        """The feed went down: note since when (what it missed is read back)."""
+        if self._down_since is None:
+            self._down_since = time.time()
+
     def on_reconnect(self) -> None:
         """The feed was down: read what was announced meanwhile."""
         self._catch_up()
+        since, self._down_since = self._down_since, None
+        if since is not None and self._tg is not None:
+            # From a lease before the loss was noticed: noticing may lag it, and
+            # the events' times are their writers' clocks.
+            self._tg.start_soon(self.catch_up_broadcasts, since - self.lease)
+
+    async def catch_up_broadcasts(self, since: float) -> None:
+        """Deliver other nodes' broadcasts stored since ``since`` (Unix seconds)
+        of threads this node does not follow: their notifications were lost
+        while the feed was down (the followed threads' pumps read the log)."""
+        try:
+            rows = await self.store.broadcasts_since(since)
+        except Exception as exc:
+            log.warning("event feed: cannot read the broadcasts it missed: %s", exc)
+            return
+        by_thread: dict[str, list[SharedEvent]] = {}
+        for thread_id, row in rows:
+            by_thread.setdefault(thread_id, []).append(row)
+        for thread_id, missed in by_thread.items():
+            await self.shared.deliver_missed(thread_id, missed)
 
     def _schedule_pump(self, thread_id: str, force: bool = False) -> None:
         if thread_id in self._scheduled or self._tg is None:

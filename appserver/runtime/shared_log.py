@@ -28,6 +28,7 @@ import anyio
 import anyio.abc
 
 from appserver.runtime.events import Event, Participant
+from appserver.runtime.recent_broadcasts import RecentBroadcasts
 from appserver.storage.cluster_common import LogEntry, NodeStore, SharedEvent
 
 log = logging.getLogger("appserver.cluster")
@@ -102,6 +103,7 @@ class SharedLog:
         # subscribing), for each turn started here until its end is delivered
         # here: another node that takes the turn over writes that end.
         self._turn_watchers: dict[str, dict[str, tuple[Participant, ...]]] = {}
+        self.recent = RecentBroadcasts()  # other nodes' broadcasts delivered lately
 
     def _feed(self, thread_id: str) -> _ThreadFeed:
         feed = self._feeds.get(thread_id)
@@ -291,9 +293,27 @@ class SharedLog:
                     if row.broadcast and row.node_id != self.node_id:
                         # Not shown to on_remote: flags it carries are older than
                         # what this node has written since.
+                        self.recent.note(thread_id, row.seq)
                         self._deliver(_event(thread_id, row), True, (), ())
         except Exception as exc:
             log.warning("event feed: cannot read %s: %s", thread_id, exc)
+
+    async def deliver_missed(self, thread_id: str, rows: list[SharedEvent]) -> None:
+        """Deliver other nodes' broadcasts of a thread this node does not follow
+        that a feed outage hid (``rows``, in seq order), but none delivered here
+        already; flags only from those newer than any delivered since."""
+        async with self._lock(thread_id):
+            feed = self._feeds.get(thread_id)
+            if feed is not None and feed.delivered is not None:
+                return  # followed: its pump reads the log itself
+            for row in rows:
+                if self.recent.seen(thread_id, row.seq):
+                    continue
+                event = _event(thread_id, row)
+                if self.on_remote is not None and row.seq > self.recent.latest(thread_id):
+                    self.on_remote(event)
+                self.recent.note(thread_id, row.seq)
+                self._deliver(event, True, (), ())
 
     def kept(self) -> list[str]:
         """Threads this node keeps delivery state of."""
@@ -339,6 +359,8 @@ class SharedLog:
                     else:
                         if row.node_id != self.node_id:
                             feed.remote_seen = max(feed.remote_seen, row.seq)
+                            if row.broadcast:
+                                self.recent.note(thread_id, row.seq)
                         event = _event(thread_id, row)
                         if self.on_remote is not None and row.node_id != self.node_id:
                             self.on_remote(event)

@@ -24,6 +24,7 @@ from appserver.storage.cluster_common import (
     SharedEvent,
     TurnTakenOver,
     WorkspaceMismatch,
+    iso_time,
 )
 from appserver.storage.postgres import IntegrityErrors, PostgresDatabase, translate
 
@@ -176,6 +177,18 @@ class ClusterStore:
                 after_seq,
             )
         return [SharedEvent(*row) for row in rows], int(last or 0)
+
+    async def broadcasts_since(self, since: float) -> list[tuple[str, SharedEvent]]:
+        """Other nodes' broadcasts stored at or after ``since`` (Unix seconds, by
+        the writers' clocks), each with its thread, in thread and seq order."""
+        rows = await self.pool.fetch(
+            "SELECT thread_id, seq, method, topic, params_json, stream, node_id, broadcast"
+            " FROM thread_events WHERE broadcast AND node_id <> $1 AND created_at >= $2"
+            " ORDER BY thread_id, seq LIMIT 10000",
+            self.node_id,
+            iso_time(since),
+        )
+        return [(row[0], SharedEvent(*row[1:])) for row in rows]
 
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq (0: none or no such thread)."""
@@ -399,6 +412,7 @@ class ClusterStore:
                     task_status.started()
                 handler.on_commands()
                 await lost.wait()
+                handler.on_lost()  # notifications sent from now on never arrive
                 log.warning("event feed: connection lost; reconnecting")
             finally:
                 with anyio.CancelScope(shield=True):

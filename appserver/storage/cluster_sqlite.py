@@ -38,6 +38,7 @@ from appserver.storage.cluster_common import (
     LogEntry,
     SharedEvent,
     TurnTakenOver,
+    iso_time,
 )
 from appserver.storage.db import SqliteDatabase
 from appserver.storage.lock import UnsafeLockFile, WorkspaceLock, open_lock_file
@@ -100,6 +101,16 @@ class SqliteClusterStore:
         """Lifecycle events after ``after_seq`` and the deltas of items still
         streaming, with the thread's last seq from the same snapshot."""
         return await self.db.run_transaction(_replay, thread_id, after_seq)
+
+    async def broadcasts_since(self, since: float) -> list[tuple[str, SharedEvent]]:
+        """Other processes' broadcasts stored at or after ``since`` (Unix seconds),
+        each with its thread, in thread and seq order."""
+        rows = await self.db.fetch(
+            f"SELECT thread_id, {_EVENT_COLUMNS} FROM thread_events WHERE broadcast = 1"
+            " AND node_id <> ? AND created_at >= ? ORDER BY thread_id, seq LIMIT 10000",
+            (self.node_id, iso_time(since)),
+        )
+        return [(row[0], _shared(tuple(row)[1:])) for row in rows]
 
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq (0: none or no such thread)."""

@@ -146,3 +146,35 @@ async def test_an_accept_for_session_holds_on_every_node(
         assert ended["method"] == "turn/completed"
         assert len(asked_on_b.requests) == 1
         assert len(asked_on_a.requests) == 1  # the first question, seen on A too
+
+
+async def test_broadcasts_sent_while_the_feed_was_down_are_delivered_once(
+    workspace: Path, postgres_url: str
+) -> None:
+    async with beside_a_process(workspace, postgres_url) as (node, on_a, _b, on_b):
+        before = await new_thread(on_b)
+        with anyio.fail_after(20):
+            await on_a.notification("thread/started", where=lambda p: p["thread"]["id"] == before)
+        # A's LISTEN connection drops: what B announces meanwhile never reaches A.
+        node.on_lost()
+        never: list[tuple[str, int, int, str, bool]] = []
+        arrived = anyio.Event()
+        deliver = node.on_events
+
+        def drop(thread_id: str, first: int, last: int, node: str, broadcast: bool) -> None:
+            never.append((thread_id, first, last, node, broadcast))
+            arrived.set()
+
+        node.on_events = drop  # type: ignore[method-assign]
+        with anyio.fail_after(20):
+            during = await new_thread(on_b)
+            await on_b.request("thread/rename", {"threadId": during, "displayName": "meanwhile"})
+            while not any(thread == during and first > 1 for thread, first, *_ in never):
+                await arrived.wait()
+                arrived = anyio.Event()
+            node.on_events = deliver  # type: ignore[method-assign]
+            node.on_reconnect()
+            await on_a.notification("thread/renamed", where=lambda p: p["threadId"] == during)
+            await on_a.settle()
+        started = [m["params"]["thread"]["id"] for m in on_a.notifications("thread/started")]
+        assert started.count(before) == started.count(during) == 1
