@@ -200,12 +200,13 @@ class SqliteClusterStore:
         return True
 
     async def live_peers(self, lease_seconds: float) -> list[str]:
-        """The other processes whose heartbeat is within the lease."""
+        """The other processes whose heartbeat is within the lease, less those
+        whose node lock is free (they exited, whatever their last heartbeat)."""
         rows = await self.db.lookup_or_fetch(
             f"SELECT node_id FROM cluster_nodes WHERE node_id <> ? AND heartbeat_at > {_NOW} - ?",
             (self.node_id, lease_seconds),
         )
-        return [row[0] for row in rows]
+        return [row[0] for row in rows if not self._has_exited(str(row[0]))]
 
     async def lease_turn(self, thread_id: str, turn_id: str) -> None:
         """Record that this process runs the turn."""

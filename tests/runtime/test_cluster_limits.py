@@ -15,6 +15,7 @@ from appserver.runtime.cluster import ClusterNode
 from appserver.runtime.turns import EngineConfig
 from tests.support.client import RpcClient
 from tests.support.cluster import Node, running_nodes
+from tests.support.helpers import start_thread
 from tests.support.turns import Approver, new_thread, run_turn
 
 LEASE = 1.0  # seconds; the default is 10
@@ -178,3 +179,54 @@ async def test_broadcasts_sent_while_the_feed_was_down_are_delivered_once(
             await on_a.settle()
         started = [m["params"]["thread"]["id"] for m in on_a.notifications("thread/started")]
         assert started.count(before) == started.count(during) == 1
+
+
+async def test_client_tools_and_terminals_stay_on_the_node_that_runs_the_turn(
+    workspace: Path, postgres_url: str
+) -> None:
+    # docs/scale-out.md "What stays per node": a server->client request of a
+    # turn goes to the clients of the node that runs it, and a background
+    # terminal is a process of the node whose turn started it.
+    async with beside_a_process(workspace, postgres_url) as (_node, on_a, _b, on_b):
+        calls: dict[str, list[Any]] = {"a": [], "b": []}
+
+        def host(name: str) -> Any:
+            def answer(method: str, params: Any) -> Any:
+                calls[name].append((method, params))
+                return {"success": True, "contentItems": [{"type": "text", "text": name}]}
+
+            return answer
+
+        on_a.on_server_request = host("a")
+        on_b.on_server_request = host("b")
+        tools = [{"namespace": "ide", "name": "lookup", "description": "A.", "inputSchema": {}}]
+        thread = await start_thread(
+            on_b, dynamicTools=tools, config={"approvalPolicy": "autoApprove"}
+        )
+        thread_id = str(thread["id"])
+        await on_a.request("thread/subscribe", {"threadId": thread_id})
+        with anyio.fail_after(30):
+            # The turn runs on A: the tool B's client declared is called on A's client.
+            _turn, ended = await run_turn(on_a, thread_id, '?tool ide__lookup {"word": "x"}')
+            assert ended["method"] == "turn/completed"
+            assert [method for method, _ in calls["a"]] == ["item/tool/call"]
+            assert calls["b"] == []
+            # A background terminal the turn on A starts is a process of A's: B
+            # reports it running (its output from the shared file) and leaves it to A.
+            _turn, ended = await run_turn(
+                on_a, thread_id, '?tool shell {"command": "sleep 30", "run_in_background": true}'
+            )
+            assert ended["method"] == "turn/completed"
+            listed = (await on_a.request("terminal/list", {"threadId": thread_id}))["terminals"]
+            session = {"sessionId": listed[0]["sessionId"]}
+            on_b_listed = await on_b.request("terminal/list", {"threadId": thread_id})
+            assert [t["status"] for t in on_b_listed["terminals"]] == ["running"]
+            assert (await on_b.request("terminal/read", session))["terminal"]["status"] == "running"
+            refused = await on_b.fail("terminal/stop", session)
+            assert "another server process" in refused.data["detail"]
+            refused = await on_b.fail("terminal/write", {**session, "input": "x"})
+            assert refused.code == -32091
+            stopped = await on_a.request("terminal/stop", session)
+            assert stopped["terminal"]["status"] == "killed"
+        listed = (await on_b.request("terminal/list", {"threadId": thread_id}))["terminals"]
+        assert [t["status"] for t in listed] == ["killed"]
