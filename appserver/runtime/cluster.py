@@ -95,6 +95,7 @@ class ClusterNode:
         # wait_idle waits on.
         self._idle_signals: dict[str, anyio.Event] = {}
         self._down_since: float | None = None  # when the feed went down (Unix seconds)
+        self._askers: RemoteAskers | None = None  # set by wire_approvals
         # Whether this node runs the turn (thread, turn); set by the runtime.
         self.runs_turn: Callable[[str, str], bool] = lambda _thread, _turn: True
         self._stranded: set[tuple[str, str]] = set()  # this node's, not run, at the last sweep
@@ -113,7 +114,7 @@ class ClusterNode:
     def wire_approvals(self, broker: ApprovalBroker) -> None:
         """Let the clients of other nodes answer this node's approvals, and
         this node's clients answer theirs."""
-        remote = RemoteAskers(self)
+        remote = self._askers = RemoteAskers(self)
         broker.remote_askers.append(remote)
         broker.settle_listeners.append(remote.settle)
         broker.before_asking.append(remote.refresh)
@@ -242,7 +243,10 @@ class ClusterNode:
         ``starting``: this process's first sweep; on the workspace's own file,
         what it fails is what a restart fails, and says so as a restart does."""
         restart = starting and not self.store.remote
-        self.peers = len(await self.store.live_peers(self.silence))
+        peers = await self.store.live_peers(self.silence)
+        self.peers = len(peers)
+        if self._askers is not None:
+            self._askers.gone(set(peers))  # a node asked that died will not answer
         failed = 0
         for thread_id, turn_id in await self.store.claim_orphaned_turns(self.silence):
             try:

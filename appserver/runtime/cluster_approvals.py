@@ -127,6 +127,13 @@ class RemoteAskers:
             if question.answer is None and not question.settled:
                 await self._send_to(question, node_id)
 
+    def gone(self, alive: set[str]) -> None:
+        """Stop waiting for nodes not in ``alive``: a node that died never answers."""
+        for question in self._questions.values():
+            if question.nodes - alive:
+                question.nodes &= alive
+                question.wake()
+
     def settle(self, request_id: str) -> None:
         """The broker's question is over (answered here, or timed out)."""
         question = self._questions.get(request_id)

@@ -16,24 +16,29 @@ from appserver.runtime.turns import EngineConfig
 from tests.support.client import RpcClient
 from tests.support.cluster import Node, running_nodes
 from tests.support.helpers import start_thread
-from tests.support.turns import Approver, new_thread, run_turn
+from tests.support.turns import Approver, new_thread, run_turn, start_turn, wait_terminal
 
 LEASE = 1.0  # seconds; the default is 10
 
 
 @asynccontextmanager
 async def beside_a_process(
-    workspace: Path, postgres_url: str
+    workspace: Path,
+    postgres_url: str,
+    engine: EngineConfig | None = None,
+    capabilities: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[ClusterNode, RpcClient, Node, RpcClient]]:
-    """Node A in this process (its ClusterNode and a client), node B a process (and a client)."""
+    """Node A in this process (its ClusterNode and a client), node B a process
+    (and a client). ``engine``: A's settings (its lease is always ``LEASE``);
+    ``capabilities``: those of A's client."""
     from tests.support.servers import running_server
 
+    engine = engine or EngineConfig()
+    engine.node_lease = LEASE
     async with (
-        running_server(
-            "memory", workspace, store=postgres_url, engine=EngineConfig(node_lease=LEASE)
-        ) as sut,
+        running_server("memory", workspace, store=postgres_url, engine=engine) as sut,
         running_nodes(1, workspace, postgres_url, lease=LEASE, first="B") as (b,),
-        sut.connect() as on_a,
+        sut.connect(capabilities=capabilities) as on_a,
         b.connect("b") as on_b,
     ):
         assert sut.app is not None and sut.app.runtime.cluster is not None
@@ -230,3 +235,24 @@ async def test_client_tools_and_terminals_stay_on_the_node_that_runs_the_turn(
             assert stopped["terminal"]["status"] == "killed"
         listed = (await on_b.request("terminal/list", {"threadId": thread_id}))["terminals"]
         assert [t["status"] for t in listed] == ["killed"]
+
+
+async def test_an_approval_put_to_a_node_that_dies_ends_without_its_answer(
+    workspace: Path, postgres_url: str
+) -> None:
+    engine = EngineConfig(approval_timeout=120, reconnect_grace=0.5)
+    mute = {"approvalSupport": False}  # A's client cannot answer approvals
+    async with beside_a_process(workspace, postgres_url, engine, mute) as (_node, on_a, b, on_b):
+        silent = Approver(on_b, None)  # B's client is asked and never answers
+        thread_id = await new_thread(on_b)
+        await on_b.request("thread/subscribe", {"threadId": thread_id})
+        with anyio.fail_after(20):
+            turn_id = await start_turn(on_a, thread_id, "!echo orphan")
+            await silent.wait_request()
+            b.kill()
+            # Not the 120 s timeout: B's death ends its part, and with nobody
+            # left to ask, the reconnect grace decides.
+            terminal = await wait_terminal(on_a, turn_id, timeout=LEASE * 10)
+        items = terminal["params"]["turn"]["items"]
+        errors = [item["payload"] for item in items if item["type"] == "error"]
+        assert any("did not come back" in str(error) for error in errors), items
