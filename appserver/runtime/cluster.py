@@ -309,13 +309,14 @@ class ClusterNode:
             signal.set()
 
     async def wait_idle(self, thread_id: str) -> None:
-        """Return once no other node runs a turn on the thread (a new one may
-        start at once: a caller that starts a turn still meets ``TurnInProgress``)."""
+        """Return once no turn runs on the thread by the database (a new one may
+        start at once: a caller that starts a turn still meets ``TurnInProgress``).
+        Callers wait for this node's own turns first; one it lost track of is
+        failed by a sweep, which wakes this too."""
         while True:
             # Armed before looking: an end announced meanwhile still wakes us.
             signal = self._idle_signals.setdefault(thread_id, anyio.Event())
-            running = await self.store.running_turn(thread_id)
-            if running is None or running[1] == self.node_id:
+            if await self.store.running_turn(thread_id) is None:
                 return
             # The end comes as the other node's thread/runtimeChanged; look again
             # now and then all the same (a node that dies never says it; a sweep
