@@ -108,6 +108,13 @@ class ThreadJournal:
             lock = self._locks[thread_id] = anyio.Lock(fast_acquire=True)
         return lock
 
+    def forget_lock(self, thread_id: str) -> None:
+        """Drop the thread's lock if nobody holds or awaits it (the next use
+        makes a new one)."""
+        lock = self._locks.get(thread_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[thread_id]
+
     async def _next_seq(self, thread_id: str) -> int:
         current = self._seq.get(thread_id)
         if current is None:
@@ -153,7 +160,8 @@ class ThreadJournal:
                 owned = turn.id
             elif item is not None:
                 owned = item.turn_id
-            return await self.shared.append(
+            include = tuple(include)
+            seq = await self.shared.append(
                 event,
                 now_iso(),
                 broadcast=broadcast,
@@ -162,6 +170,11 @@ class ThreadJournal:
                 statements=statements,
                 turn_id=owned,
             )
+            if turn is not None and new_turn:
+                # Started here (not refused): its watchers get its end even if
+                # another node writes it.
+                self.shared.watch_turn(thread_id, turn.id, include)
+            return seq
         body = event.params_json()
         async with self.lock(thread_id):
             seq = event.seq = await self._next_seq(thread_id)
