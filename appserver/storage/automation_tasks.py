@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
-from appserver.storage import craft_files, front_matter
+from appserver.storage import craft_files
 from appserver.storage.lock import open_lock_file
 
 log = logging.getLogger("appserver.automations")
@@ -203,6 +203,8 @@ def _binding(value: Any) -> BindingRecord | None:
 
 def parse_task(directory: Path, text: str) -> TaskRecord:
     """The task in ``text`` (a ``task.md``); :class:`TaskFileError` when it is none."""
+    from appserver.storage import front_matter  # YAML loads when a file is read, not at start
+
     try:
         parts = front_matter.split(text)
     except front_matter.FrontMatterError as exc:
@@ -255,6 +257,8 @@ def render_task(task: TaskRecord) -> str:
     }
     front = {key: value for key, value in values.items() if value is not None}
     front.update({key: value for key, value in task.extra.items() if key not in front})
+    from appserver.storage import front_matter  # YAML loads when a file is read, not at start
+
     return front_matter.compose(front, task.body + "\n")
 
 

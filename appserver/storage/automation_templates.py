@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from appserver.storage import craft_files, front_matter
+from appserver.storage import craft_files
 from appserver.storage.automation_tasks import ScheduleRecord, iso_from_ms, ms_from_iso
 from appserver.storage.automation_tasks import schedule_from_front as _schedule
 
@@ -64,6 +64,8 @@ def _iso(value: Any) -> str | None:
 def parse_template(directory_name: str, text: str) -> TemplateRecord | None:
     """The template in ``text``; ``None`` (logged) when it has no front matter
     or its id has not the template shape."""
+    from appserver.storage import front_matter  # YAML loads when a file is read, not at start
+
     try:
         parts = front_matter.split(text)
     except front_matter.FrontMatterError as exc:
@@ -116,6 +118,8 @@ def render_template(template: TemplateRecord) -> str:
         "updated_at": template.updated_at,
     }
     front = {key: value for key, value in values.items() if value is not None}
+    from appserver.storage import front_matter  # YAML loads when a file is read, not at start
+
     return front_matter.compose(front, template.workflow_markdown)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from appserver.storage import front_matter
 from appserver.storage.automation_tasks import TaskRecord
 
 DEFAULT_ROUNDS = 10
@@ -40,6 +39,8 @@ def workspace_mode(text: str | None) -> str:
 
 
 def _front(text: str) -> tuple[dict[str, object], str]:
+    from appserver.storage import front_matter  # YAML loads when a file is read, not at start
+
     try:
         parts = front_matter.split(text)
     except front_matter.FrontMatterError:
