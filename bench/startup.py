@@ -132,13 +132,13 @@ DOORS = (
         lambda: RPC_INITIALIZE,
         script="appserver-codex",
     ),
-    Door("acp", "appserver acp -> initialize", lambda ws: ["acp", *_ws()(ws)], lambda: ACP_INITIALIZE),
+    Door(
+        "acp", "appserver acp -> initialize", lambda ws: ["acp", *_ws()(ws)], lambda: ACP_INITIALIZE
+    ),
     Door(
         "qwen",
         "Qwen stream-json -> initialize",
-        lambda ws: [
-            "--input-format", "stream-json", "--output-format", "stream-json", *_ws()(ws)
-        ],  # fmt: skip
+        lambda ws: ["--input-format", "stream-json", "--output-format", "stream-json", *_ws()(ws)],
         lambda: QWEN_INITIALIZE,
     ),
     Door("zot", "appserver rpc (zot) -> hello", lambda ws: ["rpc", *_ws()(ws)], lambda: ZOT_HELLO),
@@ -151,9 +151,7 @@ DOORS = (
     Door(
         "zene",
         "appserver host (Zene) one-shot, end to end",
-        lambda ws: [
-            "host", *_ws()(ws), "--protocol", "v1", "--bridge-compat", "--single-request"
-        ],  # fmt: skip
+        lambda ws: ["host", *_ws()(ws), "--protocol", "v1", "--bridge-compat", "--single-request"],
         zene_request,
         until="exit",
     ),
@@ -171,7 +169,9 @@ HELP = (
 )
 
 
-def child_env(home: Path) -> dict[str, str]:
+def child_env(home: Path, src: Path | None) -> dict[str, str]:
+    """The environment minus what would steer a server; ``src``: the tree to run
+    (its ``appserver`` package first on PYTHONPATH), else the inherited path."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -180,6 +180,8 @@ def child_env(home: Path) -> dict[str, str]:
     }
     env["HOME"] = str(home)
     env["APPSERVER_PROVIDER"] = "offline"
+    if src is not None:
+        env["PYTHONPATH"] = f"{src}{os.pathsep}{src / 'clients' / 'python' / 'src'}"
     return env
 
 
@@ -267,19 +269,56 @@ def run_once(command: list[str], stdin: bytes, until: str, env: dict[str, str], 
                 stream.close()
 
 
-def timed(
-    scratch: Path, command: Callable[[Path, Path], list[str]], stdin: bytes, until: str
-) -> float:
-    """One spawn in a fresh session directory (workspace + home)."""
+@dataclass(frozen=True)
+class Spawn:
+    """One thing timed in each round: a door of one tree, a --help, or Codex."""
+
+    key: str
+    command: Callable[[Path], list[str]]  # session dir -> argv
+    stdin: bytes
+    until: str
+    src: Path | None = None
+    env: dict[str, str] | None = None
+
+
+def timed(scratch: Path, spawn: Spawn) -> float:
+    """One spawn in a fresh session directory (its workspace is the cwd, and HOME)."""
     session = Path(tempfile.mkdtemp(dir=scratch))
     try:
-        (session / "home").mkdir()
-        (session / "workspace").mkdir()
-        env = child_env(session / "home")
-        return run_once(command(session, session / "workspace"), stdin, until, env,
-                        session / "workspace")  # fmt: skip
+        for sub in ("home", "workspace"):
+            (session / sub).mkdir()
+        env = child_env(session / "home", spawn.src) | (spawn.env or {})
+        command = spawn.command(session)
+        if spawn.key == "codex":
+            (session / "codex-home").mkdir()
+            (session / "codex-home" / "config.toml").write_text(peer.codex_config(9))
+            env["CODEX_HOME"] = str(session / "codex-home")
+        return run_once(command, spawn.stdin, spawn.until, env, session / "workspace")
     finally:
         shutil.rmtree(session, ignore_errors=True)
+
+
+def interleaved(scratch: Path, spawns: list[Spawn], rounds: int) -> dict[str, list[float]]:
+    """One untimed warm-up of each, then ``rounds`` rounds: the first spawn (the
+    reference) first, the others in an order rotated each round."""
+    for spawn in spawns:
+        timed(scratch, spawn)
+    samples: dict[str, list[float]] = {spawn.key: [] for spawn in spawns}
+    reference, rest = spawns[0], spawns[1:]
+    for round_index in range(rounds):
+        shift = round_index % max(1, len(rest))
+        for spawn in [reference, *rest[shift:], *rest[:shift]]:
+            samples[spawn.key].append(timed(scratch, spawn))
+    return samples
+
+
+def row(label: str, values: list[float], reference: float | None) -> str:
+    median = statistics.median(values)
+    ratio = f" {median / reference:.2f} |" if reference else ""
+    return (
+        f"| {label} | {median * 1000:.1f} ms | {min(values) * 1000:.0f}-"
+        f"{max(values) * 1000:.0f} |{ratio}"
+    )
 
 
 def main() -> int:
@@ -288,71 +327,66 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated door keys (default: all)")
     parser.add_argument("--no-help", action="store_true", help="skip the --help timings")
     parser.add_argument("--codex-bin", help="a native codex binary (default: bench/peer.py's)")
-    parser.add_argument("--bin", type=Path, default=Path(sys.executable).parent,
-                        help="directory of the appserver scripts (default: this venv's)")  # fmt: skip
+    parser.add_argument(
+        "--bin",
+        type=Path,
+        default=Path(sys.executable).parent,
+        help="directory of the appserver scripts (default: this venv's)",
+    )
+    parser.add_argument("--src", type=Path, help="the tree to run (default: PYTHONPATH's)")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="also time tree DIR, interleaved, as the 'before' column",
+    )
     args = parser.parse_args()
     codex_binary = Path(args.codex_bin) if args.codex_bin else peer.ensure_codex()
     doors = [door for door in DOORS if not args.only or door.key in args.only.split(",")]
+    trees: list[tuple[str, Path | None]] = [("", args.src)]
+    if args.before is not None:
+        trees = [("before ", args.before.resolve()), ("", args.src)]
+    version = peer.binary_version(codex_binary)
+    print("\n".join(peer.machine_facts(version, codex_binary, args.bin / "appserver")))
+
+    def ours(door: Door) -> Callable[[Path], list[str]]:
+        return lambda session: [str(args.bin / door.script), *door.argv(session / "workspace")]
+
+    spawns = [
+        Spawn("codex", lambda session: [str(codex_binary), "app-server"], RPC_INITIALIZE, "line")
+    ]
+    for door in doors:
+        spawns += [
+            Spawn(tag + door.key, ours(door), door.stdin(), door.until, src) for tag, src in trees
+        ]
+    helps: list[Spawn] = []
+    if not args.no_help:
+        for words in HELP:
+            command = [str(args.bin / "appserver"), *words, "--help"]
+            label = " ".join(("appserver", *words, "--help"))
+            helps += [
+                Spawn(tag + label, lambda session, c=command: c, b"", "exit", src)
+                for tag, src in trees
+            ]
     peer.CACHE.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="startup-", dir=peer.CACHE))
-
-    def ours(door: Door) -> Callable[[Path, Path], list[str]]:
-        return lambda session, workspace: [str(args.bin / door.script), *door.argv(workspace)]
-
-    # "env CODEX_HOME=..." adds an exec; the reference is timed the same way as peer.py
-    # (the binary directly), so the variable is passed through the environment instead.
-    def codex(session: Path, workspace: Path) -> list[str]:
-        home = session / "codex-home"
-        home.mkdir()
-        (home / "config.toml").write_text(peer.codex_config(9))
-        os.environ["CODEX_HOME"] = str(home)
-        return [str(codex_binary), "app-server"]
-
-    samples: dict[str, list[float]] = {"codex": []}
     try:
-        version = peer.binary_version(codex_binary)
-        facts = peer.machine_facts(version, codex_binary, args.bin / "appserver")
-        print("\n".join(facts))
-        runs: list[tuple[str, Callable[[Path, Path], list[str]], bytes, str]] = [
-            ("codex", codex, RPC_INITIALIZE, "line"),
-            *((door.key, ours(door), door.stdin(), door.until) for door in doors),
-        ]
-        for key, command, stdin, until in runs:  # warm-up: bytecode, page cache
-            timed(scratch, command, stdin, until)
-        for round_index in range(args.rounds):
-            rotated = runs[1:][round_index % max(1, len(runs) - 1) :] + runs[1:][
-                : round_index % max(1, len(runs) - 1)
-            ]
-            for key, command, stdin, until in [runs[0], *rotated]:
-                samples.setdefault(key, []).append(timed(scratch, command, stdin, until))
-        help_samples: dict[str, list[float]] = {}
-        if not args.no_help:
-            for round_index in range(args.rounds):
-                for words in HELP:
-                    label = " ".join(("appserver", *words, "--help"))
-                    command = [str(args.bin / "appserver"), *words, "--help"]
-                    help_samples.setdefault(label, []).append(
-                        timed(scratch, lambda session, workspace, c=command: c, b"", "exit")
-                    )
+        samples = interleaved(scratch, spawns, args.rounds)
+        help_samples = interleaved(scratch, helps, args.rounds) if helps else {}
     finally:
-        os.environ.pop("CODEX_HOME", None)
         shutil.rmtree(scratch, ignore_errors=True)
-    codex_median = statistics.median(samples["codex"])
-    print(f"\nspawn -> first answer, median of {args.rounds} rounds (min-max):\n")
-    print(f"| door | median | min-max | ours/Codex |\n|---|--:|--:|--:|")
-    print(f"| Codex app-server (reference) -> initialize | {codex_median * 1000:.1f} ms | "
-          f"{min(samples['codex']) * 1000:.0f}-{max(samples['codex']) * 1000:.0f} | 1.00 |")  # fmt: skip
+    codex = statistics.median(samples["codex"])
+    print(f"\nspawn -> first answer, median of {args.rounds} rounds (min-max), ours/Codex:\n")
+    print("| door | median | min-max | ours/Codex |\n|---|--:|--:|--:|")
+    print(row("Codex app-server (reference) -> initialize", samples["codex"], codex))
     for door in doors:
-        values = samples[door.key]
-        median = statistics.median(values)
-        print(f"| {door.label} | {median * 1000:.1f} ms | {min(values) * 1000:.0f}-"
-              f"{max(values) * 1000:.0f} | {median / codex_median:.2f} |")  # fmt: skip
+        for tag, _ in trees:
+            print(row(tag + door.label, samples[tag + door.key], codex))
     if help_samples:
-        print(f"\n--help, spawn -> exit, median of {args.rounds}:\n")
+        print(f"\n--help, spawn -> exit, median of {args.rounds} (min-max):\n")
         print("| command | median | min-max |\n|---|--:|--:|")
-        for label, values in help_samples.items():
-            print(f"| `{label}` | {statistics.median(values) * 1000:.1f} ms | "
-                  f"{min(values) * 1000:.0f}-{max(values) * 1000:.0f} |")  # fmt: skip
+        for key, values in help_samples.items():
+            print(row(f"`{key}`", values, None))
     return 0
 
 
