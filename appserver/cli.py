@@ -373,21 +373,14 @@ def serve_command(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.node_lease) and 0.2 <= args.node_lease <= 3600):
         print("appserver: --node-lease must be between 0.2 and 3600 seconds", file=sys.stderr)
         return 2
-    prepared = None
+    prepared = early = None
     if websocket is None and listen.stdio and args.store is None:
         # Lock the workspace and create its database in a thread while the
-        # server's modules import (the paths and lock info AppServer.open uses).
-        from appserver.storage.lock import WorkspaceLock
-        from appserver.storage.preparation import Preparation
+        # server's modules import (the paths and lock info AppServer.open uses),
+        # and answer the client's `initialize` before importing them.
+        from appserver.early_start import answer_initialize, prepare
 
-        craft_dir = workspace.resolve() / ".craft"
-        info = {"workspacePath": str(workspace.resolve()), "version": __version__}
-        lock = WorkspaceLock(craft_dir / "appserver.lock")
-        prepared = Preparation(lock, craft_dir / "appserver.db", info)
-    early = None
-    if prepared is not None:
-        from appserver.early_start import answer_initialize
-
+        prepared = prepare(workspace)
         early = answer_initialize(workspace, prepared, provider_options)
     # Imported here: other commands (a face, `schema`) do not pay for them.
     import anyio

@@ -15,7 +15,7 @@ is reported after the answer, as a deferred server always did.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +27,56 @@ from appserver.transport.early import EarlyAnswer, answer_first_line
 
 
 def settings_hold(
-    provider_options: Mapping[str, Any], workspace: Path, workspace_config: Mapping[str, Any]
+    provider_options: Mapping[str, Any],
+    workspace: Path,
+    workspace_config: Mapping[str, Any],
+    key_required: bool = False,
 ) -> bool:
     """Whether the provider settings resolve (as the door will resolve them)
     both for a trusted and an untrusted workspace: then no bad setting can
-    fail the start after an early answer."""
+    fail the start after an early answer. ``key_required`` (the faces, as
+    ``hosting.provider_settings``): a hosted provider needs a key or an endpoint."""
     user = load_user_settings(workspace)
     try:
         for trusted in (True, False):
-            resolve_settings(
+            settings = resolve_settings(
                 provider_options, os.environ, workspace_config, user=user, trusted=trusted
             )
+            hosted = settings.provider != "offline"
+            if key_required and hosted and not settings.api_key and not settings.base_url:
+                return False
     except ValueError:
         return False
     return True
+
+
+def prepare(workspace: Path) -> Preparation:
+    """The workspace's lock and database, taken and created in a thread now
+    (what ``AppServer.open`` and ``hosting.open_host`` then use)."""
+    from appserver import __version__
+    from appserver.storage.lock import WorkspaceLock
+
+    craft_dir = workspace.resolve() / ".craft"
+    info = {"workspacePath": str(workspace.resolve()), "version": __version__}
+    lock = WorkspaceLock(craft_dir / "appserver.lock")
+    return Preparation(lock, craft_dir / "appserver.db", info)
+
+
+def answer_face(
+    workspace: Path, provider_options: Mapping[str, Any], answer: Callable[[bytes], str | None]
+) -> tuple[Preparation, EarlyAnswer]:
+    """A face on stdio: its workspace prepared, and ``answer`` (the face's
+    ``early_answer``) written to the client's first line once nothing checked
+    before its runtime opens can fail."""
+    prepared = prepare(workspace)
+    workspace_config = load_workspace_config(workspace.resolve() / ".craft")
+
+    def may_answer() -> bool:
+        return prepared.succeeded() and settings_hold(
+            provider_options, workspace, workspace_config, key_required=True
+        )
+
+    return prepared, answer_first_line(answer, may_answer)
 
 
 def answer_initialize(

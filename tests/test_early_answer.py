@@ -125,3 +125,20 @@ def test_a_start_failure_still_comes_before_any_frame(tmp_path: Path) -> None:
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert "unknown provider 'gemini'" in done.stderr
+
+
+def test_the_codex_face_answers_initialize_early(tmp_path: Path) -> None:
+    from appserver.faces.codex import wire
+    from appserver.faces.codex.handshake import initialize_result
+
+    params = {"clientInfo": {"name": "codex_vscode", "version": "0.1"}}
+    line = json.dumps({"id": 0, "method": "initialize", "params": params})
+    thread_start = json.dumps({"id": 1, "method": "thread/start", "params": {}})
+    door = run_door("codex_main", ["app-server"], [line, INITIALIZED, thread_start], tmp_path)
+    assert door.modules is not None, "no early answer"
+    assert heavy_modules(door.modules) == []
+    result = initialize_result(params, str(tmp_path.resolve()))
+    assert door.stdout[0] == wire.encode(wire.response(0, result))
+    assert json.loads(door.stdout[1])["id"] == 1  # thread/start, once the face is built
+    assert sum('"id":0' in frame for frame in door.stdout) == 1
+    assert "ERROR" not in door.stderr

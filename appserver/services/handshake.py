@@ -14,11 +14,10 @@ answers byte for byte.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from appserver import __version__
-from appserver.transport.early import compact, plain_id
+from appserver.transport.early import compact, load_object, plain_id
 
 # protocol/limits.py MAX_NAME_CHARS (the ClientInfo fields' bound; a test keeps them equal).
 MAX_NAME_CHARS = 256
@@ -71,11 +70,8 @@ def _plain_params(params: Any) -> bool:
 def initialize_answer(line: bytes, capabilities: dict[str, Any], server_name: str) -> str | None:
     """The response frame to ``line`` if it is a plain ``initialize`` request,
     else ``None``; ``capabilities``: what ``advertised_capabilities`` gives."""
-    try:
-        message = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+    message = load_object(line)
+    if message is None or message.get("jsonrpc") != "2.0":
         return None
     request_id = message.get("id")
     if message.get("method") != "initialize" or not plain_id(request_id):

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from appserver.protocol.decoding import JsonRejected, loads_client
+
 # How long the first line is waited for before the door is built anyway (a
 # client that sends nothing at once still gets a server that completes itself).
 FIRST_LINE_WAIT = 0.5
@@ -64,6 +66,28 @@ def plain_id(value: Any) -> bool:
 def compact(value: Any) -> str:
     """``value`` as the doors encode JSON: compact, UTF-8 (not ASCII-escaped)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def load_object(line: bytes, *, strict_numbers: bool = False) -> dict[str, Any] | None:
+    """The JSON object on ``line``, decoded as the doors decode a client's line
+    (the bounded decoder), or ``None``."""
+    try:
+        message = loads_client(line.decode("utf-8"), strict_numbers=strict_numbers)
+    except (UnicodeDecodeError, JsonRejected):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _one_line(frame: str) -> bool:
+    """Whether ``frame`` needs none of the escapes the doors' encoders add (they
+    escape U+2028/2029 and lone surrogates): then it is written as they would."""
+    if "\u2028" in frame or "\u2029" in frame:
+        return False
+    try:
+        frame.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def read_first_line(stdin: int, wait: float = FIRST_LINE_WAIT) -> tuple[bytes, bytes | None]:
@@ -106,7 +130,7 @@ def answer_first_line(
         return EarlyAnswer(b"")  # a person typing: the door says what it is first
     read, line = read_first_line(stdin)
     frame = answer(line) if line else None
-    if frame is None or not may_answer():
+    if frame is None or not _one_line(frame) or not may_answer():
         return EarlyAnswer(read)
     data = (frame + "\n").encode("utf-8")
     try:

@@ -57,8 +57,10 @@ HEAVY = (
 # (appserver/early_start.py): the workspace lock and its database's creation ahead
 # (a thread), the workspace config (the capabilities depend on it), and the user's
 # settings and the provider settings' resolution (a bad one must fail the start
-# before anything is answered).
+# before anything is answered), and the bounded JSON decoder every door reads with.
 LIGHT = {
+    "appserver.protocol",
+    "appserver.protocol.decoding",
     "appserver.storage",
     "appserver.storage.lock",
     "appserver.storage.preparation",
