@@ -142,3 +142,26 @@ def test_the_codex_face_answers_initialize_early(tmp_path: Path) -> None:
     assert json.loads(door.stdout[1])["id"] == 1  # thread/start, once the face is built
     assert sum('"id":0' in frame for frame in door.stdout) == 1
     assert "ERROR" not in door.stderr
+
+
+def test_the_acp_face_answers_initialize_early_without_the_acp_package(tmp_path: Path) -> None:
+    """The early answer is the one the face gives a second ``initialize`` itself."""
+    import acp
+
+    from appserver.faces.acp import handshake as acp_handshake
+
+    assert acp_handshake.PROTOCOL_VERSION == acp.PROTOCOL_VERSION
+    params = {
+        "protocolVersion": 1,
+        "clientCapabilities": {"fs": {"readTextFile": True, "writeTextFile": True}},
+        "clientInfo": {"name": "zed", "title": "Zed", "version": "1"},
+    }
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}),
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}),
+    ]
+    door = run_door("main", ["acp", "--workspace", str(tmp_path)], lines, tmp_path)
+    assert door.modules is not None, "no early answer"
+    assert heavy_modules(door.modules) == []
+    assert door.stdout[0].replace('"id":0', '"id":1', 1) == door.stdout[1]
+    assert len(door.stdout) == 2 and "ERROR" not in door.stderr

@@ -13,10 +13,13 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from appserver.faces.common import add_backlog_argument
 from appserver.faces.qwen.rules import MODES
+
+if TYPE_CHECKING:
+    from appserver.transport.early import EarlyAnswer
 
 log = logging.getLogger("appserver.faces.qwen")
 
@@ -201,7 +204,8 @@ async def main(
     async with AsyncExitStack() as stack:
         runtime = await open_runtime(stack, host, options.craft_dir)
         if isinstance(runtime, StartFailure):
-            await refuse_start(settings, runtime.message, text, stdin, stdout)
+            early = getattr(args, "early", None)
+            await refuse_start(settings, runtime.message, text, stdin, stdout, early)
             return runtime.code
         transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
         session = Session(runtime, transport, settings)
@@ -259,16 +263,22 @@ def _refusal(why: str, message: Any) -> list[dict[str, Any]] | None:
 
 
 async def refuse_start(
-    settings: Any, why: str, text: str | None, stdin: IO[bytes], stdout: IO[bytes]
+    settings: Any,
+    why: str,
+    text: str | None,
+    stdin: IO[bytes],
+    stdout: IO[bytes],
+    early: EarlyAnswer | None = None,
 ) -> None:
-    """Tell the client the run cannot start, in its output format."""
+    """Tell the client the run cannot start, in its output format (``early``: what
+    was read of stdin before, appserver/transport/early.py)."""
     import json
     from functools import partial
 
     from appserver.faces.start_failure import answer_first_request
 
     if text is None:  # stream-json input: answer the first request
-        await answer_first_request(stdin, stdout, partial(_refusal, why), MAX_LINE_BYTES)
+        await answer_first_request(stdin, stdout, partial(_refusal, why), MAX_LINE_BYTES, early)
         return
     if settings.output_format == "text":
         return  # the reason is on stderr, as a failed text run's is
