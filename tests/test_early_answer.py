@@ -165,3 +165,23 @@ def test_the_acp_face_answers_initialize_early_without_the_acp_package(tmp_path:
     assert heavy_modules(door.modules) == []
     assert door.stdout[0].replace('"id":0', '"id":1', 1) == door.stdout[1]
     assert len(door.stdout) == 2 and "ERROR" not in door.stderr
+
+
+def test_the_qwen_face_answers_initialize_early(tmp_path: Path) -> None:
+    """The early answer is the one the face gives a second ``initialize`` itself,
+    with the session id the face then uses."""
+    from appserver.faces.qwen import handshake as qwen_handshake
+    from appserver.faces.qwen.session import MAX_SESSION_ID
+
+    assert qwen_handshake.MAX_SESSION_ID == MAX_SESSION_ID
+    lines = [
+        json.dumps({"type": "control_request", "request_id": request_id,
+                    "request": {"subtype": "initialize", "hooks": None}})
+        for request_id in ("1", "2")
+    ]  # fmt: skip
+    flags = ["--input-format", "stream-json", "--output-format", "stream-json"]
+    door = run_door("main", [*flags, "--workspace", str(tmp_path)], lines, tmp_path)
+    assert door.modules is not None, "no early answer"
+    assert heavy_modules(door.modules) == []
+    assert door.stdout[0].replace('"request_id":"1"', '"request_id":"2"') == door.stdout[1]
+    assert "ERROR" not in door.stderr

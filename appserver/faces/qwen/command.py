@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import logging
 import sys
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from appserver.faces.common import add_backlog_argument
@@ -105,6 +106,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ignored.add_argument("--worktree", nargs="?", const="", help=argparse.SUPPRESS)
 
 
+def apply_provider_flags(args: argparse.Namespace, provider: dict[str, Any]) -> None:
+    """Qwen's provider flags (``--auth-type``, ``--openai-*``) where the shared
+    ones said nothing (once applied, applying them again changes nothing)."""
+    if "provider" not in provider and args.auth_type in ("openai", "openai-responses", "anthropic"):
+        provider["provider"] = "anthropic" if args.auth_type == "anthropic" else "openai"
+    if args.openai_api_key and "api_key" not in provider:
+        from appserver.process_secrets import hide_secrets
+
+        hide_secrets(args.openai_api_key)
+        provider["api_key"] = args.openai_api_key
+    if args.openai_base_url and "base_url" not in provider:
+        provider["base_url"] = args.openai_base_url
+
+
+def early_answer(
+    args: argparse.Namespace, provider_options: dict[str, Any]
+) -> Callable[[bytes], str | None] | None:
+    """The answer to the SDK's ``initialize`` control request before the face is
+    built (appserver/transport/early.py), on a plain start (faces/qwen/handshake.py)."""
+    from appserver.faces.qwen.handshake import early_answer as plain_start
+
+    apply_provider_flags(args, provider_options)
+    return plain_start(args)
+
+
 def configure(args: argparse.Namespace, options: Any) -> Any:
     """Apply the flags to the host options (before the host opens); the
     face's :class:`~appserver.faces.qwen.session.Settings`."""
@@ -134,16 +160,7 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
         log.warning("no such tools here (ignored): %s", ", ".join(rules.ignored))
     if rules.registry is not None:
         options.tools = rules.registry
-    provider = options.provider_options
-    if "provider" not in provider and args.auth_type in ("openai", "openai-responses", "anthropic"):
-        provider["provider"] = "anthropic" if args.auth_type == "anthropic" else "openai"
-    if args.openai_api_key and "api_key" not in provider:
-        from appserver.process_secrets import hide_secrets
-
-        hide_secrets(args.openai_api_key)
-        provider["api_key"] = args.openai_api_key
-    if args.openai_base_url and "base_url" not in provider:
-        provider["base_url"] = args.openai_base_url
+    apply_provider_flags(args, options.provider_options)
     mode = args.approval_mode or ("yolo" if args.yolo else "default")
     return Settings(
         input_format=args.input_format,
@@ -207,7 +224,9 @@ async def main(
             early = getattr(args, "early", None)
             await refuse_start(settings, runtime.message, text, stdin, stdout, early)
             return runtime.code
-        transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        transport = await StdioTransport.open(
+            stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=getattr(args, "early", None)
+        )
         session = Session(runtime, transport, settings)
         try:
             await session.open()
