@@ -145,11 +145,14 @@ client: $(STAMP) $(NODE_STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/rpc.py
 
-# appserver side by side with OpenAI Codex's `codex app-server` (bench/peer.py). Installs the
-# @openai/codex pinned in bench/peer/package-lock.json into bench/.cache/codex (npm ci) when
-# missing. Options: make bench-peer BENCH_PEER_ARGS="--runs 5 --json samples.json"
+# appserver side by side with OpenAI Codex's `codex app-server` (bench/peer.py), then every
+# door's start-up and --help beside Codex's spawn -> initialize (bench/startup.py). Installs
+# the @openai/codex pinned in bench/peer/package-lock.json into bench/.cache/codex (npm ci)
+# when missing. Options: make bench-peer BENCH_PEER_ARGS="--runs 5 --json samples.json"
+# BENCH_STARTUP_ARGS="--rounds 11 --before ../old-tree"
 bench-peer: $(STAMP)
 	$(BIN)/python bench/peer.py $(BENCH_PEER_ARGS)
+	$(BIN)/python bench/startup.py $(BENCH_STARTUP_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache test-artifacts

@@ -11,8 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import anyio
-
 from appserver import __version__, logs, startup
 from appserver.command_line import (
     Listen,
@@ -26,9 +24,11 @@ from appserver.command_line import (
     parse_listen,
     read_token,
 )
-from appserver.face_command import face_command
 from appserver.process_secrets import hide_secrets
 
+# Light at import: what a command needs beyond the standard library, argparse
+# and logging is imported where it runs (a stdio server answers `initialize`
+# before it loads anything heavy: appserver/transport/early.py).
 if TYPE_CHECKING:
     from appserver.server.app import AppServer
     from appserver.transport.websocket import ListenerOptions
@@ -73,6 +73,8 @@ def qwen_command(argv: Sequence[str]) -> int:
     if unknown:
         print(f"appserver: ignoring unsupported options: {' '.join(unknown)}", file=sys.stderr)
     args.face = "qwen"
+    from appserver.face_command import face_command
+
     return face_command(args)
 
 
@@ -264,6 +266,8 @@ def codex_main(argv: Sequence[str] | None = None) -> int:
 def codex_exec(arguments: list[str]) -> int:
     """``[-c k=v]... exec ...``: one Codex exec turn (``appserver-codex exec`` and
     ``appserver codex exec`` both land here)."""
+    from appserver.face_command import face_command
+
     args = face_module("codex.exec_command").parse_exec(arguments)
     return args if isinstance(args, int) else face_command(args)
 
@@ -279,6 +283,8 @@ def _main(arguments: list[str]) -> int:
     if args.command == "schema":
         return schema_command(args.out, args.check, args.reference, args.ts)
     if getattr(args, "face", None) is not None:
+        from appserver.face_command import face_command
+
         return face_command(args)
     if args.command != "app-server":
         parser.print_help(sys.stderr)
@@ -356,28 +362,29 @@ def serve_command(args: argparse.Namespace) -> int:
         except ListenerError as exc:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
-    from appserver.storage.db import check_store
+    if args.store is not None:  # the default store is always valid
+        from appserver.storage.db import check_store
 
-    try:
-        check_store(args.store, workspace)
-    except ValueError as exc:
-        print(f"appserver: {exc}", file=sys.stderr)
-        return 2
+        try:
+            check_store(args.store, workspace)
+        except ValueError as exc:
+            print(f"appserver: {exc}", file=sys.stderr)
+            return 2
     if not (math.isfinite(args.node_lease) and 0.2 <= args.node_lease <= 3600):
         print("appserver: --node-lease must be between 0.2 and 3600 seconds", file=sys.stderr)
         return 2
-    prepared = None
+    prepared = early = None
     if websocket is None and listen.stdio and args.store is None:
         # Lock the workspace and create its database in a thread while the
-        # server's modules import (the paths and lock info AppServer.open uses).
-        from appserver.storage.lock import WorkspaceLock
-        from appserver.storage.opening import Preparation
+        # server's modules import (the paths and lock info AppServer.open uses),
+        # and answer the client's `initialize` before importing them.
+        from appserver.early_start import answer_initialize, prepare
 
-        craft_dir = workspace.resolve() / ".craft"
-        info = {"workspacePath": str(workspace.resolve()), "version": __version__}
-        lock = WorkspaceLock(craft_dir / "appserver.lock")
-        prepared = Preparation(lock, craft_dir / "appserver.db", info)
+        prepared = prepare(workspace)
+        early = answer_initialize(workspace, prepared, provider_options)
     # Imported here: other commands (a face, `schema`) do not pay for them.
+    import anyio
+
     from appserver.rpc.connection import Limits
     from appserver.runtime.engine_config import EngineConfig
     from appserver.server.config import ServerConfig
@@ -410,7 +417,12 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         anyio.run(
             lambda: run(
-                config, stdio=stdio, websocket=websocket, on_ready=on_ready, prepared=prepared
+                config,
+                stdio=stdio,
+                websocket=websocket,
+                on_ready=on_ready,
+                prepared=prepared,
+                early=early,
             )
         )
     except KeyboardInterrupt:

@@ -6,14 +6,11 @@ task group's one failure (``appserver.cli`` builds the parser and runs
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from typing import Any, NamedTuple, NoReturn
 
 from appserver import logs
 
@@ -43,6 +40,8 @@ def suggestion(parser: argparse.ArgumentParser, message: str) -> str:
         ]
     else:
         return ""
+    import difflib  # only for a mistake: not on every start
+
     for word in words:
         close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
         if close:
@@ -64,8 +63,9 @@ def parse_arguments(parser: argparse.ArgumentParser, arguments: list[str]) -> ar
     return args
 
 
-@dataclass(frozen=True)
-class Listen:
+class Listen(NamedTuple):
+    """Where ``app-server`` serves: stdio, a WebSocket address, or both."""
+
     stdio: bool
     host: str | None = None
     port: int | None = None
@@ -75,6 +75,8 @@ def parse_listen(value: str) -> Listen:
     """``stdio://``, ``ws://HOST:PORT`` or ``ws+stdio://HOST:PORT``."""
     if value in ("stdio://", "stdio"):
         return Listen(stdio=True)
+    from urllib.parse import urlsplit  # only for an address: not on a stdio start
+
     url = urlsplit(value)
     if url.scheme not in ("ws", "ws+stdio") or not url.hostname:
         raise argparse.ArgumentTypeError(

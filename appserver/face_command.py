@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from appserver.command_line import configure_logs, face_module, leaf, read_token
 from appserver.process_secrets import hide_secrets
 
@@ -19,8 +17,6 @@ def face_command(args: argparse.Namespace) -> int:
     """Run a face on this process's stdio (and the listeners its flags ask for)."""
     if not configure_logs(args):
         return 2
-    from appserver.hosting import HostOptions, open_host
-
     if not args.workspace.is_dir():
         print(f"appserver: workspace {args.workspace} is not a directory", file=sys.stderr)
         return 2
@@ -56,17 +52,31 @@ def face_command(args: argparse.Namespace) -> int:
         )
         if value
     }
+    module = face_module(args.face)
+    prepared = args.early = None
+    # A face that can answer its client's first line (its handshake) does so
+    # before it imports anything heavy (appserver/transport/early.py).
+    early_answer = getattr(module, "early_answer", None)
+    answer = early_answer(args, provider_options) if early_answer and not websocket else None
+    if answer is not None:
+        from appserver.early_start import answer_face
+
+        prepared, args.early = answer_face(args.workspace, provider_options, answer)
+    import anyio
+
+    from appserver.hosting import HostOptions, open_host
+
     options = HostOptions(
         workspace=args.workspace,
         provider_options=provider_options,
         tool_env=tuple(args.tool_env),
         websocket=websocket,
         trust_workspace=args.trust_workspace,
+        prepared=prepared,
     )
     from appserver.transport.stdio import claim_stdio
 
     stdin, stdout = claim_stdio()
-    module = face_module(args.face)
 
     def host(workspace: Path | None = None) -> Any:
         if workspace is None:
@@ -74,7 +84,7 @@ def face_command(args: argparse.Namespace) -> int:
         # Another directory a face serves (ACP sessions' cwds): opened as the
         # first, minus what the command line said of the first only.
         other = dataclasses.replace(
-            options, workspace=workspace, trust_workspace=False, websocket=None
+            options, workspace=workspace, trust_workspace=False, websocket=None, prepared=None
         )
         return open_host(other)
 

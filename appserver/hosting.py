@@ -43,6 +43,7 @@ from appserver.storage.workspace_config import (
 from appserver.tools.registry import ToolRegistry, default_tools
 
 if TYPE_CHECKING:
+    from appserver.storage.preparation import Preparation
     from appserver.transport.websocket import ListenerOptions
 
 log = logging.getLogger("appserver")
@@ -62,6 +63,9 @@ class HostOptions:
     lock_wait: float = 0.0  # seconds to wait for another process to leave the workspace
     provider: Provider | None = None  # an already-built provider wins (tests)
     trust_workspace: bool = False  # --trust-workspace (storage/trust.py)
+    # The workspace's lock and database, being taken and created ahead (a face
+    # that answered its client's first line early: appserver/early_start.py).
+    prepared: Preparation | None = None
 
     @property
     def craft_dir(self) -> Path:
@@ -127,11 +131,14 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
         async with _full_server(options, tools) as runtime:
             yield runtime
         return
-    lock = WorkspaceLock(options.craft_dir / "appserver.lock")
+    prepared = options.prepared
+    lock = (
+        WorkspaceLock(options.craft_dir / "appserver.lock") if prepared is None else prepared.lock
+    )
     info = {"workspacePath": str(options.workspace), "version": __version__}
     database = options.craft_dir / "appserver.db"
     write_craft_gitignore(options.craft_dir)  # its machine state stays out of the user's git
-    async with locked_database(lock, database, info, options.lock_wait) as db:
+    async with locked_database(lock, database, info, options.lock_wait, prepared) as db:
         trust = await settle_trust(db, options.workspace, flag=options.trust_workspace)
         provider = options.provider
         if provider is None:

@@ -158,7 +158,7 @@ async def session_thread(
 def add_backlog_argument(group: Any) -> None:
     """``--max-client-backlog``: how far the client may fall behind reading
     before it is dropped (every face; see :mod:`appserver.transport.peer_writer`)."""
-    from appserver.transport.peer_writer import DEFAULT_MAX_BYTES
+    from appserver.transport.base import DEFAULT_MAX_BYTES
 
     group.add_argument(
         "--max-client-backlog",

@@ -20,9 +20,12 @@ import sys
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
+
+if TYPE_CHECKING:
+    from appserver.transport.early import EarlyAnswer
 
 log = logging.getLogger("appserver.faces")
 
@@ -89,13 +92,19 @@ async def _enter_runtime(stack: AsyncExitStack, host: Callable[[], Any]) -> Any:
 
 
 async def answer_first_request(
-    stdin: IO[bytes], stdout: IO[bytes], answer: Answer, max_line_bytes: int
+    stdin: IO[bytes],
+    stdout: IO[bytes],
+    answer: Answer,
+    max_line_bytes: int,
+    early: EarlyAnswer | None = None,
 ) -> None:
-    """Read client lines until ``answer`` gives frames for one, and write them."""
+    """Read client lines until ``answer`` gives frames for one, and write them.
+    ``early``: what was read of stdin before (appserver/transport/early.py),
+    read first."""
     from appserver.transport.base import TransportClosed
     from appserver.transport.stdio import StdioTransport
 
-    lines = await StdioTransport.open(stdin, stdout, max_message_bytes=max_line_bytes)
+    lines = await StdioTransport.open(stdin, stdout, max_message_bytes=max_line_bytes, early=early)
     try:
         with anyio.move_on_after(FIRST_REQUEST_WAIT):
             while True:

@@ -25,7 +25,7 @@ from appserver.services.router import Router
 from appserver.storage.db import Database
 from appserver.storage.failures import StorageFailed, disk_failure
 from appserver.storage.lock import WorkspaceLock
-from appserver.storage.opening import Preparation
+from appserver.storage.preparation import Preparation
 from appserver.storage.trust import WorkspaceTrust, settle_trust
 from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import (
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from appserver.services.plugins.service import PluginService
     from appserver.services.skills.service import SkillsService
     from appserver.tools.registry import ToolRegistry
+    from appserver.transport.early import EarlyAnswer
     from appserver.transport.memory import MemoryTransport
     from appserver.transport.websocket import ListenerOptions, WebSocketTransport
 
@@ -382,9 +383,12 @@ class AppServer:
         """An in-process client end, served until the context exits (tests)."""
         return self._connections.connect_memory()
 
-    async def serve_stdio(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
-        """Serve the one stdio client until EOF."""
-        transport = await StdioTransport.open(stdin, stdout)
+    async def serve_stdio(
+        self, stdin: IO[bytes], stdout: IO[bytes], early: EarlyAnswer | None = None
+    ) -> None:
+        """Serve the one stdio client until EOF (``early``: what was read of its
+        input and answered before the server was built)."""
+        transport = await StdioTransport.open(stdin, stdout, early=early)
         await self.serve_transport(transport)
 
     @asynccontextmanager

@@ -16,7 +16,8 @@ from appserver.server.config import ServerConfig
 from appserver.storage.failures import StorageFailed
 
 if TYPE_CHECKING:
-    from appserver.storage.opening import Preparation
+    from appserver.storage.preparation import Preparation
+    from appserver.transport.early import EarlyAnswer
     from appserver.transport.websocket import ListenerOptions
 
 log = logging.getLogger("appserver.server")
@@ -29,8 +30,10 @@ async def run(
     websocket: ListenerOptions | None,
     on_ready: Callable[[AppServer], None] | None = None,
     prepared: Preparation | None = None,
+    early: EarlyAnswer | None = None,
 ) -> None:
-    """Serve until stdio EOF (when stdio is on) or a signal."""
+    """Serve until stdio EOF (when stdio is on) or a signal. ``early``: what
+    was read of stdin and answered before (appserver/transport/early.py)."""
     async with AsyncExitStack() as stack:
         # Catch SIGINT/SIGTERM before announcing readiness: a supervisor may
         # signal as soon as it sees the "listening" line and must still get a
@@ -59,7 +62,7 @@ async def run(
             tg.start_soon(stop_on_signal)
             if stdio is not None:
                 # stdio mode ends when the one client closes its input.
-                await server.serve_stdio(*stdio)
+                await server.serve_stdio(*stdio, early=early)
                 if server.failure is not None:
                     raise StorageFailed(server.failure)
                 tg.cancel_scope.cancel()

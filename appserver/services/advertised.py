@@ -1,5 +1,9 @@
 """What ``initialize`` advertises, declared without loading what serves it.
 
+Light at import (the standard library and the workspace config's lookup): a
+stdio server answers ``initialize`` from here before it imports anything
+heavy (see appserver/services/handshake.py).
+
 A stdio server answers its client's ``initialize`` before it imports the
 runtime and the method families (see ``AppServer.open``), so the capability
 block it sends then comes from here: the flags of the core methods (threads
@@ -20,16 +24,13 @@ setting (as cron does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
-from appserver.services.router import format_capabilities
 from appserver.storage.workspace_config import lookup
 
 
-@dataclass(frozen=True)
-class Declared:
+class Declared(NamedTuple):
     """What one family's ``install`` adds to the capability block."""
 
     flags: tuple[str, ...] = ()  # every method with this capability is registered
@@ -85,6 +86,17 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.suggestions": Declared(extensions=("welcomeSuggestions",)),
     "appserver.services.automations": _automations,
 }
+
+
+def format_capabilities(
+    flags: Iterable[str], features: Iterable[str], extensions: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``initialize`` capability block: served flags, then enabled features
+    (each sorted, ``true``), then ``extensions``."""
+    block: dict[str, Any] = dict.fromkeys(sorted(flags), True)
+    block.update(dict.fromkeys(sorted(features), True))
+    block["extensions"] = dict(extensions)
+    return block
 
 
 def declared(family: str, workspace_config: dict[str, Any]) -> Declared:

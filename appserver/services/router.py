@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -33,6 +33,7 @@ from appserver.rpc.connection import Connection, RequestContext
 from appserver.rpc.framing import RawJSON
 from appserver.runtime import errors as runtime_errors
 from appserver.runtime.bus import EventBus
+from appserver.services.advertised import format_capabilities
 from appserver.services.peer import Handshake, Peer, peer_of
 
 if TYPE_CHECKING:
@@ -98,17 +99,6 @@ def _methods() -> dict[str, MethodSpec]:
     from appserver.protocol.methods import METHODS
 
     return METHODS
-
-
-def format_capabilities(
-    flags: Iterable[str], features: Iterable[str], extensions: dict[str, Any]
-) -> dict[str, Any]:
-    """The ``initialize`` capability block: served flags, then enabled features
-    (each sorted, ``true``), then ``extensions``."""
-    block: dict[str, Any] = dict.fromkeys(sorted(flags), True)
-    block.update(dict.fromkeys(sorted(features), True))
-    block["extensions"] = dict(extensions)
-    return block
 
 
 def describe_validation_error(exc: ValidationError) -> str:

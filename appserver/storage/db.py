@@ -15,6 +15,8 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 import aiosqlite
 import anyio
 
+from appserver.storage.sqlite_setup import MIGRATIONS_TABLE, PRAGMAS
+
 log = logging.getLogger("appserver.storage")
 
 #: A write that broke a uniqueness or foreign-key rule, whichever the engine.
@@ -22,19 +24,6 @@ IntegrityError = sqlite3.IntegrityError
 
 _T = TypeVar("_T")
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-
-# Every connection's settings. synchronous first: a new database then switches
-# to WAL without the default (FULL) fsyncs of the rollback journal.
-PRAGMAS = (
-    "PRAGMA synchronous = NORMAL",
-    "PRAGMA journal_mode = WAL",
-    "PRAGMA foreign_keys = ON",
-    "PRAGMA busy_timeout = 5000",
-)
-MIGRATIONS_TABLE = (
-    "CREATE TABLE IF NOT EXISTS schema_migrations ("
-    " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-)
 
 
 def migrations_dir(dialect: str = "sqlite") -> Path:

@@ -7,6 +7,11 @@ from typing import Protocol
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+"""A face's client may fall this far behind (``--max-client-backlog``; the
+:class:`~appserver.transport.peer_writer.PeerWriter`'s bound, light to import
+for the command line)."""
+
 
 class FrameRejected(Exception):
     """An inbound frame was unusable; the core answers it with ``id: null``."""

@@ -25,13 +25,13 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from appserver.transport.base import TransportClosed
+from appserver.transport.base import DEFAULT_MAX_BYTES, TransportClosed
 from appserver.transport.outbox import Merge, Outbox, OutboxClosed
 
 log = logging.getLogger("appserver.transport")
 
-DEFAULT_MAX_BYTES = 16 * 1024 * 1024
-"""A face's client may fall this far behind (``--max-client-backlog``)."""
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_SOFT_BYTES", "PeerWriter"]
+
 DEFAULT_SOFT_BYTES = 256 * 1024
 """Past this much queued, streamed deltas are coalesced (as for JSON-RPC)."""
 DEFAULT_SEND_TIMEOUT = 30.0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import stat
 import sys
@@ -16,6 +17,9 @@ import threading
 from typing import IO
 
 from appserver.transport.base import PARSE_ERROR, FrameRejected, FrameTooLarge, TransportClosed
+from appserver.transport.early import EarlyAnswer
+
+log = logging.getLogger("appserver.transport")
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _READ_CHUNK = 1 << 16
@@ -143,6 +147,7 @@ class StdioTransport:
         protocol: _WriteProtocol | None,
         raw_out: IO[bytes],
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        early: EarlyAnswer | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
@@ -151,6 +156,11 @@ class StdioTransport:
         self._lines = LineReader(max_message_bytes)
         self._eof = False
         self._pending: list[str] = []  # accepted by try_send, written at the loop's next turn
+        # The answer already written to the first line (see appserver/transport/early.py):
+        # the door's own answer to it, its first frame, is not written again.
+        self._answered = None if early is None else early.answer
+        if early is not None:
+            self._lines.feed(early.read)
 
     @classmethod
     async def open(
@@ -158,8 +168,11 @@ class StdioTransport:
         stdin: IO[bytes],
         stdout: IO[bytes],
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        early: EarlyAnswer | None = None,
     ) -> StdioTransport:
-        """Wrap binary streams; pipes and sockets are read without threads."""
+        """Wrap binary streams; pipes and sockets are read without threads.
+        ``early``: what was read from ``stdin`` and answered before (it is read
+        first, and the door's answer to it is not written twice)."""
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=_READ_CHUNK * 4)
         try:
@@ -177,7 +190,7 @@ class StdioTransport:
         if _pollable(stdout):
             with contextlib.suppress(ValueError, OSError):
                 writer, protocol = await loop.connect_write_pipe(_WriteProtocol, stdout)
-        return cls(reader, writer, protocol, stdout, max_message_bytes)
+        return cls(reader, writer, protocol, stdout, max_message_bytes, early)
 
     async def receive(self) -> str:
         while True:
@@ -197,7 +210,22 @@ class StdioTransport:
             if line.strip():
                 return _decode(line.rstrip(b"\r"))
 
+    def _unanswered(self, frames: list[str]) -> list[str]:
+        """``frames`` less the door's answer to a first line answered early."""
+        answered, self._answered = self._answered, None
+        if answered is not None and frames and frames[0] != answered:
+            log.error(
+                "the first answer differs from the one written early: %.200s instead of %.200s",
+                frames[0],
+                answered,
+            )
+        return frames[1:]
+
     async def send_batch(self, frames: list[str]) -> None:
+        if self._answered is not None:
+            frames = self._unanswered(frames)
+            if not frames:
+                return
         data = ("\n".join(frames) + "\n").encode("utf-8")
         if self._writer is None or self._protocol is None:
             try:
@@ -214,6 +242,9 @@ class StdioTransport:
         await self._protocol.drain()
 
     def try_send(self, frame: str) -> bool:
+        if self._answered is not None:
+            self._unanswered([frame])
+            return True
         writer, protocol = self._writer, self._protocol
         if writer is None or protocol is None or protocol.paused or writer.is_closing():
             return False

@@ -33,6 +33,6 @@ and encoding JSON-RPC messages, one a line over the process's stdio). Light at i
 docs/faces.md has the whole mapping and the choices made.
 """
 
-from appserver.faces.acp.command import add_arguments, main
+from appserver.faces.acp.command import add_arguments, early_answer, main
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "early_answer", "main"]

@@ -18,20 +18,15 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 import anyio
-from acp import PROTOCOL_VERSION
 from acp.agent.connection import AgentSideConnection
 from acp.schema import (
-    AgentCapabilities,
     Implementation,
     InitializeResponse,
     ListSessionsResponse,
     LoadSessionResponse,
     NewSessionResponse,
-    PromptCapabilities,
     PromptResponse,
-    SessionCapabilities,
     SessionInfo,
-    SessionListCapabilities,
 )
 
 from appserver.faces.acp.events import PromptError, input_parts
@@ -71,9 +66,14 @@ async def serve(
         runtime = await open_runtime(stack, host, craft_dir)
         if isinstance(runtime, StartFailure):
             answer = partial(_refusal, runtime.message)
-            await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)
+            await answer_first_request(
+                stdin, stdout, answer, MAX_LINE_BYTES, getattr(args, "early", None)
+            )
             return runtime.code
-        lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        early = getattr(args, "early", None)  # the initialize answered before (early_answer)
+        lines = await StdioTransport.open(
+            stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=early
+        )
         # Cancelled when the client stops reading and is dropped: the process
         # ends (exit 1) and the runtime cancels the prompts in flight.
         serving = anyio.CancelScope()
@@ -153,23 +153,12 @@ class AcpAgent:
         client_info: Implementation | None = None,
         **kwargs: Any,
     ) -> InitializeResponse:
-        from appserver import __version__
+        from appserver.faces.acp.handshake import initialize_result
 
         if client_info is not None:
             self.client_name = client_info.title or client_info.name
         # We speak version 1 only: the client's version if it is 1, else our latest (1).
-        return InitializeResponse(
-            protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(
-                load_session=True,
-                prompt_capabilities=PromptCapabilities(
-                    image=True, audio=False, embedded_context=True
-                ),
-                session_capabilities=SessionCapabilities(list=SessionListCapabilities()),
-            ),
-            auth_methods=[],
-            agent_info=Implementation(name="appserver", title="appserver", version=__version__),
-        )
+        return InitializeResponse.model_validate(initialize_result())
 
     async def new_session(
         self,

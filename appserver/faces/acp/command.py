@@ -7,6 +7,7 @@ Light at import: :func:`main` imports the agent (and with it the ``acp`` package
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import IO, Any
 
 from appserver.faces.common import add_backlog_argument, positive_int
@@ -25,6 +26,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     add_backlog_argument(group)
+
+
+def early_answer(
+    args: argparse.Namespace, provider_options: dict[str, Any]
+) -> Callable[[bytes], str | None]:
+    """The answer to the client's first line (``initialize``) before the face,
+    and the ``acp`` package, are imported (appserver/transport/early.py)."""
+    from appserver.faces.acp.handshake import initialize_answer
+
+    return initialize_answer
 
 
 def configure(args: argparse.Namespace, options: Any) -> None:

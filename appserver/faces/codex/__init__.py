@@ -14,6 +14,6 @@ methods), :mod:`~appserver.faces.codex.turns` (turns and event streaming),
 ``command`` is imported by the CLI. docs/faces.md has the mapping.
 """
 
-from appserver.faces.codex.command import add_arguments, codex_argv, main
+from appserver.faces.codex.command import add_arguments, codex_argv, early_answer, main
 
-__all__ = ["add_arguments", "codex_argv", "main"]
+__all__ = ["add_arguments", "codex_argv", "early_answer", "main"]

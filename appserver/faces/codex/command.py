@@ -10,7 +10,7 @@ import argparse
 import logging
 import sys
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from typing import IO, TYPE_CHECKING, Any
 
@@ -73,7 +73,22 @@ def _value(text: str) -> Any:
         return text  # a bare word, as Codex also accepts
 
 
-def apply_config(args: argparse.Namespace, options: Any) -> None:
+def early_answer(
+    args: argparse.Namespace, provider_options: dict[str, Any]
+) -> Callable[[bytes], str | None] | None:
+    """The answer to a stdio client's first line (``initialize``) before the
+    face is built (appserver/transport/early.py); ``provider_options`` get the
+    ``-c`` settings first (:func:`main` applies them again: the same)."""
+    if args.listen not in ("stdio://", "stdio"):
+        return None
+    from appserver.faces.codex.handshake import initialize_answer
+
+    apply_config(args, provider_options)
+    workspace = str(args.workspace.resolve())
+    return lambda line: initialize_answer(line, workspace)
+
+
+def apply_config(args: argparse.Namespace, provider_options: dict[str, Any]) -> None:
     """Apply the ``-c`` settings that mean something here (before the host opens)."""
     from appserver.faces.codex.shapes import our_policy
 
@@ -82,9 +97,9 @@ def apply_config(args: argparse.Namespace, options: Any) -> None:
         key = key.strip()
         value = _value(raw.strip()) if sep else None
         if key == "model" and isinstance(value, str) and value:
-            options.provider_options["model"] = value
+            provider_options["model"] = value
         elif key == "model_provider" and value in PROVIDERS:
-            options.provider_options["provider"] = value
+            provider_options["provider"] = value
         elif key == "approval_policy" and value is not None:
             args.approval_policy = our_policy(value)
         elif key == "sandbox_mode":
@@ -110,7 +125,7 @@ async def main(
     if listen.stdio and listen.host is not None:
         sys.stderr.write("appserver: --listen: stdio:// or ws://HOST:PORT, not both\n")
         return 2
-    apply_config(args, options)
+    apply_config(args, options.provider_options)
     async with AsyncExitStack() as stack:
         try:
             runtime = await stack.enter_async_context(host())
@@ -124,7 +139,9 @@ async def main(
             return await _serve_websocket(args, options, runtime, listen.host, listen.port or 0)
         from appserver.transport.stdio import StdioTransport
 
-        lines = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        lines = await StdioTransport.open(
+            stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=getattr(args, "early", None)
+        )
         dropped = await serve_client(args, options, runtime, lines)
         return 1 if dropped else 0
     return 0  # unreachable: the context manager does not swallow exceptions

@@ -150,6 +150,9 @@ class CodexSession:
                     if "method" not in message:
                         self._answered(message)
                     elif "id" in message:
+                        # Counted as it is received, not when its task starts: input
+                        # already read (all of it, at once) may end before any runs.
+                        self._running += 1
                         requests.start_soon(self._run, message)
                     elif message["method"] == "initialized":
                         self.initialized = True
@@ -172,7 +175,6 @@ class CodexSession:
 
         request_id = message["id"]
         method = message["method"]
-        self._running += 1
         try:
             handler = self.methods.get(method)
             if handler is None:

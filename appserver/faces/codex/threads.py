@@ -9,14 +9,11 @@ elsewhere can be resumed here.
 from __future__ import annotations
 
 import os
-import platform
-import sys
 from typing import TYPE_CHECKING, Any
 
-from appserver import __version__
+from appserver.faces.codex.handshake import client_name, initialize_result
 from appserver.faces.codex.items import TurnItems
 from appserver.faces.codex.shapes import (
-    CODEX_VERSION,
     codex_policy,
     our_policy,
     sandbox,
@@ -36,23 +33,9 @@ LIST_LIMIT = 100
 async def initialize(session: CodexSession, params: Message) -> Message:
     if session.client_known:
         raise CodexError("Already initialized")
-    info = params.get("clientInfo")
-    name = info.get("name") if isinstance(info, dict) else None
-    version = info.get("version") if isinstance(info, dict) else None
-    session.client_name = name if isinstance(name, str) and name else "codex"
+    session.client_name = client_name(params)
     session.client_known = True
-    machine = f"{platform.system()} {platform.release()}; {platform.machine()}"
-    agent = f"{session.client_name}/{CODEX_VERSION} ({machine}) appserver/{__version__}"
-    if isinstance(version, str) and version:
-        agent += f" ({session.client_name}; {version})"
-    return {
-        "userAgent": agent,
-        "codexHome": str(os.path.join(session.workspace, ".craft")),
-        "platformFamily": "windows" if sys.platform == "win32" else "unix",
-        "platformOs": {"linux": "linux", "darwin": "macos", "win32": "windows"}.get(
-            sys.platform, sys.platform
-        ),
-    }
+    return initialize_result(params, session.workspace)
 
 
 def _model(session: CodexSession, record: ThreadRecord | None = None) -> str:

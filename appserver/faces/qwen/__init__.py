@@ -37,6 +37,6 @@ Importing the package loads only the command (and the approval modes' names); th
 rest loads in ``main``.
 """
 
-from appserver.faces.qwen.command import add_arguments, main
+from appserver.faces.qwen.command import add_arguments, early_answer, main
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "early_answer", "main"]

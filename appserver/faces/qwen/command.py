@@ -13,10 +13,14 @@ import argparse
 import dataclasses
 import logging
 import sys
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from appserver.faces.common import add_backlog_argument
 from appserver.faces.qwen.rules import MODES
+
+if TYPE_CHECKING:
+    from appserver.transport.early import EarlyAnswer
 
 log = logging.getLogger("appserver.faces.qwen")
 
@@ -102,6 +106,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ignored.add_argument("--worktree", nargs="?", const="", help=argparse.SUPPRESS)
 
 
+def apply_provider_flags(args: argparse.Namespace, provider: dict[str, Any]) -> None:
+    """Qwen's provider flags (``--auth-type``, ``--openai-*``) where the shared
+    ones said nothing (once applied, applying them again changes nothing)."""
+    if "provider" not in provider and args.auth_type in ("openai", "openai-responses", "anthropic"):
+        provider["provider"] = "anthropic" if args.auth_type == "anthropic" else "openai"
+    if args.openai_api_key and "api_key" not in provider:
+        from appserver.process_secrets import hide_secrets
+
+        hide_secrets(args.openai_api_key)
+        provider["api_key"] = args.openai_api_key
+    if args.openai_base_url and "base_url" not in provider:
+        provider["base_url"] = args.openai_base_url
+
+
+def early_answer(
+    args: argparse.Namespace, provider_options: dict[str, Any]
+) -> Callable[[bytes], str | None] | None:
+    """The answer to the SDK's ``initialize`` control request before the face is
+    built (appserver/transport/early.py), on a plain start (faces/qwen/handshake.py)."""
+    from appserver.faces.qwen.handshake import early_answer as plain_start
+
+    apply_provider_flags(args, provider_options)
+    return plain_start(args)
+
+
 def configure(args: argparse.Namespace, options: Any) -> Any:
     """Apply the flags to the host options (before the host opens); the
     face's :class:`~appserver.faces.qwen.session.Settings`."""
@@ -131,16 +160,7 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
         log.warning("no such tools here (ignored): %s", ", ".join(rules.ignored))
     if rules.registry is not None:
         options.tools = rules.registry
-    provider = options.provider_options
-    if "provider" not in provider and args.auth_type in ("openai", "openai-responses", "anthropic"):
-        provider["provider"] = "anthropic" if args.auth_type == "anthropic" else "openai"
-    if args.openai_api_key and "api_key" not in provider:
-        from appserver.process_secrets import hide_secrets
-
-        hide_secrets(args.openai_api_key)
-        provider["api_key"] = args.openai_api_key
-    if args.openai_base_url and "base_url" not in provider:
-        provider["base_url"] = args.openai_base_url
+    apply_provider_flags(args, options.provider_options)
     mode = args.approval_mode or ("yolo" if args.yolo else "default")
     return Settings(
         input_format=args.input_format,
@@ -201,9 +221,12 @@ async def main(
     async with AsyncExitStack() as stack:
         runtime = await open_runtime(stack, host, options.craft_dir)
         if isinstance(runtime, StartFailure):
-            await refuse_start(settings, runtime.message, text, stdin, stdout)
+            early = getattr(args, "early", None)
+            await refuse_start(settings, runtime.message, text, stdin, stdout, early)
             return runtime.code
-        transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        transport = await StdioTransport.open(
+            stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=getattr(args, "early", None)
+        )
         session = Session(runtime, transport, settings)
         try:
             await session.open()
@@ -259,16 +282,22 @@ def _refusal(why: str, message: Any) -> list[dict[str, Any]] | None:
 
 
 async def refuse_start(
-    settings: Any, why: str, text: str | None, stdin: IO[bytes], stdout: IO[bytes]
+    settings: Any,
+    why: str,
+    text: str | None,
+    stdin: IO[bytes],
+    stdout: IO[bytes],
+    early: EarlyAnswer | None = None,
 ) -> None:
-    """Tell the client the run cannot start, in its output format."""
+    """Tell the client the run cannot start, in its output format (``early``: what
+    was read of stdin before, appserver/transport/early.py)."""
     import json
     from functools import partial
 
     from appserver.faces.start_failure import answer_first_request
 
     if text is None:  # stream-json input: answer the first request
-        await answer_first_request(stdin, stdout, partial(_refusal, why), MAX_LINE_BYTES)
+        await answer_first_request(stdin, stdout, partial(_refusal, why), MAX_LINE_BYTES, early)
         return
     if settings.output_format == "text":
         return  # the reason is on stderr, as a failed text run's is

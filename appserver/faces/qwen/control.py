@@ -116,17 +116,9 @@ class ControlRequests:
 
     def capabilities(self) -> Frame:
         """What this face can do (``initialize``'s answer, the first chunk's metadata)."""
-        return {
-            "can_handle_can_use_tool": self.session.interactive(),
-            "can_handle_hook_callback": False,
-            "can_set_permission_mode": True,
-            "can_set_model": True,
-            "can_set_effort": False,
-            "can_get_context_usage": False,
-            "can_get_available_models": True,
-            "can_get_usage_info": False,
-            "can_handle_mcp_message": False,
-        }
+        from appserver.faces.qwen.handshake import capabilities
+
+        return capabilities(self.session.interactive())
 
     async def _interrupt(self, request: Frame) -> Frame:
         job = self.session.current

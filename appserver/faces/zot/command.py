@@ -140,7 +140,9 @@ async def main(
         runtime = await open_runtime(stack, host, options.craft_dir)
         if isinstance(runtime, StartFailure):
             answer = partial(_refusal, runtime.message)
-            await answer_first_request(stdin, stdout, answer, MAX_LINE_BYTES)
+            await answer_first_request(
+                stdin, stdout, answer, MAX_LINE_BYTES, getattr(args, "early", None)
+            )
             return runtime.code
         transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
         return await serve(
