@@ -16,7 +16,7 @@ leaves them running. The ``profile`` says how the child runs: on this runtime
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -28,7 +28,6 @@ from appserver.protocol.subagent_sessions import (
     SubAgentControlResult,
     SubAgentGraphChangedNotification,
 )
-from appserver.protocol.threads import Turn
 from appserver.runtime.errors import (
     InvalidInput,
     Refusal,
@@ -66,22 +65,17 @@ def sub_agent_of(thread: ThreadRecord) -> dict[str, Any]:
     return block if isinstance(block, dict) else {}
 
 
-def turn_text(active: ActiveTurn) -> str:
-    """The turn's agent messages joined by blank lines (its error texts if none)."""
-    texts = [str(i.payload.get("text", "")) for i in active.items if i.type == "agentMessage"]
+def turn_text(items: Iterable[Any], error: str | None = None) -> str:
+    """A turn's agent messages joined by blank lines (its error texts if none),
+    then ``error`` (a failed turn's) when not among them. ``items``: the live
+    turn's records or a stored turn's wire items (both have ``type`` and ``payload``)."""
+    items = list(items)
+    texts = [str(i.payload.get("text") or "") for i in items if i.type == "agentMessage"]
     if not any(texts):
-        texts = [str(i.payload.get("message", "")) for i in active.items if i.type == "error"]
+        texts = [str(i.payload.get("message") or "") for i in items if i.type == "error"]
+    if error and error not in texts:
+        texts.append(error)
     return "\n\n".join(text for text in texts if text)
-
-
-def stored_turn_text(turn: Turn) -> str:
-    """:func:`turn_text` of a stored turn, plus its error when it failed."""
-    texts = [item.payload.get("text") for item in turn.items or [] if item.type == "agentMessage"]
-    if not any(texts):
-        texts = [item.payload.get("message") for item in turn.items or [] if item.type == "error"]
-    if turn.status == "failed" and turn.error and turn.error not in texts:
-        texts.append(turn.error)
-    return "\n\n".join(str(text) for text in texts if text)
 
 
 class SubAgents:
@@ -292,12 +286,14 @@ class SubAgents:
             turns = view.thread.turns
             if not turns:
                 return self.result(edge, "idle")
-            return self.result(edge, turns[-1].status, stored_turn_text(turns[-1]) or None)
+            last = turns[-1]
+            failure = last.error if last.status == "failed" else None
+            return self.result(edge, last.status, turn_text(last.items or [], failure) or None)
         with anyio.move_on_after(timeout if timeout else float("inf")):
             await active.done.wait()
         if not active.done.is_set():
             return self.result(edge, "timeout")
-        return self.result(edge, active.record.status, turn_text(active) or None)
+        return self.result(edge, active.record.status, turn_text(active.items) or None)
 
     async def send_input(
         self, parent_id: str, child_id: str, message: str
