@@ -78,6 +78,8 @@ SHORT_SOURCES = (
 )
 GENERATED = {
     "clients/python/src/appserver_client/_generated.py",
+    # The re-export list of every wire type (clients/python/generate.py writes it too).
+    "clients/python/src/appserver_client/types.py",
     "appserver/web/assets/client.js",
 }
 

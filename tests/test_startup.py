@@ -59,15 +59,18 @@ async def test_each_family_serves_exactly_what_it_declares(
     handlers' capability flags, its features) with its declaration."""
     write_config(tmp_path, config)
     added: dict[str, tuple[set[str], set[str]]] = {}
+    extended: dict[str, set[str]] = {}
 
     def recording(install: Callable[[FamilyContext], None]) -> Callable[[FamilyContext], None]:
         def run(context: FamilyContext) -> None:
             handlers, features = set(context.router.handlers), set(context.router.features)
+            extensions = set(context.router.extensions)
             install(context)
             added[install.__module__] = (
                 set(context.router.handlers) - handlers,
                 context.router.features - features,
             )
+            extended[install.__module__] = set(context.router.extensions) - extensions
 
         return run
 
@@ -81,6 +84,7 @@ async def test_each_family_serves_exactly_what_it_declares(
             assert flags == set(entry.flags), module
             assert all(served.get(flag) is True for flag in flags), module
             assert features == set(entry.features), module
+            assert extended[module] == set(entry.extensions), module
         assert set(CORE.features) <= FEATURE_FLAGS
         core = {spec.capability for spec in METHODS.values() if spec.name in server.router.handlers}
         family_flags = {flag for methods, _ in added.values() for flag in

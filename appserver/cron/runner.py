@@ -2,8 +2,9 @@
 
 Shared by cron jobs and the heartbeat. The run's thread is either a given
 one or a dedicated thread made (and announced with ``thread/started``) on
-demand. If the thread is busy with another turn, the run waits for that
-turn to end rather than skipping: a scheduled message is never dropped, it
+demand. If the thread is busy with another turn (on this node or, nodes
+sharing a database, on another), the run waits for that turn to end rather
+than skipping: a scheduled message is never dropped, it
 is only late. A paused or archived thread fails the run instead (its owner
 said "not now").
 
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from appserver.protocol.cron import JobTokenUsage
+from appserver.runtime.errors import TurnInProgress
 from appserver.runtime.threads import NewThread, Threads
-from appserver.runtime.turns import TurnEngine, UserInput
+from appserver.runtime.turns import ActiveTurn, TurnEngine, UserInput
 from appserver.storage.records import ThreadRecord
 
 
@@ -41,7 +43,7 @@ class Trigger:
     """What starts the turn: the prompt and the userMessage's trigger fields."""
 
     text: str
-    kind: str  # triggerKind: cron | heartbeat
+    kind: str  # triggerKind: cron | heartbeat | automation
     label: str  # triggerLabel: the job's name
     ref_id: str | None = None  # triggerRefId: the job's id
 
@@ -109,11 +111,16 @@ class JobRunner:
         )
 
     async def run(
-        self, thread_id: str | None, dedicated: ThreadSpec | None, trigger: Trigger
+        self,
+        thread_id: str | None,
+        dedicated: ThreadSpec | None,
+        trigger: Trigger,
+        prepare: Callable[[ActiveTurn], None] | None = None,
     ) -> RunOutcome:
         """Run ``trigger`` in ``thread_id``; with ``dedicated``, a missing thread
-        is made from it. A failed run is an outcome, not an exception; only
-        :class:`ShuttingDown` is raised (before anything happened)."""
+        is made from it. ``prepare`` adjusts the reserved turn before it is
+        stored (automations give it their tool). A failed run is an outcome, not
+        an exception; only :class:`ShuttingDown` is raised (before anything happened)."""
         if not self.accepting():
             raise ShuttingDown
         created = False
@@ -129,9 +136,20 @@ class JobRunner:
                     thread.id, error=f"Thread is not active: {thread.id}", created_thread=created
                 )
             busy = self.engine.active.get(thread.id)
-            if busy is None:
-                break
-            await busy.done.wait()
+            if busy is not None:
+                await busy.done.wait()
+            elif (
+                not await self.threads.running_anywhere(thread.id)
+                and thread.id not in self.engine.active  # none started here meanwhile
+            ):
+                try:
+                    active = await self.engine.run_turn(thread, trigger.user_input(), prepare)
+                    break
+                except TurnInProgress:
+                    pass  # another node started a turn there first: wait for it too
+            cluster = self.threads.cluster
+            if cluster is not None:
+                await cluster.wait_idle(thread.id)  # a turn another node runs there
             if not self.accepting():
                 raise ShuttingDown
             # Re-read: the thread's turn counter moved, and it may be gone or paused.
@@ -139,7 +157,6 @@ class JobRunner:
             if fresh is None:
                 return RunOutcome(thread.id, error=f"Thread not found: {thread.id}")
             thread = fresh
-        active = await self.engine.run_turn(thread, trigger.user_input())
         record = active.record
         usage = record.token_usage or {}
         outcome = RunOutcome(

@@ -8,8 +8,59 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import field_validator
+
 from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.editor_families import acp_method
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
+
+
+class DynamicToolSpec(OpenWireModel):
+    """A tool the client implements; the server calls it with `item/tool/call` (or, with
+    `acpMethod`, `ext/acp/<family>/<method>`)."""
+
+    namespace: str | None = None
+    """Groups tools; with `name`, unique per request (not empty when given)."""
+    name: str
+    """The tool's name as the model sees it."""
+    description: str
+    """What the tool does, for the model."""
+    input_schema: dict[str, Any]
+    """JSON Schema of the tool's arguments."""
+    defer_loading: bool | None = None
+    """Reserved; ignored."""
+    approval: dict[str, Any] | None = None
+    """Ask for approval before each call: `{kind, targetArgument, operation?,
+    operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`,
+    `remoteResource`; see `ChannelToolApproval`); a declined call is not sent."""
+
+    acp_method: str | None = None
+    """Ours: `_family/method` of a family the client lists in `acpExtensions.extensions`.
+    A call is sent as `ext/acp/<family>/<method>` (`threadId` and the model's arguments)
+    instead of `item/tool/call`, and the tool is offered only while the thread's client
+    serves the family."""
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("'namespace' must not be empty")
+        return value
+
+    @field_validator("acp_method")
+    @classmethod
+    def _acp_method_names_a_family(cls, value: str | None) -> str | None:
+        return None if value is None else acp_method(value)
+
+    @field_validator("approval")
+    @classmethod
+    def _approval_names_kind_and_target(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # A typo must not silently leave the tool ungated.
+        if value is not None:
+            for key in ("kind", "targetArgument"):
+                if not isinstance(value.get(key), str) or not value[key].strip():
+                    raise ValueError(f"approval.{key} must be a non-empty string")
+        return value
 
 
 class ToolCallParams(WireModel):

@@ -27,7 +27,8 @@ class AcpExtensionsCapability(OpenWireModel):
     """The client runs commands in its terminals (`ext/acp/terminal/*`: the `shell` tool
     uses them)."""
     extensions: list[str] = Field(default_factory=list)
-    """Further `ext/acp/<family>` families the client serves (not used by this server)."""
+    """Custom families the client serves (`_unity`): tools of these families send
+    `ext/acp/<family>/<method>` (see `ext/acp/<family>/<method>`)."""
 
 
 class ReadTextFileParams(WireModel):

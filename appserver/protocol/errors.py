@@ -26,6 +26,10 @@ APPROVAL_TIMEOUT = -32020
 CHANNEL_REJECTED = -32030
 CRON_JOB_NOT_FOUND = -32031
 SKILL_NOT_FOUND = -32040
+TASK_NOT_FOUND = -32051
+TASK_INVALID_STATUS = -32052
+TASK_ALREADY_EXISTS = -32054
+THREAD_BINDING_INVALID = -32055  # DotCraft's spec names it; its code never sends it
 COMMAND_NOT_FOUND = -32060
 COMMAND_PERMISSION_DENIED = -32061
 COMMAND_SERVICE_UNAVAILABLE = -32062
@@ -105,3 +109,23 @@ def subagent_profile_validation_failed(detail: str) -> RpcError:
 def subagent_profile_protected(detail: str) -> RpcError:
     """``-32085``: the change is not allowed on this profile."""
     return RpcError(SUBAGENT_PROFILE_PROTECTED, "SubAgent profile is protected", {"detail": detail})
+
+
+def task_not_found(task_id: str) -> RpcError:
+    """``-32051``: no such automation task (DotCraft's message)."""
+    return RpcError(TASK_NOT_FOUND, f"Task not found: {task_id}")
+
+
+def task_invalid_status(detail: str) -> RpcError:
+    """``-32052``: not while the task is in its present status (``detail`` is the message)."""
+    return RpcError(TASK_INVALID_STATUS, detail)
+
+
+def task_already_exists(task_id: str) -> RpcError:
+    """``-32054``: a task with this id exists."""
+    return RpcError(TASK_ALREADY_EXISTS, f"Task already exists: {task_id}")
+
+
+def thread_binding_invalid(detail: str) -> RpcError:
+    """``-32055``: the bound thread does not exist, is archived or cannot run server turns."""
+    return RpcError(THREAD_BINDING_INVALID, "Thread binding invalid", {"detail": detail})

@@ -9,6 +9,7 @@ from pydantic import Field
 from appserver.protocol.base import OpenWireModel, WireModel
 from appserver.protocol.editor_fs import AcpExtensionsCapability
 from appserver.protocol.limits import Name
+from appserver.protocol.node_repl import BrowserUseCapability, NodeReplCapability
 
 
 class ClientInfo(WireModel):
@@ -46,7 +47,13 @@ class ClientCapabilities(OpenWireModel):
     """The client is an external channel adapter (see `ext/channel/*`)."""
     acp_extensions: AcpExtensionsCapability | None = None
     """The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound
-    to it read and write through `ext/acp/fs/*`."""
+    to it read and write through `ext/acp/fs/*`, `shell` runs in its terminals, the tools of
+    the families it lists send `ext/acp/<family>/<method>`."""
+    node_repl: NodeReplCapability | None = None
+    """The client hosts a Node REPL per thread; with `browserUse` too, the threads bound to it
+    are offered `NodeReplJs` (`ext/nodeRepl/*`)."""
+    browser_use: BrowserUseCapability | None = None
+    """The client's REPL drives an embedded browser (needed with `nodeRepl`)."""
 
 
 class InitializeParams(WireModel):

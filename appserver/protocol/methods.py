@@ -10,20 +10,24 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from appserver.protocol import (
+    automations,
     channels,
     commands,
     cron,
     dynamic_tools,
+    editor_families,
     editor_fs,
     editor_terminal,
     grants,
     mcp,
+    node_repl,
     plans,
     plugins,
     prompt,
     skills,
     subagent_profiles,
     subagent_sessions,
+    suggestions,
     terminals,
     workspace,
 )
@@ -49,12 +53,16 @@ _FAMILIES = (
     dynamic_tools,
     editor_fs,
     editor_terminal,
+    editor_families,
+    node_repl,
     plans,
     terminals,
     prompt,
     grants,
     subagent_profiles,
     subagent_sessions,
+    suggestions,
+    automations,
 )
 
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.dynamic_tools import DynamicToolSpec
 from appserver.protocol.limits import (
     INT64_MAX,
     MAX_THREAD_CONFIG_BYTES,
@@ -221,42 +222,6 @@ class ThreadSummary(WireModel):
     """Whether a turn is running or waiting."""
 
 
-class DynamicToolSpec(OpenWireModel):
-    """A tool the client implements; the server calls it with `item/tool/call`."""
-
-    namespace: str | None = None
-    """Groups tools; with `name`, unique per request (not empty when given)."""
-    name: str
-    """The tool's name as the model sees it."""
-    description: str
-    """What the tool does, for the model."""
-    input_schema: dict[str, Any]
-    """JSON Schema of the tool's arguments."""
-    defer_loading: bool | None = None
-    """Reserved; ignored."""
-    approval: dict[str, Any] | None = None
-    """Ask for approval before each call: `{kind, targetArgument, operation?,
-    operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`,
-    `remoteResource`; see `ChannelToolApproval`); a declined call is not sent."""
-
-    @field_validator("namespace")
-    @classmethod
-    def _namespace_not_empty(cls, value: str | None) -> str | None:
-        if value is not None:
-            _non_empty(value, "namespace")
-        return value
-
-    @field_validator("approval")
-    @classmethod
-    def _approval_names_kind_and_target(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # A typo must not silently leave the tool ungated.
-        if value is not None:
-            for key in ("kind", "targetArgument"):
-                if not isinstance(value.get(key), str) or not value[key].strip():
-                    raise ValueError(f"approval.{key} must be a non-empty string")
-        return value
-
-
 # --- params and results ----------------------------------------------------
 
 
@@ -353,6 +318,9 @@ class ThreadListParams(WireModel):
     """Include archived threads."""
     include_sub_agents: bool = False
     """Include threads of sub-agents."""
+    include_internal: bool = False
+    """Include the server's internal helper threads (welcome and commit-message suggestions,
+    `metadata["dotcraft.internal"]`), as DotCraft v0.2.15; they are hidden otherwise."""
     cross_channel_origins: list[str] | None = None
     """Also list threads of the same workspace started from these channels."""
     channel_name: str | None = None

@@ -123,6 +123,9 @@ class WorkspaceConfigUpdateParams(WireModel):
     """Approval policy of new threads: `default` or `autoApprove`."""
     provider: Name | None = None  # extension: "offline" | "openai" | "anthropic" | null
     """The model provider; `null` or `""` removes it."""
+    welcome_suggestions_enabled: bool | None = None
+    """Whether turns refresh the welcome suggestions (`welcome/suggestions`); `null` removes the
+    setting (the workspace's `.craft/config.json`, else on)."""
 
 
 class WorkspaceConfigUpdateResult(WireModel):
@@ -138,6 +141,8 @@ class WorkspaceConfigUpdateResult(WireModel):
     """Approval policy of new threads."""
     provider: str | None = None
     """The model provider."""
+    welcome_suggestions_enabled: bool | None = None
+    """The welcome suggestions setting of the user's settings for this workspace (absent: unset)."""
 
 
 # --- workspace/trust ------------------------------------------------------------------
@@ -220,10 +225,10 @@ METHOD_SPECS: list[MethodSpec] = [
         WorkspaceConfigUpdateParams,
         WorkspaceConfigUpdateResult,
         "workspaceConfigManagement",
-        "Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's "
-        "settings for this workspace (outside it, 0600) and apply them at once. Emits "
-        "`workspace/configChanged` for the regions that really changed. The result masks "
-        "`apiKey`.",
+        "Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or "
+        "welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, "
+        "0600) and apply them at once. Emits `workspace/configChanged` for the regions that "
+        "really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.",
         (rpc_errors.INVALID_PARAMS,),
     ),
     MethodSpec(

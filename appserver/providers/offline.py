@@ -53,6 +53,28 @@ When the last message is a user message
     least three :class:`TextDelta` values, then :class:`Usage` and
     ``Stop("end_turn")``.
 
+A request that offers a helper tool, whose last message is a user message
+    is a helper turn of the server (docs/suggestions.md): the message is not read
+    for directives, and the answer is one call of that tool (then, after its
+    result, the usual summary), made from the message alone:
+
+    ``EmitWelcomeSuggestions``
+        The message's lines that start with ``- `` are the evidence (the user's
+        recent requests). Four items, in this order, each from the next evidence
+        line (wrapping around): ``{"title": "Continue: E", "prompt": "Continue
+        the work on: E", "reason": "You asked: E"}``, then ``Test`` / ``Write tests
+        for``, ``Review`` / ``Review the change for``, ``Document`` / ``Document``
+        (``E`` cut to 60 characters in the title, 120 in the reason). No
+        evidence line: ``E`` is ``the workspace``.
+    ``CommitSuggest``
+        The diff is what follows the line ``--- unified diff ---``. Its files are
+        the ``b/`` names of its ``diff --git`` lines, in order, each once;
+        ``{"summary": "Update F1, F2, F3 and N more", "body": "N file(s)
+        changed: A line(s) added, R removed."}`` (``A``/``R`` count the ``+``/``-``
+        lines that are not ``+++``/``---`` headers; no files: ``Update files``).
+
+    ``EmitWelcomeSuggestions`` wins when both are offered.
+
 A request with ``purpose="compaction"``
     is answered with :func:`compaction_summary` of its messages (all but the
     last, the summarising instruction): deterministic, so tests can check it.
@@ -100,6 +122,7 @@ from appserver.providers.base import (
     ToolCallDone,
     Usage,
 )
+from appserver.providers.offline_helpers import helper_call
 
 _ERROR_KINDS: dict[str, ErrorKind] = {
     "auth": "auth",
@@ -242,6 +265,9 @@ def _respond(request: ModelRequest) -> tuple[list[ModelEvent], int]:
         return [*deltas, Usage(_input_tokens(request), _words(summary)), Stop("end_turn")], 0
     last = request.messages[-1] if request.messages else None
     if last is not None and last.role == "user":
+        helper = _helper_call(request, last)
+        if helper is not None:
+            return helper, 0
         script = parse_script(last.content)
         return _answer_user(request, last, script), script.delay_ms
     if last is not None and last.role == "tool":
@@ -276,20 +302,35 @@ def _answer_user(
 
     if script.tool is not None:
         name, raw = script.tool
-        call_id = f"offline_call_{_count_tool_calls(request.messages) + 1}"
-        fragments = _split_even(raw, _TOOL_FRAGMENTS)
-        events.append(ToolCallDelta(0, fragments[0], call_id=call_id, name=name))
-        events += [ToolCallDelta(0, f) for f in fragments[1:]]
-        arguments, error = parse_arguments(raw)
-        events.append(ToolCallDone(0, ToolCall(call_id, name, arguments), arguments_error=error))
-        output_words += _words(raw)
-        events += [Usage(_input_tokens(request), output_words), Stop("tool_calls")]
-        return events
+        return events + _call_events(request, name, raw, output_words)
 
     events += [TextDelta(c) for c in chunks]
     output_words += sum(_words(c) for c in chunks)
     events += [Usage(_input_tokens(request), output_words), Stop("end_turn")]
     return events
+
+
+def _call_events(
+    request: ModelRequest, name: str, raw: str, output_words: int = 0
+) -> list[ModelEvent]:
+    """One call of tool ``name`` with the JSON text ``raw``, streamed, and the end."""
+    call_id = f"offline_call_{_count_tool_calls(request.messages) + 1}"
+    fragments = _split_even(raw, _TOOL_FRAGMENTS)
+    events: list[ModelEvent] = [ToolCallDelta(0, fragments[0], call_id=call_id, name=name)]
+    events += [ToolCallDelta(0, f) for f in fragments[1:]]
+    arguments, error = parse_arguments(raw)
+    events.append(ToolCallDone(0, ToolCall(call_id, name, arguments), arguments_error=error))
+    output_words += _words(raw)
+    return [*events, Usage(_input_tokens(request), output_words), Stop("tool_calls")]
+
+
+def _helper_call(request: ModelRequest, message: Message) -> list[ModelEvent] | None:
+    """The call a helper turn's message asks for (offline_helpers.py), if it is one."""
+    call = helper_call({tool.name for tool in request.tools}, message.content)
+    if call is None:
+        return None
+    name, arguments = call
+    return _call_events(request, name, json.dumps(arguments))
 
 
 def _echo(script: OfflineScript, message: Message) -> str:

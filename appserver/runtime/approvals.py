@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -230,6 +230,13 @@ class ApprovalBroker:
         self.remote_askers: list[Participant] = []
         # Told each request id once its question is over (answered or not).
         self.settle_listeners: list[Callable[[str], None]] = []
+        # Awaited before each question: the remote askers count the live nodes
+        # then, not at their last sweep.
+        self.before_asking: list[Callable[[], Awaitable[None]]] = []
+        self._asked_here: set[str] = set()  # request ids of the questions ask() put
+        # Told each acceptForSession grant (thread, key): nodes sharing a
+        # database pass it on, so the session's grant holds on every node.
+        self.grant_listeners: list[Callable[[str, str], Awaitable[None]]] = []
 
     async def precheck(
         self,
@@ -272,6 +279,11 @@ class ApprovalBroker:
         policy: str,
     ) -> Verdict:
         """Ask ``askers`` and wait for the first answer."""
+        for refresh in self.before_asking:
+            try:
+                await refresh()
+            except Exception:
+                log.exception("could not count who else can answer %s", params.request_id)
         capable = [asker for asker in [*askers, *self.remote_askers] if _can_answer(asker)]
         fields = _log_fields(params)
         if not capable:
@@ -291,12 +303,14 @@ class ApprovalBroker:
         )
         pending = PendingApproval(params, tg, self.timeout, self.reconnect_grace)
         self.pending[params.thread_id] = pending
+        self._asked_here.add(params.request_id)
         try:
             for conn in capable:
                 pending.ask(conn)
             decision, reason = await pending.wait()
         finally:
             self.pending.pop(params.thread_id, None)
+            self._asked_here.discard(params.request_id)
             for listener in self.settle_listeners:
                 listener(params.request_id)
         if decision is None:
@@ -320,6 +334,15 @@ class ApprovalBroker:
             pending.ask(participant)
         for listener in self.offer_listeners:
             listener(thread_id, participant)
+
+    def offer_remote(self) -> None:
+        """Put this node's open questions to the remote askers that can answer
+        now and were not asked yet (a node joined the cluster)."""
+        for pending in list(self.pending.values()):
+            if pending.params.request_id in self._asked_here:
+                for asker in self.remote_askers:
+                    if _can_answer(asker):
+                        pending.ask(asker)
 
     def answer(
         self,
@@ -345,13 +368,27 @@ class ApprovalBroker:
         """Apply ``acceptForSession`` (the key of ``scope``) / ``acceptAlways``
         (the exact operation, this session and later ones)."""
         if decision == "acceptForSession":
-            self._session_grants.setdefault(thread_id, set()).add(grant_key(need, scope))
+            key = grant_key(need, scope)
+            self.add_session_grant(thread_id, key)
+            for listener in self.grant_listeners:
+                try:
+                    await listener(thread_id, key)
+                except Exception:
+                    log.exception("could not pass on a session grant of %s", thread_id)
         if decision == "acceptAlways":
             key = scope_key(need)
             self._session_grants.setdefault(thread_id, set()).add(key)
             stored = stored_grant(need)
             self._always_keys.setdefault(stored, set()).add((thread_id, key))
             await self.events.grant(*stored, now)
+
+    def add_session_grant(self, thread_id: str, key: str) -> None:
+        """Let ``key`` (a :func:`grant_key`) cover the thread's session from now on."""
+        self._session_grants.setdefault(thread_id, set()).add(key)
+
+    def session_grants(self) -> dict[str, list[str]]:
+        """Every thread's session grant keys (what another node is told of)."""
+        return {thread: sorted(keys) for thread, keys in self._session_grants.items() if keys}
 
     async def revoke(self, kind: str, operation: str, target: str) -> bool:
         """Forget a remembered (``acceptAlways``) grant, in the database and in

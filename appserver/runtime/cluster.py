@@ -13,6 +13,7 @@ heartbeats is failed within the lease, by exactly one node, with one
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,21 +23,28 @@ import anyio.abc
 
 from appserver.protocol.threads import ThreadRuntimeChangedNotification
 from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.cluster_approvals import RemoteAskers, RemoteQuestions
 from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.recovery import RECOVERED_ERROR, fail_interrupted
-from appserver.storage.cluster_common import NodeStore, WorkspaceMismatch
+from appserver.storage.cluster_common import NodeStore, SharedEvent, WorkspaceMismatch
 from appserver.storage.threads import ThreadRepository
 
 log = logging.getLogger("appserver.cluster")
 
 WORKSPACE_MARK = "cluster-workspace"  # under .craft/: the token every node must see
 DELTA_RETENTION = 300.0  # seconds a completed item's stored deltas are kept
+RECENT_BROADCASTS = 60.0  # seconds (beyond a lease) a delivered broadcast is remembered
 
 Command = Callable[[dict[str, Any]], Awaitable[None]]
 
+
+STRANDED = (
+    "This node lost track of the turn (a write whose answer never came may or may "
+    "not have reached the database); it marked the turn failed."
+)
 
 PROCESS_LOST = (
     "The appserver process running this turn stopped; another process serving the "
@@ -72,7 +80,9 @@ class ClusterNode:
         # dead, and sweeps every lease/8 fail its turns: at most 7/8 of the
         # lease after it stopped (at least half of it), so within the lease.
         self.silence = lease * 3 / 4
-        self.shared = SharedLog(store, journal._deliver, journal.lock, journal.bus.subscribers)
+        self.shared = SharedLog(
+            store, journal._deliver, journal.lock, journal.bus.subscribers, journal.forget_lock
+        )
         journal.shared = self.shared
         self.states = states
         self.shared.on_remote = self._remote_event
@@ -81,6 +91,14 @@ class ClusterNode:
         self._scheduled: set[str] = set()
         self._commands_pending = False
         self.peers = 0  # other live nodes, as of the last sweep
+        # Set (and dropped) when another node announces a thread idle: what
+        # wait_idle waits on.
+        self._idle_signals: dict[str, anyio.Event] = {}
+        self._down_since: float | None = None  # when the feed went down (Unix seconds)
+        self._askers: RemoteAskers | None = None  # set by wire_approvals
+        # Whether this node runs the turn (thread, turn); set by the runtime.
+        self.runs_turn: Callable[[str, str], bool] = lambda _thread, _turn: True
+        self._stranded: set[tuple[str, str]] = set()  # this node's, not run, at the last sweep
         # Called when a heartbeat finds that the other nodes took this one for dead.
         self.on_presumed_dead: Callable[[], Awaitable[None]] | None = None
 
@@ -88,16 +106,46 @@ class ClusterNode:
     def node_id(self) -> str:
         return self.store.node_id
 
+    @property
+    def task_group(self) -> anyio.abc.TaskGroup | None:
+        """Where this node runs what other nodes ask of it (``None`` until it runs)."""
+        return self._tg
+
     def wire_approvals(self, broker: ApprovalBroker) -> None:
         """Let the clients of other nodes answer this node's approvals, and
         this node's clients answer theirs."""
-        remote = RemoteAskers(self)
+        remote = self._askers = RemoteAskers(self)
         broker.remote_askers.append(remote)
         broker.settle_listeners.append(remote.settle)
+        broker.before_asking.append(remote.refresh)
         questions = RemoteQuestions(self, broker, self.journal.bus.subscribers)
+
+        async def joined(body: dict[str, Any]) -> None:
+            # A node that joins is asked what is open here, as if it had been
+            # alive when the question was put, and told the session grants.
+            node_id = str(body.get("node"))
+            await remote.joined(node_id)
+            broker.offer_remote()
+            grants = broker.session_grants()
+            if grants:
+                await self.send(node_id, "approval/grant", {"grants": grants})
+
+        async def share_grant(thread_id: str, key: str) -> None:
+            await self.broadcast("approval/grant", {"grants": {thread_id: [key]}})
+
+        async def on_grant(body: dict[str, Any]) -> None:
+            grants = body.get("grants")
+            for thread_id, keys in (grants if isinstance(grants, dict) else {}).items():
+                for key in keys if isinstance(keys, list) else []:
+                    broker.add_session_grant(str(thread_id), str(key))
+
+        broker.grant_listeners.append(share_grant)
+        self.commands["approval/grant"] = on_grant
+
         self.commands["approval/answer"] = remote.on_answer
         self.commands["approval/ask"] = questions.on_ask
         self.commands["approval/settled"] = questions.on_settled
+        self.commands["node/joined"] = joined
 
     async def check_workspace(self) -> None:
         """Refuse to start on a workspace the other nodes do not share.
@@ -145,6 +193,9 @@ class ClusterNode:
                 await tg.start(self.shared.run)
                 await tg.start(self.store.follow, self)
                 await self.sweep(starting=True)
+                # The others learn of this node now, not at their next sweep:
+                # an approval open there is put to this node's clients too.
+                await self.broadcast("node/joined", {"node": self.node_id})
                 tg.start_soon(self._heartbeat)
                 tg.start_soon(self._sweeper)
                 task_status.started()
@@ -177,6 +228,9 @@ class ClusterNode:
             await anyio.sleep(max(self.lease / 8, 0.05))
             try:
                 await self.sweep()
+                self.shared.drop_idle()  # threads whose last follower left
+                if self._down_since is None:  # kept while the feed is down
+                    self.shared.recent.prune(RECENT_BROADCASTS + self.lease)
                 now = anyio.current_time()
                 if now - last_prune > DELTA_RETENTION / 2:
                     last_prune = now
@@ -189,7 +243,10 @@ class ClusterNode:
         ``starting``: this process's first sweep; on the workspace's own file,
         what it fails is what a restart fails, and says so as a restart does."""
         restart = starting and not self.store.remote
-        self.peers = len(await self.store.live_peers(self.silence))
+        peers = await self.store.live_peers(self.silence)
+        self.peers = len(peers)
+        if self._askers is not None:
+            self._askers.gone(set(peers))  # a node asked that died will not answer
         failed = 0
         for thread_id, turn_id in await self.store.claim_orphaned_turns(self.silence):
             try:
@@ -203,11 +260,38 @@ class ClusterNode:
                     error = lost_error(self.silence) if self.store.remote else PROCESS_LOST
                 await fail_interrupted(self.journal, self.repo, turn, error)
                 await self.states.announce_idle(thread_id)
+                self._signal_idle(thread_id)
                 failed += 1
             except Exception:
                 # Deleted meanwhile, taken over again, the database gone: the
                 # next sweep looks again; the node carries on.
                 log.exception("could not fail turn %s on %s", turn_id, thread_id)
+        return failed + await self._fail_stranded()
+
+    async def _fail_stranded(self) -> int:
+        """Fail the turns the database says this node runs and it does not: a
+        COMMIT whose answer was lost (the turn's start, or its end) left them
+        running there. Seen at two sweeps in a row, so a turn that is just
+        starting or ending here is not taken for one."""
+        stranded = {
+            (thread_id, turn_id)
+            for thread_id, turn_id in await self.store.own_running_turns()
+            if not self.runs_turn(thread_id, turn_id)
+        }
+        failed = 0
+        for thread_id, turn_id in stranded & self._stranded:
+            try:
+                turn = await self.journal.events.turn(thread_id, turn_id)
+                if turn is None or turn.status not in ("running", "waitingApproval"):
+                    continue
+                log.warning("failing turn %s on %s: this node lost track of it", turn_id, thread_id)
+                await fail_interrupted(self.journal, self.repo, turn, STRANDED)
+                await self.states.announce_idle(thread_id)
+                self._signal_idle(thread_id)
+                failed += 1
+            except Exception:
+                log.exception("could not fail turn %s on %s", turn_id, thread_id)
+        self._stranded = stranded
         return failed
 
     def _remote_event(self, event: Event) -> None:
@@ -216,6 +300,29 @@ class ClusterNode:
             params = event.params
             assert isinstance(params, ThreadRuntimeChangedNotification)
             self.states.adopt(params.thread_id, params.runtime)
+            if not params.runtime.running:
+                self._signal_idle(params.thread_id)
+
+    def _signal_idle(self, thread_id: str) -> None:
+        signal = self._idle_signals.pop(thread_id, None)
+        if signal is not None:
+            signal.set()
+
+    async def wait_idle(self, thread_id: str) -> None:
+        """Return once no turn runs on the thread by the database (a new one may
+        start at once: a caller that starts a turn still meets ``TurnInProgress``).
+        Callers wait for this node's own turns first; one it lost track of is
+        failed by a sweep, which wakes this too."""
+        while True:
+            # Armed before looking: an end announced meanwhile still wakes us.
+            signal = self._idle_signals.setdefault(thread_id, anyio.Event())
+            if await self.store.running_turn(thread_id) is None:
+                return
+            # The end comes as the other node's thread/runtimeChanged; look again
+            # now and then all the same (a node that dies never says it; a sweep
+            # here or elsewhere fails its turn within the lease).
+            with anyio.move_on_after(max(self.lease / 4, 0.05)):
+                await signal.wait()
 
     # --- the store's feed (FeedHandler) -------------------------------------------------
 
@@ -230,9 +337,34 @@ class ClusterNode:
         """Commands may be queued for this node."""
         self._wake_commands()
 
+    def on_lost(self) -> None:
+        """The feed went down: note since when (what it missed is read back)."""
+        if self._down_since is None:
+            self._down_since = time.time()
+
     def on_reconnect(self) -> None:
         """The feed was down: read what was announced meanwhile."""
         self._catch_up()
+        since, self._down_since = self._down_since, None
+        if since is not None and self._tg is not None:
+            # From a lease before the loss was noticed: noticing may lag it, and
+            # the events' times are their writers' clocks.
+            self._tg.start_soon(self.catch_up_broadcasts, since - self.lease)
+
+    async def catch_up_broadcasts(self, since: float) -> None:
+        """Deliver other nodes' broadcasts stored since ``since`` (Unix seconds)
+        of threads this node does not follow: their notifications were lost
+        while the feed was down (the followed threads' pumps read the log)."""
+        try:
+            rows = await self.store.broadcasts_since(since)
+        except Exception as exc:
+            log.warning("event feed: cannot read the broadcasts it missed: %s", exc)
+            return
+        by_thread: dict[str, list[SharedEvent]] = {}
+        for thread_id, row in rows:
+            by_thread.setdefault(thread_id, []).append(row)
+        for thread_id, missed in by_thread.items():
+            await self.shared.deliver_missed(thread_id, missed)
 
     def _schedule_pump(self, thread_id: str, force: bool = False) -> None:
         if thread_id in self._scheduled or self._tg is None:
@@ -249,7 +381,7 @@ class ClusterNode:
         self._tg.start_soon(pump)
 
     def _catch_up(self) -> None:
-        for thread_id in self.shared.followed():
+        for thread_id in self.shared.reconnected():
             self._schedule_pump(thread_id, force=True)
 
     # --- commands ----------------------------------------------------------------------
@@ -304,150 +436,3 @@ class ClusterNode:
     async def send(self, node_id: str, kind: str, body: dict[str, Any]) -> None:
         """Ask ``node_id`` to carry out ``kind`` (it runs the turn ``body`` names)."""
         await self.store.send(node_id, kind, body)
-
-
-class _RemoteQuestion:
-    """A question this node put to the other nodes' clients."""
-
-    def __init__(self, nodes: set[str]) -> None:
-        self.nodes = nodes  # nodes that have not replied
-        self.answer: dict[str, Any] | None = None
-        self.settled = False
-        self.changed = anyio.Event()
-
-    def wake(self) -> None:
-        self.changed.set()
-        self.changed = anyio.Event()
-
-
-class RemoteAskers:
-    """The clients of every other node, as one participant of a turn's approval.
-
-    Asking sends ``approval/ask`` to each live node; a node asks its clients
-    subscribed to the thread and sends back the first answer
-    (``approval/answer``), or ``null`` when none of them answered. The
-    broker's first-answer-wins rule then holds across nodes; once the
-    question is over, nodes still asking are told to stop (``approval/settled``).
-    """
-
-    name = "another node's client"
-    closed = False
-
-    def __init__(self, node: ClusterNode) -> None:
-        self.node = node
-        self._questions: dict[str, _RemoteQuestion] = {}
-
-    def wants(self, kind: str, topic: str | None) -> bool:
-        return False
-
-    def deliver(self, event: object) -> None:
-        return None
-
-    def can_answer_approvals(self) -> bool:
-        return self.node.peers > 0
-
-    async def ask_approval(self, request: Any, timeout: float) -> dict[str, Any]:
-        from appserver.protocol.encoding import model_json
-        from appserver.runtime.events import QuestionUnanswered
-
-        nodes = await self.node.store.live_peers(self.node.silence)
-        if not nodes:
-            raise QuestionUnanswered("no other node")
-        question = self._questions[request.request_id] = _RemoteQuestion(set(nodes))
-        body = {
-            "threadId": request.thread_id,
-            "requestId": request.request_id,
-            "params": model_json(request),
-            "timeout": timeout,
-            "from": self.node.node_id,
-        }
-        try:
-            for node_id in nodes:
-                await self.node.send(node_id, "approval/ask", body)
-            with anyio.move_on_after(timeout):
-                while question.answer is None and question.nodes and not question.settled:
-                    await question.changed.wait()
-        finally:
-            self._questions.pop(request.request_id, None)
-            with anyio.CancelScope(shield=True):
-                for node_id in question.nodes:
-                    await self.node.send(
-                        node_id, "approval/settled", {"requestId": request.request_id}
-                    )
-        if question.answer is None:
-            raise QuestionUnanswered("no client of another node answered")
-        return question.answer
-
-    def settle(self, request_id: str) -> None:
-        """The broker's question is over (answered here, or timed out)."""
-        question = self._questions.get(request_id)
-        if question is not None:
-            question.settled = True
-            question.wake()
-
-    async def on_answer(self, body: dict[str, Any]) -> None:
-        question = self._questions.get(str(body.get("requestId")))
-        if question is None:
-            return
-        question.nodes.discard(str(body.get("node")))
-        answer = body.get("answer")
-        if isinstance(answer, dict) and question.answer is None:
-            question.answer = answer
-        question.wake()
-
-
-class RemoteQuestions:
-    """This node's side of another node's approval: ask the local clients
-    subscribed to the thread, answer the asking node."""
-
-    def __init__(self, node: ClusterNode, broker: Any, subscribers: Any) -> None:
-        self.node = node
-        self.broker = broker
-        self.subscribers = subscribers
-        self._pending: dict[str, Any] = {}
-
-    async def on_ask(self, body: dict[str, Any]) -> None:
-        from appserver.protocol.turns import ApprovalRequestParams
-        from appserver.runtime.approvals import PendingApproval
-
-        params = ApprovalRequestParams.model_validate_json(body["params"])
-        asker, request_id = str(body["from"]), params.request_id
-        capable = [
-            participant
-            for participant in self.subscribers(params.thread_id)
-            if not participant.closed and participant.can_answer_approvals()
-        ]
-        answer: dict[str, Any] | None = None
-        # Even with nobody here yet: a client that reconnects to this node and
-        # subscribes within the reconnect grace is asked (broker.offer).
-        if self.node._tg is not None:
-            timeout = float(body.get("timeout") or self.broker.timeout)
-            pending = PendingApproval(params, self.node._tg, timeout, self.broker.reconnect_grace)
-            self._pending[request_id] = pending
-            # Here too a client that subscribes meanwhile is asked (broker.offer).
-            self.broker.pending.setdefault(params.thread_id, pending)
-            try:
-                for participant in capable:
-                    pending.ask(participant)
-                decision, _reason = await pending.wait()
-            finally:
-                self._pending.pop(request_id, None)
-                if self.broker.pending.get(params.thread_id) is pending:
-                    del self.broker.pending[params.thread_id]
-            if decision == _SETTLED:
-                return  # the asking node has its answer: no reply wanted
-            if decision is not None:
-                answer = {"decision": decision, "scope": pending.scope}
-        await self.node.send(
-            asker,
-            "approval/answer",
-            {"requestId": request_id, "node": self.node.node_id, "answer": answer},
-        )
-
-    async def on_settled(self, body: dict[str, Any]) -> None:
-        pending = self._pending.get(str(body.get("requestId")))
-        if pending is not None:
-            pending.resolve(_SETTLED, None)
-
-
-_SETTLED = "settled"  # not a decision: the question ended on the asking node

@@ -22,6 +22,9 @@ class EngineConfig:
     max_model_calls: int = 32
     approval_timeout: float = 120.0
     reconnect_grace: float = 15.0
+    # How long past an evaluation's own timeout (NodeReplJs's timeoutSeconds) the
+    # client may take to answer ext/nodeRepl/evaluate (DotCraft waits 5 s more).
+    node_repl_answer_margin: float = 5.0
     checkpoint_interval: float = 0.5  # how often streaming text is saved for crash recovery
     shutdown_grace: float = 5.0
     # Context compaction (turns/compaction.py): a turn whose history is estimated

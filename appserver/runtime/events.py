@@ -153,8 +153,9 @@ class ToolCaller(Protocol):
 
 @runtime_checkable
 class EditorClient(Protocol):
-    """A :class:`Participant` whose client may serve the file system and
-    terminals (DotCraft's ``acpExtensions``). Optional, like :class:`ToolCaller`."""
+    """A :class:`Participant` whose client may serve the file system, terminals
+    and its own request families (DotCraft's ``acpExtensions``). Optional, like
+    :class:`ToolCaller`."""
 
     def editor_fs(self) -> tuple[bool, bool]:
         """Whether it serves ``ext/acp/fs/readTextFile`` and ``writeTextFile`` now."""
@@ -162,10 +163,31 @@ class EditorClient(Protocol):
     def editor_terminal(self) -> bool:
         """Whether it runs commands in its terminals (``ext/acp/terminal/*``) now."""
 
+    def editor_families(self) -> tuple[str, ...]:
+        """The custom families (``_unity``) whose ``ext/acp/<family>/*`` it serves now."""
+
     async def editor_request(
         self, method: str, request: WireModel, timeout: float
     ) -> Mapping[str, object]:
         """Send an ``ext/acp/*`` request; the client's answer (an object).
+
+        Raise :class:`QuestionUnanswered` if the client left or did not answer
+        within ``timeout``; :class:`QuestionRefused` if it answered with an error.
+        """
+
+
+@runtime_checkable
+class NodeReplHost(Protocol):
+    """A :class:`Participant` whose client may host the thread's Node REPL
+    (DotCraft Desktop's ``nodeRepl`` + ``browserUse``). Optional, like :class:`ToolCaller`."""
+
+    def node_repl(self) -> bool:
+        """Whether it serves ``ext/nodeRepl/*`` now."""
+
+    async def node_repl_request(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send an ``ext/nodeRepl/*`` request; the client's answer (an object).
 
         Raise :class:`QuestionUnanswered` if the client left or did not answer
         within ``timeout``; :class:`QuestionRefused` if it answered with an error.

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from appserver.protocol.turns import ChatMessage
-from appserver.providers.base import Message, ToolCall
+from appserver.providers.base import ImagePart, Message, ToolCall
 from appserver.runtime.inputs import load_image
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.storage.records import ItemRecord
@@ -53,22 +53,43 @@ def user_message_content(payload: dict[str, Any]) -> str:
 
 def client_tool_text(result: Mapping[str, Any]) -> str:
     """What the model reads back from a client tool's answer (the fields of a
-    ``dynamicToolCall`` item): the text parts (an image as a note), else the
-    structured result as JSON, else the error."""
-    if not result.get("success"):
-        why = result.get("errorMessage") or result.get("errorCode") or "the tool failed"
-        return f"Error: {why}"
+    ``dynamicToolCall`` or ``pluginFunctionCall`` item): the text parts (an
+    image by URL as a note; an inline image is sent as an image, see
+    :func:`client_tool_images`), else the structured result as JSON. A failed
+    call reads ``Error: <why>`` (unless a text part already says it) and then
+    its text parts."""
     parts: list[str] = []
     for part in result.get("contentItems") or []:
+        if not isinstance(part, Mapping):
+            continue
         if part.get("type") == "text":
             parts.append(str(part.get("text", "")))
-        else:
+        elif not part.get("dataBase64"):
             parts.append(f"[image: {part.get('imageUrl', '')}]")
+    if not result.get("success"):
+        why = result.get("errorMessage") or result.get("errorCode") or "the tool failed"
+        lead = f"Error: {why}"
+        if not any(lead in part for part in parts):
+            parts.insert(0, lead)
+        return "\n".join(parts)
     if parts:
         return "\n".join(parts)
     if "structuredResult" in result:
         return json.dumps(result["structuredResult"], ensure_ascii=False)
     return ""
+
+
+def client_tool_images(result: Mapping[str, Any]) -> list[ImagePart]:
+    """The inline images of a client tool's answer (``{type: "image",
+    dataBase64, mediaType}`` parts: the Node REPL's screenshots), for the model."""
+    return [
+        ImagePart(str(part.get("mediaType") or "image/png"), str(part["dataBase64"]))
+        for part in result.get("contentItems") or []
+        if isinstance(part, Mapping)
+        and part.get("type") == "image"
+        and isinstance(part.get("dataBase64"), str)
+        and part["dataBase64"]
+    ]
 
 
 def tool_result_message(
@@ -148,10 +169,11 @@ def messages_from_items(
                 )
             )
         elif item.type in ("dynamicToolCall", "pluginFunctionCall"):
-            # Offered to the model as `namespace__name` (runtime/turns/client_tools.py);
-            # a channel tool (pluginFunctionCall) under its `functionName`.
+            # A dynamic tool is offered to the model as `namespace__name`
+            # (runtime/turns/client_tools.py); a plugin function (a channel tool,
+            # NodeReplJs) under its `functionName` alone.
             tool = str(payload.get("toolName") or payload.get("functionName") or "")
-            namespace = payload.get("namespace")
+            namespace = payload.get("namespace") if item.type == "dynamicToolCall" else None
             call = ToolCall(
                 call_id=str(payload.get("callId", item.id)),
                 name=f"{namespace}__{tool}" if namespace else tool,
@@ -161,7 +183,10 @@ def messages_from_items(
             if "success" in payload:  # answered (or failed): the model read this
                 del open_calls[call.call_id]
                 text = client_tool_text(payload)
-                messages.append(tool_message(call.call_id, call.name, text, tool_output_max_bytes))
+                images = client_tool_images(payload)
+                messages.append(
+                    tool_message(call.call_id, call.name, text, tool_output_max_bytes, images)
+                )
         elif item.type == "toolResult":
             call_id = str(payload.get("callId", ""))
             name = open_calls.pop(call_id, None)

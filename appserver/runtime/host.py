@@ -125,6 +125,11 @@ class Runtime:
             self.cluster.commands["steer"] = self.turns.on_steer
             self.cluster.wire_approvals(self.approvals)
             self.cluster.on_presumed_dead = self.engine.shutdown
+            self.cluster.runs_turn = self._runs_turn
+
+    def _runs_turn(self, thread_id: str, turn_id: str) -> bool:
+        active = self.engine.active.get(thread_id)
+        return active is not None and active.record.id == turn_id
 
     async def run(
         self, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

@@ -67,6 +67,8 @@ class Environment:
     ask_outside_workspace: bool = True
     shell: str = "bash"
     today: datetime.date | None = None  # None: today, local time
+    # The SubAgent profiles SpawnAgent may name (runtime/subagent_prompt.py), if any.
+    subagent_profiles: str | None = None
 
     def render(self) -> str:
         """The block, as plain lines the model reads at the top of its context."""
@@ -78,19 +80,19 @@ class Environment:
             if self.ask_outside_workspace
             else "files and directories outside it are refused"
         )
-        return "\n".join(
-            [
-                "# Environment",
-                f"- Working directory: {self.cwd} ({where})",
-                f"- Workspace: {self.workspace}; {outside}.",
-                f"- Operating system: {platform.system()} {platform.release()} "
-                f"({platform.machine()})",
-                f"- Shell: `{self.shell}` (the `shell` tool runs `{self.shell} -c <command>` "
-                "in the working directory)",
-                f"- Date: {today.isoformat()}",
-                f"- Approval policy: {self.approval_policy}: {policy}",
-            ]
-        )
+        lines = [
+            "# Environment",
+            f"- Working directory: {self.cwd} ({where})",
+            f"- Workspace: {self.workspace}; {outside}.",
+            f"- Operating system: {platform.system()} {platform.release()} ({platform.machine()})",
+            f"- Shell: `{self.shell}` (the `shell` tool runs `{self.shell} -c <command>` "
+            "in the working directory)",
+            f"- Date: {today.isoformat()}",
+            f"- Approval policy: {self.approval_policy}: {policy}",
+        ]
+        if self.subagent_profiles:
+            lines.append(f"- {self.subagent_profiles}")
+        return "\n".join(lines)
 
 
 _POLICIES = {

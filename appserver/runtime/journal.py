@@ -96,12 +96,24 @@ class ThreadJournal:
         # Set when nodes share a PostgreSQL database: the log numbers, stores
         # and delivers instead (runtime/shared_log.py).
         self.shared: SharedLog | None = None
+        # Internal helper threads this process runs (runtime/helper_threads.py):
+        # their events go to their subscribers and watchers only, never to
+        # everyone (DotCraft leaks their thread/runtimeChanged to every client).
+        # Decided here, where the event is made, so other nodes never get it either.
+        self.internal: set[str] = set()
 
     def lock(self, thread_id: str) -> anyio.Lock:
         lock = self._locks.get(thread_id)
         if lock is None:
             lock = self._locks[thread_id] = anyio.Lock(fast_acquire=True)
         return lock
+
+    def forget_lock(self, thread_id: str) -> None:
+        """Drop the thread's lock if nobody holds or awaits it (the next use
+        makes a new one)."""
+        lock = self._locks.get(thread_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._locks[thread_id]
 
     async def _next_seq(self, thread_id: str) -> int:
         current = self._seq.get(thread_id)
@@ -137,6 +149,8 @@ class ThreadJournal:
         event only if it wants both (see ``Participant.wants``).
         """
         event = Event(kind, params, thread_id=thread_id, topic=topic)
+        if broadcast and thread_id in self.internal:
+            broadcast = False
         if self.shared is not None:
             statements = companion_statements(
                 thread_id, turn=turn, new_turn=new_turn, item=item, node_id=self.shared.node_id
@@ -146,7 +160,8 @@ class ThreadJournal:
                 owned = turn.id
             elif item is not None:
                 owned = item.turn_id
-            return await self.shared.append(
+            include = tuple(include)
+            seq = await self.shared.append(
                 event,
                 now_iso(),
                 broadcast=broadcast,
@@ -155,6 +170,11 @@ class ThreadJournal:
                 statements=statements,
                 turn_id=owned,
             )
+            if turn is not None and new_turn:
+                # Started here (not refused): its watchers get its end even if
+                # another node writes it.
+                self.shared.watch_turn(thread_id, turn.id, include)
+            return seq
         body = event.params_json()
         async with self.lock(thread_id):
             seq = event.seq = await self._next_seq(thread_id)

@@ -17,6 +17,7 @@ before anyone sees it, as on one node).
 
 from __future__ import annotations
 
+import json
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -27,12 +28,14 @@ import anyio
 import anyio.abc
 
 from appserver.runtime.events import Event, Participant
+from appserver.runtime.recent_broadcasts import RecentBroadcasts
 from appserver.storage.cluster_common import LogEntry, NodeStore, SharedEvent
 
 log = logging.getLogger("appserver.cluster")
 
 MAX_QUEUED_DELTAS = 4096  # a producer that runs this far ahead waits for the flusher
 FETCH_PAGE = 1000
+TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 
 Deliver = Callable[[Event, bool, Iterable[Participant], Iterable[Participant]], None]
 
@@ -62,6 +65,12 @@ class _ThreadFeed:
     delivered: int | None = None  # last seq delivered here (None: not following)
     subscribing: int = 0  # subscribe replays under way: announcements count meanwhile
     announced: int = 0  # highest seq other nodes announced
+    # The first seq this feed delivers when it began following by this node's
+    # own commit or a subscriber's replay: another node's broadcast before it
+    # may still be announced (its notification was in flight), and is then
+    # delivered late rather than skipped.
+    followed_from: int = 0
+    remote_seen: int = 0  # highest seq of another node's delivered here
     local: dict[int, _Pending] = field(default_factory=dict)  # committed here, not yet delivered
 
 
@@ -74,11 +83,13 @@ class SharedLog:
         deliver: Deliver,
         lock: Callable[[str], anyio.Lock],
         subscribers: Callable[[str], frozenset[Participant]],
+        forget_lock: Callable[[str], None] = lambda _thread_id: None,
     ) -> None:
         self.store = store
         self.node_id = store.node_id
         self._deliver = deliver
         self._lock = lock  # the journal's per-thread lock: held while delivering
+        self._forget_lock = forget_lock  # drops that lock while nobody holds it
         self._subscribers = subscribers
         self._feeds: dict[str, _ThreadFeed] = {}
         # Per (participant, thread): the last seq a subscribe replay covered;
@@ -88,6 +99,11 @@ class SharedLog:
         self._closed = False
         # Sees each event another node wrote before it is delivered here.
         self.on_remote: Callable[[Event], None] | None = None
+        # thread -> turn -> its watchers (who get its events without
+        # subscribing), for each turn started here until its end is delivered
+        # here: another node that takes the turn over writes that end.
+        self._turn_watchers: dict[str, dict[str, tuple[Participant, ...]]] = {}
+        self.recent = RecentBroadcasts()  # other nodes' broadcasts delivered lately
 
     def _feed(self, thread_id: str) -> _ThreadFeed:
         feed = self._feeds.get(thread_id)
@@ -228,6 +244,7 @@ class SharedLog:
                     feed.local[pending.event.seq] = pending
                 if feed.delivered is None:
                     feed.delivered = last - len(batch)
+                    feed.followed_from = feed.delivered + 1
         except Exception as exc:
             self._fail(batch, exc)
             if not any(p.done is not None for p in batch):
@@ -248,19 +265,67 @@ class SharedLog:
     def announced(self, thread_id: str, first: int, last: int, broadcast: bool) -> bool:
         """Note another node's events; ``True`` if this node should fetch them."""
         feed = self._feeds.get(thread_id)
-        wanted = broadcast or bool(self._subscribers(thread_id))
+        wanted = broadcast or bool(self._subscribers(thread_id)) or thread_id in self._turn_watchers
         if not wanted and (feed is None or not feed.subscribing):
             if feed is not None:
                 feed.announced = max(feed.announced, last)
                 if feed.delivered is not None and not feed.local and not feed.queue:
                     # Nobody here follows it: skip ahead, never back.
                     feed.delivered = max(feed.delivered, last)
+                self.drop_idle([thread_id])  # its last awaited notification, maybe
             return False
         feed = self._feed(thread_id)
         feed.announced = max(feed.announced, last)
         if feed.delivered is None:
             feed.delivered = first - 1
+        elif broadcast and first < feed.followed_from and self._tg is not None:
+            end = min(last, feed.followed_from - 1)
+            self._tg.start_soon(self._deliver_late, thread_id, first, end)
         return True
+
+    async def _deliver_late(self, thread_id: str, first: int, last: int) -> None:
+        """Deliver other nodes' broadcasts among ``first..last``: seqs before the
+        one this node began following the thread at, announced after it did
+        (a replay's floor keeps its subscriber from getting them twice)."""
+        try:
+            async with self._lock(thread_id):
+                for row in await self.store.events_after(thread_id, first - 1, last - first + 1):
+                    if row.broadcast and row.node_id != self.node_id:
+                        # Not shown to on_remote: flags it carries are older than
+                        # what this node has written since.
+                        self.recent.note(thread_id, row.seq)
+                        self._deliver(_event(thread_id, row), True, (), ())
+        except Exception as exc:
+            log.warning("event feed: cannot read %s: %s", thread_id, exc)
+
+    async def deliver_missed(self, thread_id: str, rows: list[SharedEvent]) -> None:
+        """Deliver other nodes' broadcasts of a thread this node does not follow
+        that a feed outage hid (``rows``, in seq order), but none delivered here
+        already; flags only from those newer than any delivered since."""
+        async with self._lock(thread_id):
+            feed = self._feeds.get(thread_id)
+            if feed is not None and feed.delivered is not None:
+                return  # followed: its pump reads the log itself
+            for row in rows:
+                if self.recent.seen(thread_id, row.seq):
+                    continue
+                event = _event(thread_id, row)
+                if self.on_remote is not None and row.seq > self.recent.latest(thread_id):
+                    self.on_remote(event)
+                self.recent.note(thread_id, row.seq)
+                self._deliver(event, True, (), ())
+
+    def kept(self) -> list[str]:
+        """Threads this node keeps delivery state of."""
+        return list(self._feeds)
+
+    def reconnected(self) -> list[str]:
+        """The feed was down; returns the threads to read again. Notifications
+        of what committed meanwhile never come: what was read ahead of them
+        counts as announced."""
+        for feed in self._feeds.values():
+            feed.announced = max(feed.announced, feed.remote_seen)
+        return self.followed()
 
     def followed(self) -> list[str]:
         """Threads this node delivers events of."""
@@ -275,9 +340,7 @@ class SharedLog:
                 following = feed.delivered + 1
                 pending = feed.local.pop(following, None)
                 if pending is not None:
-                    self._deliver(
-                        pending.event, pending.broadcast, pending.include, pending.exclude
-                    )
+                    self._deliver_local(pending)
                     feed.delivered = following
                     continue
                 target = max(max(feed.local, default=0), feed.announced)
@@ -292,13 +355,78 @@ class SharedLog:
                         target = row.seq  # newer than announced: deliver it all the same
                     local = feed.local.pop(row.seq, None)
                     if local is not None:
-                        self._deliver(local.event, local.broadcast, local.include, local.exclude)
+                        self._deliver_local(local)
                     else:
+                        if row.node_id != self.node_id:
+                            feed.remote_seen = max(feed.remote_seen, row.seq)
+                            if row.broadcast:
+                                self.recent.note(thread_id, row.seq)
                         event = _event(thread_id, row)
                         if self.on_remote is not None and row.node_id != self.node_id:
                             self.on_remote(event)
-                        self._deliver(event, row.broadcast, (), ())
+                        self._deliver(event, row.broadcast, self._watchers_of(row, event), ())
                     feed.delivered = row.seq
+        self.drop_idle([thread_id])
+
+    def drop_idle(self, thread_ids: Iterable[str] | None = None) -> int:
+        """Forget the delivery state of threads nobody here follows any more
+        (of ``thread_ids``, or of every thread); returns how many. What a node
+        keeps then grows with the threads its clients follow, not with every
+        thread it has seen: a later event starts following afresh (a broadcast
+        from its own seq, a subscriber from its replay)."""
+        dropped = 0
+        for thread_id in list(self._feeds if thread_ids is None else thread_ids):
+            feed = self._feeds.get(thread_id)
+            if (
+                feed is None
+                or feed.queue
+                or feed.local
+                or feed.flushing
+                or feed.subscribing
+                # read ahead of its notification: keep the feed until that comes,
+                # so it is not taken for one that came late (below followed_from)
+                or feed.remote_seen > feed.announced
+                or thread_id in self._turn_watchers
+                or self._subscribers(thread_id)
+            ):
+                continue
+            del self._feeds[thread_id]
+            self._forget_lock(thread_id)
+            dropped += 1
+        return dropped
+
+    def watch_turn(self, thread_id: str, turn_id: str, watchers: Iterable[Participant]) -> None:
+        """``watchers`` get the turn's events without subscribing: its end too,
+        should another node write it (it took the turn over from this one)."""
+        chosen = tuple(watchers)
+        if chosen:
+            self._turn_watchers.setdefault(thread_id, {})[turn_id] = chosen
+
+    def _deliver_local(self, pending: _Pending) -> None:
+        event = pending.event
+        self._deliver(event, pending.broadcast, pending.include, pending.exclude)
+        if event.kind in TERMINAL:
+            assert event.thread_id is not None
+            self._turn_ended(event.thread_id, _turn_id(json.loads(event.params_json())))
+
+    def _watchers_of(self, row: SharedEvent, event: Event) -> tuple[Participant, ...]:
+        """The watchers of a turn started here that another node's ``row`` is about."""
+        assert event.thread_id is not None
+        turns = self._turn_watchers.get(event.thread_id)
+        if turns is None or row.broadcast or row.stream is not None:
+            return ()
+        turn_id = _turn_id(json.loads(row.params_json))
+        watchers = turns.get(turn_id or "", ())
+        if row.method in TERMINAL:
+            self._turn_ended(event.thread_id, turn_id)
+        return watchers
+
+    def _turn_ended(self, thread_id: str, turn_id: str | None) -> None:
+        turns = self._turn_watchers.get(thread_id)
+        if turns is not None and turn_id is not None:
+            turns.pop(turn_id, None)
+            if not turns:
+                del self._turn_watchers[thread_id]
 
     # --- subscribing --------------------------------------------------------------------
 
@@ -326,15 +454,26 @@ class SharedLog:
         self.floors[key] = last
         if feed.delivered is None and not feed.local and not feed.queue:
             feed.delivered = last
+            feed.followed_from = last + 1
         return [_event(thread_id, row) for row in stored]
 
     async def last_seq(self, thread_id: str) -> int:
         return await self.store.last_seq(thread_id)
 
     def forget_thread(self, thread_id: str) -> None:
+        self._turn_watchers.pop(thread_id, None)
         feed = self._feeds.get(thread_id)
         if feed is not None and not feed.queue and not feed.local:
             del self._feeds[thread_id]
+
+
+def _turn_id(params: Any) -> str | None:
+    """The turn an event's params are about (``turnId``, or ``turn.id``)."""
+    if not isinstance(params, dict):
+        return None
+    turn = params.get("turn")
+    found = params.get("turnId") or (turn.get("id") if isinstance(turn, dict) else None)
+    return found if isinstance(found, str) else None
 
 
 def _event(thread_id: str, row: SharedEvent) -> Event:

@@ -25,6 +25,26 @@ DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
 _THREAD_ID_REGEX = r'"thread_id"\s*:\s*"([^"]+)"'
 
 
+# Our own faces run with this server's provider settings and user directory (its
+# settings and workspace trust), which they read from these variables.
+_OUR_ENV = (
+    "APPSERVER_HOME",
+    "APPSERVER_PROVIDER",
+    "APPSERVER_MODEL",
+    "APPSERVER_BASE_URL",
+    "APPSERVER_API_KEY",
+    "APPSERVER_TIMEOUT",
+    "APPSERVER_MAX_RETRIES",
+)
+# Our approval policy carries over: their own threads ask nobody, so `default`
+# declines what would be asked, and `autoApprove` runs workspace operations.
+_OUR_MODES = {
+    "interactive": "--approval-policy default",
+    "auto-approve": "--approval-policy autoApprove",
+    "restricted": "--approval-policy default",
+}
+
+
 def _cli(**fields: object) -> SubAgentProfileWrite:
     base: dict[str, object] = {
         "runtime": CLI_RUNTIME,
@@ -87,6 +107,8 @@ BUILT_IN_PROFILES: dict[str, SubAgentProfileWrite] = {
         supports_resume=True,
         resume_arg_template="resume {sessionId}",
         resume_session_id_regex=_THREAD_ID_REGEX,
+        env_passthrough=list(_OUR_ENV),
+        permission_mode_mapping=_OUR_MODES,
     ),
     # Our own Zene host face, one request per process. Its stdin is one Zene request
     # line, not bare text: inputFormat `zene-host-v1` tells the runner to wrap the task.
@@ -100,6 +122,8 @@ BUILT_IN_PROFILES: dict[str, SubAgentProfileWrite] = {
         output_input_tokens_json_path="usage.prompt_tokens",
         output_output_tokens_json_path="usage.completion_tokens",
         output_total_tokens_json_path="usage.total_tokens",
+        env_passthrough=list(_OUR_ENV),
+        permission_mode_mapping=_OUR_MODES,
     ),
 }
 

@@ -19,6 +19,7 @@ from typing import Any
 from appserver.storage.records import ThreadRecord
 from appserver.storage.workspace_config import load_workspace_config
 from appserver.tools.base import ToolError
+from appserver.tools.profiles import profile_verdict
 from appserver.tools.sandbox import STATE_DIR
 
 CONTROL_TOOLS = ("SpawnAgent", "SendInput", "WaitAgent", "ResumeAgent", "CloseAgent")
@@ -112,7 +113,11 @@ def agent_control_tools(thread: ThreadRecord) -> set[str]:
 def tool_offered(thread: ThreadRecord, name: str) -> bool:
     """Whether ``thread``'s turns may use the built-in tool ``name``: the control
     tools by the thread's agent-control access, the others by its
-    ``toolDenyList`` and (when set) ``toolAllowList``."""
+    ``toolDenyList`` and (when set) ``toolAllowList``. A thread's tool
+    profile comes first (tools/profiles.py)."""
+    by_profile = profile_verdict(thread.configuration or {}, name)
+    if by_profile is not None:
+        return by_profile
     if name in CONTROL_TOOLS:
         return name in agent_control_tools(thread)
     config = thread.configuration or {}

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from appserver.runtime.errors import Refusal
+from appserver.runtime.subagent_prompt import profile_description
 from appserver.runtime.subagent_roles import agent_control_tools
 from appserver.runtime.subagents import SubAgents
 from appserver.tools.base import Tool, ToolContext, ToolError, ToolOutcome, ToolPlan
@@ -44,7 +45,10 @@ _TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
                     "description": "default, worker (may spawn) or explorer (read-only).",
                 },
                 "profile": {"type": "string", "description": "The profile (native)."},
-                "workingDirectory": {"type": "string"},
+                "workingDirectory": {
+                    "type": "string",
+                    "description": "The child's working directory, for a profile that needs one.",
+                },
             },
             ["agentPrompt"],
         ),
@@ -71,8 +75,18 @@ class ControlTool:
 
     def __init__(self, name: str, subagents: SubAgents) -> None:
         self.name = name
-        self.description, self.input_schema = _TOOLS[name]
+        self.description, self._schema = _TOOLS[name]
         self.subagents = subagents
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The arguments; ``SpawnAgent``'s ``profile`` names the profiles offered."""
+        if self.name != "SpawnAgent":
+            return self._schema
+        properties = dict(self._schema["properties"])
+        described = profile_description(self.subagents.external.workspace)
+        properties["profile"] = {"type": "string", "description": described}
+        return {**self._schema, "properties": properties}
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
         """Nothing to approve; the arguments are checked when it runs."""

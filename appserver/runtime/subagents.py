@@ -8,7 +8,9 @@ several children and ``WaitAgent`` on each). The child's turn has the parent
 turn's client as its watcher, so that client sees the child's events and is
 asked the child's approvals. A parent turn that ends cancelled (interrupt,
 shutdown) cancels the thread's children that still run; one that completes
-leaves them running. Only the built-in ``native`` profile exists here.
+leaves them running. The ``profile`` says how the child runs: on this runtime
+(``native``) or as an external command per task (``cli-oneshot``, whose turns
+:mod:`appserver.runtime.subagent_external` runs).
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ from appserver.runtime.errors import (
     TurnInProgress,
 )
 from appserver.runtime.events import Participant
+from appserver.runtime.subagent_external import (
+    ExternalRuns,
+    ExternalTask,
+    native_instructions,
+    role_task,
+    thread_workspace,
+)
 from appserver.runtime.subagent_progress import ChildRun, SubAgentProgress
 from appserver.runtime.subagent_roles import MAX_NICKNAME, child_configuration, find_role
 from appserver.runtime.threads import NewThread, Threads
@@ -87,6 +96,7 @@ class SubAgents:
         self.runs: dict[str, ChildRun] = {}  # by child thread id
         self.finished: dict[str, ChildRun] = {}  # the last ended ones, oldest first
         self.progress = SubAgentProgress(threads.bus)
+        self.external = ExternalRuns(threads)
         threads.engine.turn_listeners.append(self._turn_ended)
         threads.engine.ending.closing_listeners.append(self.progress.closing)
 
@@ -124,10 +134,10 @@ class SubAgents:
             first = next(line.strip() for line in prompt.splitlines() if line.strip())
             nickname = first[:MAX_NICKNAME]
         role = find_role(str(arguments.get("agentRole") or ""))
-        profile = str(arguments.get("profile") or "").strip() or NATIVE
-        if profile != NATIVE:
-            # TODO(issue 30): look the profile up in the profile store (subagent/profiles/*).
-            raise SubAgentError(f"Unknown subagent profile '{profile}'.")
+        directory = arguments.get("workingDirectory")
+        choice = await self.external.choose(
+            str(arguments.get("profile") or ""), directory if isinstance(directory, str) else None
+        )
         depth = int(parent_block.get("depth", 0)) + 1
         max_depth = max(1, self.max_depth())
         if depth > max_depth:
@@ -140,21 +150,23 @@ class SubAgents:
             "depth": depth,
             "agentNickname": nickname,
             "agentRole": role.name,
-            "profileName": NATIVE,
-            "runtimeType": NATIVE,
-            "supportsSendInput": True,
-            "supportsResume": True,
+            "profileName": choice.name,
+            "runtimeType": choice.runtime,
+            "supportsSendInput": choice.resumable,
+            "supportsResume": choice.resumable,
             "supportsClose": True,
         }
+        configuration = child_configuration(parent.configuration, role, depth, max_depth)
         child = await self.threads.create(
             NewThread(
                 user_id=parent.user_id,
                 channel_name="subagent",
-                workspace_path=parent.workspace_path,
+                workspace_path=thread_workspace(choice, parent.workspace_path),
                 channel_context=parent.id,
                 display_name=nickname,
                 source={"kind": "subagent", "subAgent": block},
-                configuration=child_configuration(parent.configuration, role, depth, max_depth),
+                configuration=native_instructions(configuration, choice),
+                metadata=choice.thread_metadata(),
             )
         )
         now = now_iso()
@@ -165,29 +177,53 @@ class SubAgents:
             depth=depth,
             agent_nickname=nickname,
             agent_role=role.name,
-            profile_name=NATIVE,
-            runtime_type=NATIVE,
+            profile_name=choice.name,
+            runtime_type=choice.runtime,
+            supports_send_input=choice.resumable,
+            supports_resume=choice.resumable,
             status="open",
             created_at=now,
             updated_at=now,
         )
         await self.edges.upsert(edge)
         await self._changed(parent.id, child.id)
-        await self._start_child(parent.id, child.id, prompt, nickname)
+        external = None
+        if choice.external:
+            task = role_task(role.name, role.instructions, prompt)
+            external = ExternalTask(choice, task, nickname)
+        await self._start_child(parent.id, child.id, prompt, nickname, external)
         return self.result(edge, "running")
 
-    async def _start_child(self, parent_id: str, child_id: str, text: str, label: str) -> None:
+    async def _start_child(
+        self,
+        parent_id: str,
+        child_id: str,
+        text: str,
+        label: str,
+        external: ExternalTask | None = None,
+    ) -> None:
+        """Start a turn of the child with ``text``: the agent's, or the run of
+        its external command (its turn's work)."""
         parent_turn = self.threads.engine.active.get(parent_id)
         # The parent turn's client watches the child's turn: it sees its events
         # and is asked its approvals.
         origin = parent_turn.origin if parent_turn is not None else None
+        work = None
+        if external is not None:
+            work = self.external.work(external, parent_id, parent_turn, self._stage)
         active = await self.turns.start(
-            child_id, [turn_wire.TextPart(type="text", text=text)], origin
+            child_id, [turn_wire.TextPart(type="text", text=text)], origin, work=work
         )
         self.finished.pop(child_id, None)
         run = self.runs[child_id] = ChildRun(parent_id, active)
         if parent_turn is not None:
             self.progress.track(parent_turn, child_id, label, run)
+
+    def _stage(self, active: ActiveTurn, stage: str) -> None:
+        """What an external child's running turn is doing now (``ChildRun.stage``)."""
+        run = self.runs.get(active.thread_id)
+        if run is not None and run.active is active:
+            run.stage = stage
 
     def _turn_ended(self, active: ActiveTurn) -> None:
         """A parent turn that ended cancelled takes the thread's running children with
@@ -270,9 +306,17 @@ class SubAgents:
         edge = await self.edge(parent_id, child_id)
         if not message.strip():
             raise SubAgentError("'message' is required.")
+        label = edge.agent_nickname or child_id
+        external = None
+        if (edge.runtime_type or NATIVE) != NATIVE:
+            # Only a session the command can continue may take more input.
+            child = await self.threads.get(child_id)
+            external = await self.external.again(
+                edge.profile_name or "", child.workspace_path, message, label
+            )
         if await self.threads.running_anywhere(child_id):
             raise TurnInProgress(child_id)
-        await self._start_child(parent_id, child_id, message, edge.agent_nickname or child_id)
+        await self._start_child(parent_id, child_id, message, label, external)
         return self.result(edge, "running")
 
     async def close(self, parent_id: str, child_id: str) -> SubAgentControlResult:

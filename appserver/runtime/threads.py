@@ -64,6 +64,7 @@ class NewThread:
     history_mode: str = "server"
     source: dict[str, Any] = field(default_factory=lambda: {"kind": "user"})
     configuration: dict[str, Any] | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
 
 
 class Threads:
@@ -280,6 +281,7 @@ class Threads:
                 last_active_at=now,
                 history_mode=spec.history_mode,
                 source=dict(spec.source),
+                metadata=dict(spec.metadata),
                 configuration=spec.configuration,
             )
             try:
@@ -445,7 +447,8 @@ class Threads:
 
     async def delete(self, thread_id: str, by: Participant | None = None) -> None:
         """Delete the thread (a running turn is cancelled first, reason
-        ``threadDeleted``); everyone but ``by`` gets ``thread/deleted``."""
+        ``threadDeleted``); everyone but ``by`` gets ``thread/deleted``, and
+        nobody for an internal helper thread (nobody was told it started)."""
         thread = await self.get(thread_id)
         await self.engine.cancel_and_wait(thread.id, "threadDeleted")
         if self.cluster is not None:
@@ -453,18 +456,23 @@ class Threads:
         for listener in self.closing_listeners:
             await listener(thread.id, True)
         await self.repo.delete(thread.id)
-        self.deleted(thread.id, exclude=[by] if by is not None else [])
-        if self.cluster is not None:
+        announce = not thread.is_internal
+        self.deleted(thread.id, exclude=[by] if by is not None else [], announce=announce)
+        if self.cluster is not None and announce:
             await self.cluster.broadcast("thread/deleted", {"threadId": thread.id})
 
-    def deleted(self, thread_id: str, exclude: Sequence[Participant] = ()) -> None:
-        """Announce a deleted thread (``thread/deleted``) and forget it here."""
-        self.bus.publish(
-            "thread/deleted",
-            thread_wire.ThreadDeletedNotification(thread_id=thread_id),
-            broadcast=True,
-            exclude=exclude,
-        )
+    def deleted(
+        self, thread_id: str, exclude: Sequence[Participant] = (), *, announce: bool = True
+    ) -> None:
+        """Announce a deleted thread (``thread/deleted``, unless not ``announce``)
+        and forget it here."""
+        if announce:
+            self.bus.publish(
+                "thread/deleted",
+                thread_wire.ThreadDeletedNotification(thread_id=thread_id),
+                broadcast=True,
+                exclude=exclude,
+            )
         self.bus.forget_thread(thread_id)
         self.journal.forget_thread(thread_id)
         self.runtimes.forget(thread_id)

@@ -22,7 +22,7 @@ from appserver.runtime.errors import (
 from appserver.runtime.events import Participant
 from appserver.runtime.inputs import InputMaterializer, Materialized
 from appserver.runtime.threads import Threads
-from appserver.runtime.turns.engine import TurnEngine
+from appserver.runtime.turns.engine import TurnEngine, Work
 from appserver.runtime.turns.model import ActiveTurn, QueuedInput, UserInput
 
 if TYPE_CHECKING:
@@ -64,11 +64,13 @@ class Turns:
         sender: turn_wire.SenderContext | None = None,
         messages: list[Message] | None = None,
         prepare: Prepare | None = None,
+        work: Work | None = None,
     ) -> ActiveTurn:
         """Start a turn with the input ``parts`` (``protocol.turns`` input parts).
 
         ``messages`` is the history of a client-managed thread. ``prepare`` runs
-        on the reserved turn before it is stored. When this returns the turn
+        on the reserved turn before it is stored; ``work`` replaces the agent
+        loop (``TurnEngine.start``). When this returns the turn
         is stored (safe to acknowledge); it runs on its own, wait on
         ``active.done`` for its end.
         """
@@ -93,7 +95,7 @@ class Turns:
         user = user_input(materialized, sender)
         user.client_history = messages
         adjust = None if prepare is None else (lambda active: prepare(active, user))
-        return await self.engine.start(thread, origin, user, adjust)
+        return await self.engine.start(thread, origin, user, adjust, work)
 
     async def compact(self, thread_id: str, origin: Participant | None = None) -> ActiveTurn:
         """Start a turn that compacts the thread's context: the model summarises

@@ -35,6 +35,7 @@ class Declared(NamedTuple):
 
     flags: tuple[str, ...] = ()  # every method with this capability is registered
     features: tuple[str, ...] = ()  # Router.enable_feature
+    extensions: tuple[str, ...] = ()  # true under capabilities.extensions (Router.extensions)
 
 
 # The core methods (protocol/methods.py _CORE_METHODS), always served.
@@ -57,6 +58,13 @@ def _cron(workspace_config: dict[str, Any]) -> Declared:
     return Declared(flags=("cronManagement", "heartbeatManagement"))
 
 
+def _automations(workspace_config: dict[str, Any]) -> Declared:
+    # As appserver/services/automations install: on unless switched off.
+    if lookup(workspace_config, "Automations", "Enabled") is False:
+        return Declared()
+    return Declared(flags=("automations",))
+
+
 # The module that holds a family's install (its FAMILIES entry) -> what it advertises.
 FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] = {
     "appserver.services.workspace": Declared(
@@ -75,6 +83,8 @@ FAMILY_CAPABILITIES: dict[str, Declared | Callable[[dict[str, Any]], Declared]] 
     "appserver.services.grants": Declared(flags=("approvalGrants",)),
     "appserver.services.subagent_profiles": Declared(flags=("subAgentManagement",)),
     "appserver.services.subagent_sessions": Declared(flags=("subAgentSessions",)),
+    "appserver.services.suggestions": Declared(extensions=("welcomeSuggestions",)),
+    "appserver.services.automations": _automations,
 }
 
 
@@ -99,8 +109,10 @@ def declared(family: str, workspace_config: dict[str, Any]) -> Declared:
 def advertised_capabilities(workspace_config: dict[str, Any]) -> dict[str, Any]:
     """The capability block a complete server with every family advertises."""
     flags, features = set(CORE.flags), set(CORE.features)
+    extensions: dict[str, Any] = {}
     for family in FAMILY_CAPABILITIES:
         entry = declared(family, workspace_config)
         flags.update(entry.flags)
         features.update(entry.features)
-    return format_capabilities(flags, features, {})
+        extensions.update(dict.fromkeys(entry.extensions, True))
+    return format_capabilities(flags, features, extensions)

@@ -29,6 +29,7 @@ from appserver.storage.trust import WorkspaceTrust
 from appserver.storage.workspace_config import default_approval_policy as users_default_policy
 
 if TYPE_CHECKING:
+    from appserver.cron.automations.runner import AutomationRunner
     from appserver.cron.heartbeat import HeartbeatService
     from appserver.cron.service import CronService
     from appserver.services.shared_families import PluginsFamily, SharedFamily
@@ -82,6 +83,7 @@ class FamilyContext:
         self.commands: SharedFamily | None = None
         self.cron: CronService | None = None
         self.heartbeat: HeartbeatService | None = None
+        self.automations: AutomationRunner | None = None  # None: Automations switched off
 
     @property
     def db(self) -> Database:

@@ -113,7 +113,7 @@ class CronHandlers:
         return cron_wire.CronRunResult(queued=True, job=job)
 
 
-def _not_draining(server: FamilyContext) -> Callable[[], bool]:
+def not_draining(server: FamilyContext) -> Callable[[], bool]:
     """False once the server, having been ready, began to drain (``ready`` went
     back to false); true before start-up completes and while it serves."""
     seen_ready = False
@@ -137,7 +137,7 @@ def install(server: FamilyContext) -> None:
             # single-node timing (PostgreSQL nodes always claim).
             node = cluster
             repo.peers = lambda: node.peers
-    runner = JobRunner(server.runtime.engine, server.threads, accepting=_not_draining(server))
+    runner = JobRunner(server.runtime.engine, server.threads, accepting=not_draining(server))
 
     heartbeat = HeartbeatService(
         server.craft_dir,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from appserver.services import (
+    automations,
     channels,
     commands,
     cron,
@@ -22,6 +23,7 @@ from appserver.services import (
     skills,
     subagent_profiles,
     subagent_sessions,
+    suggestions,
     terminals,
     workspace,
 )
@@ -42,4 +44,6 @@ FAMILIES: list[Callable[[FamilyContext], None]] = [
     grants.install,
     subagent_profiles.install,
     subagent_sessions.install,
+    suggestions.install,
+    automations.install,
 ]

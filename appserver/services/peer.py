@@ -136,10 +136,32 @@ class Peer:
         caps = self._acp_extensions()
         return caps is not None and caps.terminal_create
 
+    def editor_families(self) -> tuple[str, ...]:
+        """The custom families of ``acpExtensions.extensions`` (an
+        :class:`~appserver.runtime.events.EditorClient`)."""
+        caps = self._acp_extensions()
+        return () if caps is None else tuple(caps.extensions)
+
     async def editor_request(
         self, method: str, request: WireModel, timeout: float
     ) -> Mapping[str, object]:
         """Send an ``ext/acp/*`` request; its answer (a non-object answer: ``{}``)."""
+        return await self._object_answer(method, request, timeout)
+
+    def node_repl(self) -> bool:
+        """Whether the client declared both ``nodeRepl`` and ``browserUse``, as
+        DotCraft requires for ``ext/nodeRepl/*`` (a
+        :class:`~appserver.runtime.events.NodeReplHost`)."""
+        caps = self.capabilities if self.ready else None
+        return (
+            getattr(caps, "node_repl", None) is not None
+            and getattr(caps, "browser_use", None) is not None
+        )
+
+    async def node_repl_request(
+        self, method: str, request: WireModel, timeout: float
+    ) -> Mapping[str, object]:
+        """Send an ``ext/nodeRepl/*`` request; its answer (a non-object answer: ``{}``)."""
         return await self._object_answer(method, request, timeout)
 
     def _acp_extensions(self) -> Any:

@@ -129,5 +129,19 @@ def install(server: FamilyContext) -> None:
     router.register("terminal/clean", handlers.clean)
     # Archiving a thread stops its terminals; deleting it also removes their files.
     server.threads.closing_listeners.append(manager.thread_closing)
+    cluster = runtime.cluster
+    if cluster is not None:
+
+        async def elsewhere(terminal: terminal_wire.BackgroundTerminal) -> bool:
+            # The node of the turn that started it, if another one and alive.
+            if terminal.turn_id is None:
+                return False
+            found = await cluster.store.turn_node(terminal.thread_id, terminal.turn_id)
+            node_id = found[1] if found is not None else None
+            if node_id is None or node_id == cluster.node_id:
+                return False
+            return node_id in await cluster.store.live_peers(cluster.silence)
+
+        manager.elsewhere = elsewhere
     server.start_background(manager.run)
     server.shutdown_hooks.append(manager.shutdown)

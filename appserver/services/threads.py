@@ -18,6 +18,8 @@ from pydantic import BaseModel
 from appserver.protocol import fork as fork_wire
 from appserver.protocol import threads as thread_wire
 from appserver.protocol.base import Empty
+from appserver.protocol.dynamic_tools import DynamicToolSpec
+from appserver.protocol.editor_families import family_of
 from appserver.protocol.encoding import model_json
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size, utf8_size
 from appserver.rpc.connection import RequestContext
@@ -77,6 +79,7 @@ class ThreadService:
 
     async def start(self, ctx: RequestContext, params: thread_wire.ThreadStartParams) -> BaseModel:
         identity = params.identity
+        _check_acp_methods(params.dynamic_tools or [], peer_of(ctx))
         display_name = params.display_name.strip() if params.display_name else None
         thread = await self.threads.create(
             NewThread(
@@ -130,6 +133,7 @@ class ThreadService:
                 channel_context=identity.channel_context,
                 include_archived=params.include_archived,
                 include_sub_agents=params.include_sub_agents,
+                include_internal=params.include_internal,
                 cross_channel_origins=params.cross_channel_origins or [],
                 channel_name=params.channel_name,
                 limit=params.limit,
@@ -277,3 +281,19 @@ class ThreadService:
     ) -> BaseModel:
         await self.threads.configure(params.thread_id, params.config.to_wire())
         return Empty()
+
+
+def _check_acp_methods(tools: list[DynamicToolSpec], peer: Peer) -> None:
+    """A declared tool's ``acpMethod`` must name a family the starting client
+    lists in ``acpExtensions.extensions`` (it is sent there), as DotCraft's
+    ACP bridge requires of its IDE's runtime tools."""
+    served = {family.casefold() for family in peer.editor_families()}
+    for index, tool in enumerate(tools):
+        if tool.acp_method is None:
+            continue
+        family = family_of(tool.acp_method)
+        if family.casefold() not in served:
+            raise InvalidInput(
+                f"'dynamicTools[{index}].acpMethod': the client does not list {family!r} "
+                "in initialize's acpExtensions.extensions"
+            )

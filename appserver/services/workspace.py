@@ -4,10 +4,10 @@
 Settings live in the user's own file for this workspace, outside it
 (``<home>/workspaces/<digest>/config.json``, :mod:`appserver.storage.user_settings`),
 with DotCraft's keys (``Model``, ``ApiKey``, ``EndPoint``, ``Provider``,
-``Permissions.DefaultApprovalPolicy``), written atomically with mode 0600 by
-:class:`WorkspaceConfigFile`: a key never lands in a repository, and a
-checkout cannot set the approval default. An update takes effect at once
-("hot"): the server's in-memory copy of the user's settings is refreshed in
+``Permissions.DefaultApprovalPolicy``, ``WelcomeSuggestions.Enabled``), written
+atomically with mode 0600 by :class:`WorkspaceConfigFile`: a key never lands in a
+repository, and a checkout cannot set the approval default. An update takes effect
+at once ("hot"): the server's in-memory copy of the user's settings is refreshed in
 place and, when a model setting changed, the provider is rebuilt and handed
 to the turn engine (turns already streaming finish on the old one). The
 default approval policy needs no rebuild: the engine reads it from
@@ -129,6 +129,17 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("provider", "provider", ("Provider",), "workspace.provider", _text, True),
 )
+
+
+# A boolean, so not a Setting: whether turns refresh the welcome suggestions
+# (services/suggestions/welcome.py reads it from the user's settings).
+WELCOME_PATH = ("WelcomeSuggestions", "Enabled")
+WELCOME_REGION = "welcomeSuggestions"
+
+
+def _welcome(document: dict[str, Any]) -> bool | None:
+    value = get_value(document, *WELCOME_PATH)
+    return value if isinstance(value, bool) else None
 
 
 def _stored(document: dict[str, Any], setting: Setting) -> str | None:
@@ -257,16 +268,21 @@ class WorkspaceService:
         self, ctx: RequestContext, params: workspace_wire.WorkspaceConfigUpdateParams
     ) -> BaseModel:
         given = [s for s in SETTINGS if s.field in params.model_fields_set]
-        if not given:
+        welcome = "welcome_suggestions_enabled" in params.model_fields_set
+        if not given and not welcome:
             raise rpc_errors.invalid_params(
-                "At least one of 'model', 'apiKey', 'endPoint', 'defaultApprovalPolicy' "
-                "or 'provider' is required."
+                "At least one of 'model', 'apiKey', 'endPoint', 'defaultApprovalPolicy', "
+                "'provider' or 'welcomeSuggestionsEnabled' is required."
             )
         wanted = {s.field: s.normalise(getattr(params, s.field), s.wire) for s in given}
         changed: list[Setting] = []
+        regions: list[str] = []
         new_provider: Provider | None = None
         try:
             async with self.file.edit() as document:
+                if welcome and _welcome(document) != params.welcome_suggestions_enabled:
+                    set_value(document, WELCOME_PATH, params.welcome_suggestions_enabled)
+                    regions.append(WELCOME_REGION)
                 for setting in given:
                     current = _stored(document, setting)
                     value = wanted[setting.field]
@@ -289,10 +305,10 @@ class WorkspaceService:
             raise RpcError(
                 rpc_errors.INTERNAL_ERROR, "Internal error", {"detail": str(exc)}
             ) from None
-        if changed:
+        if changed or regions:
             self._apply(snapshot, new_provider)
             self.server.announce_config_change(
-                "workspace/config/update", [s.region for s in changed]
+                "workspace/config/update", [s.region for s in changed] + regions
             )
         return result
 
@@ -324,7 +340,9 @@ class WorkspaceService:
     def _result(document: dict[str, Any]) -> workspace_wire.WorkspaceConfigUpdateResult:
         values = {s.field: _stored(document, s) for s in SETTINGS}
         values["api_key"] = mask_secret(values["api_key"])
-        return workspace_wire.WorkspaceConfigUpdateResult(**values)
+        return workspace_wire.WorkspaceConfigUpdateResult(
+            **values, welcome_suggestions_enabled=_welcome(document)
+        )
 
     # --- workspace/trust ------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from appserver.storage.cluster_common import (
     SharedEvent,
     TurnTakenOver,
     WorkspaceMismatch,
+    iso_time,
 )
 from appserver.storage.postgres import IntegrityErrors, PostgresDatabase, translate
 
@@ -177,6 +178,18 @@ class ClusterStore:
             )
         return [SharedEvent(*row) for row in rows], int(last or 0)
 
+    async def broadcasts_since(self, since: float) -> list[tuple[str, SharedEvent]]:
+        """Other nodes' broadcasts stored at or after ``since`` (Unix seconds, by
+        the writers' clocks), each with its thread, in thread and seq order."""
+        rows = await self.pool.fetch(
+            "SELECT thread_id, seq, method, topic, params_json, stream, node_id, broadcast"
+            " FROM thread_events WHERE broadcast AND node_id <> $1 AND created_at >= $2"
+            " ORDER BY thread_id, seq LIMIT 10000",
+            self.node_id,
+            iso_time(since),
+        )
+        return [(row[0], SharedEvent(*row[1:])) for row in rows]
+
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq (0: none or no such thread)."""
         value = await self.pool.fetchval("SELECT last_seq FROM threads WHERE id = $1", thread_id)
@@ -263,6 +276,15 @@ class ClusterStore:
                 "DELETE FROM cluster_nodes WHERE heartbeat_at < now() - make_interval(secs => $1)",
                 lease_seconds,
             )
+        return [(row[0], row[1]) for row in rows]
+
+    async def own_running_turns(self) -> list[tuple[str, str]]:
+        """``(thread_id, turn_id)`` of the turns the database says this node runs."""
+        rows = await self.pool.fetch(
+            "SELECT thread_id, id FROM turns WHERE node_id = $1"
+            " AND status IN ('running', 'waitingApproval')",
+            self.node_id,
+        )
         return [(row[0], row[1]) for row in rows]
 
     async def live_peers(self, lease_seconds: float) -> list[str]:
@@ -390,6 +412,7 @@ class ClusterStore:
                     task_status.started()
                 handler.on_commands()
                 await lost.wait()
+                handler.on_lost()  # notifications sent from now on never arrive
                 log.warning("event feed: connection lost; reconnecting")
             finally:
                 with anyio.CancelScope(shield=True):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import anyio.abc
@@ -39,6 +40,11 @@ class SharedEvent:
     broadcast: bool
 
 
+def iso_time(seconds: float) -> str:
+    """Unix ``seconds`` as the events' ``created_at`` text (UTC, milliseconds)."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 class TurnTakenOver(RuntimeError):
     """Another node has taken over this node's turn (it failed it when this
     node stopped heartbeating): this node may no longer write its rows."""
@@ -56,6 +62,9 @@ class FeedHandler(Protocol):
 
     def on_commands(self) -> None:
         """Commands may be queued for this node."""
+
+    def on_lost(self) -> None:
+        """The feed is down: what is announced from now on does not arrive."""
 
     def on_reconnect(self) -> None:
         """The feed was down: re-read what this node follows."""
@@ -81,12 +90,14 @@ class NodeStore(Protocol):
         self, thread_id: str, after_seq: int, limit: int = 1000
     ) -> list[SharedEvent]: ...
     async def replay(self, thread_id: str, after_seq: int) -> tuple[list[SharedEvent], int]: ...
+    async def broadcasts_since(self, since: float) -> list[tuple[str, SharedEvent]]: ...
     async def last_seq(self, thread_id: str) -> int: ...
     async def prune_deltas(self, older_than_seconds: float) -> int: ...
     async def join(self, workspace_path: str) -> None: ...
     async def heartbeat(self) -> bool: ...
     async def leave(self) -> None: ...
     async def claim_orphaned_turns(self, lease_seconds: float) -> list[tuple[str, str]]: ...
+    async def own_running_turns(self) -> list[tuple[str, str]]: ...
     async def live_peers(self, lease_seconds: float) -> list[str]: ...
     async def lease_turn(self, thread_id: str, turn_id: str) -> None: ...
     async def turn_node(self, thread_id: str, turn_id: str) -> tuple[str, str | None] | None: ...

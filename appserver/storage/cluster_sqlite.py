@@ -38,6 +38,7 @@ from appserver.storage.cluster_common import (
     LogEntry,
     SharedEvent,
     TurnTakenOver,
+    iso_time,
 )
 from appserver.storage.db import SqliteDatabase
 from appserver.storage.lock import UnsafeLockFile, WorkspaceLock, open_lock_file
@@ -101,6 +102,16 @@ class SqliteClusterStore:
         streaming, with the thread's last seq from the same snapshot."""
         return await self.db.run_transaction(_replay, thread_id, after_seq)
 
+    async def broadcasts_since(self, since: float) -> list[tuple[str, SharedEvent]]:
+        """Other processes' broadcasts stored at or after ``since`` (Unix seconds),
+        each with its thread, in thread and seq order."""
+        rows = await self.db.fetch(
+            f"SELECT thread_id, {_EVENT_COLUMNS} FROM thread_events WHERE broadcast = 1"
+            " AND node_id <> ? AND created_at >= ? ORDER BY thread_id, seq LIMIT 10000",
+            (self.node_id, iso_time(since)),
+        )
+        return [(row[0], _shared(tuple(row)[1:])) for row in rows]
+
     async def last_seq(self, thread_id: str) -> int:
         """The thread's last seq (0: none or no such thread)."""
         rows = await self.db.lookup_or_fetch(
@@ -158,6 +169,15 @@ class SqliteClusterStore:
         dead = [row[0] for row in rows if self._has_exited(str(row[0]))]
         return await self.db.run_transaction(_claim_orphans, self.node_id, lease_seconds, dead)
 
+    async def own_running_turns(self) -> list[tuple[str, str]]:
+        """``(thread_id, turn_id)`` of the turns the file says this process runs."""
+        rows = await self.db.lookup_or_fetch(
+            "SELECT thread_id, id FROM turns WHERE node_id = ?"
+            " AND status IN ('running', 'waitingApproval')",
+            (self.node_id,),
+        )
+        return [(row[0], row[1]) for row in rows]
+
     def _has_exited(self, node_id: str) -> bool:
         """Whether ``node_id``'s process is gone: its node lock is free (or was
         removed by its clean exit). Unknown names count as alive (the lease decides)."""
@@ -180,12 +200,13 @@ class SqliteClusterStore:
         return True
 
     async def live_peers(self, lease_seconds: float) -> list[str]:
-        """The other processes whose heartbeat is within the lease."""
+        """The other processes whose heartbeat is within the lease, less those
+        whose node lock is free (they exited, whatever their last heartbeat)."""
         rows = await self.db.lookup_or_fetch(
             f"SELECT node_id FROM cluster_nodes WHERE node_id <> ? AND heartbeat_at > {_NOW} - ?",
             (self.node_id, lease_seconds),
         )
-        return [row[0] for row in rows]
+        return [row[0] for row in rows if not self._has_exited(str(row[0]))]
 
     async def lease_turn(self, thread_id: str, turn_id: str) -> None:
         """Record that this process runs the turn."""

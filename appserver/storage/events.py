@@ -153,6 +153,16 @@ class EventRepository:
         )
         return [item_from_row(row) for row in await self.db.fetch(sql, (thread_id, turn_id))]
 
+    async def stored_deltas(self, thread_id: str, item_id: str) -> list[tuple[str, str]]:
+        """``(method, params_json)`` of an item's stored deltas, in seq order
+        (processes sharing the database store them; one process alone does not)."""
+        rows = await self.db.fetch(
+            "SELECT method, params_json FROM thread_events WHERE thread_id = ? AND stream = ?"
+            " ORDER BY seq",
+            (thread_id, item_id),
+        )
+        return [(row[0], row[1]) for row in rows]
+
 
 def companion_statements(
     thread_id: str,

@@ -11,6 +11,14 @@ from typing import Any
 
 from appserver.storage.db import Row
 
+# The server's own helper threads (welcome and commit-message suggestions): hidden
+# from thread/list unless asked for, announced to nobody. DotCraft marks them with
+# this metadata key or knows them by their channel (its ThreadVisibility); ours also
+# carry source.kind "internal", the column thread/list filters on.
+INTERNAL_METADATA_KEY = "dotcraft.internal"
+INTERNAL_SOURCE_KIND = "internal"
+INTERNAL_CHANNELS = ("welcome-suggest", "commit-suggest")
+
 
 @dataclass
 class ThreadRecord:
@@ -34,6 +42,15 @@ class ThreadRecord:
     @property
     def source_kind(self) -> str:
         return str((self.source or {}).get("kind", "user"))
+
+    @property
+    def is_internal(self) -> bool:
+        """Whether this is one of the server's helper threads (see ``INTERNAL_*``)."""
+        return (
+            bool(self.metadata.get(INTERNAL_METADATA_KEY))
+            or self.source_kind == INTERNAL_SOURCE_KIND
+            or self.origin_channel in INTERNAL_CHANNELS
+        )
 
 
 @dataclass

@@ -12,6 +12,8 @@ from typing import Any
 from appserver.storage.cursors import decode_cursor, list_cursor, turns_cursor
 from appserver.storage.db import Database
 from appserver.storage.records import (
+    INTERNAL_CHANNELS,
+    INTERNAL_SOURCE_KIND,
     ItemRecord,
     ThreadRecord,
     TurnRecord,
@@ -36,12 +38,18 @@ class ThreadQuery:
     channel_context: str | None
     include_archived: bool = False
     include_sub_agents: bool = False
+    include_internal: bool = False  # the server's helper threads (records.INTERNAL_*)
     cross_channel_origins: list[str] = field(default_factory=list)
     channel_name: str | None = None
     limit: int | None = None
     cursor: str | None = None
     search_term: str | None = None  # a substring of the name or id
 
+
+_NOT_INTERNAL = (
+    f"source_kind != '{INTERNAL_SOURCE_KIND}' AND origin_channel NOT IN "
+    f"({', '.join(repr(channel) for channel in INTERNAL_CHANNELS)})"
+)
 
 _UPDATABLE = {
     "status": "status",
@@ -161,6 +169,8 @@ class ThreadRepository:
             where.append("status != 'archived'")
         if not query.include_sub_agents:
             where.append("source_kind != 'subagent'")
+        if not query.include_internal:
+            where.append(_NOT_INTERNAL)
         if query.channel_name:
             where.append("origin_channel = ? COLLATE NOCASE")
             args.append(query.channel_name)
@@ -187,6 +197,28 @@ class ThreadRepository:
             last = threads[-1]
             next_cursor = list_cursor(last.last_active_at, last.id)
         return threads, next_cursor
+
+    async def recent_threads(self, workspace_path: str, limit: int) -> list[ThreadRecord]:
+        """The workspace's ``limit`` most recently active threads of every owner that
+        are neither archived, internal nor SubAgent children, newest first (what
+        the welcome suggestions are made from)."""
+        sql = (
+            "SELECT * FROM threads WHERE workspace_key = ? AND status != 'archived'"
+            f" AND source_kind != 'subagent' AND {_NOT_INTERNAL}"
+            " ORDER BY last_active_at DESC, id DESC LIMIT ?"
+        )
+        rows = await self.db.fetch(sql, (workspace_key(workspace_path), limit))
+        return [thread_from_row(row) for row in rows]
+
+    async def stale_internal_threads(self, active_before: str) -> list[str]:
+        """Ids of internal (helper) threads last active before ``active_before``:
+        what a process that died mid-helper-turn left behind."""
+        rows = await self.db.fetch(
+            f"SELECT id FROM threads WHERE source_kind = '{INTERNAL_SOURCE_KIND}'"
+            " AND last_active_at < ? ORDER BY id",
+            (active_before,),
+        )
+        return [str(row[0]) for row in rows]
 
     # --- turns and items --------------------------------------------------
 

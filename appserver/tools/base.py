@@ -158,7 +158,10 @@ class ToolOutcome:
 class Tool(Protocol):
     name: str
     description: str
-    input_schema: dict[str, Any]
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The arguments' JSON Schema (read when the model is offered the tool)."""
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan: ...
 

@@ -20,7 +20,10 @@ one runs, its process group is known to the watchdog (``tools.reaper``), which
 kills it if the server dies, even by SIGKILL; a clean shutdown stops them all
 (``killed``). A terminal still stored as ``running`` that this server does not
 run belonged to a server that went away: it is reported, and rewritten, as
-``lost``.
+``lost``; unless another live process sharing the database runs it
+(:attr:`TerminalManager.elsewhere`): then it is reported as running, its
+output read from the shared file, and writing to or stopping it is refused
+here (its process and pipes are that process's).
 
 Events (``started``, ``outputDelta``, ``completed``, ``cleaned``) go to one
 listener, which knows nothing of processes; the runtime turns them into
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -97,6 +100,21 @@ class TerminalStore(Protocol):
         ...
 
 
+async def _run_nowhere_else(_terminal: BackgroundTerminal) -> bool:
+    return False
+
+
+def _refuse_elsewhere(stored: BackgroundTerminal, doing: str, kind: str) -> None:
+    """A terminal reported running that this server does not run is another
+    process's (see ``TerminalManager.elsewhere``): only that process can touch it."""
+    if stored.status == "running":
+        raise TerminalError(
+            f"Background terminal '{stored.session_id}' runs in another server process "
+            f"sharing this workspace's database; {doing} it through a client of that process.",
+            kind,
+        )
+
+
 def normalize_yield_ms(yield_ms: int | None) -> int:
     """DotCraft's rule: absent or not positive -> the default; at most :data:`MAX_YIELD_MS`."""
     if yield_ms is None or yield_ms <= 0:
@@ -128,6 +146,9 @@ class TerminalManager:
         self._starting: list[str] = []  # thread ids of terminals being started
         self._tg: TaskGroup | None = None
         self._closing = False
+        # Whether another live process sharing the database runs a terminal
+        # stored as running (set by the server when there are such processes).
+        self.elsewhere: Callable[[BackgroundTerminal], Awaitable[bool]] = _run_nowhere_else
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -137,7 +158,7 @@ class TerminalManager:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 for stored in await self.store.running():
-                    if stored.session_id not in self._active:
+                    if stored.session_id not in self._active and not await self.elsewhere(stored):
                         await self.store.put(lost(stored))
                 await anyio.sleep_forever()
         finally:
@@ -262,7 +283,8 @@ class TerminalManager:
         then wait ``yield_ms`` (less if it ends) and return its snapshot."""
         terminal = self._active.get(session_id)
         if terminal is None or thread_id not in (None, terminal.thread_id):
-            await self._stored(session_id, max_output_chars, thread_id)  # not found?
+            stored = await self._stored(session_id, max_output_chars, thread_id)  # not found?
+            _refuse_elsewhere(stored, "write to", WRITE)
             raise TerminalError(f"Background terminal '{session_id}' is not running.", WRITE)
         if text:
             stdin = terminal.process.stdin
@@ -294,6 +316,7 @@ class TerminalManager:
         terminal = self._active.get(session_id)
         if terminal is None or thread_id not in (None, terminal.thread_id):
             stored = await self._stored(session_id, None, thread_id)
+            _refuse_elsewhere(stored, "stop", "other")
             await self._kill_leftovers(session_id)
             return stored
         await terminal.kill(self.kill_grace_s)
@@ -358,7 +381,9 @@ class TerminalManager:
     async def _with_output(
         self, stored: BackgroundTerminal, max_output_chars: int | None
     ) -> BackgroundTerminal:
-        runs = stored.session_id in self._active
+        runs = stored.session_id in self._active or (
+            stored.status == "running" and await self.elsewhere(stored)
+        )
         return await stored_snapshot(self.files, stored, max_output_chars, runs=runs)
 
     async def _kill_leftovers(self, session_id: str) -> None:

@@ -15,11 +15,18 @@ from tests.runtime.test_subagents import call, spawn, tool_answer
 from tests.services.test_subagent_sessions import refused
 from tests.support.client import RpcClient
 from tests.support.cluster import running_nodes
+from tests.support.fake_models import (
+    fake_model_server,
+    openai_chunk,
+    openai_stream,
+    openai_text_reply,
+)
 from tests.support.processes import ws_client, ws_server
 from tests.support.servers import ServerUnderTest
 from tests.support.turns import new_thread, run_turn, start_turn, wait_count, wait_event
 
 STORES = BOTH_STORES
+CHAT = "POST /v1/chat/completions"
 
 
 def progress_of(client: RpcClient, turn_id: str, start: int = 0) -> list[dict[str, Any]]:
@@ -231,3 +238,90 @@ async def test_another_node_sees_and_closes_a_child(workspace: Path, postgres_ur
             )
             turn_id, _ = await run_turn(on_b, parent, call("WaitAgent", childThreadId=child))
             assert (await tool_answer(on_b, parent, turn_id))["status"] == "cancelled"
+
+
+async def test_a_provider_streams_the_spawn_and_the_child(server: ServerUnderTest) -> None:
+    """A real Chat Completions stream (the fake OpenAI server) calls SpawnAgent; the
+    child's own request carries its role and no agent-control tool, and its
+    tokens reach the parent turn's last progress."""
+    spawn_call = openai_stream(
+        [
+            openai_chunk({"role": "assistant", "content": None}),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_spawn",
+                            "type": "function",
+                            "function": {"name": "SpawnAgent", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            openai_chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "function": {
+                                "arguments": '{"agentPrompt": "count the files",'
+                                ' "agentNickname": "counter"}'
+                            },
+                        }
+                    ]
+                }
+            ),
+            openai_chunk({}, finish_reason="tool_calls"),
+            openai_chunk(no_choices=True, usage=(40, 25)),
+        ]
+    )
+    answer = openai_text_reply(["There are ", "three."], usage=(30, 5))
+    async with fake_model_server() as fake, server.connect() as client:
+        # Parent's call, then the child's and the parent's follow-up (either order).
+        fake.script(CHAT, spawn_call, answer, answer)
+        await client.request(
+            "workspace/config/update",
+            {"provider": "openai", "endPoint": fake.openai_base_url, "apiKey": "sk-test"},
+        )
+        with anyio.fail_after(30):
+            parent = await new_thread(client)
+            mark = client.mark()
+            turn_id, terminal = await run_turn(client, parent, "split the work")
+            assert terminal["method"] == "turn/completed"
+            started = await wait_event(
+                client, "thread/started", lambda p: p["thread"]["id"] != parent, start=mark
+            )
+            child = started["thread"]["id"]
+            await wait_event(
+                client, "turn/completed", lambda p: p["turn"]["threadId"] == child, start=mark
+            )
+            await fake.received(CHAT, 3)
+        child_request = next(
+            body
+            for body in fake.bodies(CHAT)
+            if body["messages"][-1] == {"role": "user", "content": "count the files"}
+        )
+        system = child_request["messages"][0]["content"]
+        assert "do not spawn other agents" in system
+        offered = {tool["function"]["name"] for tool in child_request["tools"]}
+        assert not offered & {"SpawnAgent", "WaitAgent", "SendInput"}
+        read = await client.request("thread/read", {"threadId": child, "includeTurns": True})
+        (child_turn,) = read["thread"]["turns"]
+        assert child_turn["tokenUsage"]["outputTokens"] == 5
+        texts = [i["payload"]["text"] for i in child_turn["items"] if i["type"] == "agentMessage"]
+        assert texts == ["There are three."]
+        entries = progress_of(client, turn_id)[-1]["entries"]
+        assert [entry["label"] for entry in entries] == ["counter"]
+
+
+async def test_progress_can_be_opted_out_of(server: ServerUnderTest) -> None:
+    opt_out = {"optOutNotificationMethods": ["subagent/progress"]}
+    async with server.connect(capabilities=opt_out) as client:
+        with anyio.fail_after(30):
+            parent = await new_thread(client)
+            turn_id, _ = await run_turn(client, parent, spawn("hello", agentNickname="quiet"))
+            child = (await tool_answer(client, parent, turn_id))["childThreadId"]
+            wait_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=child))
+            assert (await tool_answer(client, parent, wait_id))["status"] == "completed"
+            assert [m for m in client.messages if m.get("method") == "subagent/progress"] == []

@@ -51,15 +51,17 @@ class Node:
                 await self._grew.wait()
 
     @asynccontextmanager
-    async def connect(self, name: str = "test-client") -> AsyncIterator[RpcClient]:
-        """An initialized JSON-RPC client on this node."""
+    async def connect(
+        self, name: str = "test-client", capabilities: dict[str, Any] | None = None
+    ) -> AsyncIterator[RpcClient]:
+        """An initialized JSON-RPC client on this node (with ``capabilities``)."""
         async with (
             connect(self.url, max_size=None) as ws,
             anyio.create_task_group() as tg,
         ):
             client = RpcClient(WsStream(ws), name)
             await client.run(tg)
-            await client.initialize()
+            await client.initialize(capabilities)
             try:
                 yield client
             finally:
@@ -72,15 +74,16 @@ class Node:
 
 @asynccontextmanager
 async def running_nodes(
-    count: int, workspace: Path, store: str, *extra: str, lease: float = 1.0
+    count: int, workspace: Path, store: str, *extra: str, lease: float = 1.0, first: str = "A"
 ) -> AsyncIterator[list[Node]]:
-    """Start ``count`` nodes (A, B, C, ...) sharing ``workspace`` and ``store``."""
+    """Start ``count`` nodes (``first`` and the letters after it: A, B, C, ...)
+    sharing ``workspace`` and ``store``."""
     async with AsyncExitStack() as stack:
         tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(tg.cancel_scope.cancel)
         options = ("--node-lease", str(lease), *extra)
         yield [
-            await start_node(stack, tg, chr(ord("A") + index), workspace, store, options)
+            await start_node(stack, tg, chr(ord(first) + index), workspace, store, options)
             for index in range(count)
         ]
 

@@ -257,6 +257,7 @@ class FakeModelServer:
         self.port = port
         self.requests: list[Recorded] = []
         self._queues: dict[str, deque[Reply]] = {}
+        self._arrived = anyio.Event()  # set (and replaced) at each request
 
     @property
     def base_url(self) -> str:
@@ -275,6 +276,11 @@ class FakeModelServer:
     def bodies(self, route: str) -> list[Any]:
         """JSON bodies received on ``route``, oldest first."""
         return [r.body for r in self.requests if f"{r.method} {r.path}" == route]
+
+    async def received(self, route: str, count: int = 1) -> None:
+        """Wait until ``count`` requests have come in on ``route``."""
+        while len(self.bodies(route)) < count:
+            await self._arrived.wait()
 
     async def _handle(self, stream: SocketStream) -> None:
         reader = BufferedByteReceiveStream(stream)
@@ -297,6 +303,8 @@ class FakeModelServer:
         raw = await reader.receive_exactly(length) if length else b""
         path = target.split("?", 1)[0]
         self.requests.append(Recorded(method, path, headers, json.loads(raw) if raw else None))
+        self._arrived.set()
+        self._arrived = anyio.Event()
 
         queue = self._queues.get(f"{method} {path}")
         if queue:

@@ -38,6 +38,8 @@ ASSETS = (
     "/assets/settings-view.js",
     "/assets/subagents-view.js",
     "/assets/words.js",
+    "/assets/welcome-view.js",
+    "/assets/tasks-view.js",
 )
 
 
@@ -279,6 +281,8 @@ def test_the_docs_name_tests_that_exist() -> None:
             "test_web_workspace.py",
             "test_web_desktop.py",
             "test_web_subagents.py",
+            "test_web_suggestions.py",
+            "test_web_tasks.py",
         )
     )
     listed = set(re.findall(r"^\| `(test_\w+)` \|", doc, re.M))

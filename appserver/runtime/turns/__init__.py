@@ -14,6 +14,11 @@
   their calls, and each thread's bound client;
 - ``editor_proxy``: the tools' files and terminals through the bound
   client's ``ext/acp/fs|terminal`` requests;
+- ``editor_families``: tools that are requests of the bound client's own
+  families (``ext/acp/<family>/<method>``: the ``_unity`` tools, and
+  declared tools with an ``acpMethod``);
+- ``node_repl``: ``NodeReplJs``, the bound client's Node REPL
+  (``ext/nodeRepl/evaluate|cancel``);
 - ``queue``: queued inputs per thread;
 - ``recovery``: failing turns a crashed process left running.
 """

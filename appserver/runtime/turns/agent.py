@@ -36,6 +36,7 @@ from appserver.runtime.instructions import (
     compose,
     system_text,
 )
+from appserver.runtime.subagent_prompt import environment_line
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.compaction import Compactor
 from appserver.runtime.turns.items import ItemLog
@@ -69,6 +70,7 @@ class AgentLoop:
         self.compactor = Compactor(items, config, provider)
         # The runner is built before the config reaches it (turns/engine.py).
         tools.output_limit = config.tool_output_max_bytes
+        tools.node_repl.answer_margin = config.node_repl_answer_margin
         self.project_instructions = ProjectInstructions(
             tools.workspace, self._user_instructions, project=config.project_instructions
         )
@@ -89,6 +91,7 @@ class AgentLoop:
             workspace=workspace,
             approval_policy=self.tools.approvals.effective_policy(configuration),
             ask_outside_workspace=configuration.get("requireApprovalOutsideWorkspace") is not False,
+            subagent_profiles=environment_line(workspace, configuration),
         )
         agent_instructions = configuration.get("agentInstructions")
         role_instructions = configuration.get("roleInstructions")  # a SubAgent child's role
@@ -262,11 +265,11 @@ class AgentLoop:
         return calls
 
     def _tool_specs(self, active: ActiveTurn) -> list[ToolSpec]:
-        """The built-in tools the thread may use, then the tools its client declared."""
+        """The built-in tools the thread may use, then those its client serves or declared."""
         thread = active.thread
         specs = [spec for spec in self.tools.tools.specs() if tool_offered(thread, spec.name)]
         taken = {spec.name for spec in specs}
-        return specs + self.tools.client_tools.specs(active, taken)
+        return specs + self.tools.offered_specs(active, taken)
 
 
 def text_safe(event: ModelEvent) -> ModelEvent:

@@ -11,7 +11,11 @@ goes the same way as ``ext/channel/toolCall`` to the adapter and a
 becomes an :class:`~appserver.tools.base.ApprovalNeed` (:func:`client_tool_need`).
 
 :class:`ClientToolCalls` also keeps each thread's seat (its bound client),
-which the editor proxy (``runtime.turns.editor_proxy``) asks too.
+which the editor proxy (``runtime.turns.editor_proxy``) and the Node REPL
+(``runtime.turns.node_repl``) ask too. A declared tool with an ``acpMethod``
+is not sent as ``item/tool/call`` but as ``ext/acp/<family>/<method>`` to the
+thread's editor (``runtime.turns.editor_families``), and offered only while
+the editor serves that family.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from appserver.providers.base import ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import Participant, ToolCaller
 from appserver.runtime.history import client_tool_text as model_text
+from appserver.runtime.turns.editor_families import declared_tool_result, declared_tool_served
 from appserver.runtime.turns.editor_proxy import EditorProxy
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
+from appserver.runtime.turns.node_repl import NodeRepl
 from appserver.tools.base import ApprovalNeed, ToolError
 from appserver.tools.sandbox import Sandbox
 
@@ -66,6 +72,8 @@ class ClientTool:
     channel: str | None = None
     # DotCraft's ``approval`` hint: ``{kind, targetArgument, operation?, operationArgument?}``.
     approval: Mapping[str, Any] | None = None
+    # Set (``_family/method``): a call is ``ext/acp/<acp_method>`` to the thread's editor.
+    acp_method: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -199,8 +207,10 @@ class ClientToolCalls:
         # The external channels' tools (set by the channel adapter hub).
         self.channel_source: ChannelToolSource | None = None
         approvals.offer_listeners.append(self._offered)
-        # The thread's editor (ext/acp/*): the same seat, asked the same way.
+        # The thread's editor (ext/acp/*) and Node REPL host (ext/nodeRepl/*): the
+        # same seat, asked the same way.
         self.editor_proxy = EditorProxy(approvals, self.owners.get)
+        self.node_repl = NodeRepl(items, approvals, self.owners.get)
 
     # --- declaring, binding ----------------------------------------------------------
 
@@ -229,6 +239,7 @@ class ClientToolCalls:
                 description=str(tool.get("description", "")),
                 input_schema=dict(tool.get("inputSchema") or {}),
                 approval=tool.get("approval") if isinstance(tool.get("approval"), dict) else None,
+                acp_method=tool.get("acpMethod") or None,
             )
             for tool in tools
         ]
@@ -251,6 +262,7 @@ class ClientToolCalls:
         ):
             pending.ask(owner)
         self.editor_proxy.offer(thread_id, owner)
+        self.node_repl.offer(thread_id, owner)
 
     def adapter_attached(self, channel: str, adapter: Participant) -> None:
         """An adapter of ``channel`` (re)connected: it is asked the channel's pending calls."""
@@ -292,7 +304,12 @@ class ClientToolCalls:
         if self.channel_source is not None:
             for tool in self.channel_source.channel_tools(active):
                 tools.setdefault(tool.model_name, tool)
-        tools.update(self.tools.get(active.thread_id, {}))
+        tools.update(
+            (name, tool)
+            for name, tool in self.tools.get(active.thread_id, {}).items()
+            if tool.acp_method is None
+            or declared_tool_served(self.editor_proxy, active, tool.acp_method)
+        )
         return tools
 
     def find(self, active: ActiveTurn, model_name: str) -> ClientTool | None:
@@ -345,7 +362,10 @@ class ClientToolCalls:
                 arguments=args,
             )
         item = await self.items.open(active, kind, payload)
-        result = await self._ask(active, params, tool.channel)
+        if tool.acp_method is not None:
+            result = await declared_tool_result(self.editor_proxy, active, tool.acp_method, args)
+        else:
+            result = await self._ask(active, params, tool.channel)
         item.payload.update(result)
         await self.items.complete(active, item)
         return model_text(result)

@@ -1,10 +1,12 @@
 """The editor proxy: the tools' files and terminals through a client's ``ext/acp/*``.
 
 A client that advertised ``acpExtensions`` (an IDE) serves the built-in
-tools' file reads and writes (``ext/acp/fs/readTextFile|writeTextFile``) and
-runs their shell commands in its terminals (``ext/acp/terminal/*``):
-:class:`ClientEditor` implements :class:`~appserver.tools.base.EditorFiles`
-and :class:`~appserver.tools.base.EditorTerminals` with those requests, and
+tools' file reads and writes (``ext/acp/fs/readTextFile|writeTextFile``),
+runs their shell commands in its terminals (``ext/acp/terminal/*``) and
+answers the requests of the families it lists (``ext/acp/<family>/*``, sent
+by ``runtime.turns.editor_families``): :class:`ClientEditor` implements
+:class:`~appserver.tools.base.EditorFiles` and
+:class:`~appserver.tools.base.EditorTerminals` with those requests, and
 :class:`EditorProxy` sends them to the thread's bound client with the
 approval machinery (:class:`PendingEditorRequest`: timeout, reconnect grace,
 asked again of an editor that takes the seat). Any failure is a
@@ -45,6 +47,14 @@ class EditorTimeout(ToolError):
     """The editor did not answer an ``ext/acp/*`` request in time."""
 
 
+class EditorGone(ToolError):
+    """The editor left and none came back within the reconnect grace."""
+
+
+class EditorRefused(ToolError):
+    """The editor answered an ``ext/acp/*`` request with an error."""
+
+
 @dataclass
 class PendingEditorRequest(PendingApproval[WireModel]):
     """An ``ext/acp/*`` request waiting for the editor's answer (asked once
@@ -73,8 +83,22 @@ def serves(participant: Participant | None, method: str) -> bool:
         return False
     if method.startswith("ext/acp/terminal/"):
         return participant.editor_terminal()
-    can_read, can_write = participant.editor_fs()
-    return can_read if method == "ext/acp/fs/readTextFile" else can_write
+    if method.startswith("ext/acp/fs/"):
+        can_read, can_write = participant.editor_fs()
+        return can_read if method == "ext/acp/fs/readTextFile" else can_write
+    family = method.removeprefix("ext/acp/").split("/", 1)[0]
+    return family.casefold() in enabled_families(participant.editor_families(), None)
+
+
+def enabled_families(advertised: tuple[str, ...], configured: object) -> set[str]:
+    """The families a thread may use, case-folded: those its client advertised
+    (``acpExtensions.extensions``), narrowed to the thread configuration's
+    ``extensions`` when that is a list (DotCraft keeps that field without
+    reading it; here it can switch a family off for one thread)."""
+    families = {family.casefold() for family in advertised if isinstance(family, str)}
+    if isinstance(configured, list):
+        families &= {family.casefold() for family in configured if isinstance(family, str)}
+    return families
 
 
 # Beyond the command's own timeout, for the editor to answer waitForExit.
@@ -122,6 +146,15 @@ class EditorProxy:
             return None
         return ClientEditor(self, active, can_read, can_write, can_run)
 
+    def families(self, active: ActiveTurn) -> set[str]:
+        """The request families (case-folded) the turn's tools may use: those its
+        editor lists, narrowed by the thread configuration's ``extensions``."""
+        owner = self.owner(active)
+        if not isinstance(owner, EditorClient):
+            return set()
+        configured = (active.thread.configuration or {}).get("extensions")
+        return enabled_families(owner.editor_families(), configured)
+
     def owner(self, active: ActiveTurn) -> Participant | None:
         """The thread's bound client if it can be an editor (else the turn's
         origin while the seat is empty)."""
@@ -156,12 +189,12 @@ class EditorProxy:
         if decided is None:
             if reason == "approval_timeout":
                 raise EditorTimeout(f"the editor did not answer {method} within {timeout:g}s")
-            raise ToolError(
+            raise EditorGone(
                 f"the editor did not answer {method}: it disconnected and did not come back "
                 f"within {self.approvals.reconnect_grace:g}s"
             )
         if decided == "refused":
-            raise ToolError(f"the editor refused {method}: {pending.error}")
+            raise EditorRefused(f"the editor refused {method}: {pending.error}")
         return pending.answer or {}, pending.answered_by
 
 

@@ -64,6 +64,9 @@ from appserver.tools.registry import ToolRegistry
 
 log = logging.getLogger("appserver.turns")
 
+#: What a turn does between its userMessage and its end (the agent loop by default).
+Work = Callable[[ActiveTurn, UserInput], Awaitable[None]]
+
 
 class TurnEngine:
     """Runs turns; one active turn per thread."""
@@ -104,6 +107,9 @@ class TurnEngine:
             default_approval_policy,
             workspace_trusted,
         )
+        # Settles a gated operation of a turn (the agent's tools; an external
+        # SubAgent's launch, runtime/subagent_external.py).
+        self.asking = asking
         self.agent = AgentLoop(
             self.items,
             ToolRunner(self.items, asking, tools, workspace),
@@ -166,23 +172,27 @@ class TurnEngine:
         origin: Participant | None,
         user: UserInput,
         prepare: Callable[[ActiveTurn], None] | None = None,
+        work: Work | None = None,
     ) -> ActiveTurn:
         """Reserve the thread for a new turn, store it, and run it.
 
         The reservation is synchronous: the caller checked the thread is idle,
         and no other request can slip in between the check and it. ``prepare``
         adjusts the reserved turn (attribution, userMessage extras) before
-        anything is stored. When this returns, the turn is committed (see the
-        module docstring); if storing it fails, the reservation is undone and
-        the error propagates, so nothing was acknowledged.
+        anything is stored. ``work`` does the turn's work instead of the agent
+        loop (an external SubAgent's command); it ends like any turn. When this
+        returns, the turn is committed (see the module docstring); if storing
+        it fails, the reservation is undone and the error propagates, so
+        nothing was acknowledged.
         """
+        run = work or self.agent.run
         return await self._launch(
             thread,
             origin,
             user.sender,
             prepare,
             opening=lambda active: self.items.user_message(active, user),
-            work=lambda active: self.agent.run(active, user),
+            work=lambda active: run(active, user),
             user=user,
         )
 
@@ -253,12 +263,18 @@ class TurnEngine:
             except Exception:
                 log.exception("turn start listener failed on %s", active.thread_id)
 
-    async def run_turn(self, thread: ThreadRecord, user: UserInput) -> ActiveTurn:
-        """Start a turn with no client behind it (cron, heartbeat) and wait for
-        its end. Raises ``RuntimeError`` if the thread already runs a turn."""
+    async def run_turn(
+        self,
+        thread: ThreadRecord,
+        user: UserInput,
+        prepare: Callable[[ActiveTurn], None] | None = None,
+    ) -> ActiveTurn:
+        """Start a turn with no client behind it (cron, heartbeat, automations)
+        and wait for its end (``prepare`` as for :meth:`start`). Raises
+        ``RuntimeError`` if the thread already runs a turn."""
         if thread.id in self.active:
             raise RuntimeError(f"a turn is already running on {thread.id}")
-        active = await self.start(thread, None, user)
+        active = await self.start(thread, None, user, prepare)
         await active.done.wait()
         return active
 

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.wire import item_to_wire, turn_to_wire
-from appserver.storage.records import TurnRecord
+from appserver.storage.records import ItemRecord, TurnRecord
 from appserver.storage.threads import ThreadRepository
 
 log = logging.getLogger("appserver.turns")
+
+#: The payload field each stored delta method streams into.
+STREAMED_FIELDS = {
+    "item/agentMessage/delta": "text",
+    "item/reasoning/delta": "text",
+    "item/commandExecution/outputDelta": "aggregatedOutput",
+}
 
 RECOVERED_ERROR = (
     "The server stopped while this turn was running; "
@@ -38,9 +46,15 @@ async def fail_interrupted(
     journal: ThreadJournal, repo: ThreadRepository, turn: TurnRecord, error: str
 ) -> None:
     """End a turn whose runner is gone: its streaming items complete with the
-    text saved so far, then one ``turn/failed`` carrying ``error``."""
+    text saved so far, then one ``turn/failed`` carrying ``error``.
+
+    Processes sharing a database stored every delta they delivered: an item
+    completes with those (clients saw them) when they hold more than the
+    item's last checkpoint."""
     now = now_iso()
     for item in await journal.events.unfinished_items(turn.thread_id, turn.id):
+        if journal.shared is not None:
+            await _with_stored_deltas(journal, item)
         item.status = "completed"
         item.completed_at = now
         await journal.emit(
@@ -63,3 +77,18 @@ async def fail_interrupted(
         ),
         turn=turn,
     )
+
+
+async def _with_stored_deltas(journal: ThreadJournal, item: ItemRecord) -> None:
+    """Give ``item`` the text of its stored deltas where that is longer than its
+    checkpoint (saved every half second or so, it lags what was delivered)."""
+    pieces: dict[str, list[str]] = {}
+    for method, params_json in await journal.events.stored_deltas(item.thread_id, item.id):
+        field = STREAMED_FIELDS.get(method)
+        if field is not None:
+            delta = json.loads(params_json).get("delta")
+            pieces.setdefault(field, []).append(delta if isinstance(delta, str) else "")
+    for field, parts in pieces.items():
+        text = "".join(parts)
+        if len(text) > len(str(item.payload.get(field) or "")):
+            item.payload[field] = text

@@ -15,12 +15,13 @@ from typing import Any
 import anyio
 
 from appserver.protocol import turns as turn_wire
-from appserver.providers.base import Message, ToolCall
+from appserver.providers.base import Message, ToolCall, ToolSpec
 from appserver.runtime.read_only_setting import read_only_unasked
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.runtime.turns.approval_conversation import ApprovalConversation
 from appserver.runtime.turns.client_tools import ClientTool, ClientToolCalls, client_tool_need
+from appserver.runtime.turns.editor_families import EditorFamilyTools
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.turns.turn_diff import TurnDiff, wire_changes
@@ -50,10 +51,32 @@ class ToolRunner:
         # The tools clients declared (thread/start.dynamicTools) and the external
         # channels' adapters registered (channelTools), run by the client.
         self.client_tools = ClientToolCalls(items, approvals.approvals)
+        # The server's tools that are requests of the thread's client: the Node
+        # REPL (ext/nodeRepl/*) and the editor's families (ext/acp/<family>/*).
+        self.node_repl = self.client_tools.node_repl
+        self.family_tools = EditorFamilyTools(self.client_tools.editor_proxy)
 
     def is_client_tool(self, active: ActiveTurn, name: str) -> bool:
-        """``name`` is a client's tool on this turn (a built-in of that name wins)."""
-        return name not in self.tools and self.client_tools.find(active, name) is not None
+        """``name`` is recorded by its own item, not a ``toolCall``: ``NodeReplJs``
+        or a client's tool (a built-in or family tool of that name wins, as in
+        :meth:`offered_specs`)."""
+        if self._server_tool(active, name):
+            return False
+        if self.node_repl.offers(active, name):
+            return True
+        return self.client_tools.find(active, name) is not None
+
+    def _server_tool(self, active: ActiveTurn, name: str) -> bool:
+        """``name`` is a built-in tool, or a family tool of this turn."""
+        return name in self.tools or self.family_tools.find(active, name) is not None
+
+    def offered_specs(self, active: ActiveTurn, taken: set[str]) -> list[ToolSpec]:
+        """The tools of this turn beyond the built-in ones (``taken``): the Node
+        REPL's and the editor families' when the thread's client serves them,
+        then the tools clients declared (a name already taken is not offered)."""
+        specs = self.node_repl.specs(active, taken) + self.family_tools.specs(active, taken)
+        taken = taken | {spec.name for spec in specs}
+        return specs + self.client_tools.specs(active, taken)
 
     async def call(self, active: ActiveTurn, call: ToolCall, history: list[Message]) -> None:
         """Run ``call``, store a ``toolResult`` item and add the result to ``history``.
@@ -65,11 +88,18 @@ class ToolRunner:
         channel tool: ``pluginFunctionCall``) item is the call's only
         projection (no ``toolResult``).
         """
-        client_tool = self.client_tools.find(active, call.name)
-        if client_tool is not None and call.name not in self.tools:
-            output = await self._call_client_tool(active, client_tool, call)
-            history.append(tool_message(call.call_id, call.name, output, self.output_limit))
-            return
+        if not self._server_tool(active, call.name):
+            if self.node_repl.offers(active, call.name):
+                output, images = await self.node_repl.call(active, call)
+                history.append(
+                    tool_message(call.call_id, call.name, output, self.output_limit, images)
+                )
+                return
+            client_tool = self.client_tools.find(active, call.name)
+            if client_tool is not None:
+                output = await self._call_client_tool(active, client_tool, call)
+                history.append(tool_message(call.call_id, call.name, output, self.output_limit))
+                return
         outcome = await self._run(active, call)
         payload: dict[str, Any] = {
             "callId": call.call_id,
@@ -121,6 +151,9 @@ class ToolRunner:
     async def _run(self, active: ActiveTurn, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
+            family_tool = self.family_tools.find(active, call.name)
+            if family_tool is not None:  # a request of the editor's family (no approval)
+                return await self.family_tools.run(active, family_tool, call.arguments)
             return ToolOutcome(False, f"Error: unknown tool '{call.name}'")
         if not tool_offered(active.thread, call.name):  # a role's lists (SubAgents)
             return ToolOutcome(False, f"Error: tool '{call.name}' is not available here")

@@ -32,7 +32,11 @@ if TYPE_CHECKING:
 # Channels every client of this server can originate threads from.
 BUILTIN_CHANNELS = ("cli", "appserver")
 # System channels exist when the service behind them runs (detected by its method).
-SYSTEM_CHANNELS = (("cron", "cron/list"), ("heartbeat", "heartbeat/trigger"))
+SYSTEM_CHANNELS = (
+    ("cron", "cron/list"),
+    ("heartbeat", "heartbeat/trigger"),
+    ("automations", "automation/task/list"),
+)
 _CATEGORY_ORDER = {"builtin": 0, "social": 1, "system": 2, "external": 3}
 REGION = "externalChannel"
 

@@ -25,6 +25,7 @@ import {
 } from "./page.js";
 import { openSettings, showModels, showStatus } from "./settings-view.js";
 import { noteProgress, refreshChildren, renderSubAgents, showsParent } from "./subagents-view.js";
+import { openTasks, refreshTasks, showTasksButton, taskUpdated } from "./tasks-view.js";
 import { renderQueue } from "./thread-view.js";
 import {
   addThread,
@@ -39,6 +40,7 @@ import {
   showSubAgents,
   threadName,
 } from "./threads.js";
+import { suggestionsUpdated } from "./welcome-view.js";
 
 // ------------------------------------------------------------------ notifications
 
@@ -52,6 +54,8 @@ function onNotification(event) {
   if (method === "workspace/configChanged") return void refreshWorkspace();
   if (method === "subagent/graphChanged") return void childrenChanged(params?.parentThreadId);
   if (method === "subagent/progress") return subAgentProgress(params);
+  if (method === "welcome/suggestionsUpdated") return suggestionsUpdated(params);
+  if (method === "automation/task/updated") return taskUpdated(params);
   const view = threadId ? state.views.get(threadId) : undefined;
   if (!view) return;
   switch (method) {
@@ -256,11 +260,15 @@ async function connect() {
     for (const [threadId, view] of state.views) if (!view.subscribed) state.views.delete(threadId);
     // Children made or closed while the connection was down.
     for (const parentId of state.children.keys()) void childrenChanged(parentId);
+    // Runs that ended while the connection was down sent their news to nobody.
+    void refreshTasks();
   });
   void client.closed.then(() => setStatus("disconnected", "disconnected"));
+  showTasksButton(); // the server's capabilities are known now
   setStatus("connected", "connected");
   updateComposer();
   await refreshWorkspace();
+  void refreshTasks(); // for the header's ● while a task runs
   await loadThreads();
   const wanted = new URLSearchParams(location.hash.slice(1)).get("thread");
   if (wanted) await openThread(wanted);
@@ -299,6 +307,7 @@ function wire() {
   $("settings-open").addEventListener("click", () =>
     void attempt("Opening the settings", () => openSettings(state.client, refreshWorkspace)),
   );
+  $("tasks-open").addEventListener("click", () => void openTasks());
   $("thread-rename").addEventListener("click", renameCurrent);
   $("thread-archive").addEventListener("click", () => void archiveCurrent());
   $("thread-delete").addEventListener("click", deleteCurrent);

@@ -4,6 +4,15 @@
 // src/generated.ts
 var PROTOCOL_ID = "urn:appserver:protocol:1";
 var METHODS = [
+  "automation/task/create",
+  "automation/task/delete",
+  "automation/task/list",
+  "automation/task/read",
+  "automation/task/run",
+  "automation/task/updateBinding",
+  "automation/template/delete",
+  "automation/template/list",
+  "automation/template/save",
   "channel/list",
   "channel/status",
   "command/execute",
@@ -74,12 +83,15 @@ var METHODS = [
   "turn/queue/remove",
   "turn/start",
   "turn/steer",
+  "welcome/suggestions",
+  "workspace/commitMessage/suggest",
   "workspace/config/schema",
   "workspace/config/update",
   "workspace/status",
   "workspace/trust"
 ];
 var NOTIFICATION_METHODS = [
+  "automation/task/updated",
   "cron/stateChanged",
   "item/agentMessage/delta",
   "item/approval/resolved",
@@ -112,9 +124,15 @@ var NOTIFICATION_METHODS = [
   "turn/diff/updated",
   "turn/failed",
   "turn/started",
+  "welcome/suggestionsUpdated",
   "workspace/configChanged"
 ];
 var SERVER_REQUEST_METHODS = [
+  "ext/acp/<family>/<method>",
+  "ext/acp/_unity/get_console_logs",
+  "ext/acp/_unity/get_project_info",
+  "ext/acp/_unity/get_selection",
+  "ext/acp/_unity/scene_query",
   "ext/acp/fs/readTextFile",
   "ext/acp/fs/writeTextFile",
   "ext/acp/terminal/create",
@@ -124,10 +142,21 @@ var SERVER_REQUEST_METHODS = [
   "ext/acp/terminal/waitForExit",
   "ext/channel/send",
   "ext/channel/toolCall",
+  "ext/nodeRepl/cancel",
+  "ext/nodeRepl/evaluate",
   "item/approval/request",
   "item/tool/call"
 ];
 var METHOD_INFO = {
+  "automation/task/create": { capability: "automations", errors: [-32602, -32054, -32055] },
+  "automation/task/delete": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/list": { capability: "automations", errors: [] },
+  "automation/task/read": { capability: "automations", errors: [-32602, -32051] },
+  "automation/task/run": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/updateBinding": { capability: "automations", errors: [-32602, -32051, -32052, -32055] },
+  "automation/template/delete": { capability: "automations", errors: [-32602] },
+  "automation/template/list": { capability: "automations", errors: [] },
+  "automation/template/save": { capability: "automations", errors: [-32602] },
   "channel/list": { capability: null, errors: [] },
   "channel/status": { capability: "channelStatus", errors: [] },
   "command/execute": { capability: "commandManagement", errors: [-32060, -32061, -32062, -32010, -32602] },
@@ -198,12 +227,95 @@ var METHOD_INFO = {
   "turn/queue/remove": { capability: "threadManagement", errors: [-32010, -32602] },
   "turn/start": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
+  "welcome/suggestions": { capability: null, errors: [-32602, -32600] },
+  "workspace/commitMessage/suggest": { capability: null, errors: [-32602, -32010, -32600, -32603] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
   "workspace/status": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/trust": { capability: "workspaceConfigManagement", errors: [] }
 };
 var GeneratedMethods = class {
+  /**
+   * Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+   *
+   * Wire method `automation/task/create`; capability `automations`; errors -32602, -32054, -32055.
+   * Params: {@link AutomationTaskCreateParams}.
+   */
+  automationTaskCreate(params = {}, options) {
+    return this.request("automation/task/create", params, options);
+  }
+  /**
+   * Delete a task's directory (not while it runs); its thread is kept.
+   *
+   * Wire method `automation/task/delete`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskDelete(params = {}, options) {
+    return this.request("automation/task/delete", params, options);
+  }
+  /**
+   * Every task under `.craft/tasks/` read from disk (short form: no `description`, `agentSummary`); unreadable files are left out.
+   *
+   * Wire method `automation/task/list`; capability `automations`.
+   * Params: {@link AutomationTaskListParams}.
+   */
+  automationTaskList(params = {}, options) {
+    return this.request("automation/task/list", params, options);
+  }
+  /**
+   * One task, read from disk: the task itself, and again under `task`.
+   *
+   * Wire method `automation/task/read`; capability `automations`; errors -32602, -32051.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRead(params = {}, options) {
+    return this.request("automation/task/read", params, options);
+  }
+  /**
+   * Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+   *
+   * Wire method `automation/task/run`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRun(params = {}, options) {
+    return this.request("automation/task/run", params, options);
+  }
+  /**
+   * Bind a task to an existing thread, or unbind it (not while it runs).
+   *
+   * Wire method `automation/task/updateBinding`; capability `automations`; errors -32602, -32051, -32052, -32055.
+   * Params: {@link AutomationTaskUpdateBindingParams}.
+   */
+  automationTaskUpdateBinding(params = {}, options) {
+    return this.request("automation/task/updateBinding", params, options);
+  }
+  /**
+   * Delete a user template (a missing one is fine; a built-in is refused).
+   *
+   * Wire method `automation/template/delete`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateDeleteParams}.
+   */
+  automationTemplateDelete(params = {}, options) {
+    return this.request("automation/template/delete", params, options);
+  }
+  /**
+   * The nine built-in templates, then the user's (`.craft/automations/templates/`).
+   *
+   * Wire method `automation/template/list`; capability `automations`.
+   * Params: {@link AutomationTemplateListParams}.
+   */
+  automationTemplateList(params = {}, options) {
+    return this.request("automation/template/list", params, options);
+  }
+  /**
+   * Create or replace a user template (`createdAt` is kept).
+   *
+   * Wire method `automation/template/save`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateSaveParams}.
+   */
+  automationTemplateSave(params = {}, options) {
+    return this.request("automation/template/save", params, options);
+  }
   /**
    * Channel names threads can originate from: this server's built-in and system channels plus enabled external channels, by category then name.
    *
@@ -835,6 +947,24 @@ var GeneratedMethods = class {
     return this.request("turn/steer", params, options);
   }
   /**
+   * Suggestions for a new thread, from the cache a background refresh fills after turns complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`. Another workspace than this server's is `-32600`.
+   *
+   * Wire method `welcome/suggestions`; errors -32602, -32600.
+   * Params: {@link WelcomeSuggestionsParams}.
+   */
+  welcomeSuggestions(params = {}, options) {
+    return this.request("welcome/suggestions", params, options);
+  }
+  /**
+   * A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new files), written by a helper turn that reads the diff and the thread's conversation. `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+   *
+   * Wire method `workspace/commitMessage/suggest`; errors -32602, -32010, -32600, -32603.
+   * Params: {@link CommitMessageSuggestParams}.
+   */
+  workspaceCommitMessageSuggest(params = {}, options) {
+    return this.request("workspace/commitMessage/suggest", params, options);
+  }
+  /**
    * The editable workspace settings: sections of fields with type, sensitivity and reload behaviour. Never carries values.
    *
    * Wire method `workspace/config/schema`; capability `workspaceConfigManagement`.
@@ -844,7 +974,7 @@ var GeneratedMethods = class {
     return this.request("workspace/config/schema", params, options);
   }
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.

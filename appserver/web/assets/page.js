@@ -70,6 +70,7 @@ export const state = {
   children: new Map(), // parent id -> [{edge, thread}]: its SubAgent children (subagents-view.js)
   progress: new Map(), // child id -> its last `subagent/progress` entry
   subAgentsFolded: false, // the reader folded the SubAgents panel
+  tasks: new Map(), // id -> the workspace's automation task (tasks-view.js)
 };
 
 export function showError(message) {

@@ -14,6 +14,7 @@ import {
   setChildren,
 } from "./subagents-view.js";
 import { ThreadView, renderQueue } from "./thread-view.js";
+import { draftPage } from "./welcome-view.js";
 
 const PAGE_SIZE = 30;
 
@@ -172,6 +173,8 @@ export async function openThread(threadId) {
     const read = await attempt("Reading the thread", () => state.client.threadRead({ threadId }));
     if (read && !view.queueKnown) view.queue = read.thread.queuedInputs ?? [];
     if (read) view.config = read.thread.configuration ?? {};
+    // The title of a thread the list does not hold (a SubAgent's, an automation task's).
+    if (read) view.title = read.thread.displayName;
     if (read) await learnFamily(view, read);
   }
   state.drafting = false;
@@ -187,7 +190,6 @@ async function learnFamily(view, read) {
   const source = read.thread.source;
   if (source?.kind !== "subagent" || typeof source.subAgent?.parentThreadId !== "string") return;
   view.subAgent = source.subAgent;
-  view.title = read.thread.displayName;
   if (!childRecord(view.id)) await refreshChildren(source.subAgent.parentThreadId);
 }
 
@@ -196,7 +198,7 @@ export function showView(view) {
   const chat = $("chat");
   chat.textContent = "";
   if (view) chat.append(view.root);
-  else if (state.drafting) chat.append(el("p", "empty", "New thread: it starts when you send the first message."));
+  else if (state.drafting) chat.append(draftPage());
   else chat.append(el("p", "empty", "Start a new thread or pick one from the list."));
   const summary = view ? state.threads.get(view.id) : null;
   $("thread-title").textContent = view ? (summary ? threadName(summary) : view.title || view.id) : state.drafting ? "New thread" : "";

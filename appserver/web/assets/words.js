@@ -26,6 +26,11 @@ export const WORDS = {
   "todo:in_progress": "In progress",
   "todo:completed": "Done",
   "todo:cancelled": "Dropped",
+  // automation tasks (`automation/task/*`)
+  "task:pending": "Waiting to run",
+  "task:running": "Running…",
+  "task:completed": "Done",
+  "task:failed": "Failed",
   // queued messages
   "queued:queued": "Queued: runs when the turn ends",
   "queued:guidancePending": "Steering: handed to the running turn",

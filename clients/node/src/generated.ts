@@ -37,8 +37,31 @@ export interface AcpExtensionsCapability {
    * Default: `false`.
    */
   terminalCreate?: boolean;
-  /** Further `ext/acp/<family>` families the client serves (not used by this server). */
+  /** Custom families the client serves (`_unity`): tools of these families send `ext/acp/<family>/<method>` (see `ext/acp/<family>/<method>`). */
   extensions?: string[];
+  [key: string]: unknown;
+}
+
+/**
+ * A request of a client's own family (`ext/acp/<family>/<method>`): `threadId` and
+ * the method's fields (for a declared tool: the model's arguments).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpFamilyParams {
+  /** The thread whose agent asks (bridges strip it before forwarding to the IDE). */
+  threadId: string;
+  [key: string]: unknown;
+}
+
+/**
+ * Any JSON object: it becomes the tool's result (the model reads it as JSON).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface AcpFamilyResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
   [key: string]: unknown;
 }
 
@@ -112,6 +135,312 @@ export interface ApprovalSubAgent {
   agentNickname?: string | null;
 }
 
+/** `{ok: true}`. */
+export interface AutomationOkResult {
+  /**
+   * Always `true`.
+   *
+   * Default: `true`.
+   */
+  ok?: boolean;
+}
+
+/**
+ * When a task runs (DotCraft's `AutomationScheduleWire`).
+ *
+ * `once` (or no schedule): one run from `pending`. `every`: each `everyMs`, the
+ * first run at once or after `initialDelayMs`. `at`: one run at `atMs`. `daily`:
+ * each day at `dailyHour:dailyMinute` in `tz` (IANA; UTC when absent). Other kinds
+ * are refused by `automation/task/create`; a task file may still hold one (it is
+ * shown, and does not run).
+ */
+export interface AutomationSchedule {
+  /**
+   * `once`, `every`, `at` or `daily`.
+   *
+   * Default: `"once"`.
+   */
+  kind?: string;
+  /** The one run, in Unix milliseconds (`at`). */
+  atMs?: number | null;
+  /** Interval in milliseconds (`every`, at least 1000). */
+  everyMs?: number | null;
+  /** Delay before the first run (`every`); absent: the first run comes at once. */
+  initialDelayMs?: number | null;
+  /** Hour of the day, 0-23 (`daily`). */
+  dailyHour?: number | null;
+  /** Minute of the hour, 0-59 (`daily`, default 0). */
+  dailyMinute?: number | null;
+  /** Kept as written; no kind that reads it is accepted. */
+  expr?: string | null;
+  /** IANA time zone of a `daily` schedule. */
+  tz?: string | null;
+}
+
+/**
+ * A task (DotCraft's `AutomationTaskWire`). `description` and `agentSummary` are
+ * sent by `read`, `run`, `updateBinding` and `create`; `list` and
+ * `automation/task/updated` leave them out.
+ */
+export interface AutomationTask {
+  /** The task's id: its directory's name. */
+  id: string;
+  /** Its title. */
+  title: string;
+  /** `pending`, `running`, `completed` or `failed`. */
+  status: string;
+  /** The thread its turns ran in (the bound thread, or its own). */
+  threadId?: string | null;
+  /** The body of `task.md`. */
+  description?: string | null;
+  /** What the agent said it did (`CompleteLocalTask`, else its last message). */
+  agentSummary?: string | null;
+  /** When it was created, ISO 8601. */
+  createdAt?: string | null;
+  /** When `task.md` was last written, ISO 8601. */
+  updatedAt?: string | null;
+  /** `workspaceScope` (default) or `fullAuto` (legacy `autoApprove`, `default` are read). */
+  approvalPolicy?: string | null;
+  /** When it runs; absent: once. */
+  schedule?: AutomationSchedule | null;
+  /** The thread its turns run in, when bound. */
+  threadBinding?: AutomationThreadBinding | null;
+  /** Its next scheduled run, ISO 8601 (scheduled tasks). */
+  nextRunAt?: string | null;
+}
+
+/** `automation/task/create`. */
+export interface AutomationTaskCreateParams {
+  /** Accepted and ignored. */
+  workspacePath?: string | null;
+  /**
+   * Required, at most 200 characters; the task's id is made from it.
+   *
+   * Default: `""`.
+   */
+  title?: string;
+  /** What the agent is to do (at most 10,000 characters): the body of `task.md`. */
+  description?: string | null;
+  /** The whole `workflow.md`; absent: the template's (`templateId`), else a default one. */
+  workflowTemplate?: string | null;
+  /** `workspaceScope` (default) or `fullAuto`. */
+  approvalPolicy?: string | null;
+  /** `project` (default) or `isolated`, for the default `workflow.md`. */
+  workspaceMode?: string | null;
+  /** When it runs; absent or `once`: one run. */
+  schedule?: AutomationSchedule | null;
+  /** Run its turns in this existing thread (it must exist and not be archived). */
+  threadBinding?: AutomationThreadBinding | null;
+  /** The template it was made from (kept in `task.md`). */
+  templateId?: string | null;
+}
+
+/** DotCraft's code answers the first two; its spec answers `task`. */
+export interface AutomationTaskCreateResult {
+  /** The new task's id. */
+  taskId: string;
+  /** Its directory (absolute). */
+  taskDirectory: string;
+  /** The task as stored. */
+  task: AutomationTask;
+}
+
+/** `automation/task/read`, `run` and `delete`. */
+export interface AutomationTaskIdParams {
+  /** Accepted and ignored. */
+  workspacePath?: string | null;
+  /**
+   * The task's id.
+   *
+   * Default: `""`.
+   */
+  taskId?: string;
+}
+
+/** `automation/task/list`. */
+export interface AutomationTaskListParams {
+  /** Accepted and ignored (DotCraft's DTO has it): the server's workspace is used. */
+  workspacePath?: string | null;
+}
+
+/** Every readable task under `.craft/tasks/`, in id order. */
+export interface AutomationTaskListResult {
+  /** The tasks (short form). */
+  tasks: AutomationTask[];
+}
+
+/** The task itself (DotCraft's code and desktop), and again under `task` (its spec). */
+export interface AutomationTaskReadResult {
+  /** The task's id: its directory's name. */
+  id: string;
+  /** Its title. */
+  title: string;
+  /** `pending`, `running`, `completed` or `failed`. */
+  status: string;
+  /** The thread its turns ran in (the bound thread, or its own). */
+  threadId?: string | null;
+  /** The body of `task.md`. */
+  description?: string | null;
+  /** What the agent said it did (`CompleteLocalTask`, else its last message). */
+  agentSummary?: string | null;
+  /** When it was created, ISO 8601. */
+  createdAt?: string | null;
+  /** When `task.md` was last written, ISO 8601. */
+  updatedAt?: string | null;
+  /** `workspaceScope` (default) or `fullAuto` (legacy `autoApprove`, `default` are read). */
+  approvalPolicy?: string | null;
+  /** When it runs; absent: once. */
+  schedule?: AutomationSchedule | null;
+  /** The thread its turns run in, when bound. */
+  threadBinding?: AutomationThreadBinding | null;
+  /** Its next scheduled run, ISO 8601 (scheduled tasks). */
+  nextRunAt?: string | null;
+  /** The same task. */
+  task: AutomationTask;
+}
+
+/** `automation/task/run` and `updateBinding`. */
+export interface AutomationTaskResult {
+  /** The task after the change. */
+  task: AutomationTask;
+}
+
+/** `automation/task/updateBinding`. */
+export interface AutomationTaskUpdateBindingParams {
+  /** Accepted and ignored. */
+  workspacePath?: string | null;
+  /**
+   * The task's id.
+   *
+   * Default: `""`.
+   */
+  taskId?: string;
+  /** The new binding; `null` or a blank `threadId` unbinds. */
+  threadBinding?: AutomationThreadBinding | null;
+}
+
+/** A task's status changed, or it got its thread. */
+export interface AutomationTaskUpdatedNotification {
+  /** The server's workspace. */
+  workspacePath: string;
+  /** The task (short form). */
+  task: AutomationTask;
+}
+
+/** A preset for a new task (DotCraft's `AutomationTemplateWire`). */
+export interface AutomationTemplate {
+  /** The template's id. */
+  id: string;
+  /** Its title. */
+  title: string;
+  /** What it does. */
+  description?: string | null;
+  /** An emoji. */
+  icon?: string | null;
+  /** `review`, `digest`, `insight`, `watch`, `creative`, ... */
+  category?: string | null;
+  /** The whole `workflow.md` a task made from it gets. */
+  workflowMarkdown: string;
+  /** The schedule to suggest. */
+  defaultSchedule?: AutomationSchedule | null;
+  /** `project` or `isolated`. */
+  defaultWorkspaceMode?: string | null;
+  /** `workspaceScope` or `fullAuto`. */
+  defaultApprovalPolicy?: string | null;
+  /** The task is meant to run in an existing thread. */
+  needsThreadBinding: boolean;
+  /** The title to suggest. */
+  defaultTitle?: string | null;
+  /** The description to suggest. */
+  defaultDescription?: string | null;
+  /** `true` for templates saved with `automation/template/save` (absent for built-ins). */
+  isUser?: boolean | null;
+  /** When a user template was first saved, ISO 8601. */
+  createdAt?: string | null;
+  /** When a user template was last saved, ISO 8601. */
+  updatedAt?: string | null;
+}
+
+/** `automation/template/delete`. */
+export interface AutomationTemplateDeleteParams {
+  /**
+   * A user template's id (a missing one is fine).
+   *
+   * Default: `""`.
+   */
+  id?: string;
+}
+
+/** `automation/template/list`. */
+export interface AutomationTemplateListParams {
+  /** `zh`, `zh-CN` or `zh-Hans` for the built-ins in Chinese; anything else: English. */
+  locale?: string | null;
+}
+
+/** The built-in templates, then the user's. */
+export interface AutomationTemplateListResult {
+  /** The templates. */
+  templates: AutomationTemplate[];
+}
+
+/** The template as saved. */
+export interface AutomationTemplateResult {
+  /** The template. */
+  template: AutomationTemplate;
+}
+
+/** `automation/template/save`: create or replace a user template. */
+export interface AutomationTemplateSaveParams {
+  /** `^[a-zA-Z0-9][a-zA-Z0-9_-]{0,63}$`, not a built-in's; absent: `user-` + 10 hex digits. */
+  id?: string | null;
+  /**
+   * Required, at most 200 characters.
+   *
+   * Default: `""`.
+   */
+  title?: string;
+  /** What it does. */
+  description?: string | null;
+  /** An emoji. */
+  icon?: string | null;
+  /** A category. */
+  category?: string | null;
+  /**
+   * Required: the whole `workflow.md`.
+   *
+   * Default: `""`.
+   */
+  workflowMarkdown?: string;
+  /** The schedule to suggest. */
+  defaultSchedule?: AutomationSchedule | null;
+  /** `project` or `isolated`. */
+  defaultWorkspaceMode?: string | null;
+  /** `workspaceScope` or `fullAuto`. */
+  defaultApprovalPolicy?: string | null;
+  /**
+   * The task is meant to run in an existing thread.
+   *
+   * Default: `false`.
+   */
+  needsThreadBinding?: boolean;
+  /** The title to suggest. */
+  defaultTitle?: string | null;
+  /** The description to suggest. */
+  defaultDescription?: string | null;
+}
+
+/** An existing thread the task's turns run in instead of its own thread. */
+export interface AutomationThreadBinding {
+  /**
+   * The thread; blank in `updateBinding`: unbind.
+   *
+   * Default: `""`.
+   */
+  threadId?: string;
+  /** `run-in-thread` (the only mode; the default). */
+  mode?: string | null;
+}
+
 /** One background terminal: a command started by the agent, its state and output. */
 export interface BackgroundTerminal {
   /** The terminal's id (`term_` and 12 hex digits). */
@@ -152,6 +481,21 @@ export interface BackgroundTerminal {
   truncated: boolean;
   /** Why it runs in the background: `runInBackground` (the tool call asked for it). */
   backgroundReason?: string | null;
+}
+
+/**
+ * `initialize.capabilities.browserUse`: the client's REPL drives an embedded browser.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface BrowserUseCapability {
+  /** The browser backend (DotCraft Desktop: `desktop-iab`); informational. */
+  backend?: string | null;
+  /** The browser-use protocol version (DotCraft's is `2`); informational. */
+  protocolVersion?: number | null;
+  /** The client handles `ext/nodeRepl/cancel` (it is sent in any case: an error answer is ignored). */
+  supportsCancel?: boolean | null;
+  [key: string]: unknown;
 }
 
 /** A channel name threads can originate from (`originChannel` values). */
@@ -372,8 +716,12 @@ export interface ClientCapabilities {
   optOutNotificationMethods?: string[];
   /** The client is an external channel adapter (see `ext/channel/*`). */
   channelAdapter?: { [key: string]: unknown } | null;
-  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`. */
+  /** The client serves `ext/acp/*` requests (an IDE): the file tools of the threads bound to it read and write through `ext/acp/fs/*`, `shell` runs in its terminals, the tools of the families it lists send `ext/acp/<family>/<method>`. */
   acpExtensions?: AcpExtensionsCapability | null;
+  /** The client hosts a Node REPL per thread; with `browserUse` too, the threads bound to it are offered `NodeReplJs` (`ext/nodeRepl/*`). */
+  nodeRepl?: NodeReplCapability | null;
+  /** The client's REPL drives an embedded browser (needed with `nodeRepl`). */
+  browserUse?: BrowserUseCapability | null;
   [key: string]: unknown;
 }
 
@@ -467,6 +815,28 @@ export interface CommandRefPart {
   argsText?: string | null;
   /** The whole text as typed, for display. */
   rawText?: string | null;
+}
+
+/** `workspace/commitMessage/suggest`: a commit message for the changes to `paths`. */
+export interface CommitMessageSuggestParams {
+  /**
+   * The thread whose conversation explains the change (its messages are the context).
+   *
+   * Default: `""`.
+   */
+  threadId?: string;
+  /** Workspace-relative paths of the changed files (tracked or untracked). */
+  paths?: string[];
+  /** Cut the diff the model reads to this many characters (absent or not positive: 100000). */
+  maxDiffChars?: number | null;
+  /** Ours: give up after this many milliseconds (default 120000) with `-32603`, reason `timeout`, so a client with its own deadline gets an answer before it. */
+  timeoutMs?: number | null;
+}
+
+/** The suggested message. */
+export interface CommitMessageSuggestResult {
+  /** The summary line, then a blank line and the body when there is one. */
+  message: string;
 }
 
 /** `ConfigChangedNotification` on the wire. */
@@ -696,7 +1066,8 @@ export interface DeltaNotification {
 }
 
 /**
- * A tool the client implements; the server calls it with `item/tool/call`.
+ * A tool the client implements; the server calls it with `item/tool/call` (or, with
+ * `acpMethod`, `ext/acp/<family>/<method>`).
  *
  * Open object: the server keeps (and may send) keys not listed here.
  */
@@ -713,6 +1084,8 @@ export interface DynamicToolSpec {
   deferLoading?: boolean | null;
   /** Ask for approval before each call: `{kind, targetArgument, operation?, operationArgument?}` (`approvalType` = `kind`, e.g. `file`, `shell`, `remoteResource`; see `ChannelToolApproval`); a declined call is not sent. */
   approval?: { [key: string]: unknown } | null;
+  /** Ours: `_family/method` of a family the client lists in `acpExtensions.extensions`. A call is sent as `ext/acp/<family>/<method>` (`threadId` and the model's arguments) instead of `item/tool/call`, and the tool is offered only while the thread's client serves the family. */
+  acpMethod?: string | null;
   [key: string]: unknown;
 }
 
@@ -1211,6 +1584,88 @@ export interface ModelListResult {
   errorCode?: string | null;
   /** Human-readable reason; ends with ` Endpoint: <url>` when the endpoint is known. */
   errorMessage?: string | null;
+}
+
+/** Stop an evaluation (`ext/nodeRepl/cancel`). */
+export interface NodeReplCancelParams {
+  /** The thread whose REPL runs it. */
+  threadId: string;
+  /** The `evaluationId` of the `ext/nodeRepl/evaluate` to stop. */
+  evaluationId: string;
+}
+
+/**
+ * Whether an evaluation was stopped (`{ok}`; the answer is not used).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplCancelResult {
+  /** `false`: no such evaluation was running. */
+  ok?: boolean | null;
+  [key: string]: unknown;
+}
+
+/**
+ * `initialize.capabilities.nodeRepl`: the client hosts a persistent Node REPL per thread.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplCapability {
+  /** The client's runtime (DotCraft Desktop: `desktop-node`); informational. */
+  backend?: string | null;
+  [key: string]: unknown;
+}
+
+/** Evaluate JavaScript in the thread's REPL (`ext/nodeRepl/evaluate`). */
+export interface NodeReplEvaluateParams {
+  /** The thread whose REPL (and browser tabs) run the code. */
+  threadId: string;
+  /** Unique per evaluation (`node-repl-<hex>`): `ext/nodeRepl/cancel` names it, and a client asked again after reconnecting can tell a repeat. */
+  evaluationId: string;
+  /** The JavaScript the model wrote (top-level `await` and state that persists between calls, as the client's REPL allows). */
+  code: string;
+  /** How long the evaluation may run (the tool's `timeoutSeconds`, 1-120 s, default 30); the server waits this long plus a margin (5 s) for the answer. */
+  timeoutMs?: number | null;
+}
+
+/**
+ * What the evaluation printed and returned (every field optional).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplEvaluateResult {
+  /** Output text (stdout-like). */
+  text?: string | null;
+  /** The final expression's value, serialised. */
+  resultText?: string | null;
+  /** Images for the model. */
+  images?: NodeReplImage[] | null;
+  /** Console lines. */
+  logs?: string[] | null;
+  /** What went wrong, readable: the tool call fails with it (the other fields still reach the model). */
+  error?: string | null;
+  [key: string]: unknown;
+}
+
+/**
+ * An image the evaluation produced (a screenshot, `display()`).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface NodeReplImage {
+  /**
+   * The image's media type.
+   *
+   * Default: `"image/png"`.
+   */
+  mediaType?: string;
+  /**
+   * The image, base64-encoded (empty: left out).
+   *
+   * Default: `""`.
+   */
+  dataBase64?: string;
+  [key: string]: unknown;
 }
 
 /** A thread's plan: the whole snapshot, as the model last wrote it. */
@@ -2262,6 +2717,12 @@ export interface ThreadListParams {
    * Default: `false`.
    */
   includeSubAgents?: boolean;
+  /**
+   * Include the server's internal helper threads (welcome and commit-message suggestions, `metadata["dotcraft.internal"]`), as DotCraft v0.2.15; they are hidden otherwise.
+   *
+   * Default: `false`.
+   */
+  includeInternal?: boolean;
   /** Also list threads of the same workspace started from these channels. */
   crossChannelOrigins?: string[] | null;
   /** Only threads started from this channel (case-insensitive). */
@@ -2728,6 +3189,148 @@ export interface TurnSteerResult {
   queuedInputs: QueuedTurnInput[];
 }
 
+/**
+ * One console entry.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityConsoleLogEntry {
+  /** `error`, `warning` or `log`. */
+  type?: string | null;
+  /** The message. */
+  message?: string | null;
+  /** Its stack trace. */
+  stackTrace?: string | null;
+  /** How many times it repeated. */
+  count?: number | null;
+  [key: string]: unknown;
+}
+
+/**
+ * Recent console entries (`ext/acp/_unity/get_console_logs`, tool
+ * `unity_get_console_logs`).
+ */
+export interface UnityConsoleLogsParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+  /** Only these types: `error`, `warning`, `log` (absent: all). */
+  types?: string[] | null;
+  /**
+   * At most this many, the newest (default 50).
+   *
+   * Default: `50`.
+   */
+  limit?: number;
+}
+
+/**
+ * The console entries.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityConsoleLogsResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** Oldest first. */
+  logs?: UnityConsoleLogEntry[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * One GameObject (fields as DotCraft's Unity client sends them; all optional).
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityGameObject {
+  /** Its name. */
+  name?: string | null;
+  /** Its hierarchy path (`/Parent/Child`). */
+  path?: string | null;
+  /** Unity's instance id. */
+  instanceId?: number | null;
+  /** Whether it is active itself. */
+  active?: boolean | null;
+  /** Component type names (with `includeComponents`). */
+  components?: string[] | null;
+  /** Its children, down to `maxDepth`. */
+  children?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * The project.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnityProjectInfoResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** The project's name. */
+  projectName?: string | null;
+  /** The editor's version. */
+  unityVersion?: string | null;
+  /** Where the project is. */
+  projectPath?: string | null;
+  /** Installed packages. */
+  packages?: string[] | null;
+  [key: string]: unknown;
+}
+
+/** The scene hierarchy (`ext/acp/_unity/scene_query`, tool `unity_scene_query`). */
+export interface UnitySceneQueryParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+  /** Keep GameObjects whose name or path contains this (case-insensitive). */
+  query?: string | null;
+  /**
+   * List each GameObject's component type names.
+   *
+   * Default: `false`.
+   */
+  includeComponents?: boolean;
+  /**
+   * How deep to walk the hierarchy (default 10).
+   *
+   * Default: `10`.
+   */
+  maxDepth?: number;
+}
+
+/**
+ * The matching GameObjects.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnitySceneQueryResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** Root objects (or matches) with their children. */
+  objects?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * What the editor has selected.
+ *
+ * Open object: the server keeps (and may send) keys not listed here.
+ */
+export interface UnitySelectionResult {
+  /** Set: the method failed (DotCraft's Unity client answers `{error}`); the tool call fails with it. */
+  error?: string | null;
+  /** The selected GameObjects, with their components. */
+  selectedObjects?: UnityGameObject[] | null;
+  [key: string]: unknown;
+}
+
+/**
+ * A request with no fields of its own (`ext/acp/_unity/get_selection`,
+ * `ext/acp/_unity/get_project_info`).
+ */
+export interface UnityThreadParams {
+  /** The thread whose agent asks. */
+  threadId: string;
+}
+
 /** `UsageDeltaNotification` on the wire. */
 export interface UsageDeltaNotification {
   /** The thread. */
@@ -2742,6 +3345,48 @@ export interface UsageDeltaNotification {
   totalInputTokens?: number | null;
   /** Completion tokens of the turn so far. */
   totalOutputTokens?: number | null;
+}
+
+/** One suggestion: a button that fills the message box. */
+export interface WelcomeSuggestion {
+  /** A short label (at most 80 characters, one line). */
+  title: string;
+  /** The message it puts in the box (at most 500 characters). */
+  prompt: string;
+  /** Why it is suggested (at most 200 characters; may be empty). */
+  reason: string;
+}
+
+/** `welcome/suggestions`: the suggestions for a new thread in this workspace. */
+export interface WelcomeSuggestionsParams {
+  /** Whose new thread; only its `workspacePath` is used (absent or empty: this server's). */
+  identity?: SessionIdentity | null;
+  /** At most this many items (absent or not positive: 4; never more than 4). */
+  maxItems?: number | null;
+}
+
+/** The cached suggestions; never generated on request. */
+export interface WelcomeSuggestionsResult {
+  /** The suggestions (empty with `source: none`). */
+  items: WelcomeSuggestion[];
+  /** `dynamic`: made by the model from the workspace's recent threads; `none`: nothing yet, or suggestions are switched off (`workspace/config/update {welcomeSuggestionsEnabled}`). */
+  source: "dynamic" | "none";
+  /** When they were made (ISO 8601; now, for `none`). */
+  generatedAt: string;
+  /** A digest of the evidence they were made from (`""` for `none`). */
+  fingerprint: string;
+}
+
+/** `welcome/suggestionsUpdated`: a background refresh made new suggestions (ours). */
+export interface WelcomeSuggestionsUpdatedNotification {
+  /** The suggestions (empty with `source: none`). */
+  items: WelcomeSuggestion[];
+  /** `dynamic`: made by the model from the workspace's recent threads; `none`: nothing yet, or suggestions are switched off (`workspace/config/update {welcomeSuggestionsEnabled}`). */
+  source: "dynamic" | "none";
+  /** When they were made (ISO 8601; now, for `none`). */
+  generatedAt: string;
+  /** A digest of the evidence they were made from (`""` for `none`). */
+  fingerprint: string;
 }
 
 /** `WorkspaceConfigSchemaResult` on the wire. */
@@ -2768,6 +3413,8 @@ export interface WorkspaceConfigUpdateParams {
   defaultApprovalPolicy?: string | null;
   /** The model provider; `null` or `""` removes it. */
   provider?: string | null;
+  /** Whether turns refresh the welcome suggestions (`welcome/suggestions`); `null` removes the setting (the workspace's `.craft/config.json`, else on). */
+  welcomeSuggestionsEnabled?: boolean | null;
 }
 
 /** The resulting workspace values (absent = not set); `apiKey` is masked. */
@@ -2782,6 +3429,8 @@ export interface WorkspaceConfigUpdateResult {
   defaultApprovalPolicy?: string | null;
   /** The model provider. */
   provider?: string | null;
+  /** The welcome suggestions setting of the user's settings for this workspace (absent: unset). */
+  welcomeSuggestionsEnabled?: boolean | null;
 }
 
 /** What the server works on and with: for a header, a status line, `/status`. */
@@ -2844,6 +3493,69 @@ export type WithSeq<T> = T & { seq?: number };
 
 /** Every client->server method: its params and result types. */
 export interface Methods {
+  /**
+   * Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+   *
+   * Wire method `automation/task/create`; capability `automations`; errors -32602, -32054, -32055.
+   * Params: {@link AutomationTaskCreateParams}.
+   */
+  "automation/task/create": { params: AutomationTaskCreateParams; result: AutomationTaskCreateResult };
+  /**
+   * Delete a task's directory (not while it runs); its thread is kept.
+   *
+   * Wire method `automation/task/delete`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  "automation/task/delete": { params: AutomationTaskIdParams; result: AutomationOkResult };
+  /**
+   * Every task under `.craft/tasks/` read from disk (short form: no `description`, `agentSummary`); unreadable files are left out.
+   *
+   * Wire method `automation/task/list`; capability `automations`.
+   * Params: {@link AutomationTaskListParams}.
+   */
+  "automation/task/list": { params: AutomationTaskListParams; result: AutomationTaskListResult };
+  /**
+   * One task, read from disk: the task itself, and again under `task`.
+   *
+   * Wire method `automation/task/read`; capability `automations`; errors -32602, -32051.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  "automation/task/read": { params: AutomationTaskIdParams; result: AutomationTaskReadResult };
+  /**
+   * Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+   *
+   * Wire method `automation/task/run`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  "automation/task/run": { params: AutomationTaskIdParams; result: AutomationTaskResult };
+  /**
+   * Bind a task to an existing thread, or unbind it (not while it runs).
+   *
+   * Wire method `automation/task/updateBinding`; capability `automations`; errors -32602, -32051, -32052, -32055.
+   * Params: {@link AutomationTaskUpdateBindingParams}.
+   */
+  "automation/task/updateBinding": { params: AutomationTaskUpdateBindingParams; result: AutomationTaskResult };
+  /**
+   * Delete a user template (a missing one is fine; a built-in is refused).
+   *
+   * Wire method `automation/template/delete`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateDeleteParams}.
+   */
+  "automation/template/delete": { params: AutomationTemplateDeleteParams; result: AutomationOkResult };
+  /**
+   * The nine built-in templates, then the user's (`.craft/automations/templates/`).
+   *
+   * Wire method `automation/template/list`; capability `automations`.
+   * Params: {@link AutomationTemplateListParams}.
+   */
+  "automation/template/list": { params: AutomationTemplateListParams; result: AutomationTemplateListResult };
+  /**
+   * Create or replace a user template (`createdAt` is kept).
+   *
+   * Wire method `automation/template/save`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateSaveParams}.
+   */
+  "automation/template/save": { params: AutomationTemplateSaveParams; result: AutomationTemplateResult };
   /**
    * Channel names threads can originate from: this server's built-in and system channels plus enabled external channels, by category then name.
    *
@@ -3335,6 +4047,20 @@ export interface Methods {
    */
   "turn/steer": { params: TurnSteerParams; result: TurnSteerResult };
   /**
+   * Suggestions for a new thread, from the cache a background refresh fills after turns complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`. Another workspace than this server's is `-32600`.
+   *
+   * Wire method `welcome/suggestions`; errors -32602, -32600.
+   * Params: {@link WelcomeSuggestionsParams}.
+   */
+  "welcome/suggestions": { params: WelcomeSuggestionsParams; result: WelcomeSuggestionsResult };
+  /**
+   * A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new files), written by a helper turn that reads the diff and the thread's conversation. `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+   *
+   * Wire method `workspace/commitMessage/suggest`; errors -32602, -32010, -32600, -32603.
+   * Params: {@link CommitMessageSuggestParams}.
+   */
+  "workspace/commitMessage/suggest": { params: CommitMessageSuggestParams; result: CommitMessageSuggestResult };
+  /**
    * The editable workspace settings: sections of fields with type, sensitivity and reload behaviour. Never carries values.
    *
    * Wire method `workspace/config/schema`; capability `workspaceConfigManagement`.
@@ -3342,7 +4068,7 @@ export interface Methods {
    */
   "workspace/config/schema": { params: Empty; result: WorkspaceConfigSchemaResult };
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.
@@ -3366,6 +4092,12 @@ export interface Methods {
 
 /** Every server->client notification: its params type (with `seq`). */
 export interface Notifications {
+  /**
+   * A task's status changed (pending, running, completed, failed) or it got its thread.
+   *
+   * Delivery: all connections (not after optOutNotificationMethods).
+   */
+  "automation/task/updated": WithSeq<AutomationTaskUpdatedNotification>;
   /**
    * A job was added, changed, removed (`removed: true`) or ran.
    *
@@ -3559,6 +4291,12 @@ export interface Notifications {
    */
   "turn/started": WithSeq<TurnNotification>;
   /**
+   * Ours: a background refresh stored new welcome suggestions (what `welcome/suggestions` now answers).
+   *
+   * Delivery: all connections (not with it in optOutNotificationMethods).
+   */
+  "welcome/suggestionsUpdated": WithSeq<WelcomeSuggestionsUpdatedNotification>;
+  /**
    * Workspace configuration changed; `regions` says which parts.
    *
    * Delivery: all connections (not with capabilities.configChange: false).
@@ -3568,6 +4306,16 @@ export interface Notifications {
 
 /** Every server->client request: its params and result types. */
 export interface ServerRequests {
+  /** A call of a tool the client declared in `thread/start.dynamicTools` with `acpMethod: "<family>/<method>"`: params are `threadId` and the model's arguments; any JSON object answers (the `dynamicToolCall` item's `structuredResult`). Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/<family>/<method>": { params: AcpFamilyParams; result: AcpFamilyResult };
+  /** The `unity_get_console_logs` tool. Answer `{logs}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_console_logs": { params: UnityConsoleLogsParams; result: UnityConsoleLogsResult };
+  /** The `unity_get_project_info` tool. Answer `{projectName, unityVersion, projectPath, packages}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_project_info": { params: UnityThreadParams; result: UnityProjectInfoResult };
+  /** The `unity_get_selection` tool. Answer `{selectedObjects}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/get_selection": { params: UnityThreadParams; result: UnitySelectionResult };
+  /** The `unity_scene_query` tool. Answer `{objects}`. Sent to the connection bound to the thread when its `acpExtensions.extensions` lists the family (and the thread's `extensions`, when set, names it); a client that reconnects and resumes the thread in time is asked again. A timeout, a vanished client, an error or an `{error}` answer fail the tool call, not the turn. */
+  "ext/acp/_unity/scene_query": { params: UnitySceneQueryParams; result: UnitySceneQueryResult };
   /** `read_file` (and `edit_file`) read through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsReadTextFile`, after the workspace sandbox and approvals. Answer `{content}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
   "ext/acp/fs/readTextFile": { params: ReadTextFileParams; result: ReadTextFileResult };
   /** `write_file` (and `edit_file`) write through the editor: sent to the connection bound to the thread when it advertised `acpExtensions.fsWriteTextFile`, after the workspace sandbox and approvals. Answer `{}`. A timeout, a vanished client or an error fail the tool call, not the turn. */
@@ -3586,6 +4334,10 @@ export interface ServerRequests {
   "ext/channel/send": { params: ChannelSendParams; result: ChannelSendResult };
   /** Run a tool the adapter registered in `channelAdapter.channelTools`; sent to the adapter that started the turn, else the channel's newest attached adapter. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished adapter or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
   "ext/channel/toolCall": { params: ChannelToolCallParams; result: ChannelToolCallResult };
+  /** Best effort, after the turn running an `ext/nodeRepl/evaluate` was interrupted or the server stopped waiting for it: stop that evaluation and ignore its late result. Answer `{ok}`; the answer (or its absence within 2 s) changes nothing. */
+  "ext/nodeRepl/cancel": { params: NodeReplCancelParams; result: NodeReplCancelResult };
+  /** The model's `NodeReplJs` call: sent to the connection bound to the thread when it advertised both `nodeRepl` and `browserUse`. Answer `{text?, resultText?, images?, logs?, error?}` within `timeoutMs` (+5 s). A timeout, a vanished client, an error or an invalid answer fail the call (a failed `pluginFunctionCall` item); the turn goes on. */
+  "ext/nodeRepl/evaluate": { params: NodeReplEvaluateParams; result: NodeReplEvaluateResult };
   /** Ask the client to approve a gated tool call. Answer with `{decision: accept|acceptForSession|acceptAlways|decline|cancel}`; anything else counts as decline. */
   "item/approval/request": { params: ApprovalRequestParams; result: ApprovalRequestResult };
   /** Run a tool the client declared in `thread/start.dynamicTools`; sent to the connection that owns the thread. Answer `{success, contentItems?, structuredResult?, errorCode?, errorMessage?}`. No answer in time, a vanished client or an invalid answer fail the call (a failed `dynamicToolCall` item); the turn goes on. */
@@ -3600,6 +4352,15 @@ export type ServerRequestMethod = keyof ServerRequests;
 
 /** Every client->server method name. */
 export const METHODS: readonly Method[] = [
+  "automation/task/create",
+  "automation/task/delete",
+  "automation/task/list",
+  "automation/task/read",
+  "automation/task/run",
+  "automation/task/updateBinding",
+  "automation/template/delete",
+  "automation/template/list",
+  "automation/template/save",
   "channel/list",
   "channel/status",
   "command/execute",
@@ -3670,6 +4431,8 @@ export const METHODS: readonly Method[] = [
   "turn/queue/remove",
   "turn/start",
   "turn/steer",
+  "welcome/suggestions",
+  "workspace/commitMessage/suggest",
   "workspace/config/schema",
   "workspace/config/update",
   "workspace/status",
@@ -3678,6 +4441,7 @@ export const METHODS: readonly Method[] = [
 
 /** Every server->client notification name. */
 export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
+  "automation/task/updated",
   "cron/stateChanged",
   "item/agentMessage/delta",
   "item/approval/resolved",
@@ -3710,11 +4474,17 @@ export const NOTIFICATION_METHODS: readonly NotificationMethod[] = [
   "turn/diff/updated",
   "turn/failed",
   "turn/started",
+  "welcome/suggestionsUpdated",
   "workspace/configChanged",
 ];
 
 /** Every server->client request name. */
 export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
+  "ext/acp/<family>/<method>",
+  "ext/acp/_unity/get_console_logs",
+  "ext/acp/_unity/get_project_info",
+  "ext/acp/_unity/get_selection",
+  "ext/acp/_unity/scene_query",
   "ext/acp/fs/readTextFile",
   "ext/acp/fs/writeTextFile",
   "ext/acp/terminal/create",
@@ -3724,12 +4494,23 @@ export const SERVER_REQUEST_METHODS: readonly ServerRequestMethod[] = [
   "ext/acp/terminal/waitForExit",
   "ext/channel/send",
   "ext/channel/toolCall",
+  "ext/nodeRepl/cancel",
+  "ext/nodeRepl/evaluate",
   "item/approval/request",
   "item/tool/call",
 ];
 
 /** Per method: the server capability that advertises it (`null`: always there) and its documented error codes. */
 export const METHOD_INFO: { readonly [M in Method]: { readonly capability: string | null; readonly errors: readonly number[] } } = {
+  "automation/task/create": { capability: "automations", errors: [-32602, -32054, -32055] },
+  "automation/task/delete": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/list": { capability: "automations", errors: [] },
+  "automation/task/read": { capability: "automations", errors: [-32602, -32051] },
+  "automation/task/run": { capability: "automations", errors: [-32602, -32051, -32052] },
+  "automation/task/updateBinding": { capability: "automations", errors: [-32602, -32051, -32052, -32055] },
+  "automation/template/delete": { capability: "automations", errors: [-32602] },
+  "automation/template/list": { capability: "automations", errors: [] },
+  "automation/template/save": { capability: "automations", errors: [-32602] },
   "channel/list": { capability: null, errors: [] },
   "channel/status": { capability: "channelStatus", errors: [] },
   "command/execute": { capability: "commandManagement", errors: [-32060, -32061, -32062, -32010, -32602] },
@@ -3800,6 +4581,8 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "turn/queue/remove": { capability: "threadManagement", errors: [-32010, -32602] },
   "turn/start": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "turn/steer": { capability: "threadManagement", errors: [-32010, -32602, -32014] },
+  "welcome/suggestions": { capability: null, errors: [-32602, -32600] },
+  "workspace/commitMessage/suggest": { capability: null, errors: [-32602, -32010, -32600, -32603] },
   "workspace/config/schema": { capability: "workspaceConfigManagement", errors: [] },
   "workspace/config/update": { capability: "workspaceConfigManagement", errors: [-32602] },
   "workspace/status": { capability: "workspaceConfigManagement", errors: [] },
@@ -3824,6 +4607,96 @@ export interface RequestOptions {
 export abstract class GeneratedMethods {
   /** Send one request and resolve with its result (implemented by the client). */
   abstract request<M extends Method>(method: M, params: ParamsOf<M>, options?: RequestOptions): Promise<ResultOf<M>>;
+
+  /**
+   * Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+   *
+   * Wire method `automation/task/create`; capability `automations`; errors -32602, -32054, -32055.
+   * Params: {@link AutomationTaskCreateParams}.
+   */
+  automationTaskCreate(params: AutomationTaskCreateParams = {}, options?: RequestOptions): Promise<AutomationTaskCreateResult> {
+    return this.request("automation/task/create", params, options);
+  }
+
+  /**
+   * Delete a task's directory (not while it runs); its thread is kept.
+   *
+   * Wire method `automation/task/delete`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskDelete(params: AutomationTaskIdParams = {}, options?: RequestOptions): Promise<AutomationOkResult> {
+    return this.request("automation/task/delete", params, options);
+  }
+
+  /**
+   * Every task under `.craft/tasks/` read from disk (short form: no `description`, `agentSummary`); unreadable files are left out.
+   *
+   * Wire method `automation/task/list`; capability `automations`.
+   * Params: {@link AutomationTaskListParams}.
+   */
+  automationTaskList(params: AutomationTaskListParams = {}, options?: RequestOptions): Promise<AutomationTaskListResult> {
+    return this.request("automation/task/list", params, options);
+  }
+
+  /**
+   * One task, read from disk: the task itself, and again under `task`.
+   *
+   * Wire method `automation/task/read`; capability `automations`; errors -32602, -32051.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRead(params: AutomationTaskIdParams = {}, options?: RequestOptions): Promise<AutomationTaskReadResult> {
+    return this.request("automation/task/read", params, options);
+  }
+
+  /**
+   * Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+   *
+   * Wire method `automation/task/run`; capability `automations`; errors -32602, -32051, -32052.
+   * Params: {@link AutomationTaskIdParams}.
+   */
+  automationTaskRun(params: AutomationTaskIdParams = {}, options?: RequestOptions): Promise<AutomationTaskResult> {
+    return this.request("automation/task/run", params, options);
+  }
+
+  /**
+   * Bind a task to an existing thread, or unbind it (not while it runs).
+   *
+   * Wire method `automation/task/updateBinding`; capability `automations`; errors -32602, -32051, -32052, -32055.
+   * Params: {@link AutomationTaskUpdateBindingParams}.
+   */
+  automationTaskUpdateBinding(params: AutomationTaskUpdateBindingParams = {}, options?: RequestOptions): Promise<AutomationTaskResult> {
+    return this.request("automation/task/updateBinding", params, options);
+  }
+
+  /**
+   * Delete a user template (a missing one is fine; a built-in is refused).
+   *
+   * Wire method `automation/template/delete`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateDeleteParams}.
+   */
+  automationTemplateDelete(params: AutomationTemplateDeleteParams = {}, options?: RequestOptions): Promise<AutomationOkResult> {
+    return this.request("automation/template/delete", params, options);
+  }
+
+  /**
+   * The nine built-in templates, then the user's (`.craft/automations/templates/`).
+   *
+   * Wire method `automation/template/list`; capability `automations`.
+   * Params: {@link AutomationTemplateListParams}.
+   */
+  automationTemplateList(params: AutomationTemplateListParams = {}, options?: RequestOptions): Promise<AutomationTemplateListResult> {
+    return this.request("automation/template/list", params, options);
+  }
+
+  /**
+   * Create or replace a user template (`createdAt` is kept).
+   *
+   * Wire method `automation/template/save`; capability `automations`; errors -32602.
+   * Params: {@link AutomationTemplateSaveParams}.
+   */
+  automationTemplateSave(params: AutomationTemplateSaveParams = {}, options?: RequestOptions): Promise<AutomationTemplateResult> {
+    return this.request("automation/template/save", params, options);
+  }
 
   /**
    * Channel names threads can originate from: this server's built-in and system channels plus enabled external channels, by category then name.
@@ -4526,6 +5399,26 @@ export abstract class GeneratedMethods {
   }
 
   /**
+   * Suggestions for a new thread, from the cache a background refresh fills after turns complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`. Another workspace than this server's is `-32600`.
+   *
+   * Wire method `welcome/suggestions`; errors -32602, -32600.
+   * Params: {@link WelcomeSuggestionsParams}.
+   */
+  welcomeSuggestions(params: WelcomeSuggestionsParams = {}, options?: RequestOptions): Promise<WelcomeSuggestionsResult> {
+    return this.request("welcome/suggestions", params, options);
+  }
+
+  /**
+   * A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new files), written by a helper turn that reads the diff and the thread's conversation. `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+   *
+   * Wire method `workspace/commitMessage/suggest`; errors -32602, -32010, -32600, -32603.
+   * Params: {@link CommitMessageSuggestParams}.
+   */
+  workspaceCommitMessageSuggest(params: CommitMessageSuggestParams = {}, options?: RequestOptions): Promise<CommitMessageSuggestResult> {
+    return this.request("workspace/commitMessage/suggest", params, options);
+  }
+
+  /**
    * The editable workspace settings: sections of fields with type, sensitivity and reload behaviour. Never carries values.
    *
    * Wire method `workspace/config/schema`; capability `workspaceConfigManagement`.
@@ -4536,7 +5429,7 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed. The result masks `apiKey`.
+   * Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600) and apply them at once. Emits `workspace/configChanged` for the regions that really changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
    *
    * Wire method `workspace/config/update`; capability `workspaceConfigManagement`; errors -32602.
    * Params: {@link WorkspaceConfigUpdateParams}.

@@ -16,12 +16,34 @@ __all__ = [
     "NOTIFICATIONS",
     "SERVER_REQUESTS",
     "AcpExtensionsCapability",
+    "AcpFamilyParams",
+    "AcpFamilyResult",
     "ApprovalGrant",
     "ApprovalRequestParams",
     "ApprovalRequestResult",
     "ApprovalResolvedNotification",
     "ApprovalSubAgent",
+    "AutomationOkResult",
+    "AutomationSchedule",
+    "AutomationTask",
+    "AutomationTaskCreateParams",
+    "AutomationTaskCreateResult",
+    "AutomationTaskIdParams",
+    "AutomationTaskListParams",
+    "AutomationTaskListResult",
+    "AutomationTaskReadResult",
+    "AutomationTaskResult",
+    "AutomationTaskUpdateBindingParams",
+    "AutomationTaskUpdatedNotification",
+    "AutomationTemplate",
+    "AutomationTemplateDeleteParams",
+    "AutomationTemplateListParams",
+    "AutomationTemplateListResult",
+    "AutomationTemplateResult",
+    "AutomationTemplateSaveParams",
+    "AutomationThreadBinding",
     "BackgroundTerminal",
+    "BrowserUseCapability",
     "ChannelInfo",
     "ChannelListResult",
     "ChannelMediaSource",
@@ -42,6 +64,8 @@ __all__ = [
     "CommandListParams",
     "CommandListResult",
     "CommandRefPart",
+    "CommitMessageSuggestParams",
+    "CommitMessageSuggestResult",
     "ConfigChangedNotification",
     "ConfigSchemaField",
     "ConfigSchemaSection",
@@ -102,6 +126,12 @@ __all__ = [
     "McpTestResult",
     "ModelCatalogItem",
     "ModelListResult",
+    "NodeReplCancelParams",
+    "NodeReplCancelResult",
+    "NodeReplCapability",
+    "NodeReplEvaluateParams",
+    "NodeReplEvaluateResult",
+    "NodeReplImage",
     "NotificationMethod",
     "Plan",
     "PlanTodo",
@@ -216,7 +246,20 @@ __all__ = [
     "TurnStartParams",
     "TurnSteerParams",
     "TurnSteerResult",
+    "UnityConsoleLogEntry",
+    "UnityConsoleLogsParams",
+    "UnityConsoleLogsResult",
+    "UnityGameObject",
+    "UnityProjectInfoResult",
+    "UnitySceneQueryParams",
+    "UnitySceneQueryResult",
+    "UnitySelectionResult",
+    "UnityThreadParams",
     "UsageDeltaNotification",
+    "WelcomeSuggestion",
+    "WelcomeSuggestionsParams",
+    "WelcomeSuggestionsResult",
+    "WelcomeSuggestionsUpdatedNotification",
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
@@ -238,6 +281,25 @@ class AcpExtensionsCapability(TypedDict):
     fsWriteTextFile: NotRequired[bool]  # default: false
     terminalCreate: NotRequired[bool]  # default: false
     extensions: NotRequired[list[str]]
+
+
+class AcpFamilyParams(TypedDict):
+    """A request of a client's own family (`ext/acp/<family>/<method>`): `threadId` and
+    the method's fields (for a declared tool: the model's arguments).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    threadId: str
+
+
+class AcpFamilyResult(TypedDict):
+    """Any JSON object: it becomes the tool's result (the model reads it as JSON).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
 
 
 class ApprovalGrant(TypedDict):
@@ -290,6 +352,200 @@ class ApprovalSubAgent(TypedDict):
     agentNickname: NotRequired[str | None]
 
 
+class AutomationOkResult(TypedDict):
+    """``{ok: true}``."""
+
+    ok: NotRequired[bool]  # default: true
+
+
+class AutomationSchedule(TypedDict):
+    """When a task runs (DotCraft's ``AutomationScheduleWire``).
+
+    `once` (or no schedule): one run from `pending`. `every`: each `everyMs`, the
+    first run at once or after `initialDelayMs`. `at`: one run at `atMs`. `daily`:
+    each day at `dailyHour:dailyMinute` in `tz` (IANA; UTC when absent). Other kinds
+    are refused by `automation/task/create`; a task file may still hold one (it is
+    shown, and does not run).
+    """
+
+    kind: NotRequired[str]  # default: "once"
+    atMs: NotRequired[int | None]
+    everyMs: NotRequired[int | None]
+    initialDelayMs: NotRequired[int | None]
+    dailyHour: NotRequired[int | None]
+    dailyMinute: NotRequired[int | None]
+    expr: NotRequired[str | None]
+    tz: NotRequired[str | None]
+
+
+class AutomationTask(TypedDict):
+    """A task (DotCraft's ``AutomationTaskWire``). `description` and `agentSummary` are
+    sent by `read`, `run`, `updateBinding` and `create`; `list` and
+    `automation/task/updated` leave them out.
+    """
+
+    id: str
+    title: str
+    status: str
+    threadId: NotRequired[str | None]
+    description: NotRequired[str | None]
+    agentSummary: NotRequired[str | None]
+    createdAt: NotRequired[str | None]
+    updatedAt: NotRequired[str | None]
+    approvalPolicy: NotRequired[str | None]
+    schedule: NotRequired[AutomationSchedule | None]
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+    nextRunAt: NotRequired[str | None]
+
+
+class AutomationTaskCreateParams(TypedDict):
+    """``automation/task/create``."""
+
+    workspacePath: NotRequired[str | None]
+    title: NotRequired[str]  # default: ""
+    description: NotRequired[str | None]
+    workflowTemplate: NotRequired[str | None]
+    approvalPolicy: NotRequired[str | None]
+    workspaceMode: NotRequired[str | None]
+    schedule: NotRequired[AutomationSchedule | None]
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+    templateId: NotRequired[str | None]
+
+
+class AutomationTaskCreateResult(TypedDict):
+    """DotCraft's code answers the first two; its spec answers `task`."""
+
+    taskId: str
+    taskDirectory: str
+    task: AutomationTask
+
+
+class AutomationTaskIdParams(TypedDict):
+    """``automation/task/read``, ``run`` and ``delete``."""
+
+    workspacePath: NotRequired[str | None]
+    taskId: NotRequired[str]  # default: ""
+
+
+class AutomationTaskListParams(TypedDict):
+    """``automation/task/list``."""
+
+    workspacePath: NotRequired[str | None]
+
+
+class AutomationTaskListResult(TypedDict):
+    """Every readable task under `.craft/tasks/`, in id order."""
+
+    tasks: list[AutomationTask]
+
+
+class AutomationTaskReadResult(TypedDict):
+    """The task itself (DotCraft's code and desktop), and again under `task` (its spec)."""
+
+    id: str
+    title: str
+    status: str
+    threadId: NotRequired[str | None]
+    description: NotRequired[str | None]
+    agentSummary: NotRequired[str | None]
+    createdAt: NotRequired[str | None]
+    updatedAt: NotRequired[str | None]
+    approvalPolicy: NotRequired[str | None]
+    schedule: NotRequired[AutomationSchedule | None]
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+    nextRunAt: NotRequired[str | None]
+    task: AutomationTask
+
+
+class AutomationTaskResult(TypedDict):
+    """``automation/task/run`` and ``updateBinding``."""
+
+    task: AutomationTask
+
+
+class AutomationTaskUpdateBindingParams(TypedDict):
+    """``automation/task/updateBinding``."""
+
+    workspacePath: NotRequired[str | None]
+    taskId: NotRequired[str]  # default: ""
+    threadBinding: NotRequired[AutomationThreadBinding | None]
+
+
+class AutomationTaskUpdatedNotification(TypedDict):
+    """A task's status changed, or it got its thread."""
+
+    workspacePath: str
+    task: AutomationTask
+
+
+class AutomationTemplate(TypedDict):
+    """A preset for a new task (DotCraft's ``AutomationTemplateWire``)."""
+
+    id: str
+    title: str
+    description: NotRequired[str | None]
+    icon: NotRequired[str | None]
+    category: NotRequired[str | None]
+    workflowMarkdown: str
+    defaultSchedule: NotRequired[AutomationSchedule | None]
+    defaultWorkspaceMode: NotRequired[str | None]
+    defaultApprovalPolicy: NotRequired[str | None]
+    needsThreadBinding: bool
+    defaultTitle: NotRequired[str | None]
+    defaultDescription: NotRequired[str | None]
+    isUser: NotRequired[bool | None]
+    createdAt: NotRequired[str | None]
+    updatedAt: NotRequired[str | None]
+
+
+class AutomationTemplateDeleteParams(TypedDict):
+    """``automation/template/delete``."""
+
+    id: NotRequired[str]  # default: ""
+
+
+class AutomationTemplateListParams(TypedDict):
+    """``automation/template/list``."""
+
+    locale: NotRequired[str | None]
+
+
+class AutomationTemplateListResult(TypedDict):
+    """The built-in templates, then the user's."""
+
+    templates: list[AutomationTemplate]
+
+
+class AutomationTemplateResult(TypedDict):
+    """The template as saved."""
+
+    template: AutomationTemplate
+
+
+class AutomationTemplateSaveParams(TypedDict):
+    """``automation/template/save``: create or replace a user template."""
+
+    id: NotRequired[str | None]
+    title: NotRequired[str]  # default: ""
+    description: NotRequired[str | None]
+    icon: NotRequired[str | None]
+    category: NotRequired[str | None]
+    workflowMarkdown: NotRequired[str]  # default: ""
+    defaultSchedule: NotRequired[AutomationSchedule | None]
+    defaultWorkspaceMode: NotRequired[str | None]
+    defaultApprovalPolicy: NotRequired[str | None]
+    needsThreadBinding: NotRequired[bool]  # default: false
+    defaultTitle: NotRequired[str | None]
+    defaultDescription: NotRequired[str | None]
+
+
+class AutomationThreadBinding(TypedDict):
+    """An existing thread the task's turns run in instead of its own thread."""
+
+    threadId: NotRequired[str]  # default: ""
+    mode: NotRequired[str | None]
+
+
 class BackgroundTerminal(TypedDict):
     """One background terminal: a command started by the agent, its state and output."""
 
@@ -310,6 +566,17 @@ class BackgroundTerminal(TypedDict):
     originalOutputChars: int
     truncated: bool
     backgroundReason: NotRequired[str | None]
+
+
+class BrowserUseCapability(TypedDict):
+    """`initialize.capabilities.browserUse`: the client's REPL drives an embedded browser.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    backend: NotRequired[str | None]
+    protocolVersion: NotRequired[int | None]
+    supportsCancel: NotRequired[bool | None]
 
 
 class ChannelInfo(TypedDict):
@@ -449,6 +716,8 @@ class ClientCapabilities(TypedDict):
     optOutNotificationMethods: NotRequired[list[str]]
     channelAdapter: NotRequired[dict[str, Any] | None]
     acpExtensions: NotRequired[AcpExtensionsCapability | None]
+    nodeRepl: NotRequired[NodeReplCapability | None]
+    browserUse: NotRequired[BrowserUseCapability | None]
 
 
 class ClientInfo(TypedDict):
@@ -512,6 +781,21 @@ class CommandRefPart(TypedDict):
     name: str
     argsText: NotRequired[str | None]
     rawText: NotRequired[str | None]
+
+
+class CommitMessageSuggestParams(TypedDict):
+    """``workspace/commitMessage/suggest``: a commit message for the changes to ``paths``."""
+
+    threadId: NotRequired[str]  # default: ""
+    paths: NotRequired[list[str]]
+    maxDiffChars: NotRequired[int | None]
+    timeoutMs: NotRequired[int | None]
+
+
+class CommitMessageSuggestResult(TypedDict):
+    """The suggested message."""
+
+    message: str
 
 
 class ConfigChangedNotification(TypedDict):
@@ -667,7 +951,8 @@ class DeltaNotification(TypedDict):
 
 
 class DynamicToolSpec(TypedDict):
-    """A tool the client implements; the server calls it with `item/tool/call`.
+    """A tool the client implements; the server calls it with `item/tool/call` (or, with
+    `acpMethod`, `ext/acp/<family>/<method>`).
 
     Open object: the server keeps (and may send) keys not listed here.
     """
@@ -678,6 +963,7 @@ class DynamicToolSpec(TypedDict):
     inputSchema: dict[str, Any]
     deferLoading: NotRequired[bool | None]
     approval: NotRequired[dict[str, Any] | None]
+    acpMethod: NotRequired[str | None]
 
 
 class EditorTerminalCreateParams(TypedDict):
@@ -1032,6 +1318,63 @@ class ModelListResult(TypedDict):
     models: NotRequired[list[ModelCatalogItem]]
     errorCode: NotRequired[str | None]
     errorMessage: NotRequired[str | None]
+
+
+class NodeReplCancelParams(TypedDict):
+    """Stop an evaluation (`ext/nodeRepl/cancel`)."""
+
+    threadId: str
+    evaluationId: str
+
+
+class NodeReplCancelResult(TypedDict):
+    """Whether an evaluation was stopped (`{ok}`; the answer is not used).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    ok: NotRequired[bool | None]
+
+
+class NodeReplCapability(TypedDict):
+    """`initialize.capabilities.nodeRepl`: the client hosts a persistent Node REPL per thread.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    backend: NotRequired[str | None]
+
+
+class NodeReplEvaluateParams(TypedDict):
+    """Evaluate JavaScript in the thread's REPL (`ext/nodeRepl/evaluate`)."""
+
+    threadId: str
+    evaluationId: str
+    code: str
+    timeoutMs: NotRequired[int | None]
+
+
+class NodeReplEvaluateResult(TypedDict):
+    """What the evaluation printed and returned (every field optional).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    text: NotRequired[str | None]
+    resultText: NotRequired[str | None]
+    images: NotRequired[list[NodeReplImage] | None]
+    logs: NotRequired[list[str] | None]
+    error: NotRequired[str | None]
+
+
+class NodeReplImage(TypedDict):
+    """An image the evaluation produced (a screenshot, `display()`).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    mediaType: NotRequired[str]  # default: "image/png"
+    dataBase64: NotRequired[str]  # default: ""
 
 
 class Plan(TypedDict):
@@ -1735,6 +2078,7 @@ class ThreadListParams(TypedDict):
     identity: SessionIdentity
     includeArchived: NotRequired[bool]  # default: false
     includeSubAgents: NotRequired[bool]  # default: false
+    includeInternal: NotRequired[bool]  # default: false
     crossChannelOrigins: NotRequired[list[str] | None]
     channelName: NotRequired[str | None]
     limit: NotRequired[int | None]
@@ -2053,6 +2397,102 @@ class TurnSteerResult(TypedDict):
     queuedInputs: list[QueuedTurnInput]
 
 
+class UnityConsoleLogEntry(TypedDict):
+    """One console entry.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    type: NotRequired[str | None]
+    message: NotRequired[str | None]
+    stackTrace: NotRequired[str | None]
+    count: NotRequired[int | None]
+
+
+class UnityConsoleLogsParams(TypedDict):
+    """Recent console entries (`ext/acp/_unity/get_console_logs`, tool
+    `unity_get_console_logs`).
+    """
+
+    threadId: str
+    types: NotRequired[list[str] | None]
+    limit: NotRequired[int]  # default: 50
+
+
+class UnityConsoleLogsResult(TypedDict):
+    """The console entries.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    logs: NotRequired[list[UnityConsoleLogEntry] | None]
+
+
+class UnityGameObject(TypedDict):
+    """One GameObject (fields as DotCraft's Unity client sends them; all optional).
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    name: NotRequired[str | None]
+    path: NotRequired[str | None]
+    instanceId: NotRequired[int | None]
+    active: NotRequired[bool | None]
+    components: NotRequired[list[str] | None]
+    children: NotRequired[list[UnityGameObject] | None]
+
+
+class UnityProjectInfoResult(TypedDict):
+    """The project.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    projectName: NotRequired[str | None]
+    unityVersion: NotRequired[str | None]
+    projectPath: NotRequired[str | None]
+    packages: NotRequired[list[str] | None]
+
+
+class UnitySceneQueryParams(TypedDict):
+    """The scene hierarchy (`ext/acp/_unity/scene_query`, tool `unity_scene_query`)."""
+
+    threadId: str
+    query: NotRequired[str | None]
+    includeComponents: NotRequired[bool]  # default: false
+    maxDepth: NotRequired[int]  # default: 10
+
+
+class UnitySceneQueryResult(TypedDict):
+    """The matching GameObjects.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    objects: NotRequired[list[UnityGameObject] | None]
+
+
+class UnitySelectionResult(TypedDict):
+    """What the editor has selected.
+
+    Open object: the server keeps (and may send) keys not listed here.
+    """
+
+    error: NotRequired[str | None]
+    selectedObjects: NotRequired[list[UnityGameObject] | None]
+
+
+class UnityThreadParams(TypedDict):
+    """A request with no fields of its own (`ext/acp/_unity/get_selection`,
+    `ext/acp/_unity/get_project_info`).
+    """
+
+    threadId: str
+
+
 class UsageDeltaNotification(TypedDict):
     """``UsageDeltaNotification`` on the wire."""
 
@@ -2062,6 +2502,39 @@ class UsageDeltaNotification(TypedDict):
     outputTokens: int
     totalInputTokens: NotRequired[int | None]
     totalOutputTokens: NotRequired[int | None]
+
+
+class WelcomeSuggestion(TypedDict):
+    """One suggestion: a button that fills the message box."""
+
+    title: str
+    prompt: str
+    reason: str
+
+
+class WelcomeSuggestionsParams(TypedDict):
+    """``welcome/suggestions``: the suggestions for a new thread in this workspace."""
+
+    identity: NotRequired[SessionIdentity | None]
+    maxItems: NotRequired[int | None]
+
+
+class WelcomeSuggestionsResult(TypedDict):
+    """The cached suggestions; never generated on request."""
+
+    items: list[WelcomeSuggestion]
+    source: Literal["dynamic", "none"]
+    generatedAt: str
+    fingerprint: str
+
+
+class WelcomeSuggestionsUpdatedNotification(TypedDict):
+    """``welcome/suggestionsUpdated``: a background refresh made new suggestions (ours)."""
+
+    items: list[WelcomeSuggestion]
+    source: Literal["dynamic", "none"]
+    generatedAt: str
+    fingerprint: str
 
 
 class WorkspaceConfigSchemaResult(TypedDict):
@@ -2083,6 +2556,7 @@ class WorkspaceConfigUpdateParams(TypedDict):
     endPoint: NotRequired[str | None]
     defaultApprovalPolicy: NotRequired[str | None]
     provider: NotRequired[str | None]
+    welcomeSuggestionsEnabled: NotRequired[bool | None]
 
 
 class WorkspaceConfigUpdateResult(TypedDict):
@@ -2093,6 +2567,7 @@ class WorkspaceConfigUpdateResult(TypedDict):
     endPoint: NotRequired[str | None]
     defaultApprovalPolicy: NotRequired[str | None]
     provider: NotRequired[str | None]
+    welcomeSuggestionsEnabled: NotRequired[bool | None]
 
 
 class WorkspaceStatusResult(TypedDict):
@@ -2137,6 +2612,15 @@ class WriteTextFileResult(TypedDict):
 
 
 METHODS: Final[dict[str, str]] = {
+    "automation/task/create": "automation_task_create",
+    "automation/task/delete": "automation_task_delete",
+    "automation/task/list": "automation_task_list",
+    "automation/task/read": "automation_task_read",
+    "automation/task/run": "automation_task_run",
+    "automation/task/updateBinding": "automation_task_update_binding",
+    "automation/template/delete": "automation_template_delete",
+    "automation/template/list": "automation_template_list",
+    "automation/template/save": "automation_template_save",
     "channel/list": "channel_list",
     "channel/status": "channel_status",
     "command/execute": "command_execute",
@@ -2207,6 +2691,8 @@ METHODS: Final[dict[str, str]] = {
     "turn/queue/remove": "turn_queue_remove",
     "turn/start": "turn_start",
     "turn/steer": "turn_steer",
+    "welcome/suggestions": "welcome_suggestions",
+    "workspace/commitMessage/suggest": "workspace_commit_message_suggest",
     "workspace/config/schema": "workspace_config_schema",
     "workspace/config/update": "workspace_config_update",
     "workspace/status": "workspace_status",
@@ -2215,6 +2701,7 @@ METHODS: Final[dict[str, str]] = {
 """Every client->server method and the name of its method on the client."""
 
 NOTIFICATIONS: Final[dict[str, str]] = {
+    "automation/task/updated": "AutomationTaskUpdatedNotification",
     "cron/stateChanged": "CronStateChangedNotification",
     "item/agentMessage/delta": "DeltaNotification",
     "item/approval/resolved": "ApprovalResolvedNotification",
@@ -2247,11 +2734,17 @@ NOTIFICATIONS: Final[dict[str, str]] = {
     "turn/diff/updated": "TurnDiffUpdatedNotification",
     "turn/failed": "TurnFailedNotification",
     "turn/started": "TurnNotification",
+    "welcome/suggestionsUpdated": "WelcomeSuggestionsUpdatedNotification",
     "workspace/configChanged": "ConfigChangedNotification",
 }
 """Every server->client notification and the TypedDict of its params."""
 
 SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
+    "ext/acp/<family>/<method>": ("AcpFamilyParams", "AcpFamilyResult"),
+    "ext/acp/_unity/get_console_logs": ("UnityConsoleLogsParams", "UnityConsoleLogsResult"),
+    "ext/acp/_unity/get_project_info": ("UnityThreadParams", "UnityProjectInfoResult"),
+    "ext/acp/_unity/get_selection": ("UnityThreadParams", "UnitySelectionResult"),
+    "ext/acp/_unity/scene_query": ("UnitySceneQueryParams", "UnitySceneQueryResult"),
     "ext/acp/fs/readTextFile": ("ReadTextFileParams", "ReadTextFileResult"),
     "ext/acp/fs/writeTextFile": ("WriteTextFileParams", "WriteTextFileResult"),
     "ext/acp/terminal/create": ("EditorTerminalCreateParams", "EditorTerminalCreateResult"),
@@ -2261,12 +2754,15 @@ SERVER_REQUESTS: Final[dict[str, tuple[str, str]]] = {
     "ext/acp/terminal/waitForExit": ("EditorTerminalWaitParams", "EditorTerminalOutputResult"),
     "ext/channel/send": ("ChannelSendParams", "ChannelSendResult"),
     "ext/channel/toolCall": ("ChannelToolCallParams", "ChannelToolCallResult"),
+    "ext/nodeRepl/cancel": ("NodeReplCancelParams", "NodeReplCancelResult"),
+    "ext/nodeRepl/evaluate": ("NodeReplEvaluateParams", "NodeReplEvaluateResult"),
     "item/approval/request": ("ApprovalRequestParams", "ApprovalRequestResult"),
     "item/tool/call": ("ToolCallParams", "ToolCallResult"),
 }
 """Every server->client request: (params TypedDict, result TypedDict)."""
 
 NotificationMethod: TypeAlias = Literal[
+    "automation/task/updated",
     "cron/stateChanged",
     "item/agentMessage/delta",
     "item/approval/resolved",
@@ -2299,9 +2795,15 @@ NotificationMethod: TypeAlias = Literal[
     "turn/diff/updated",
     "turn/failed",
     "turn/started",
+    "welcome/suggestionsUpdated",
     "workspace/configChanged",
 ]
 ServerRequestMethod: TypeAlias = Literal[
+    "ext/acp/<family>/<method>",
+    "ext/acp/_unity/get_console_logs",
+    "ext/acp/_unity/get_project_info",
+    "ext/acp/_unity/get_selection",
+    "ext/acp/_unity/scene_query",
     "ext/acp/fs/readTextFile",
     "ext/acp/fs/writeTextFile",
     "ext/acp/terminal/create",
@@ -2311,6 +2813,8 @@ ServerRequestMethod: TypeAlias = Literal[
     "ext/acp/terminal/waitForExit",
     "ext/channel/send",
     "ext/channel/toolCall",
+    "ext/nodeRepl/cancel",
+    "ext/nodeRepl/evaluate",
     "item/approval/request",
     "item/tool/call",
 ]
@@ -2341,6 +2845,203 @@ class GeneratedMethods:
     ) -> Any:
         """Send one request and return its result (implemented by the client)."""
         raise NotImplementedError
+
+    async def automation_task_create(
+        self,
+        *,
+        workspace_path: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        workflow_template: str | None = None,
+        approval_policy: str | None = None,
+        workspace_mode: str | None = None,
+        schedule: AutomationSchedule | None = None,
+        thread_binding: AutomationThreadBinding | None = None,
+        template_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskCreateResult:
+        """Write a new task's `task.md` and `workflow.md` under `.craft/tasks/<id>/`; its id is the
+        title's slug and the UTC time. An unscheduled task runs at once (trusted workspace).
+
+        Wire method ``automation/task/create``; capability ``automations``; errors -32602,
+        -32054, -32055.
+        Params: :class:`AutomationTaskCreateParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "workspacePath": workspace_path,
+                "title": title,
+                "description": description,
+                "workflowTemplate": workflow_template,
+                "approvalPolicy": approval_policy,
+                "workspaceMode": workspace_mode,
+                "schedule": schedule,
+                "threadBinding": thread_binding,
+                "templateId": template_id,
+            },
+        )
+        reply = await self.request("automation/task/create", params, timeout=timeout)
+        return cast(AutomationTaskCreateResult, reply)
+
+    async def automation_task_delete(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationOkResult:
+        """Delete a task's directory (not while it runs); its thread is kept.
+
+        Wire method ``automation/task/delete``; capability ``automations``; errors -32602,
+        -32051, -32052.
+        Params: :class:`AutomationTaskIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path, "taskId": task_id})
+        reply = await self.request("automation/task/delete", params, timeout=timeout)
+        return cast(AutomationOkResult, reply)
+
+    async def automation_task_list(
+        self, *, workspace_path: str | None = None, timeout: float | None = None
+    ) -> AutomationTaskListResult:
+        """Every task under `.craft/tasks/` read from disk (short form: no `description`,
+        `agentSummary`); unreadable files are left out.
+
+        Wire method ``automation/task/list``; capability ``automations``.
+        Params: :class:`AutomationTaskListParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path})
+        reply = await self.request("automation/task/list", params, timeout=timeout)
+        return cast(AutomationTaskListResult, reply)
+
+    async def automation_task_read(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskReadResult:
+        """One task, read from disk: the task itself, and again under `task`.
+
+        Wire method ``automation/task/read``; capability ``automations``; errors -32602, -32051.
+        Params: :class:`AutomationTaskIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path, "taskId": task_id})
+        reply = await self.request("automation/task/read", params, timeout=timeout)
+        return cast(AutomationTaskReadResult, reply)
+
+    async def automation_task_run(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskResult:
+        """Make a task `pending` and due now (also a `completed` or `failed` one); it runs at once.
+
+        Wire method ``automation/task/run``; capability ``automations``; errors -32602, -32051,
+        -32052.
+        Params: :class:`AutomationTaskIdParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"workspacePath": workspace_path, "taskId": task_id})
+        reply = await self.request("automation/task/run", params, timeout=timeout)
+        return cast(AutomationTaskResult, reply)
+
+    async def automation_task_update_binding(
+        self,
+        *,
+        workspace_path: str | None = None,
+        task_id: str | None = None,
+        thread_binding: AutomationThreadBinding | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTaskResult:
+        """Bind a task to an existing thread, or unbind it (not while it runs).
+
+        Wire method ``automation/task/updateBinding``; capability ``automations``; errors
+        -32602, -32051, -32052, -32055.
+        Params: :class:`AutomationTaskUpdateBindingParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {"workspacePath": workspace_path, "taskId": task_id, "threadBinding": thread_binding},
+        )
+        reply = await self.request("automation/task/updateBinding", params, timeout=timeout)
+        return cast(AutomationTaskResult, reply)
+
+    async def automation_template_delete(
+        self, *, id: str | None = None, timeout: float | None = None
+    ) -> AutomationOkResult:
+        """Delete a user template (a missing one is fine; a built-in is refused).
+
+        Wire method ``automation/template/delete``; capability ``automations``; errors -32602.
+        Params: :class:`AutomationTemplateDeleteParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"id": id})
+        reply = await self.request("automation/template/delete", params, timeout=timeout)
+        return cast(AutomationOkResult, reply)
+
+    async def automation_template_list(
+        self, *, locale: str | None = None, timeout: float | None = None
+    ) -> AutomationTemplateListResult:
+        """The nine built-in templates, then the user's (`.craft/automations/templates/`).
+
+        Wire method ``automation/template/list``; capability ``automations``.
+        Params: :class:`AutomationTemplateListParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"locale": locale})
+        reply = await self.request("automation/template/list", params, timeout=timeout)
+        return cast(AutomationTemplateListResult, reply)
+
+    async def automation_template_save(
+        self,
+        *,
+        id: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        icon: str | None = None,
+        category: str | None = None,
+        workflow_markdown: str | None = None,
+        default_schedule: AutomationSchedule | None = None,
+        default_workspace_mode: str | None = None,
+        default_approval_policy: str | None = None,
+        needs_thread_binding: bool | None = None,
+        default_title: str | None = None,
+        default_description: str | None = None,
+        timeout: float | None = None,
+    ) -> AutomationTemplateResult:
+        """Create or replace a user template (`createdAt` is kept).
+
+        Wire method ``automation/template/save``; capability ``automations``; errors -32602.
+        Params: :class:`AutomationTemplateSaveParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "id": id,
+                "title": title,
+                "description": description,
+                "icon": icon,
+                "category": category,
+                "workflowMarkdown": workflow_markdown,
+                "defaultSchedule": default_schedule,
+                "defaultWorkspaceMode": default_workspace_mode,
+                "defaultApprovalPolicy": default_approval_policy,
+                "needsThreadBinding": needs_thread_binding,
+                "defaultTitle": default_title,
+                "defaultDescription": default_description,
+            },
+        )
+        reply = await self.request("automation/template/save", params, timeout=timeout)
+        return cast(AutomationTemplateResult, reply)
 
     async def channel_list(self, *, timeout: float | None = None) -> ChannelListResult:
         """Channel names threads can originate from: this server's built-in and system channels
@@ -3179,6 +3880,7 @@ class GeneratedMethods:
         identity: SessionIdentity,
         include_archived: bool | None = None,
         include_sub_agents: bool | None = None,
+        include_internal: bool | None = None,
         cross_channel_origins: list[str] | None = None,
         channel_name: str | None = None,
         limit: int | None = None,
@@ -3197,6 +3899,7 @@ class GeneratedMethods:
             {
                 "includeArchived": include_archived,
                 "includeSubAgents": include_sub_agents,
+                "includeInternal": include_internal,
                 "crossChannelOrigins": cross_channel_origins,
                 "channelName": channel_name,
                 "limit": limit,
@@ -3482,6 +4185,56 @@ class GeneratedMethods:
         reply = await self.request("turn/steer", params, timeout=timeout)
         return cast(TurnSteerResult, reply)
 
+    async def welcome_suggestions(
+        self,
+        *,
+        identity: SessionIdentity | None = None,
+        max_items: int | None = None,
+        timeout: float | None = None,
+    ) -> WelcomeSuggestionsResult:
+        """Suggestions for a new thread, from the cache a background refresh fills after turns
+        complete (never made on request). Gate: `capabilities.extensions.welcomeSuggestions`.
+        Another workspace than this server's is `-32600`.
+
+        Wire method ``welcome/suggestions``; errors -32602, -32600.
+        Params: :class:`WelcomeSuggestionsParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params({}, {"identity": identity, "maxItems": max_items})
+        reply = await self.request("welcome/suggestions", params, timeout=timeout)
+        return cast(WelcomeSuggestionsResult, reply)
+
+    async def workspace_commit_message_suggest(
+        self,
+        *,
+        thread_id: str | None = None,
+        paths: list[str] | None = None,
+        max_diff_chars: int | None = None,
+        timeout_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> CommitMessageSuggestResult:
+        """A commit message for the changes to `paths` (`git diff HEAD`, untracked files as new
+        files), written by a helper turn that reads the diff and the thread's conversation.
+        `-32602`: no thread id, no paths, a path outside the workspace; `-32010`: no such
+        thread; `-32600`: an untrusted workspace, not a git repository, no diff, or no message
+        from the model; `-32603` with `data.reason: timeout` after `timeoutMs`.
+
+        Wire method ``workspace/commitMessage/suggest``; errors -32602, -32010, -32600, -32603.
+        Params: :class:`CommitMessageSuggestParams` (keyword arguments, snake_case).
+        ``timeout`` overrides the client's default for this call.
+        """
+        params = _params(
+            {},
+            {
+                "threadId": thread_id,
+                "paths": paths,
+                "maxDiffChars": max_diff_chars,
+                "timeoutMs": timeout_ms,
+            },
+        )
+        reply = await self.request("workspace/commitMessage/suggest", params, timeout=timeout)
+        return cast(CommitMessageSuggestResult, reply)
+
     async def workspace_config_schema(
         self, *, timeout: float | None = None
     ) -> WorkspaceConfigSchemaResult:
@@ -3504,12 +4257,13 @@ class GeneratedMethods:
         end_point: str | None = None,
         default_approval_policy: str | None = None,
         provider: str | None = None,
+        welcome_suggestions_enabled: bool | None = None,
         timeout: float | None = None,
     ) -> WorkspaceConfigUpdateResult:
-        """Set model, apiKey, endPoint, defaultApprovalPolicy and/or provider in the user's
-        settings for this workspace (outside it, 0600) and apply them at once. Emits
-        `workspace/configChanged` for the regions that really changed. The result masks
-        `apiKey`.
+        """Set model, apiKey, endPoint, defaultApprovalPolicy, provider and/or
+        welcomeSuggestionsEnabled in the user's settings for this workspace (outside it, 0600)
+        and apply them at once. Emits `workspace/configChanged` for the regions that really
+        changed (`welcomeSuggestions` for the last). The result masks `apiKey`.
 
         Wire method ``workspace/config/update``; capability ``workspaceConfigManagement``;
         errors -32602.
@@ -3524,6 +4278,7 @@ class GeneratedMethods:
                 "endPoint": end_point,
                 "defaultApprovalPolicy": default_approval_policy,
                 "provider": provider,
+                "welcomeSuggestionsEnabled": welcome_suggestions_enabled,
             },
         )
         reply = await self.request("workspace/config/update", params, timeout=timeout)

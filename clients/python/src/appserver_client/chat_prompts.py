@@ -27,6 +27,7 @@ from appserver_client.chat_input import (
     history_path,
 )
 from appserver_client.chat_subagents import SubAgents
+from appserver_client.chat_tasks import Tasks
 from appserver_client.chat_view import View, one_line
 from appserver_client.client import AppServerClient
 from appserver_client.errors import RpcError
@@ -65,6 +66,7 @@ class ChatPrompts:
         self.queued: list[str] = []  # typed while a turn ran; sent after it
         self.settings: SettingsCommands | None = None
         self.agents: SubAgents | None = None  # the current thread's children (/agents)
+        self.tasks: Tasks | None = None  # the workspace's automation tasks (/tasks)
         self.prompting: str | None = None  # the prompt a read shows now (ask)
         self._typeahead: asyncio.Task[None] | None = None
         self._typeahead_stop = asyncio.Event()
@@ -86,7 +88,7 @@ class ChatPrompts:
         self.view.line(text)
 
     def note(self, text: str) -> None:
-        """A line that comes on its own (a SubAgent's news), in the note colour.
+        """A line that comes on its own (a SubAgent's or a task's news), in the note colour.
         At a plain prompt it goes below the prompt, which is shown again; the
         line editor prints it above its prompt itself."""
         waiting = self.prompting is not None and not self.input.editor

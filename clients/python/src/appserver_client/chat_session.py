@@ -25,6 +25,7 @@ from appserver_client._generated import ThreadSummary
 from appserver_client.chat_commands import SettingsCommands
 from appserver_client.chat_prompts import PROMPT, ChatPrompts
 from appserver_client.chat_subagents import SubAgents
+from appserver_client.chat_tasks import Tasks
 from appserver_client.chat_view import one_line
 from appserver_client.client import AppServerClient
 from appserver_client.errors import AppServerError, ConnectFailed, ConnectionLost, RpcError
@@ -45,6 +46,9 @@ Commands:
   /new                start a new thread
   /agents             this thread's SubAgents: role, profile, open or closed, running
                       or idle, what each did last (↳ lines tell as it happens)
+  /tasks              the workspace's automation tasks: status, schedule, thread
+                      (⚙ lines tell when one runs, is done or failed)
+  /tasks run N        run task N of /tasks (or give its id) now
   /show N             all of output #N (long outputs are cut at 20 lines)
   /model [N|NAME]     list the provider's models; switch this thread to one
   /status             workspace, provider, model, endpoint, approval policy, trust
@@ -101,6 +105,8 @@ class Chat(ChatPrompts):
         self.client.on_reconnect(lambda _client: self.line("(reconnected)"))
         self.agents = SubAgents(self.client, self.note)
         self.spawn(self.agents.watch())
+        self.tasks = Tasks(self.client, self.note)
+        self.spawn(self.tasks.watch())
         handled_sigint = True
         try:
             loop.add_signal_handler(signal.SIGINT, self.on_sigint)
@@ -263,6 +269,8 @@ class Chat(ChatPrompts):
             await self.new_thread()
         elif name == "/agents" and self.agents is not None:
             await self.agents.show()
+        elif name == "/tasks" and self.tasks is not None:
+            await self.tasks.command(rest)
         elif name in ("/model", "/status", "/grants", "/revoke"):
             await self.settings_command(name, rest)
         elif name == "/show":
