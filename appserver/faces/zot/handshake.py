@@ -17,9 +17,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from appserver import __version__
-from appserver.providers import known_model, resolve_settings
-from appserver.storage.user_settings import load_user_settings
-from appserver.storage.workspace_config import load_workspace_config
 from appserver.transport.early import compact, load_object, plain_id
 
 PROTOCOL_VERSION = 1
@@ -61,6 +58,8 @@ def settled_model(
 ) -> tuple[str, str] | None:
     """(provider, model) when the settings give the same whether or not the
     workspace is trusted and the model is known, else ``None``."""
+    from appserver.providers import known_model, resolve_settings
+
     chosen = set()
     for trusted in (True, False):
         try:
@@ -80,6 +79,10 @@ def early_answer(
     args: argparse.Namespace, provider_options: dict[str, Any]
 ) -> Callable[[bytes], str | None] | None:
     """The early answer to a first ``hello``, when it can be known now."""
+    # Imported here: the command line imports this module (`rpc --help` needs none of them).
+    from appserver.storage.user_settings import load_user_settings
+    from appserver.storage.workspace_config import load_workspace_config
+
     workspace = args.workspace.resolve()
     workspace_config = load_workspace_config(workspace / ".craft")
     chosen = settled_model(provider_options, workspace_config, load_user_settings(workspace))
