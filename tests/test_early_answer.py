@@ -185,3 +185,18 @@ def test_the_qwen_face_answers_initialize_early(tmp_path: Path) -> None:
     assert heavy_modules(door.modules) == []
     assert door.stdout[0].replace('"request_id":"1"', '"request_id":"2"') == door.stdout[1]
     assert "ERROR" not in door.stderr
+
+
+def test_zot_answers_hello_early_when_the_model_is_known(tmp_path: Path) -> None:
+    """The early ``hello`` is the one the face gives a second ``hello`` itself."""
+    from appserver.providers import ProviderSettings, known_model, make_provider
+
+    for settings in (ProviderSettings(provider="offline"),
+                     ProviderSettings(provider="openai", model="m", api_key="k")):  # fmt: skip
+        assert known_model(settings) == make_provider(settings).default_model
+    lines = [json.dumps({"id": request_id, "type": "hello"}) for request_id in ("1", "2")]
+    door = run_door("main", ["rpc", "--workspace", str(tmp_path)], lines, tmp_path)
+    assert door.modules is not None, "no early answer"
+    assert heavy_modules(door.modules) == []
+    assert door.stdout[0].replace('"id":"1"', '"id":"2"') == door.stdout[1]
+    assert "ERROR" not in door.stderr

@@ -323,6 +323,14 @@ def _number(value: Any, what: str, default: float) -> float:
         raise ValueError(f"{what} must be a number, got {value!r}") from None
 
 
+def known_model(settings: ProviderSettings) -> str | None:
+    """The model a provider built from ``settings`` uses by default, when that is
+    known without building it: the configured one, or the offline model's."""
+    if settings.model:
+        return settings.model
+    return "offline" if settings.provider == "offline" else None
+
+
 def make_provider(settings: ProviderSettings) -> Provider:
     """Build the provider ``settings`` describe (no network access happens here)."""
     if settings.provider == "openai":

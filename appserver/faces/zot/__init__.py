@@ -40,5 +40,6 @@ and the worker) and ``command`` (flags and ``main``).
 """
 
 from appserver.faces.zot.command import add_arguments, main
+from appserver.faces.zot.handshake import early_answer  # hello before the face is built
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "early_answer", "main"]

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from appserver.faces.common import add_backlog_argument, positive_int, system_prompt
+from appserver.faces.zot.handshake import TOKEN_VARIABLES
 
-# zot's variable, and the name its later releases also read.
-TOKEN_VARIABLES = ("ZOTCORE_RPC_TOKEN", "TERVACORE_RPC_TOKEN")
 # zot's tool names, accepted by --tools as well as ours.
 TOOL_ALIASES = {
     "bash": "shell",
@@ -144,7 +143,10 @@ async def main(
                 stdin, stdout, answer, MAX_LINE_BYTES, getattr(args, "early", None)
             )
             return runtime.code
-        transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+        early = getattr(args, "early", None)  # a hello answered before (early_answer)
+        transport = await StdioTransport.open(
+            stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=early
+        )
         return await serve(
             runtime, transport, options, args.approval_policy, token, args.max_client_backlog
         )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from appserver.faces.common import decode_base64, store_image
 from appserver.faces.zot.jobs import Job
-from appserver.faces.zot.wire import BUSY, PROTOCOL_VERSION, Frame
+from appserver.faces.zot.wire import BUSY, Frame
 
 if TYPE_CHECKING:
     from appserver.faces.zot.jobs import Jobs
@@ -50,19 +50,11 @@ class Commands:
         }
 
     async def _hello(self, request_id: str | None, frame: Frame) -> None:
-        from appserver import __version__
+        from appserver.faces.zot.handshake import hello_data
 
         session = self.session
-        await session.respond(
-            request_id,
-            "hello",
-            {
-                "protocol_version": PROTOCOL_VERSION,
-                "version": __version__,
-                "provider": session.runtime.engine.provider.name,
-                "model": session.current_model(),
-            },
-        )
+        provider = session.runtime.engine.provider.name
+        await session.respond(request_id, "hello", hello_data(provider, session.current_model()))
 
     async def _ping(self, request_id: str | None, frame: Frame) -> None:
         await self.session.respond(request_id, "ping", {"pong": True})

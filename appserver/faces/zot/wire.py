@@ -12,14 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from appserver.faces.zot.handshake import PROTOCOL_VERSION
 from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.transport.outbox import text_merger
+
+__all__ = ["PROTOCOL_VERSION"]  # and the frames below
 
 if TYPE_CHECKING:
     from appserver.providers.base import Message
     from appserver.storage.records import ItemRecord
 
-PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 16 * 1024 * 1024  # zot's scanner limit
 AUTH_REQUIRED = "auth required: send hello with token first"
 BUSY = "agent is busy"
