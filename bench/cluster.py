@@ -8,7 +8,13 @@ Prints two tables:
    from ``turn/start`` until the last subscriber saw ``turn/completed``). For
    one node on SQLite (the embedded default), one node on PostgreSQL and three
    nodes on PostgreSQL. Median of ``--runs``.
-2. Cross-node latency: a paced turn (``--pace-ms`` between deltas) watched by
+2. Burst: ``--threads`` clients spread round-robin over the nodes each start
+   a thread and run ``--turns`` short offline turns on it one after another,
+   all clients at once; turns per second (all turns over the wall time) and
+   p95 turn latency (``turn/start`` sent -> its ``turn/completed``), for the
+   same three set-ups, and each rate as a share of one SQLite node's. Median of
+   ``--runs`` bursts (each client on a fresh thread per burst).
+3. Cross-node latency: a paced turn (``--pace-ms`` between deltas) watched by
    one subscriber on node A, where the turn runs, and one on node B; for each
    delta, B's arrival minus A's. Median and p95.
 
@@ -203,6 +209,48 @@ async def delivery(label: str, node_count: int, store: str | None, args: Any) ->
         shutil.rmtree(workspace, ignore_errors=True)
 
 
+async def burst(label: str, node_count: int, store: str | None, args: Any) -> dict[str, Any]:
+    """Every client runs its turns on its own thread, all clients at once."""
+    workspace = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    try:
+        async with nodes(node_count, workspace, store) as urls:
+            clients = await open_subs(urls, args.threads)
+            latencies: list[float] = []
+
+            async def run(client: Sub, turns: int) -> None:
+                thread = await client.call(
+                    "thread/start", {"identity": {"channelName": "bench", "userId": "b"}}
+                )
+                thread_id = thread["thread"]["id"]
+                for _ in range(turns):
+                    client.reset()
+                    started = time.perf_counter()
+                    await client.call(
+                        "turn/start",
+                        {"threadId": thread_id, "input": [{"type": "text", "text": "hello"}]},
+                    )
+                    await asyncio.wait_for(client.done.wait(), 120)
+                    latencies.append(time.perf_counter() - started)
+
+            await asyncio.gather(*(run(client, 1) for client in clients))  # warm-up
+            rates, p95s = [], []
+            for _ in range(args.runs):
+                latencies.clear()
+                started = time.perf_counter()
+                await asyncio.gather(*(run(client, args.turns) for client in clients))
+                rates.append(len(latencies) / (time.perf_counter() - started))
+                p95s.append(percentile(latencies, 95))
+            for client in clients:
+                await client.ws.close()
+            return {
+                "label": label,
+                "rate": statistics.median(rates),
+                "p95": statistics.median(p95s),
+            }
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
 async def latency(store: str, args: Any) -> dict[str, float]:
     workspace = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
@@ -233,6 +281,14 @@ async def main(args: Any) -> None:
         single_pg = await cluster.create_database()
         three_pg = await cluster.create_database()
         latency_pg = await cluster.create_database()
+        bursts = [
+            await burst("1 node, SQLite", 1, None, args),
+            await burst("1 node, PostgreSQL", 1, await cluster.create_database(), args),
+            await burst("3 nodes, PostgreSQL", 3, await cluster.create_database(), args),
+        ]
+        if args.burst_only:
+            print_bursts(bursts, args)
+            return
         results = [
             await delivery("1 node, SQLite", 1, None, args),
             await delivery("1 node, PostgreSQL", 1, single_pg, args),
@@ -248,11 +304,26 @@ async def main(args: Any) -> None:
         print(
             f"{row['label']:<22} {row['rate']:>16,.0f} {row['seconds']:>9.2f} {row['per_turn']:>9,}"
         )
+    print_bursts(bursts, args)
     print(
         f"\nCross-node latency (B's arrival minus A's), {int(cross['n'])} deltas "
         f"paced {args.pace_ms} ms apart: median {cross['median'] * 1000:.2f} ms, "
         f"p95 {cross['p95'] * 1000:.2f} ms"
     )
+
+
+def print_bursts(bursts: list[dict[str, Any]], args: Any) -> None:
+    print(
+        f"\nBurst: {args.threads} threads at once, {args.turns} short offline turns each "
+        f"(one after another on its thread), median of {args.runs} bursts"
+    )
+    print(f"{'setup':<22} {'turns/s':>9} {'p95 turn (ms)':>14} {'share of SQLite':>16}")
+    floor = bursts[0]["rate"]
+    for row in bursts:
+        print(
+            f"{row['label']:<22} {row['rate']:>9.1f} {row['p95'] * 1000:>14.1f}"
+            f" {row['rate'] / floor:>15.0%}"
+        )
 
 
 if __name__ == "__main__":
@@ -261,5 +332,8 @@ if __name__ == "__main__":
     parser.add_argument("--deltas", type=int, default=500)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--paced-deltas", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=20)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--burst-only", action="store_true", help="only the burst table")
     parser.add_argument("--pace-ms", type=int, default=5)
     asyncio.run(main(parser.parse_args()))

@@ -38,6 +38,41 @@ LOCK_CONNECTIONS = 4  # queue changes of this many threads at once per node
 COMMANDS_CHANNEL = "appserver_commands"
 RECONNECT_DELAY = 0.5
 
+# One append in one statement (ClusterStore.append): the turn's owner checked
+# (and its row locked against a takeover), the thread's seqs taken (its row
+# locked until commit, so a thread's seqs commit in order), the events stored
+# and announced. Nothing is written when another node owns the turn ($2) or
+# the thread is gone. Params: thread, turn, node, how many events, then one
+# array per stored event's column, each one's place among the events, and
+# whether any is a broadcast.
+APPEND_SQL = f"""
+WITH owner AS (
+    SELECT node_id FROM turns WHERE thread_id = $1 AND id = $2 FOR UPDATE
+), allowed AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM owner WHERE node_id IS NOT NULL AND node_id <> $3
+    ) AS ok
+), bumped AS (
+    UPDATE threads SET last_seq = last_seq + $4 FROM allowed
+    WHERE id = $1 AND allowed.ok RETURNING last_seq
+), stored AS (
+    INSERT INTO thread_events
+        (thread_id, seq, method, topic, params_json, created_at, stream, node_id, broadcast)
+    SELECT $1, bumped.last_seq - $4 + entry.place, entry.method, entry.topic,
+        entry.params_json, entry.created_at, entry.stream, $3, entry.broadcast
+    FROM bumped, unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+        $10::boolean[], $11::int[]) AS entry
+        (method, topic, params_json, created_at, stream, broadcast, place)
+), announced AS (
+    SELECT pg_notify('{EVENTS_CHANNEL}',
+        json_build_array($1::text, bumped.last_seq - $4 + 1, bumped.last_seq, $3::text,
+            $12::boolean)::text)
+    FROM bumped
+)
+SELECT allowed.ok, bumped.last_seq, (SELECT count(*) FROM announced)
+FROM allowed LEFT JOIN bumped ON true
+"""
+
 
 class ClusterStore:
     """The shared event log, node heartbeats, turn leases and commands
@@ -89,63 +124,34 @@ class ClusterStore:
         statements: Sequence[tuple[str, Sequence[Any]]],
         turn_id: str | None,
     ) -> int | None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            if turn_id is not None:
-                owner = await conn.fetchrow(
-                    "SELECT node_id FROM turns WHERE thread_id = $1 AND id = $2 FOR UPDATE",
-                    thread_id,
-                    turn_id,
-                )
-                if owner is not None and owner[0] not in (None, self.node_id):
-                    raise TurnTakenOver(f"turn {turn_id} of {thread_id} is run by {owner[0]}")
-            last = await conn.fetchval(
-                "UPDATE threads SET last_seq = last_seq + $2 WHERE id = $1 RETURNING last_seq",
-                thread_id,
-                len(entries),
-            )
-            if last is None:
-                return None
-            first = last - len(entries) + 1
-            rows = [
-                (
-                    thread_id,
-                    first + index,
-                    entry.method,
-                    entry.topic,
-                    entry.params_json,
-                    entry.created_at,
-                    entry.stream,
-                    self.node_id,
-                    entry.broadcast,
-                )
-                for index, entry in enumerate(entries)
-                if entry.stored
-            ]
-            if rows:
-                await conn.copy_records_to_table(
-                    "thread_events",
-                    records=rows,
-                    columns=(
-                        "thread_id",
-                        "seq",
-                        "method",
-                        "topic",
-                        "params_json",
-                        "created_at",
-                        "stream",
-                        "node_id",
-                        "broadcast",
-                    ),
-                )
-            for sql, args in statements:
-                await conn.execute(translate(sql), *args)
-            broadcast = any(entry.broadcast for entry in entries)
-            await conn.execute(
-                "SELECT pg_notify($1, $2)",
-                EVENTS_CHANNEL,
-                json.dumps([thread_id, first, last, self.node_id, broadcast]),
-            )
-        return int(last)
+        stored = [entry for entry in entries if entry.stored]
+        args = (
+            thread_id,
+            turn_id,
+            self.node_id,
+            len(entries),
+            [entry.method for entry in stored],
+            [entry.topic for entry in stored],
+            [entry.params_json for entry in stored],
+            [entry.created_at for entry in stored],
+            [entry.stream for entry in stored],
+            [entry.broadcast for entry in stored],
+            [index + 1 for index, entry in enumerate(entries) if entry.stored],
+            any(entry.broadcast for entry in entries),
+        )
+        async with self.pool.acquire() as conn:
+            if not statements:
+                # One statement is its own transaction: a delta batch costs one round trip.
+                row = await conn.fetchrow(APPEND_SQL, *args)
+            else:
+                async with conn.transaction():
+                    row = await conn.fetchrow(APPEND_SQL, *args)
+                    if row is not None and row[0] and row[1] is not None:
+                        for sql, statement_args in statements:
+                            await conn.execute(translate(sql), *statement_args)
+        if row is None or not row[0]:
+            raise TurnTakenOver(f"turn {turn_id} of {thread_id} is run by another node")
+        return None if row[1] is None else int(row[1])
 
     async def events_after(
         self, thread_id: str, after_seq: int, limit: int = 1000
