@@ -11,8 +11,9 @@ only ``(thread, first, last, node, broadcast)``; the log holds the payloads,
 so nothing depends on NOTIFY's size limit or on a listener being up.
 
 Deltas are queued and written by one flusher task per thread, many to a
-transaction; a lifecycle event waits for its own commit (it is durable
-before anyone sees it, as on one node).
+transaction, with the lifecycle event queued after them if any; a lifecycle
+event waits for its own commit (it is durable before anyone sees it, as on
+one node).
 """
 
 from __future__ import annotations
@@ -190,21 +191,25 @@ class SharedLog:
     async def _flush(self, thread_id: str, feed: _ThreadFeed) -> None:
         try:
             while feed.queue:
-                # A lifecycle event goes alone (its rows may be refused);
-                # the deltas before it go together.
-                first = feed.queue[0]
-                if first.done is not None:
-                    batch = [feed.queue.pop(0)]
-                else:
-                    count = next(
-                        (i for i, p in enumerate(feed.queue) if p.done is not None),
-                        len(feed.queue),
-                    )
-                    batch, feed.queue[:count] = feed.queue[:count], []
+                # The deltas queued go together with the first lifecycle event
+                # after them (an item's last deltas and its item/completed are
+                # one commit); lifecycle events never share one, as each one's
+                # rows may be refused.
+                count = next(
+                    (i + 1 for i, p in enumerate(feed.queue) if p.done is not None),
+                    len(feed.queue),
+                )
+                batch, feed.queue[:count] = feed.queue[:count], []
+                if len({p.turn_id for p in batch if p.turn_id is not None}) > 1:
+                    feed.queue.insert(0, batch.pop())  # one owner check per commit
                 # Shielded: a caller waits for each lifecycle event, so a batch
                 # once taken is written even while the server shuts down.
                 with anyio.CancelScope(shield=True):
-                    await self._commit(thread_id, feed, batch)
+                    if not await self._commit(thread_id, feed, batch) and len(batch) > 1:
+                        # Refused with the lifecycle event's rows: the deltas
+                        # alone, then the event alone, for its own answer.
+                        for part in (batch[:-1], batch[-1:]):
+                            await self._commit(thread_id, feed, part)
         finally:
             feed.flushing = False
             if feed.queue:  # cancelled between batches: nothing will write these
@@ -218,7 +223,10 @@ class SharedLog:
             if pending.done is not None:
                 pending.done.set()
 
-    async def _commit(self, thread_id: str, feed: _ThreadFeed, batch: list[_Pending]) -> None:
+    async def _commit(self, thread_id: str, feed: _ThreadFeed, batch: list[_Pending]) -> bool:
+        """Store, announce and deliver ``batch``; ``False`` if refused, with
+        its events failed, except a batch of deltas and a lifecycle event,
+        which is left to the caller to split (nothing of it was stored)."""
         entries = [
             LogEntry(
                 method=p.event.kind,
@@ -246,10 +254,12 @@ class SharedLog:
                     feed.delivered = last - len(batch)
                     feed.followed_from = feed.delivered + 1
         except Exception as exc:
+            if len(batch) > 1 and batch[-1].done is not None:
+                return False
             self._fail(batch, exc)
             if not any(p.done is not None for p in batch):
                 log.warning("lost %d delta(s) of %s: %s", len(batch), thread_id, exc)
-            return
+            return False
         try:
             await self.pump(thread_id)
         except Exception:
@@ -259,6 +269,7 @@ class SharedLog:
             for pending in batch:
                 if pending.done is not None:
                     pending.done.set()
+        return True
 
     # --- delivering ---------------------------------------------------------------------
 

@@ -199,3 +199,19 @@ async def test_old_deltas_of_completed_items_are_pruned(postgres_url: str) -> No
         assert [row[0] for row in rows] == [2, 3]  # recent, and still streaming
     finally:
         await db.close()
+
+
+async def test_a_connection_released_mid_transaction_comes_back_clean(postgres_url: str) -> None:
+    """The pool's reset is ours (one round trip fewer per release): it still
+    rolls back what a holder left open."""
+    db = await PostgresDatabase.open(postgres_url, min_size=1, max_size=1)
+    try:
+        async with db.pool.acquire() as conn:
+            await conn.execute("BEGIN")
+            await conn.execute("CREATE TABLE left_open (n INT)")
+        async with db.pool.acquire() as conn:
+            assert not conn.is_in_transaction()
+            missing = await conn.fetchval("SELECT to_regclass('left_open')")
+            assert missing is None
+    finally:
+        await db.close()

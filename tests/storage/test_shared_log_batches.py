@@ -1,0 +1,143 @@
+"""The shared log's commits on a real PostgreSQL (issue 32): an item's last
+deltas go in one commit with the lifecycle event after them, and when that
+event's rows are refused the deltas are stored and delivered all the same."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from appserver.runtime.events import Event, Participant
+from appserver.runtime.shared_log import SharedLog
+from appserver.storage.cluster import ClusterStore
+from appserver.storage.postgres import PostgresDatabase
+
+NOW = "2026-01-01T00:00:00.000Z"
+
+
+class CountingStore(ClusterStore):
+    """A node's store that counts its appends (one per commit)."""
+
+    appends = 0
+
+    async def append(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.appends += 1
+        return await super().append(*args, **kwargs)
+
+
+@asynccontextmanager
+async def shared_log(
+    postgres_url: str,
+) -> AsyncIterator[tuple[SharedLog, CountingStore, list[Event]]]:
+    db = await PostgresDatabase.open(postgres_url)
+    delivered: list[Event] = []
+
+    def deliver(
+        event: Event, _b: bool, _i: Iterable[Participant], _e: Iterable[Participant]
+    ) -> None:
+        delivered.append(event)
+
+    locks: dict[str, anyio.Lock] = {}
+    store = CountingStore(db, "node-a")
+    log = SharedLog(
+        store, deliver, lambda t: locks.setdefault(t, anyio.Lock()), lambda _t: frozenset()
+    )
+    try:
+        await db.write(
+            [
+                (
+                    "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
+                    " origin_channel, status, created_at, last_active_at)"
+                    " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
+                    (NOW, NOW),
+                ),
+                (
+                    "INSERT INTO turns (thread_id, id, seq, status, started_at, node_id)"
+                    " VALUES ('t1', 'turn_001', 1, 'running', ?, 'node-a')",
+                    (NOW,),
+                ),
+            ]
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(log.run)
+            yield log, store, delivered
+            tg.cancel_scope.cancel()
+    finally:
+        await store.close()
+        await db.close()
+
+
+def delta(text: str) -> Event:
+    return Event(
+        "item/agentMessage/delta",
+        None,
+        thread_id="t1",
+        stream="i1",
+        params_json=f'{{"turnId": "turn_001", "delta": "{text}"}}',
+    )
+
+
+def completed() -> Event:
+    return Event("item/completed", None, thread_id="t1", params_json='{"turnId": "turn_001"}')
+
+
+async def queue_deltas(log: SharedLog, count: int) -> None:
+    for index in range(count):
+        await log.append_delta(delta(str(index)), NOW, (), "turn_001")
+
+
+async def test_the_last_deltas_and_the_item_completed_are_one_commit(postgres_url: str) -> None:
+    async with shared_log(postgres_url) as (log, store, delivered):
+        await queue_deltas(log, 3)  # queued in one tick: the flusher has not run yet
+        seq = await log.append(
+            completed(),
+            NOW,
+            broadcast=False,
+            include=(),
+            exclude=(),
+            statements=(),
+            turn_id="turn_001",
+        )
+        assert seq == 4
+        assert store.appends == 1
+        assert [event.seq for event in delivered] == [1, 2, 3, 4]
+        assert [row.seq for row in await store.events_after("t1", 0)] == [1, 2, 3, 4]
+
+
+async def test_refused_rows_of_the_event_leave_the_deltas_stored(postgres_url: str) -> None:
+    async with shared_log(postgres_url) as (log, store, delivered):
+        await queue_deltas(log, 3)
+        duplicate = (
+            "INSERT INTO turns (thread_id, id, seq, status, started_at)"
+            " VALUES (?, ?, 1, 'running', ?)",
+            ("t1", "turn_001", NOW),
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            await log.append(
+                completed(),
+                NOW,
+                broadcast=False,
+                include=(),
+                exclude=(),
+                statements=[duplicate],
+                turn_id="turn_001",
+            )
+        assert [event.seq for event in delivered] == [1, 2, 3]
+        assert [row.seq for row in await store.events_after("t1", 0)] == [1, 2, 3]
+        # The next event follows on: no seq was spent on the refused one.
+        assert (
+            await log.append(
+                completed(),
+                NOW,
+                broadcast=False,
+                include=(),
+                exclude=(),
+                statements=(),
+                turn_id="turn_001",
+            )
+            == 4
+        )
