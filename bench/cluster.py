@@ -12,8 +12,9 @@ Prints two tables:
    a thread and run ``--turns`` short offline turns on it one after another,
    all clients at once; turns per second (all turns over the wall time) and
    p95 turn latency (``turn/start`` sent -> its ``turn/completed``), for the
-   same three set-ups, and each rate as a share of one SQLite node's. Median of
-   ``--runs`` bursts (each client on a fresh thread per burst).
+   same three set-ups, all kept up and taking turns burst by burst, and each
+   rate as a share of one SQLite node's. Median of ``--runs`` bursts (each
+   client on a fresh thread per burst).
 3. Cross-node latency: a paced turn (``--pace-ms`` between deltas) watched by
    one subscriber on node A, where the turn runs, and one on node B; for each
    delta, B's arrival minus A's. Median and p95.
@@ -209,46 +210,68 @@ async def delivery(label: str, node_count: int, store: str | None, args: Any) ->
         shutil.rmtree(workspace, ignore_errors=True)
 
 
-async def burst(label: str, node_count: int, store: str | None, args: Any) -> dict[str, Any]:
-    """Every client runs its turns on its own thread, all clients at once."""
-    workspace = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
-    try:
-        async with nodes(node_count, workspace, store) as urls:
-            clients = await open_subs(urls, args.threads)
-            latencies: list[float] = []
+class BurstSetup:
+    """One set-up's nodes and clients, kept up while the set-ups take turns."""
 
-            async def run(client: Sub, turns: int) -> None:
-                thread = await client.call(
-                    "thread/start", {"identity": {"channelName": "bench", "userId": "b"}}
-                )
-                thread_id = thread["thread"]["id"]
-                for _ in range(turns):
-                    client.reset()
-                    started = time.perf_counter()
-                    await client.call(
-                        "turn/start",
-                        {"threadId": thread_id, "input": [{"type": "text", "text": "hello"}]},
-                    )
-                    await asyncio.wait_for(client.done.wait(), 120)
-                    latencies.append(time.perf_counter() - started)
+    def __init__(self, label: str, clients: list[Sub]) -> None:
+        self.label = label
+        self.clients = clients
+        self.rates: list[float] = []
+        self.p95s: list[float] = []
 
-            await asyncio.gather(*(run(client, 1) for client in clients))  # warm-up
-            rates, p95s = [], []
-            for _ in range(args.runs):
-                latencies.clear()
+    async def burst(self, turns: int) -> None:
+        """Every client runs ``turns`` turns on a fresh thread of its own, all at once."""
+        latencies: list[float] = []
+
+        async def run(client: Sub) -> None:
+            thread = await client.call(
+                "thread/start", {"identity": {"channelName": "bench", "userId": "b"}}
+            )
+            thread_id = thread["thread"]["id"]
+            for _ in range(turns):
+                client.reset()
                 started = time.perf_counter()
-                await asyncio.gather(*(run(client, args.turns) for client in clients))
-                rates.append(len(latencies) / (time.perf_counter() - started))
-                p95s.append(percentile(latencies, 95))
-            for client in clients:
+                await client.call(
+                    "turn/start",
+                    {"threadId": thread_id, "input": [{"type": "text", "text": "hello"}]},
+                )
+                await asyncio.wait_for(client.done.wait(), 120)
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(run(client) for client in self.clients))
+        self.rates.append(len(latencies) / (time.perf_counter() - started))
+        self.p95s.append(percentile(latencies, 95))
+
+
+async def bursts(setups: list[tuple[str, int, str | None]], args: Any) -> list[dict[str, Any]]:
+    """Bring every set-up up, then run their bursts in turn (A B C A B C ...),
+    so a machine that slows down mid-run slows each set-up alike."""
+    async with contextlib.AsyncExitStack() as stack:
+        kept: list[BurstSetup] = []
+        for label, node_count, store in setups:
+            workspace = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+            stack.callback(shutil.rmtree, workspace, True)
+            urls = await stack.enter_async_context(nodes(node_count, workspace, store))
+            setup = BurstSetup(label, await open_subs(urls, args.threads))
+            await setup.burst(1)  # warm-up
+            setup.rates.clear()
+            setup.p95s.clear()
+            kept.append(setup)
+        for _ in range(args.runs):
+            for setup in kept:
+                await setup.burst(args.turns)
+        for setup in kept:
+            for client in setup.clients:
                 await client.ws.close()
-            return {
-                "label": label,
-                "rate": statistics.median(rates),
-                "p95": statistics.median(p95s),
+        return [
+            {
+                "label": setup.label,
+                "rate": statistics.median(setup.rates),
+                "p95": statistics.median(setup.p95s),
             }
-    finally:
-        shutil.rmtree(workspace, ignore_errors=True)
+            for setup in kept
+        ]
 
 
 async def latency(store: str, args: Any) -> dict[str, float]:
@@ -281,13 +304,16 @@ async def main(args: Any) -> None:
         single_pg = await cluster.create_database()
         three_pg = await cluster.create_database()
         latency_pg = await cluster.create_database()
-        bursts = [
-            await burst("1 node, SQLite", 1, None, args),
-            await burst("1 node, PostgreSQL", 1, await cluster.create_database(), args),
-            await burst("3 nodes, PostgreSQL", 3, await cluster.create_database(), args),
-        ]
+        burst_rows = await bursts(
+            [
+                ("1 node, SQLite", 1, None),
+                ("1 node, PostgreSQL", 1, await cluster.create_database()),
+                ("3 nodes, PostgreSQL", 3, await cluster.create_database()),
+            ],
+            args,
+        )
         if args.burst_only:
-            print_bursts(bursts, args)
+            print_bursts(burst_rows, args)
             return
         results = [
             await delivery("1 node, SQLite", 1, None, args),
@@ -304,7 +330,7 @@ async def main(args: Any) -> None:
         print(
             f"{row['label']:<22} {row['rate']:>16,.0f} {row['seconds']:>9.2f} {row['per_turn']:>9,}"
         )
-    print_bursts(bursts, args)
+    print_bursts(burst_rows, args)
     print(
         f"\nCross-node latency (B's arrival minus A's), {int(cross['n'])} deltas "
         f"paced {args.pace_ms} ms apart: median {cross['median'] * 1000:.2f} ms, "
@@ -312,14 +338,14 @@ async def main(args: Any) -> None:
     )
 
 
-def print_bursts(bursts: list[dict[str, Any]], args: Any) -> None:
+def print_bursts(rows: list[dict[str, Any]], args: Any) -> None:
     print(
         f"\nBurst: {args.threads} threads at once, {args.turns} short offline turns each "
-        f"(one after another on its thread), median of {args.runs} bursts"
+        f"(one after another on its thread), median of {args.runs} bursts, set-ups in turn"
     )
     print(f"{'setup':<22} {'turns/s':>9} {'p95 turn (ms)':>14} {'share of SQLite':>16}")
-    floor = bursts[0]["rate"]
-    for row in bursts:
+    floor = rows[0]["rate"]
+    for row in rows:
         print(
             f"{row['label']:<22} {row['rate']:>9.1f} {row['p95'] * 1000:>14.1f}"
             f" {row['rate'] / floor:>15.0%}"
@@ -330,7 +356,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--deltas", type=int, default=500)
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--paced-deltas", type=int, default=200)
     parser.add_argument("--threads", type=int, default=20)
     parser.add_argument("--turns", type=int, default=3)
