@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 
 from appserver.protocol import turns as turn_wire
+from appserver.protocol.ids import iso_ago
 from appserver.providers.base import Message
 from appserver.runtime.errors import ThreadNotFound
 from appserver.runtime.threads import NewThread, Threads
@@ -102,8 +102,7 @@ class HelperThreads:
         """Delete the helper threads a dead process left behind (idle past
         :data:`STALE_SECONDS` and running nowhere)."""
         self._swept = True
-        cutoff = datetime.now(UTC) - timedelta(seconds=STALE_SECONDS)
-        before = cutoff.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        before = iso_ago(STALE_SECONDS)
         for thread_id in await self.threads.repo.stale_internal_threads(before):
             if not await self.threads.running_anywhere(thread_id):
                 await self._delete(thread_id)

@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 import anyio.abc
 
+from appserver.protocol.ids import iso_at
+
 
 @dataclass(frozen=True)
 class LogEntry:
@@ -42,7 +44,7 @@ class SharedEvent:
 
 def iso_time(seconds: float) -> str:
     """Unix ``seconds`` as the events' ``created_at`` text (UTC, milliseconds)."""
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return iso_at(datetime.fromtimestamp(seconds, UTC))
 
 
 class TurnTakenOver(RuntimeError):

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 import aiosqlite
 import anyio
@@ -288,7 +288,17 @@ class SqliteDatabase(Database):
         its caller) never undoes another. Once queued, a write is carried out
         even if its caller is cancelled, like a shielded transaction.
         """
-        write = _Write(statements)
+        await self._grouped(_Write(statements))
+
+    async def run_transaction(self, work: Callable[..., _T], *args: Any) -> _T:
+        """``work(connection, *args)`` in a transaction, on the database thread;
+        grouped with concurrent writes as :meth:`write` is (its own savepoint:
+        what it raises undoes only its own statements)."""
+        write = _Write((), work, args)
+        await self._grouped(write)
+        return cast(_T, write.result)
+
+    async def _grouped(self, write: _Write) -> None:
         self._writes.append(write)
         if self._committing:
             await write.done.wait()
@@ -318,19 +328,6 @@ class SqliteDatabase(Database):
         for write, error in zip(batch, errors, strict=True):
             write.error = error
             write.done.set()
-
-    async def run_transaction(self, work: Callable[..., _T], *args: Any) -> _T:
-        """``work(connection, *args)`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT``,
-        in one trip to the database thread (shielded, as :meth:`write` is)."""
-        with anyio.CancelScope(shield=True):
-            async with self._write_lock:
-                try:
-                    result: _T = await self.conn._execute(  # type: ignore[no-untyped-call]
-                        _in_transaction, self.conn._conn, work, args
-                    )
-                finally:
-                    self.generation += 1
-        return result
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         """All rows of a read, in one trip to the database thread."""
@@ -377,14 +374,23 @@ class _SqliteTransaction:
 
 
 class _Write:
-    """Statements of one :meth:`Database.write`, and how it ended."""
+    """Statements of one :meth:`Database.write` (or the work of one
+    :meth:`SqliteDatabase.run_transaction`), and how it ended."""
 
-    __slots__ = ("done", "error", "statements")
+    __slots__ = ("args", "done", "error", "result", "statements", "work")
 
-    def __init__(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    def __init__(
+        self,
+        statements: Sequence[tuple[str, Sequence[Any]]],
+        work: Callable[..., Any] | None = None,
+        args: Sequence[Any] = (),
+    ) -> None:
         self.statements = statements
+        self.work = work
+        self.args = args
         self.done = anyio.Event()
         self.error: BaseException | None = None
+        self.result: Any = None
 
 
 def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseException | None]:
@@ -397,6 +403,8 @@ def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseExcep
             try:
                 for sql, args in write.statements:
                     conn.execute(sql, args)
+                if write.work is not None:
+                    write.result = write.work(conn, *write.args)
             except Exception as exc:
                 conn.execute("ROLLBACK TO write")
                 errors.append(exc)
@@ -409,17 +417,6 @@ def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseExcep
             conn.execute("ROLLBACK")
         raise
     return errors
-
-
-def _in_transaction(conn: sqlite3.Connection, work: Callable[..., _T], args: Any) -> _T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = work(conn, *args)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
 
 
 def split_sql(script: str) -> list[str]:

@@ -224,6 +224,14 @@ async def test_another_node_sees_and_closes_a_child(workspace: Path, postgres_ur
                 ),
                 3,
             )
+            # B takes the child's runtime flags from A's broadcast, once it has read it.
+            await on_b.wait(
+                lambda m: (
+                    m.get("method") == "thread/runtimeChanged"
+                    and m["params"]["threadId"] == child
+                    and m["params"]["runtime"]["running"]
+                )
+            )
             listed = await on_b.request("subagent/children/list", {"parentThreadId": parent})
             assert [entry["edge"]["childThreadId"] for entry in listed["data"]] == [child]
             read = await on_b.request("thread/read", {"threadId": parent})

@@ -142,7 +142,7 @@ async def test_an_orphaned_turn_is_claimed_by_one_sweeper(postgres_url: str) -> 
         for sweeper in sweepers:
             await sweeper.join("/w")  # live nodes, sweeping at once
         claims = await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers))
-        assert sorted(len(claim) for claim in claims) == [0, 0, 0, 1]
+        assert sorted(len(claim) for claim in claims) == [0, 0, 0, 1], claims
         # The claimer is alive: its turn is not claimed again.
         assert not any(await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers)))
         for sweeper in sweepers:

@@ -158,6 +158,40 @@ async def test_concurrent_writes_share_a_commit_and_fail_alone(tmp_path: Path) -
         await db.close()
 
 
+async def test_transactions_share_the_writes_commit_and_fail_alone(tmp_path: Path) -> None:
+    """run_transaction (the shared event log's append) joins the grouped commit:
+    each work returns its own result, and one that raises undoes only itself."""
+    db = await Database.open(tmp_path / "app.db")
+    try:
+        await db.write([("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT NOT NULL)", ())])
+        generation = db.generation
+        results: dict[int, object] = {}
+
+        def work(conn: sqlite3.Connection, index: int) -> int:
+            conn.execute("INSERT INTO notes (id, body) VALUES (?, 'first')", (index * 10,))
+            if index == 3:
+                raise LookupError("refused")
+            return int(conn.execute("SELECT count(*) FROM notes").fetchone()[0])
+
+        async def run(index: int) -> None:
+            try:
+                results[index] = await db.run_transaction(work, index)
+            except LookupError as exc:
+                results[index] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(db.write, [("INSERT INTO notes (id, body) VALUES (1, 'w')", ())])
+            for index in range(6):
+                tg.start_soon(run, index)
+        assert db.generation - generation == 2  # the first alone, the six behind it together
+        assert isinstance(results.pop(3), LookupError)
+        assert sorted(results) == [0, 1, 2, 4, 5]
+        ids = [row[0] for row in await db.fetch("SELECT id FROM notes ORDER BY id")]
+        assert ids == [0, 1, 10, 20, 40, 50]
+    finally:
+        await db.close()
+
+
 async def test_a_write_is_committed_even_if_its_caller_is_cancelled(tmp_path: Path) -> None:
     db = await Database.open(tmp_path / "app.db")
     try:

@@ -28,6 +28,7 @@ from appserver.faces.zene.wire import (
     response,
     token_usage,
 )
+from appserver.protocol.ids import iso_ago
 
 if TYPE_CHECKING:
     from appserver.faces.seat import Seat
@@ -48,17 +49,9 @@ _TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 RETRY_DELAY = 2.0
 
 
-def _iso_ago(seconds: float) -> str:
-    """``now_iso()`` of ``seconds`` ago (same fixed-width format, so it compares as text)."""
-    from datetime import UTC, datetime, timedelta
-
-    moment = datetime.now(UTC) - timedelta(seconds=seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def _received_iso(request: Request, earlier: float = 0.0) -> str:
     """The wall-clock time ``earlier`` seconds before ``request`` was received."""
-    return _iso_ago(time.monotonic() - request.received + earlier)
+    return iso_ago(time.monotonic() - request.received + earlier)
 
 
 def replay_window(timeout_ms: float, ttl: int) -> float:
@@ -113,7 +106,7 @@ class Conversations:
             # Stamped with when the request came, where the retry window starts.
             received = _received_iso(request)
             await self.faces.store_reply(FACE, reply_key, encode(result), received)
-            await self.faces.forget_replies_before(FACE, _iso_ago(self.ttl))
+            await self.faces.forget_replies_before(FACE, iso_ago(self.ttl))
         return result
 
     async def _replay(self, request: Request, reply_key: str | None) -> dict[str, Any] | None:
