@@ -48,9 +48,9 @@ client-check: $(STAMP)
 	$(BIN)/python -m appserver.protocol.typescript clients/node/src/generated.ts --check
 
 # The Node client's node_modules first: tests/protocol/test_typescript.py compiles with its tsc.
+# Three workers on two cores: a third of the suite's time is waiting on the
+# processes it starts, so two left the cores idle (13.7 min against 9.3).
 pytest: $(STAMP) browser-deps postgres-deps $(NODE_STAMP)
-	# Three workers on two cores: a third of the suite's time is waiting on
-	# processes it starts, so two left the cores idle (13.7 min against 9.3).
 	$(BIN)/pytest -q -n 3
 
 # The web client's tests (tests/transport/test_web_browser.py) drive Debian's chromium with Playwright
