@@ -19,8 +19,10 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pathspec
+if TYPE_CHECKING:  # loaded at the first search, not at start (~25 ms)
+    import pathspec
 
 from appserver.tools.sandbox import STATE_DIR
 
@@ -46,6 +48,8 @@ class _Ignores:
                 continue
         if not lines:
             return self
+        import pathspec
+
         return _Ignores((*self.specs, (relative, pathspec.GitIgnoreSpec.from_lines(lines))))
 
     def ignored(self, relative: str, is_dir: bool) -> bool:
@@ -109,7 +113,11 @@ def _walk(
 
 def glob_spec(glob: str | None) -> pathspec.GitIgnoreSpec | None:
     """``glob`` as ripgrep reads ``--glob`` (gitignore syntax), or ``None``."""
-    return pathspec.GitIgnoreSpec.from_lines([glob]) if glob else None
+    if not glob:
+        return None
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines([glob])
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from urllib.parse import urlsplit
 from appserver import __version__
 from appserver.tools.args import check_keys, require_str
 from appserver.tools.base import ApprovalNeed, ToolContext, ToolError, ToolOutcome, ToolPlan
-from appserver.tools.html_text import html_to_text
 
 FETCH_MAX_BYTES = 2 * 1024 * 1024  # downloaded
 TEXT_MAX_BYTES = 256 * 1024  # kept (the model reads less: runtime.tool_output)
@@ -150,6 +149,8 @@ class WebFetchTool:
         title = ""
         text = decoded
         if html:
+            from appserver.tools.html_text import html_to_text  # html.parser: at first use
+
             title, text = html_to_text(decoded, fetched.url)
         text, text_cut = _cap_text(text, self.max_text_bytes)
         lines = [f"URL: {fetched.url}"]
