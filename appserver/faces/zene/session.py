@@ -40,6 +40,9 @@ log = logging.getLogger("appserver.faces.zene")
 FACE = "zene"
 # After a timeout, how long to wait for the interrupted turn to wind down.
 INTERRUPT_GRACE = 5.0
+# After another process's turn on the session ends, how long its stored reply
+# is waited for (it is stored just after the turn's end) before running anew.
+REPLY_GRACE = 1.0
 
 _TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 
@@ -123,6 +126,28 @@ class Conversations:
         replay["replayed"] = True
         return replay
 
+    async def _replay_after(
+        self, request: Request, reply_key: str | None, thread_id: str
+    ) -> dict[str, Any] | None:
+        """Wait out the turn another client runs on the thread; then the stored
+        reply if that turn was this retry's original. Its process stores the
+        reply just after the turn ends: it gets :data:`REPLY_GRACE` to do so,
+        or a retry would run the request again in that gap."""
+        import anyio
+
+        while await self.runtime.threads.running_anywhere(thread_id):
+            await wait_out_turn(self.runtime, thread_id)
+            replay = await self._replay(request, reply_key)
+            if replay is not None:
+                return replay
+        if reply_key is None:
+            return None
+        with anyio.move_on_after(min(REPLY_GRACE, request.remaining())):
+            while (replay := await self._replay(request, reply_key)) is None:
+                await anyio.sleep(0.02)
+            return replay
+        return None
+
     async def _thread(self, request: Request, seat: Seat) -> str:
         """The session's thread (made and bound on first use, or when gone)."""
         from appserver.runtime.threads import NewThread
@@ -166,8 +191,7 @@ class Conversations:
                     except TurnInProgress:
                         # Someone else runs a turn here (a WebSocket client, or the
                         # original of this retry in another process): wait for it.
-                        await wait_out_turn(runtime, thread_id)
-                        replay = await self._replay(request, reply_key)
+                        replay = await self._replay_after(request, reply_key, thread_id)
                         if replay is not None:
                             return replay
                         continue
