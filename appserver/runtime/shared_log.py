@@ -279,8 +279,11 @@ class SharedLog:
         wanted = broadcast or bool(self._subscribers(thread_id)) or thread_id in self._turn_watchers
         if not wanted and (feed is None or not feed.subscribing):
             if feed is not None:
+                # Announced before and not delivered yet: a pump is on its way
+                # to it (a broadcast), which skipping ahead would lose.
+                pending = feed.delivered is not None and feed.announced > feed.delivered
                 feed.announced = max(feed.announced, last)
-                if feed.delivered is not None and not feed.local and not feed.queue:
+                if feed.delivered is not None and not feed.local and not feed.queue and not pending:
                     # Nobody here follows it: skip ahead, never back.
                     feed.delivered = max(feed.delivered, last)
                 self.drop_idle([thread_id])  # its last awaited notification, maybe
@@ -394,6 +397,8 @@ class SharedLog:
                 or feed.local
                 or feed.flushing
                 or feed.subscribing
+                # announced and not delivered yet: a pump is on its way to it
+                or (feed.delivered is not None and feed.announced > feed.delivered)
                 # read ahead of its notification: keep the feed until that comes,
                 # so it is not taken for one that came late (below followed_from)
                 or feed.remote_seen > feed.announced
