@@ -191,10 +191,8 @@ class SharedLog:
     async def _flush(self, thread_id: str, feed: _ThreadFeed) -> None:
         try:
             while feed.queue:
-                # The deltas queued go together with the first lifecycle event
-                # after them (an item's last deltas and its item/completed are
-                # one commit); lifecycle events never share one, as each one's
-                # rows may be refused.
+                # The deltas queued and the first lifecycle event after them are one
+                # commit; lifecycle events never share one (each one's rows may be refused).
                 count = next(
                     (i + 1 for i, p in enumerate(feed.queue) if p.done is not None),
                     len(feed.queue),
@@ -206,8 +204,7 @@ class SharedLog:
                 # once taken is written even while the server shuts down.
                 with anyio.CancelScope(shield=True):
                     if not await self._commit(thread_id, feed, batch) and len(batch) > 1:
-                        # Refused with the lifecycle event's rows: the deltas
-                        # alone, then the event alone, for its own answer.
+                        # Refused: the deltas alone, then the event alone, for its answer.
                         for part in (batch[:-1], batch[-1:]):
                             await self._commit(thread_id, feed, part)
         finally:
@@ -224,9 +221,8 @@ class SharedLog:
                 pending.done.set()
 
     async def _commit(self, thread_id: str, feed: _ThreadFeed, batch: list[_Pending]) -> bool:
-        """Store, announce and deliver ``batch``; ``False`` if refused, with
-        its events failed, except a batch of deltas and a lifecycle event,
-        which is left to the caller to split (nothing of it was stored)."""
+        """Store, announce and deliver ``batch``; ``False`` if refused (a batch of
+        deltas and a lifecycle event is left unfailed, for the caller to split)."""
         entries = [
             LogEntry(
                 method=p.event.kind,
