@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from appserver import __version__
-from appserver.transport.early import compact, load_object, plain_id
+from appserver.transport.early import initialize_response
 
 # protocol/limits.py MAX_NAME_CHARS (the ClientInfo fields' bound; a test keeps them equal).
 MAX_NAME_CHARS = 256
@@ -70,14 +70,6 @@ def _plain_params(params: Any) -> bool:
 def initialize_answer(line: bytes, capabilities: dict[str, Any], server_name: str) -> str | None:
     """The response frame to ``line`` if it is a plain ``initialize`` request,
     else ``None``; ``capabilities``: what ``advertised_capabilities`` gives."""
-    message = load_object(line)
-    if message is None or message.get("jsonrpc") != "2.0":
-        return None
-    request_id = message.get("id")
-    if message.get("method") != "initialize" or not plain_id(request_id):
-        return None
-    if not _plain_params(message.get("params")):
-        return None
     result = {
         "serverInfo": {
             "name": server_name,
@@ -87,4 +79,4 @@ def initialize_answer(line: bytes, capabilities: dict[str, Any], server_name: st
         },
         "capabilities": capabilities,
     }
-    return f'{{"jsonrpc":"2.0","id":{compact(request_id)},"result":{compact(result)}}}'
+    return initialize_response(line, _plain_params, lambda: result)

@@ -78,6 +78,27 @@ def load_object(line: bytes, *, strict_numbers: bool = False) -> dict[str, Any] 
     return message if isinstance(message, dict) else None
 
 
+def initialize_response(
+    line: bytes,
+    plain_params: Callable[[Any], bool],
+    result: Callable[[], Any],
+    *,
+    strict_numbers: bool = False,
+) -> str | None:
+    """The JSON-RPC 2.0 response to ``line`` if it is an ``initialize`` request
+    with a plain id and params ``plain_params`` accepts (``result()``: its
+    result), else ``None``: the door answers it."""
+    message = load_object(line, strict_numbers=strict_numbers)
+    if message is None or message.get("jsonrpc") != "2.0":
+        return None
+    request_id = message.get("id")
+    if message.get("method") != "initialize" or not plain_id(request_id):
+        return None
+    if not plain_params(message.get("params")):
+        return None
+    return f'{{"jsonrpc":"2.0","id":{compact(request_id)},"result":{compact(result())}}}'
+
+
 def _one_line(frame: str) -> bool:
     """Whether ``frame`` needs none of the escapes the doors' encoders add (they
     escape U+2028/2029 and lone surrogates): then it is written as they would."""

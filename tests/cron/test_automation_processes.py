@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 
 from tests.support.client import RpcClient
-from tests.support.cluster import running_nodes
+from tests.support.cluster import two_nodes
 from tests.support.processes import ws_client, ws_server
 from tests.support.turns import wait_count
 
@@ -78,11 +78,7 @@ async def test_a_task_killed_mid_run_is_not_left_running(workspace: Path) -> Non
 async def test_an_at_task_runs_once_on_two_postgresql_nodes(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (node_a, node_b),
-        node_a.connect("a") as on_a,
-        node_b.connect("b") as on_b,
-    ):
+    async with two_nodes(workspace, postgres_url, LEASE) as (_node_a, _node_b, on_a, on_b):
         due = int(time.time() * 1000) + 1500
         summary = json.dumps({"summary": "once"})
         created = await on_a.request(

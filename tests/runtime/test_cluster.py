@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from tests.support.client import RpcClient, RpcFailure
-from tests.support.cluster import Node, running_nodes
+from tests.support.cluster import Node, running_nodes, two_nodes
 from tests.support.cron_servers import add_job
 from tests.support.turns import Approver, new_thread, start_turn, wait_terminal
 
@@ -253,11 +253,7 @@ async def test_a_killed_node_s_turn_is_failed_by_another_within_the_lease(
 async def test_a_cron_job_due_while_two_nodes_run_fires_once(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
+    async with two_nodes(workspace, postgres_url, LEASE) as (_a, _b, on_a, on_b):
         due = int(time.time() * 1000) + 1500
         job = await add_job(on_a, name="once", message="tick", schedule={"kind": "at", "atMs": due})
         with anyio.fail_after(20):
@@ -329,11 +325,7 @@ async def test_simultaneous_starts_on_two_nodes_one_wins(
         except RpcFailure as failure:
             outcomes.append(failure.code)
 
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
+    async with two_nodes(workspace, postgres_url, LEASE) as (_a, _b, on_a, on_b):
         for _ in range(5):
             thread_id = await new_thread(on_a)
             await subscribe(on_a, thread_id)

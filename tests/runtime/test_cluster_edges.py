@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from tests.support.client import RpcClient
-from tests.support.cluster import running_nodes
+from tests.support.cluster import running_nodes, two_nodes
 from tests.support.cron_servers import add_job
 from tests.support.turns import (
     Approver,
@@ -62,11 +62,7 @@ async def test_cron_runs_due_together_on_one_thread_all_run_on_two_nodes(
 ) -> None:
     # docs/cron.md: a run on a busy thread waits ("late, never lost"), also when
     # the thread is busy on another node.
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
+    async with two_nodes(workspace, postgres_url, LEASE) as (_a, _b, on_a, on_b):
         thread_id = await new_thread(on_a)
         due = int(time.time() * 1000) + 2000
         jobs = [
@@ -144,11 +140,7 @@ async def test_an_approval_reaches_a_node_that_has_just_joined(
 async def test_a_dead_node_s_streaming_item_keeps_every_delivered_delta(
     workspace: Path, postgres_url: str
 ) -> None:
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
-        a.connect("a") as on_a,
-        b.connect("b") as on_b,
-    ):
+    async with two_nodes(workspace, postgres_url, LEASE) as (a, _b, on_a, on_b):
         thread_id = await new_thread(on_a)
         await on_b.request("thread/subscribe", {"threadId": thread_id})
         with anyio.fail_after(20):

@@ -14,7 +14,7 @@ from tests.conftest import BOTH_STORES
 from tests.runtime.test_subagents import call, spawn, tool_answer
 from tests.services.test_subagent_sessions import refused
 from tests.support.client import RpcClient
-from tests.support.cluster import running_nodes
+from tests.support.cluster import two_nodes
 from tests.support.fake_models import (
     fake_model_server,
     openai_chunk,
@@ -204,11 +204,7 @@ async def test_a_restart_mid_child_is_what_wait_agent_reports(workspace: Path) -
 async def test_another_node_sees_and_closes_a_child(workspace: Path, postgres_url: str) -> None:
     """Two nodes on one PostgreSQL: a child spawned on A is listed, read and
     closed from B (its turn on A is cancelled), and a turn on B waits on it."""
-    async with (
-        running_nodes(2, workspace, postgres_url, lease=1.0) as (node_a, node_b),
-        node_a.connect("a") as on_a,
-        node_b.connect("b") as on_b,
-    ):
+    async with two_nodes(workspace, postgres_url, 1.0) as (_node_a, _node_b, on_a, on_b):
         with anyio.fail_after(30):
             parent = await new_thread(on_a)
             mark = on_a.mark()

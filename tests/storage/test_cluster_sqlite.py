@@ -14,34 +14,15 @@ import pytest
 
 from appserver.storage.cluster_sqlite import SqliteClusterStore
 from appserver.storage.db import SqliteDatabase
+from tests.support.cluster import seed_running_turn
 from tests.support.servers import child_env, server_command
-
-NOW = "2026-01-01T00:00:00.000Z"
-
-
-async def seed(db: SqliteDatabase, node: str) -> None:
-    await db.write(
-        [
-            (
-                "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
-                " origin_channel, status, created_at, last_active_at)"
-                " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
-                (NOW, NOW),
-            ),
-            (
-                "INSERT INTO turns (thread_id, id, seq, status, started_at, node_id)"
-                " VALUES ('t1', 'turn_001', 1, 'running', ?, ?)",
-                (NOW, node),
-            ),
-        ]
-    )
 
 
 async def test_an_orphaned_turn_is_claimed_by_one_sweeper(tmp_path: Path) -> None:
     path = tmp_path / ".craft" / "appserver.db"
     databases = [await SqliteDatabase.open(path) for _ in range(4)]
     try:
-        await seed(databases[0], "dead-node")
+        await seed_running_turn(databases[0], "dead-node")
         sweepers = [
             SqliteClusterStore(db, f"sweeper-{n}", tmp_path / ".craft")
             for n, db in enumerate(databases)
@@ -70,7 +51,7 @@ async def test_a_process_whose_node_lock_is_free_is_dead_before_its_lease_ends(
         sweeper = SqliteClusterStore(sweeper_db, "sweeper", craft)
         await runner.join("/w")
         await sweeper.join("/w")
-        await seed(runner_db, "runner")
+        await seed_running_turn(runner_db, "runner")
         # Alive: its heartbeat is fresh and it holds its lock.
         assert await sweeper.claim_orphaned_turns(3600.0) == []
         # Its lock goes as a killed process's would (the kernel drops it); its

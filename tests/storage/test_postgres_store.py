@@ -119,25 +119,11 @@ async def test_an_orphaned_turn_is_claimed_by_one_sweeper(postgres_url: str) -> 
     import asyncio
 
     from appserver.storage.cluster import ClusterStore
+    from tests.support.cluster import seed_running_turn
 
     db = await PostgresDatabase.open(postgres_url)
     try:
-        now = "2026-01-01T00:00:00.000Z"
-        await db.write(
-            [
-                (
-                    "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
-                    " origin_channel, status, created_at, last_active_at)"
-                    " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
-                    (now, now),
-                ),
-                (
-                    "INSERT INTO turns (thread_id, id, seq, status, started_at, node_id)"
-                    " VALUES ('t1', 'turn_001', 1, 'running', ?, 'dead-node')",
-                    (now,),
-                ),
-            ]
-        )
+        await seed_running_turn(db, "dead-node")
         sweepers = [ClusterStore(db, f"sweeper-{n}") for n in range(4)]
         for sweeper in sweepers:
             await sweeper.join("/w")  # live nodes, sweeping at once

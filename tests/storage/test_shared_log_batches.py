@@ -5,8 +5,9 @@ event's rows are refused the deltas are stored and delivered all the same."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
@@ -15,6 +16,7 @@ from appserver.runtime.events import Event, Participant
 from appserver.runtime.shared_log import SharedLog
 from appserver.storage.cluster import ClusterStore
 from appserver.storage.postgres import PostgresDatabase
+from tests.support.cluster import seed_running_turn
 
 NOW = "2026-01-01T00:00:00.000Z"
 
@@ -47,21 +49,7 @@ async def shared_log(
         store, deliver, lambda t: locks.setdefault(t, anyio.Lock()), lambda _t: frozenset()
     )
     try:
-        await db.write(
-            [
-                (
-                    "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
-                    " origin_channel, status, created_at, last_active_at)"
-                    " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
-                    (NOW, NOW),
-                ),
-                (
-                    "INSERT INTO turns (thread_id, id, seq, status, started_at, node_id)"
-                    " VALUES ('t1', 'turn_001', 1, 'running', ?, 'node-a')",
-                    (NOW,),
-                ),
-            ]
-        )
+        await seed_running_turn(db, "node-a")
         async with anyio.create_task_group() as tg:
             await tg.start(log.run)
             yield log, store, delivered
@@ -85,6 +73,21 @@ def completed() -> Event:
     return Event("item/completed", None, thread_id="t1", params_json='{"turnId": "turn_001"}')
 
 
+async def append_completed(
+    log: SharedLog, statements: Sequence[tuple[str, Sequence[Any]]] = ()
+) -> int:
+    """The turn's ``item/completed``, with ``statements`` as its rows."""
+    return await log.append(
+        completed(),
+        NOW,
+        broadcast=False,
+        include=(),
+        exclude=(),
+        statements=statements,
+        turn_id="turn_001",
+    )
+
+
 async def queue_deltas(log: SharedLog, count: int) -> None:
     for index in range(count):
         await log.append_delta(delta(str(index)), NOW, (), "turn_001")
@@ -93,15 +96,7 @@ async def queue_deltas(log: SharedLog, count: int) -> None:
 async def test_the_last_deltas_and_the_item_completed_are_one_commit(postgres_url: str) -> None:
     async with shared_log(postgres_url) as (log, store, delivered):
         await queue_deltas(log, 3)  # queued in one tick: the flusher has not run yet
-        seq = await log.append(
-            completed(),
-            NOW,
-            broadcast=False,
-            include=(),
-            exclude=(),
-            statements=(),
-            turn_id="turn_001",
-        )
+        seq = await append_completed(log)
         assert seq == 4
         assert store.appends == 1
         assert [event.seq for event in delivered] == [1, 2, 3, 4]
@@ -117,27 +112,8 @@ async def test_refused_rows_of_the_event_leave_the_deltas_stored(postgres_url: s
             ("t1", "turn_001", NOW),
         )
         with pytest.raises(sqlite3.IntegrityError):
-            await log.append(
-                completed(),
-                NOW,
-                broadcast=False,
-                include=(),
-                exclude=(),
-                statements=[duplicate],
-                turn_id="turn_001",
-            )
+            await append_completed(log, [duplicate])
         assert [event.seq for event in delivered] == [1, 2, 3]
         assert [row.seq for row in await store.events_after("t1", 0)] == [1, 2, 3]
         # The next event follows on: no seq was spent on the refused one.
-        assert (
-            await log.append(
-                completed(),
-                NOW,
-                broadcast=False,
-                include=(),
-                exclude=(),
-                statements=(),
-                turn_id="turn_001",
-            )
-            == 4
-        )
+        assert await append_completed(log) == 4

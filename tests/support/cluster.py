@@ -15,6 +15,7 @@ import anyio
 from anyio.abc import Process, TaskGroup
 from websockets.asyncio.client import connect
 
+from appserver.storage.db import Database
 from tests.support.client import RpcClient
 from tests.support.servers import WsStream, child_env, read_listening_url, server_command
 
@@ -88,6 +89,19 @@ async def running_nodes(
         ]
 
 
+@asynccontextmanager
+async def two_nodes(
+    workspace: Path, store: str, lease: float = 1.0
+) -> AsyncIterator[tuple[Node, Node, RpcClient, RpcClient]]:
+    """Nodes A and B, each with a connected client: ``(a, b, on_a, on_b)``."""
+    async with (
+        running_nodes(2, workspace, store, lease=lease) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        yield a, b, on_a, on_b
+
+
 async def start_node(
     stack: AsyncExitStack,
     tg: TaskGroup,
@@ -108,3 +122,26 @@ async def start_node(
 def _stop(process: Any) -> None:
     if process.returncode is None:
         process.terminate()
+
+
+SEEDED_AT = "2026-01-01T00:00:00.000Z"
+
+
+async def seed_running_turn(db: Database, node: str) -> None:
+    """Thread ``t1`` with its turn ``turn_001`` running on ``node``, written
+    straight to the shared database (as a node that took it would)."""
+    await db.write(
+        [
+            (
+                "INSERT INTO threads (id, workspace_path, workspace_key, user_id,"
+                " origin_channel, status, created_at, last_active_at)"
+                " VALUES ('t1', '/w', '/w', 'u', 'cli', 'active', ?, ?)",
+                (SEEDED_AT, SEEDED_AT),
+            ),
+            (
+                "INSERT INTO turns (thread_id, id, seq, status, started_at, node_id)"
+                " VALUES ('t1', 'turn_001', 1, 'running', ?, ?)",
+                (SEEDED_AT, node),
+            ),
+        ]
+    )

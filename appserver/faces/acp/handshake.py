@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from appserver import __version__
-from appserver.transport.early import compact, load_object, plain_id
+from appserver.transport.early import initialize_response
 
 # acp.PROTOCOL_VERSION, the version we speak (a test keeps them equal).
 PROTOCOL_VERSION = 1
@@ -83,12 +83,4 @@ def _plain_params(params: Any) -> bool:
 def initialize_answer(line: bytes) -> str | None:
     """The response frame to ``line`` if it is a plain ``initialize`` request,
     else ``None`` (the face answers it)."""
-    message = load_object(line, strict_numbers=True)
-    if message is None or message.get("jsonrpc") != "2.0":
-        return None
-    request_id = message.get("id")
-    if message.get("method") != "initialize" or not plain_id(request_id):
-        return None
-    if not _plain_params(message.get("params")):
-        return None
-    return f'{{"jsonrpc":"2.0","id":{compact(request_id)},"result":{compact(initialize_result())}}}'
+    return initialize_response(line, _plain_params, initialize_result, strict_numbers=True)
