@@ -200,3 +200,35 @@ def test_zot_answers_hello_early_when_the_model_is_known(tmp_path: Path) -> None
     assert heavy_modules(door.modules) == []
     assert door.stdout[0].replace('"id":"1"', '"id":"2"') == door.stdout[1]
     assert "ERROR" not in door.stderr
+
+
+def test_the_router_answers_providers_list_early(tmp_path: Path) -> None:
+    """The early ``providers_list`` is the one the router gives a second one
+    itself (but its send time), and the first line is not answered twice."""
+
+    def command(request_id: str) -> str:
+        return json.dumps({"protocol": "codeswarm.router.v1", "type": "command",
+                           "command": "providers_list", "request_id": request_id,
+                           "timestamp": "2026-01-01T00:00:00Z", "payload": {}})  # fmt: skip
+
+    lines = [command("1"), command("2")]
+    door = run_door("main", ["router", "--workspace", str(tmp_path)], lines, tmp_path)
+    assert door.modules is not None, "no early answer"
+    assert heavy_modules(door.modules) == []
+    first, second = (json.loads(frame) for frame in door.stdout)
+    assert (first["data"]["request_id"], second["data"]["request_id"]) == ("1", "2")
+    del first["timestamp"], second["timestamp"]
+    first["data"]["request_id"] = "2"
+    assert first == second
+    assert "ERROR" not in door.stderr
+
+
+def test_the_router_answers_other_first_lines_itself(tmp_path: Path) -> None:
+    """A first command that is not a valid ``providers_list`` (here without its
+    timestamp) gets no early answer: the router rejects it as it always did."""
+    line = json.dumps({"protocol": "codeswarm.router.v1", "type": "command",
+                       "command": "providers_list", "request_id": "1"})  # fmt: skip
+    door = run_door("main", ["router", "--workspace", str(tmp_path)], [line], tmp_path)
+    assert door.modules is None
+    (frame,) = map(json.loads, door.stdout)
+    assert frame["event"] == "command_rejected" and "timestamp" in frame["data"]["reason"]

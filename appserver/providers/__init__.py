@@ -47,6 +47,7 @@ pays for it.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -331,6 +332,27 @@ def known_model(settings: ProviderSettings) -> str | None:
     return "offline" if settings.provider == "offline" else None
 
 
+def settled_model(
+    provider_options: Mapping[str, Any], workspace_config: Mapping[str, Any], user: Any
+) -> tuple[str, str] | None:
+    """(provider, model) when the settings give the same whether or not the
+    workspace is trusted and the model is known, else ``None`` (what an answer
+    written before the provider is built may name: faces' early answers)."""
+    chosen = set()
+    for trusted in (True, False):
+        try:
+            settings = resolve_settings(
+                provider_options, os.environ, workspace_config, user=user, trusted=trusted
+            )
+        except ValueError:
+            return None
+        chosen.add((settings.provider, known_model(settings)))
+    if len(chosen) != 1:
+        return None
+    provider, model = chosen.pop()
+    return None if model is None else (provider, model)
+
+
 def make_provider(settings: ProviderSettings) -> Provider:
     """Build the provider ``settings`` describe (no network access happens here)."""
     if settings.provider == "openai":
@@ -376,4 +398,5 @@ __all__ = [
     "make_provider",
     "missing_key_warning",
     "resolve_settings",
+    "settled_model",
 ]

@@ -57,10 +57,12 @@ HEAVY = (
 # (appserver/early_start.py): the workspace lock and its database's creation ahead
 # (a thread), the workspace config (the capabilities depend on it), and the user's
 # settings and the provider settings' resolution (a bad one must fail the start
-# before anything is answered), and the bounded JSON decoder every door reads with.
+# before anything is answered), the bounded JSON decoder every door reads with,
+# and the protocol's timestamps (the Codeswarm router's events carry their send time).
 LIGHT = {
     "appserver.protocol",
     "appserver.protocol.decoding",
+    "appserver.protocol.ids",
     "appserver.storage",
     "appserver.storage.lock",
     "appserver.storage.preparation",

@@ -26,6 +26,7 @@ from appserver.providers.base import ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.storage.lock import WorkspaceLocked
 from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClosed
+from appserver.transport.early import EarlyAnswer
 from appserver.transport.peer_writer import PeerWriter
 from appserver.transport.stdio import LineReader, StdioTransport
 
@@ -82,8 +83,9 @@ async def serve(
                 )
                 await router.load()
                 if listener is None or address is None:
+                    early = getattr(args, "early", None)
                     code = await _serve_stdio(
-                        router, stdin, stdout, signals, args.max_client_backlog
+                        router, stdin, stdout, signals, args.max_client_backlog, early
                     )
                 else:
                     code = await _serve_tcp(
@@ -131,9 +133,20 @@ async def _line(router: Router, line: bytes, owner: object = None) -> None:
 
 
 async def _serve_stdio(
-    router: Router, stdin: IO[bytes], stdout: IO[bytes], signals: Signals, backlog: int
+    router: Router,
+    stdin: IO[bytes],
+    stdout: IO[bytes],
+    signals: Signals,
+    backlog: int,
+    early: EarlyAnswer | None = None,
 ) -> int:
-    transport = await StdioTransport.open(stdin, stdout, max_message_bytes=MAX_LINE_BYTES)
+    if early is not None and early.answer is not None:
+        # A first `providers_list` answered before the router was built
+        # (faces/codeswarm/handshake.py): it changes nothing, so it is not read again.
+        early = EarlyAnswer(early.read.split(b"\n", 1)[1])
+    transport = await StdioTransport.open(
+        stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=early
+    )
     stop = anyio.Event()  # a signal, or stdout is gone
     outbox = PeerWriter(transport.send_batch, name="stdio", max_bytes=backlog, on_stall=stop.set)
     router.outboxes.add(outbox)

@@ -25,10 +25,11 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from appserver.faces.codeswarm.handshake import provider_entry
 from appserver.faces.codeswarm.mailboxes import Mailboxes
 from appserver.faces.codeswarm.node_threads import NodeThreads
 from appserver.faces.codeswarm.polled import PendingApprovals
-from appserver.faces.codeswarm.state import PROVIDER_ID, Swarm, SwarmIndex
+from appserver.faces.codeswarm.state import Swarm, SwarmIndex
 from appserver.faces.codeswarm.swarms import SwarmControl
 from appserver.faces.codeswarm.wire import (
     Command,
@@ -171,25 +172,7 @@ class Router:
 
     def _provider(self) -> dict[str, Any]:
         provider = self.runtime.engine.provider
-        model = provider.default_model
-        return {
-            "id": PROVIDER_ID,
-            "label": f"appserver ({provider.name})",
-            "backend": PROVIDER_ID,
-            "provider_ref": PROVIDER_ID,
-            "model_provider": provider.name,
-            "defaults": {"model": model},
-            "launch_fields": [
-                {
-                    "key": "model",
-                    "label": "Model",
-                    "type": "text",
-                    "default": model,
-                    "required": False,
-                }
-            ],
-            "disabled": False,
-        }
+        return provider_entry(provider.name, provider.default_model)
 
     def _swarm(self, command: Command) -> Swarm:
         swarm = self.swarms.by_id.get(swarm_id_of(command))

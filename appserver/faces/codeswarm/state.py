@@ -20,9 +20,8 @@ from typing import Any
 
 import anyio
 
+from appserver.faces.codeswarm.handshake import PROVIDER_ID
 from appserver.protocol.ids import now_iso
-
-PROVIDER_ID = "appserver"
 
 
 @dataclass

@@ -14,9 +14,10 @@ from typing import Any
 
 from anyio.abc import TaskGroup
 
+from appserver.faces.codeswarm.handshake import PROVIDER_ID
 from appserver.faces.codeswarm.mailboxes import Broadcast, Mailboxes
 from appserver.faces.codeswarm.node_threads import NodeThreads
-from appserver.faces.codeswarm.state import PROVIDER_ID, Swarm, SwarmIndex
+from appserver.faces.codeswarm.state import Swarm, SwarmIndex
 from appserver.faces.codeswarm.swarm_store import SwarmStore
 from appserver.faces.codeswarm.wire import FACE, Command, parse_launch
 from appserver.protocol.ids import now_iso

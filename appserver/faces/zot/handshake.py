@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from appserver import __version__
@@ -53,33 +53,12 @@ def hello_answer(line: bytes, token: str | None, provider: str, model: str) -> s
     return compact(answer)
 
 
-def settled_model(
-    provider_options: Mapping[str, Any], workspace_config: Mapping[str, Any], user: Any
-) -> tuple[str, str] | None:
-    """(provider, model) when the settings give the same whether or not the
-    workspace is trusted and the model is known, else ``None``."""
-    from appserver.providers import known_model, resolve_settings
-
-    chosen = set()
-    for trusted in (True, False):
-        try:
-            settings = resolve_settings(
-                provider_options, os.environ, workspace_config, user=user, trusted=trusted
-            )
-        except ValueError:
-            return None
-        chosen.add((settings.provider, known_model(settings)))
-    if len(chosen) != 1:
-        return None
-    provider, model = chosen.pop()
-    return None if model is None else (provider, model)
-
-
 def early_answer(
     args: argparse.Namespace, provider_options: dict[str, Any]
 ) -> Callable[[bytes], str | None] | None:
     """The early answer to a first ``hello``, when it can be known now."""
     # Imported here: the command line imports this module (`rpc --help` needs none of them).
+    from appserver.providers import settled_model
     from appserver.storage.user_settings import load_user_settings
     from appserver.storage.workspace_config import load_workspace_config
 
