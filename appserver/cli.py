@@ -31,7 +31,7 @@ from appserver.process_secrets import hide_secrets
 # before it loads anything heavy: appserver/transport/early.py).
 if TYPE_CHECKING:
     from appserver.server.app import AppServer
-    from appserver.transport.websocket import ListenerOptions
+    from appserver.transport.listen_options import ListenerOptions
 
 log = logging.getLogger("appserver")
 
@@ -301,20 +301,16 @@ TTY_HINT = (
 
 
 def startup_block(server: AppServer, endpoint: str, websocket: ListenerOptions | None) -> str:
-    """What a WebSocket server says once it listens, as one block on stderr: the
-    address (its first line is fixed: scripts wait for it, and the port may have
-    been 0), the web page, the workspace and the model in use."""
-    lines = [f"appserver: listening on {endpoint}"]
-    if websocket is not None and websocket.web_client:
-        page = endpoint.replace("ws://", "http://", 1).removesuffix("ws")
-        lines.append(f"appserver: web client at {page}")
+    """What a WebSocket server says once it listens (early_start.listening_block)."""
+    from appserver.early_start import listening_block
+
     provider = server.provider
-    model = f"provider {provider.name}, model {provider.default_model}"
-    endpoint_url = getattr(provider, "base_url", None)
-    if endpoint_url:
-        model += f" at {endpoint_url}"
-    lines += [f"appserver: workspace {server.config.workspace.resolve()}", f"appserver: {model}"]
-    return "\n".join(lines)
+    url = getattr(provider, "base_url", None)
+    web_client = websocket is not None and websocket.web_client
+    workspace = server.config.workspace
+    return listening_block(
+        endpoint, web_client, workspace, provider.name, provider.default_model, url
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -349,7 +345,7 @@ def serve_command(args: argparse.Namespace) -> int:
     websocket = None
     if listen.host is not None:
         # Imported only when listening: a stdio session never loads websockets.
-        from appserver.transport.websocket import ListenerOptions, check_options
+        from appserver.transport.listen_options import ListenerOptions, check_options
 
         websocket = ListenerOptions(
             host=listen.host,
@@ -373,7 +369,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.node_lease) and 0.2 <= args.node_lease <= 3600):
         print("appserver: --node-lease must be between 0.2 and 3600 seconds", file=sys.stderr)
         return 2
-    prepared = early = None
+    prepared = early = listening = None
     if websocket is None and listen.stdio and args.store is None:
         # Lock the workspace and create its database in a thread while the
         # server's modules import (the paths and lock info AppServer.open uses),
@@ -382,6 +378,12 @@ def serve_command(args: argparse.Namespace) -> int:
 
         prepared = prepare(workspace)
         early = answer_initialize(workspace, prepared, provider_options)
+    elif websocket is not None and not listen.stdio and args.store is None and websocket.ip_literal:
+        # The same for the first WebSocket client: bind, announce, and answer
+        # its `initialize` before importing the server (transport/early_ws.py).
+        from appserver.early_start import listen_early
+
+        prepared, listening = listen_early(workspace, websocket, provider_options)
     # Imported here: other commands (a face, `schema`) do not pay for them.
     import anyio
 
@@ -411,7 +413,7 @@ def serve_command(args: argparse.Namespace) -> int:
 
     def on_ready(server: AppServer) -> None:
         endpoint = server.endpoints.get("appServerWebSocket")
-        if endpoint:
+        if endpoint and listening is None:  # else said when the socket was bound
             print(startup_block(server, endpoint, websocket), file=sys.stderr, flush=True)
 
     try:
@@ -423,6 +425,7 @@ def serve_command(args: argparse.Namespace) -> int:
                 on_ready=on_ready,
                 prepared=prepared,
                 early=early,
+                listening=listening,
             )
         )
     except KeyboardInterrupt:

@@ -1,6 +1,7 @@
-"""What a stdio door checks and answers before it imports anything heavy
-(appserver/transport/early.py): the answer to its client's first line, written
-only once nothing that today fails a start before any frame can still fail it.
+"""What a door checks and answers before it imports anything heavy
+(appserver/transport/early.py, and early_ws.py for the WebSocket server): the
+answer to its client's first line or frame, written only once nothing that
+today fails a start before any frame can still fail it.
 
 Before the early answer, as before any answer: the command line's checks, the
 workspace lock and its database's creation (``Preparation``, in a thread
@@ -15,15 +16,20 @@ is reported after the answer, as a deferred server always did.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from appserver.providers import resolve_settings
+from appserver.providers import resolve_settings, settled_model
 from appserver.storage.preparation import Preparation
 from appserver.storage.user_settings import load_user_settings
 from appserver.storage.workspace_config import load_workspace_config
 from appserver.transport.early import EarlyAnswer, answer_first_line
+
+if TYPE_CHECKING:
+    from appserver.transport.early_ws import EarlyListener
+    from appserver.transport.listen_options import ListenerOptions
 
 
 def settings_hold(
@@ -96,3 +102,77 @@ def answer_initialize(
     return answer_first_line(
         lambda line: initialize_answer(line, capabilities, "appserver"), may_answer
     )
+
+
+def listening_block(
+    endpoint: str, web_client: bool, workspace: Path, provider: str, model: str, url: str | None
+) -> str:
+    """What a WebSocket server says once it listens, as one block on stderr: the
+    address (its first line is fixed: scripts wait for it, and the port may have
+    been 0), the web page, the workspace and the model in use."""
+    lines = [f"appserver: listening on {endpoint}"]
+    if web_client:
+        page = endpoint.replace("ws://", "http://", 1).removesuffix("ws")
+        lines.append(f"appserver: web client at {page}")
+    at = f" at {url}" if url else ""
+    lines += [
+        f"appserver: workspace {workspace.resolve()}",
+        f"appserver: provider {provider}, model {model}{at}",
+    ]
+    return "\n".join(lines)
+
+
+def settled_provider(
+    provider_options: Mapping[str, Any], workspace: Path, workspace_config: Mapping[str, Any]
+) -> tuple[str, str, str | None] | None:
+    """(provider, model, endpoint) as the built server will name them, when the
+    settings give the same whether or not the workspace is trusted."""
+    user = load_user_settings(workspace)
+    chosen = settled_model(provider_options, workspace_config, user)
+    if chosen is None:
+        return None
+    urls = {
+        resolve_settings(
+            provider_options, os.environ, workspace_config, user=user, trusted=trusted
+        ).base_url
+        for trusted in (True, False)
+    }
+    return (*chosen, urls.pop()) if len(urls) == 1 else None
+
+
+def listen_early(
+    workspace: Path, options: ListenerOptions, provider_options: Mapping[str, Any]
+) -> tuple[Preparation, EarlyListener | None]:
+    """``appserver app-server --listen ws://`` on an IP literal: the workspace
+    prepared, the socket bound and announced (the start-up block), and the first
+    connection's ``initialize`` answered, once nothing checked before the server
+    listens can fail (appserver/transport/early_ws.py). ``None``: nothing was
+    bound; the server binds and says so as it always did."""
+    from appserver.services.advertised import advertised_capabilities
+    from appserver.services.handshake import initialize_answer
+    from appserver.transport.base import ListenerError
+    from appserver.transport.early_ws import EarlyListener, bind, first_connection
+    from appserver.transport.listen_options import endpoint
+
+    prepared = prepare(workspace)
+    workspace_config = load_workspace_config(workspace.resolve() / ".craft")
+    if not (prepared.succeeded() and settings_hold(provider_options, workspace, workspace_config)):
+        return prepared, None
+    provider = settled_provider(provider_options, workspace, workspace_config)
+    if provider is None:
+        return prepared, None  # the block names the model: known once the provider is built
+    try:
+        sock = bind(options)
+    except ListenerError:
+        return prepared, None
+    listener = EarlyListener(sock)
+    address = endpoint(options, listener.port)
+    sys.stderr.write(listening_block(address, options.web_client, workspace, *provider) + "\n")
+    sys.stderr.flush()
+    capabilities = advertised_capabilities(workspace_config)
+    listener.accepted = first_connection(
+        sock,
+        lambda text: initialize_answer(text, capabilities, "appserver"),
+        token_required=options.token is not None,
+    )
+    return prepared, listener

@@ -32,7 +32,7 @@ def face_command(args: argparse.Namespace) -> int:
     websocket = None
     if args.websocket is not None:
         from appserver.transport.base import ListenerError
-        from appserver.transport.websocket import ListenerOptions, check_options
+        from appserver.transport.listen_options import ListenerOptions, check_options
 
         websocket = ListenerOptions(
             host=args.websocket.host, port=args.websocket.port or 0, token=token

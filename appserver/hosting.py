@@ -44,7 +44,7 @@ from appserver.tools.registry import ToolRegistry, default_tools
 
 if TYPE_CHECKING:
     from appserver.storage.preparation import Preparation
-    from appserver.transport.websocket import ListenerOptions
+    from appserver.transport.listen_options import ListenerOptions
 
 log = logging.getLogger("appserver")
 

@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import peer  # noqa: E402  (bench/peer.py: Codex's install and configuration)
+from websockets.sync.client import connect  # noqa: E402  (imported once, not in a timed spawn)
 
 TIMEOUT = 60.0
 CLIENT_INFO = {"name": "bench-startup", "version": "1"}
@@ -201,10 +202,10 @@ def read_line(stream: int, deadline: float) -> bytes:
     return buffer
 
 
-def ws_initialize(process: subprocess.Popen[bytes], deadline: float) -> None:
-    """Wait for the listening line on stderr, then ``initialize`` over WebSocket."""
-    from websockets.sync.client import connect
-
+def ws_initialize(process: subprocess.Popen[bytes], deadline: float) -> float:
+    """Wait for the listening line on stderr, then ``initialize`` over WebSocket:
+    the monotonic time its answer arrived (the close that follows is not timed: a
+    server that answered before it was built finishes the close handshake after)."""
     assert process.stderr is not None
     prefix = b"appserver: listening on "
     text = b""
@@ -217,8 +218,10 @@ def ws_initialize(process: subprocess.Popen[bytes], deadline: float) -> None:
     with connect(address, open_timeout=TIMEOUT) as client:
         client.send(RPC_INITIALIZE.decode())
         answer = json.loads(client.recv(timeout=TIMEOUT))
+        answered = time.monotonic()
     if "result" not in answer:
         raise RuntimeError(f"initialize failed: {answer}")
+    return answered
 
 
 def run_once(command: list[str], stdin: bytes, until: str, env: dict[str, str], cwd: Path) -> float:
@@ -236,8 +239,7 @@ def run_once(command: list[str], stdin: bytes, until: str, env: dict[str, str], 
     try:
         assert process.stdin is not None and process.stdout is not None
         if until == "ws":
-            ws_initialize(process, deadline)
-            return time.monotonic() - start
+            return ws_initialize(process, deadline) - start
         process.stdin.write(stdin)
         if until == "exit":
             process.stdin.close()

@@ -57,8 +57,10 @@ if TYPE_CHECKING:
     from appserver.services.skills.service import SkillsService
     from appserver.tools.registry import ToolRegistry
     from appserver.transport.early import EarlyAnswer
+    from appserver.transport.early_ws import EarlyListener
+    from appserver.transport.listen_options import ListenerOptions
     from appserver.transport.memory import MemoryTransport
-    from appserver.transport.websocket import ListenerOptions, WebSocketTransport
+    from appserver.transport.websocket import WebSocketTransport
 
 log = logging.getLogger("appserver.server")
 
@@ -392,17 +394,22 @@ class AppServer:
         await self.serve_transport(transport)
 
     @asynccontextmanager
-    async def listen_websocket(self, options: ListenerOptions) -> AsyncIterator[Server]:
-        """Accept WebSocket clients while the context is open."""
+    async def listen_websocket(
+        self, options: ListenerOptions, early: EarlyListener | None = None
+    ) -> AsyncIterator[Server]:
+        """Accept WebSocket clients while the context is open (``early``: the
+        socket the command bound before the server was built, and its first
+        connection, see appserver/transport/early_ws.py)."""
         # Imported here: a stdio-only server never loads the WebSocket library.
-        from appserver.transport.websocket import WS_PATH, bound_port, start_listener
+        from appserver.transport.listen_options import endpoint
+        from appserver.transport.websocket import bound_port, start_listener
 
         async def on_connection(transport: WebSocketTransport) -> None:
             await self.serve_transport(transport)
 
-        server = await start_listener(options, on_connection, lambda: self.ready)
+        server = await start_listener(options, on_connection, lambda: self.ready, early=early)
         port = bound_port(server)
-        self.endpoints["appServerWebSocket"] = f"ws://{options.host}:{port}{WS_PATH}"
+        self.endpoints["appServerWebSocket"] = endpoint(options, port)
         self.lock.update(
             {
                 "workspacePath": str(self.config.workspace),
@@ -410,7 +417,7 @@ class AppServer:
                 "endpoints": self.endpoints,
             }
         )
-        log.debug("listening on ws://%s:%d%s", options.host, port, WS_PATH)
+        log.debug("listening on %s", self.endpoints["appServerWebSocket"])
         try:
             yield server
         finally:

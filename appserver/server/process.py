@@ -18,7 +18,8 @@ from appserver.storage.failures import StorageFailed
 if TYPE_CHECKING:
     from appserver.storage.preparation import Preparation
     from appserver.transport.early import EarlyAnswer
-    from appserver.transport.websocket import ListenerOptions
+    from appserver.transport.early_ws import EarlyListener
+    from appserver.transport.listen_options import ListenerOptions
 
 log = logging.getLogger("appserver.server")
 
@@ -31,9 +32,12 @@ async def run(
     on_ready: Callable[[AppServer], None] | None = None,
     prepared: Preparation | None = None,
     early: EarlyAnswer | None = None,
+    listening: EarlyListener | None = None,
 ) -> None:
     """Serve until stdio EOF (when stdio is on) or a signal. ``early``: what
-    was read of stdin and answered before (appserver/transport/early.py)."""
+    was read of stdin and answered before (appserver/transport/early.py);
+    ``listening``: the WebSocket socket bound before, with its first connection
+    (appserver/transport/early_ws.py)."""
     async with AsyncExitStack() as stack:
         # Catch SIGINT/SIGTERM before announcing readiness: a supervisor may
         # signal as soon as it sees the "listening" line and must still get a
@@ -45,7 +49,7 @@ async def run(
             AppServer.open(config, defer=defer, prepared=prepared)
         )
         if websocket is not None:
-            await stack.enter_async_context(server.listen_websocket(websocket))
+            await stack.enter_async_context(server.listen_websocket(websocket, listening))
         if on_ready is not None:
             on_ready(server)
         async with anyio.create_task_group() as tg:

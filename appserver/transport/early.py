@@ -20,6 +20,7 @@ handshake) gets no early answer: the door answers it as before.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import time
@@ -27,6 +28,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from appserver.protocol.decoding import JsonRejected, loads_client
+
+log = logging.getLogger("appserver.transport")
 
 # How long the first line is waited for before the door is built anyway (a
 # client that sends nothing at once still gets a server that completes itself).
@@ -44,6 +47,28 @@ class EarlyAnswer(NamedTuple):
 
     read: bytes
     answer: str | None = None
+
+
+class Answered:
+    """A door's transport's memory of an early answer: the door's own answer to
+    that first request, the first frame it sends, is not sent again (and an error
+    is logged if it is not the same bytes)."""
+
+    def __init__(self, early: EarlyAnswer | None) -> None:
+        self.answer = None if early is None else early.answer
+
+    def drop(self, frames: list[str]) -> list[str]:
+        """``frames`` less the door's answer, if it is among them (the first)."""
+        answered, self.answer = self.answer, None
+        if answered is None or not frames:
+            return frames
+        if frames[0] != answered:
+            log.error(
+                "the first answer differs from the one written early: %.200s instead of %.200s",
+                frames[0],
+                answered,
+            )
+        return frames[1:]
 
 
 def plain_id(value: Any) -> bool:
@@ -99,7 +124,7 @@ def initialize_response(
     return f'{{"jsonrpc":"2.0","id":{compact(request_id)},"result":{compact(result())}}}'
 
 
-def _one_line(frame: str) -> bool:
+def one_line(frame: str) -> bool:
     """Whether ``frame`` needs none of the escapes the doors' encoders add (they
     escape U+2028/2029 and lone surrogates): then it is written as they would."""
     if "\u2028" in frame or "\u2029" in frame:
@@ -151,7 +176,7 @@ def answer_first_line(
         return EarlyAnswer(b"")  # a person typing: the door says what it is first
     read, line = read_first_line(stdin)
     frame = answer(line) if line else None
-    if frame is None or not _one_line(frame) or not may_answer():
+    if frame is None or not one_line(frame) or not may_answer():
         return EarlyAnswer(read)
     data = (frame + "\n").encode("utf-8")
     try:

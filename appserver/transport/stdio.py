@@ -17,7 +17,7 @@ import threading
 from typing import IO
 
 from appserver.transport.base import PARSE_ERROR, FrameRejected, FrameTooLarge, TransportClosed
-from appserver.transport.early import EarlyAnswer
+from appserver.transport.early import Answered, EarlyAnswer
 
 log = logging.getLogger("appserver.transport")
 
@@ -158,7 +158,7 @@ class StdioTransport:
         self._pending: list[str] = []  # accepted by try_send, written at the loop's next turn
         # The answer already written to the first line (see appserver/transport/early.py):
         # the door's own answer to it, its first frame, is not written again.
-        self._answered = None if early is None else early.answer
+        self._answered = Answered(early)
         if early is not None:
             self._lines.feed(early.read)
 
@@ -210,20 +210,9 @@ class StdioTransport:
             if line.strip():
                 return _decode(line.rstrip(b"\r"))
 
-    def _unanswered(self, frames: list[str]) -> list[str]:
-        """``frames`` less the door's answer to a first line answered early."""
-        answered, self._answered = self._answered, None
-        if answered is not None and frames and frames[0] != answered:
-            log.error(
-                "the first answer differs from the one written early: %.200s instead of %.200s",
-                frames[0],
-                answered,
-            )
-        return frames[1:]
-
     async def send_batch(self, frames: list[str]) -> None:
-        if self._answered is not None:
-            frames = self._unanswered(frames)
+        if self._answered.answer is not None:
+            frames = self._answered.drop(frames)
             if not frames:
                 return
         data = ("\n".join(frames) + "\n").encode("utf-8")
@@ -242,8 +231,8 @@ class StdioTransport:
         await self._protocol.drain()
 
     def try_send(self, frame: str) -> bool:
-        if self._answered is not None:
-            self._unanswered([frame])
+        if self._answered.answer is not None:
+            self._answered.drop([frame])
             return True
         writer, protocol = self._writer, self._protocol
         if writer is None or protocol is None or protocol.paused or writer.is_closing():

@@ -13,7 +13,6 @@ locking out an address that keeps offering wrong tokens (:class:`TokenLockout`).
 from __future__ import annotations
 
 import asyncio
-import errno
 import hmac
 import ipaddress
 import json
@@ -22,40 +21,39 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
+from websockets.asyncio.connection import Connection
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import State
+from websockets.protocol import Event, State
+from websockets.server import ServerProtocol
 
 from appserver.transport.base import (
     INVALID_REQUEST,
-    AddressInUse,
     FrameRejected,
-    ListenerError,
     TransportClosed,
+)
+from appserver.transport.early import Answered, EarlyAnswer
+from appserver.transport.early_ws import Accepted, EarlyListener, listen_failure
+from appserver.transport.listen_options import (
+    DEFAULT_CLOSE_TIMEOUT,
+    WS_PATH,
+    WS_PATHS,
+    ListenerOptions,
+    check_options,
 )
 from appserver.transport.lockout import TokenLockout, peer_key
 from appserver.transport.webclient import WebClient
 
 log = logging.getLogger("appserver.websocket")
 
-DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-# How long a peer has to read our close frame and answer it before its TCP
-# connection is dropped. Long enough for a client that merely paused (or lags
-# a few MB behind) to still learn why it was closed; short enough that a peer
-# that never reads again holds a socket only briefly.
-DEFAULT_CLOSE_TIMEOUT = 5.0
-WS_PATH = "/ws"
-# Upgrades are accepted on both: clients and READMEs write ws://HOST:PORT.
-WS_PATHS = frozenset({WS_PATH, "/"})
 # What a Host header may hold to be repeated in a hint: a host name or an
 # IP literal, and a port.
 _AUTHORITY = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
@@ -66,10 +64,19 @@ class WebSocketTransport:
 
     kind = "websocket"
 
-    def __init__(self, ws: ServerConnection, close_timeout: float = DEFAULT_CLOSE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        ws: ServerConnection,
+        close_timeout: float = DEFAULT_CLOSE_TIMEOUT,
+        early: EarlyAnswer | None = None,
+    ) -> None:
         self._ws = ws
         self._close_timeout = close_timeout
         self._pending: list[str] = []  # accepted by try_send, written at the loop's turn
+        # A first frame read and answered before the server was built
+        # (appserver/transport/early_ws.py): read first, not answered twice.
+        self._first = None if early is None else early.read.decode("utf-8", "replace")
+        self._answered = Answered(early)
 
     @property
     def peer(self) -> str:
@@ -81,6 +88,9 @@ class WebSocketTransport:
         return str(address)
 
     async def receive(self) -> str:
+        if self._first is not None:
+            first, self._first = self._first, None
+            return first
         try:
             message = await self._ws.recv()
         except ConnectionClosed as exc:
@@ -92,6 +102,9 @@ class WebSocketTransport:
         return message
 
     def try_send(self, frame: str) -> bool:
+        if self._answered.answer is not None:
+            self._answered.drop([frame])
+            return True
         ws = self._ws
         # `paused` is set while the socket's write buffer is above its high-water
         # mark: then the frame waits in the outbox, where it can be coalesced.
@@ -134,6 +147,8 @@ class WebSocketTransport:
             log.debug("write to %s failed", ws.remote_address, exc_info=True)
 
     async def send_batch(self, frames: list[str]) -> None:
+        if self._answered.answer is not None:
+            frames = self._answered.drop(frames)
         self._flush()  # frames accepted earlier go first
         try:
             for frame in frames:
@@ -172,32 +187,6 @@ def _server_text_frame(text: str) -> bytes:
             asyncio.get_running_loop().call_soon(_serialized.clear)
         data = _serialized[text] = Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
     return data
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass
-class ListenerOptions:
-    """How the WebSocket listener admits connections."""
-
-    host: str = "127.0.0.1"
-    port: int = 9100
-    token: str | None = None
-    allowed_origins: Sequence[str] = field(default_factory=tuple)
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    ping_interval: float = 30.0
-    ping_timeout: float = 10.0
-    close_timeout: float = DEFAULT_CLOSE_TIMEOUT
-    # Serve the browser client (appserver/web/) on plain GETs of / and /assets/.
-    web_client: bool = True
 
 
 def _json_response(
@@ -375,26 +364,20 @@ def _bearer(request: Request) -> str:
     return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
-def check_options(options: ListenerOptions) -> None:
-    """Raise :class:`ListenerError` for options the listener refuses."""
-    if not options.token and not is_loopback(options.host):
-        raise ListenerError(
-            f"refusing to listen on non-loopback address {options.host!r} without a token "
-            "(pass --token or set APPSERVER_TOKEN)"
-        )
-
-
 async def start_listener(
     options: ListenerOptions,
     on_connection: Callable[[WebSocketTransport], Awaitable[None]],
     is_ready: Callable[[], bool],
     *,
     clock: Callable[[], float] = time.monotonic,
+    early: EarlyListener | None = None,
 ) -> Server:
     """Bind and start accepting. Raises :class:`ListenerError` for unsafe options
     or an address that cannot be bound (:class:`AddressInUse` when taken).
 
-    ``clock`` times token lockouts (tests pass a fake one).
+    ``clock`` times token lockouts (tests pass a fake one). ``early``: the
+    socket bound before the server was built and its first connection
+    (appserver/transport/early_ws.py), served from here on.
     """
     check_options(options)
 
@@ -402,13 +385,29 @@ async def start_listener(
         await on_connection(WebSocketTransport(ws, options.close_timeout))
 
     try:
-        return await _serve(options, handler, is_ready, clock)
+        server = await _serve(options, handler, is_ready, clock, early)
     except OSError as exc:
-        # A bind failure is the user's to fix: say so in one line, not a traceback.
-        if exc.errno == errno.EADDRINUSE:
-            raise AddressInUse(options.host, options.port) from None
-        address = f"ws://{options.host}:{options.port}"
-        raise ListenerError(f"cannot listen on {address}: {exc.strerror or exc}") from None
+        raise listen_failure(options, exc) from None
+    accepted = early.accepted if early is not None else None
+    if accepted is not None:
+
+        async def first(ws: ServerConnection) -> None:
+            transport = WebSocketTransport(ws, options.close_timeout, accepted.early)
+            await on_connection(transport)
+
+        await _adopt(server, options, accepted, first)
+    return server
+
+
+def _connection_options(options: ListenerOptions) -> dict[str, Any]:
+    """The library's per-connection settings, the same for every connection."""
+    return {
+        "ping_interval": options.ping_interval,
+        "ping_timeout": options.ping_timeout,
+        # The deadline WebSocketTransport.close waits for: when it gives up,
+        # the library's own deadline falls at the same moment and it drops the TCP.
+        "close_timeout": options.close_timeout,
+    }
 
 
 async def _serve(
@@ -416,21 +415,70 @@ async def _serve(
     handler: Callable[[ServerConnection], Awaitable[None]],
     is_ready: Callable[[], bool],
     clock: Callable[[], float],
+    early: EarlyListener | None,
 ) -> Server:
+    address: dict[str, Any] = (
+        {"sock": early.sock} if early is not None else {"host": options.host, "port": options.port}
+    )
     return await serve(
         handler,
-        options.host,
-        options.port,
+        **address,
         process_request=Admission(options, is_ready, clock),
         max_size=options.max_message_bytes,
-        ping_interval=options.ping_interval,
-        ping_timeout=options.ping_timeout,
-        # The deadline WebSocketTransport.close waits for: when it gives up,
-        # the library's own deadline falls at the same moment and it drops the TCP.
-        close_timeout=options.close_timeout,
         compression=None,
         server_header="appserver",
+        **_connection_options(options),
     )
+
+
+class _Opened(ServerConnection):
+    """A connection whose upgrade was done before the library took it over: the
+    library's handshake task is not started (:func:`_adopt` serves it)."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        Connection.connection_made(self, transport)
+
+    def process_event(self, event: Event) -> None:
+        Connection.process_event(self, event)  # frames only: no request to wait for
+
+
+async def _adopt(
+    server: Server,
+    options: ListenerOptions,
+    accepted: Accepted,
+    handler: Callable[[ServerConnection], Awaitable[None]],
+) -> None:
+    """Serve a connection accepted before the server was built, as the library
+    serves its own: a request left unread goes through its handshake (and
+    :class:`Admission`); an upgraded one is served open (what the library does
+    after a handshake: tracked for ``server.close``, kept alive, closed at the end)."""
+    loop = asyncio.get_running_loop()
+    accepted.sock.setblocking(False)
+    settings = _connection_options(options)
+    if not accepted.upgraded:
+        protocol = ServerProtocol(max_size=options.max_message_bytes)
+        connection = ServerConnection(protocol, server, **settings)
+        await loop.connect_accepted_socket(lambda: connection, accepted.sock)
+        return
+    protocol = ServerProtocol(state=State.OPEN, max_size=options.max_message_bytes)
+    opened = _Opened(protocol, server, **settings)
+    await loop.connect_accepted_socket(lambda: opened, accepted.sock)
+
+    async def serve_opened() -> None:
+        try:
+            server.all_connections.add(opened)
+            opened.start_keepalive()
+            async with opened:
+                await handler(opened)
+        except Exception:
+            log.error("connection handler failed", exc_info=True)
+            opened.transport.abort()
+        finally:
+            server.all_connections.discard(opened)
+            server.handler_tasks.discard(task)
+
+    task = loop.create_task(serve_opened())
+    server.handler_tasks.add(task)
 
 
 def bound_port(server: Server) -> int:

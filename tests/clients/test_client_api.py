@@ -28,7 +28,7 @@ from appserver_client import (
 from appserver_client._generated import ApprovalRequestParams
 from websockets.asyncio.server import ServerConnection, serve
 
-from appserver.transport.websocket import ListenerOptions
+from appserver.transport.listen_options import ListenerOptions
 from tests.support.servers import child_env, running_server, server_command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,8 +2,9 @@
 wrote its first answer early (appserver/transport/early.py).
 
 The door runs as ``python -c PROBE ARGS``: PROBE wraps
-``appserver.transport.early.answer_first_line`` (every door's early answer goes
-through it), and once that has written an answer, writes the names of the
+``appserver.transport.early.answer_first_line`` and, for the WebSocket server,
+``appserver.transport.early_ws.first_connection`` (every door's early answer goes
+through one of them), and once that has written an answer, writes the names of the
 modules loaded at that moment to stderr as one ``EARLY-MODULES [...]`` line;
 then the door goes on as usual (``appserver.cli.main``, or ``codex_main`` for
 ``appserver-codex``).
@@ -12,9 +13,13 @@ then the door goes on as usual (``appserver.cli.main``, or ``codex_main`` for
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.servers import child_env
@@ -30,6 +35,15 @@ def probe(*args, **kwargs):
         sys.stderr.flush()
     return answered
 early.answer_first_line = probe
+from appserver.transport import early_ws
+first_connection = early_ws.first_connection
+def probe_ws(*args, **kwargs):
+    accepted = first_connection(*args, **kwargs)
+    if accepted is not None and accepted.early is not None:
+        sys.stderr.write("EARLY-MODULES " + json.dumps(sorted(sys.modules)) + "\\n")
+        sys.stderr.flush()
+    return accepted
+early_ws.first_connection = probe_ws
 from appserver import cli
 sys.exit(getattr(cli, sys.argv.pop(1))())
 """
@@ -95,11 +109,57 @@ def run_door(entry: str, argv: list[str], lines: list[str], cwd: Path) -> Door:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    modules = None
-    for line in done.stderr.splitlines():
+    return Door(done.stdout.splitlines(), done.stderr, early_modules(done.stderr))
+
+
+def early_modules(stderr: str) -> list[str] | None:
+    """The modules the door had loaded when it answered early (``None``: it did not)."""
+    for line in stderr.splitlines():
         if line.startswith("EARLY-MODULES "):
-            modules = json.loads(line.removeprefix("EARLY-MODULES "))
-    return Door(done.stdout.splitlines(), done.stderr, modules)
+            return list(json.loads(line.removeprefix("EARLY-MODULES ")))
+    return None
+
+
+@dataclass
+class WebSocketDoor:
+    """``appserver app-server --listen ws://127.0.0.1:0`` under the probe: its
+    address, and its stderr (whole once the context has exited)."""
+
+    url: str
+    stderr: list[str] = field(default_factory=list)
+
+    @property
+    def modules(self) -> list[str] | None:
+        return early_modules("".join(self.stderr))
+
+
+@contextmanager
+def websocket_door(workspace: Path, *extra: str) -> Iterator[WebSocketDoor]:
+    """Run the WebSocket server as a real process until the context exits."""
+    argv = ["app-server", "--listen", "ws://127.0.0.1:0", "--workspace", str(workspace), *extra]
+    process = subprocess.Popen(
+        [sys.executable, "-c", PROBE, "main", *argv],
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+        cwd=workspace,
+    )
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    found = re.search(r"listening on (ws://\S+)", first)
+    door = WebSocketDoor(found[1] if found else "", [first])
+    # Drained for the server's whole life: a full pipe would stop it at its next log line.
+    drain = threading.Thread(target=door.stderr.extend, args=(process.stderr,), daemon=True)
+    drain.start()
+    try:
+        assert found, first
+        yield door
+    finally:
+        process.terminate()
+        process.wait(30)
+        drain.join(30)
+        process.stderr.close()
 
 
 def heavy_modules(modules: list[str]) -> list[str]:

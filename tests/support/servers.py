@@ -20,7 +20,7 @@ from appserver.rpc.connection import Limits
 from appserver.runtime.turns import EngineConfig
 from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
-from appserver.transport.websocket import ListenerOptions
+from appserver.transport.listen_options import ListenerOptions
 from tests.support.client import RpcClient
 
 TRANSPORTS = ["memory", "stdio", "websocket"]

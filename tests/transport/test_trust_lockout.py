@@ -10,8 +10,9 @@ from __future__ import annotations
 from websockets.datastructures import Headers
 from websockets.http11 import Request
 
+from appserver.transport.listen_options import ListenerOptions
 from appserver.transport.lockout import LOOPBACK, MAX_FAILURES_PER_SECOND, TokenLockout, peer_key
-from appserver.transport.websocket import Admission, ListenerOptions
+from appserver.transport.websocket import Admission
 from tests.transport.test_websocket_throttle import (
     TOKEN,
     FakeClock,

@@ -29,7 +29,7 @@ from websockets.exceptions import ConnectionClosed
 from appserver.rpc.connection import Connection, Limits
 from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
-from appserver.transport.websocket import DEFAULT_CLOSE_TIMEOUT, ListenerOptions
+from appserver.transport.listen_options import DEFAULT_CLOSE_TIMEOUT, ListenerOptions
 
 FRAME_BYTES = 50_000  # each flood frame is answered with a frame as large
 OVERFLOW = Limits(outbox_bytes=256 * 1024, outbox_soft_bytes=1024)

@@ -21,7 +21,7 @@ from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
 from appserver.storage.lock import WorkspaceLock
 from appserver.transport.base import ListenerError
-from appserver.transport.websocket import ListenerOptions, is_loopback
+from appserver.transport.listen_options import ListenerOptions, is_loopback
 from tests.support.client import RpcClient
 from tests.support.helpers import IDENTITY
 from tests.support.servers import WsStream, child_env

@@ -16,13 +16,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from appserver.transport.listen_options import ListenerOptions
 from appserver.transport.lockout import TokenLockout, peer_key
-from appserver.transport.websocket import (
-    ListenerOptions,
-    WebSocketTransport,
-    bound_port,
-    start_listener,
-)
+from appserver.transport.websocket import WebSocketTransport, bound_port, start_listener
 
 TOKEN = "s3cret-Token_1.x"
 

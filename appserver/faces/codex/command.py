@@ -186,12 +186,8 @@ async def _serve_websocket(
     import anyio
 
     from appserver.transport.base import AddressInUse, ListenerError
-    from appserver.transport.websocket import (
-        ListenerOptions,
-        WebSocketTransport,
-        bound_port,
-        start_listener,
-    )
+    from appserver.transport.listen_options import ListenerOptions
+    from appserver.transport.websocket import WebSocketTransport, bound_port, start_listener
 
     listener = ListenerOptions(
         host=host_name,
