@@ -17,8 +17,6 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from appserver.faces.codeswarm.wire import Rejected, event_frame, parse_command
-
 PROVIDER_ID = "appserver"  # the one provider the router offers (and its backend)
 
 
@@ -49,6 +47,9 @@ def providers_answer(
 ) -> str | None:
     """The ``providers_list`` event answering ``line`` if it is a
     ``providers_list`` command the router accepts, else ``None``."""
+    # Imported here: the command line imports this module (`router --help` needs none of it).
+    from appserver.faces.codeswarm.wire import Rejected, event_frame, parse_command
+
     try:
         command = parse_command(line.decode("utf-8"), require_timestamp=require_timestamp)
     except (UnicodeDecodeError, Rejected):
