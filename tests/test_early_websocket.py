@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from tests.support.early import heavy_modules, websocket_door
 from tests.test_early_answer import INITIALIZED, built_answer, initialize
@@ -56,9 +57,9 @@ def test_a_page_gets_the_listeners_own_handshake(tmp_path: Path) -> None:
     with websocket_door(tmp_path) as door:
         page = door.url.removesuffix("/ws").replace("ws://", "http://", 1)
         with pytest.raises(InvalidStatus) as refused:
-            connect(door.url, origin="http://evil.example", open_timeout=TIMEOUT)  # type: ignore[arg-type]
+            connect(door.url, origin=Origin("http://evil.example"), open_timeout=TIMEOUT)
         assert refused.value.response.status_code == 403
-        with connect(door.url, origin=page, open_timeout=TIMEOUT) as client:  # type: ignore[arg-type]
+        with connect(door.url, origin=Origin(page), open_timeout=TIMEOUT) as client:
             client.send(initialize())
             assert "serverInfo" in json.loads(client.recv(timeout=TIMEOUT))["result"]
     assert door.modules is None

@@ -58,8 +58,10 @@ class ListenerOptions:
 
 
 def endpoint(options: ListenerOptions, port: int) -> str:
-    """The listener's URL, as the server announces it (``port``: the one bound)."""
-    return f"ws://{options.host}:{port}{WS_PATH}"
+    """The listener's URL, as the server announces it (``port``: the one bound;
+    an IPv6 address in brackets, as URLs write it)."""
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    return f"ws://{host}:{port}{WS_PATH}"
 
 
 def check_options(options: ListenerOptions) -> None:
