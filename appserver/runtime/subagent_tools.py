@@ -77,16 +77,20 @@ class ControlTool:
         self.name = name
         self.description, self._schema = _TOOLS[name]
         self.subagents = subagents
+        # SpawnAgent's schema for the profiles last described (built again when they change).
+        self._spawn_schema: tuple[str, dict[str, Any]] | None = None
 
     @property
     def input_schema(self) -> dict[str, Any]:
         """The arguments; ``SpawnAgent``'s ``profile`` names the profiles offered."""
         if self.name != "SpawnAgent":
             return self._schema
-        properties = dict(self._schema["properties"])
         described = profile_description(self.subagents.external.workspace)
-        properties["profile"] = {"type": "string", "description": described}
-        return {**self._schema, "properties": properties}
+        if self._spawn_schema is None or self._spawn_schema[0] != described:
+            properties = dict(self._schema["properties"])
+            properties["profile"] = {"type": "string", "description": described}
+            self._spawn_schema = (described, {**self._schema, "properties": properties})
+        return self._spawn_schema[1]
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
         """Nothing to approve; the arguments are checked when it runs."""

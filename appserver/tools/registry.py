@@ -47,6 +47,9 @@ class ToolRegistry:
         self, tools: Iterable[Tool] = (), restricted_to: Collection[str] | None = None
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        # Each tool's spec as last offered: every model call offers them all,
+        # and most tools' description and schema never change.
+        self._specs: dict[str, ToolSpec] = {}
         # A set a client chose (Qwen's --core-tools/--exclude-tools): tools the
         # runtime adds later (the agent-control tools) join only if named here.
         self.restricted_to = None if restricted_to is None else frozenset(restricted_to)
@@ -72,6 +75,7 @@ class ToolRegistry:
 
     def unregister(self, name: str) -> Tool | None:
         """Remove a tool (e.g. when an MCP server goes away); returns it, if it was there."""
+        self._specs.pop(name, None)
         return self._tools.pop(name, None)
 
     def get(self, name: str) -> Tool | None:
@@ -84,10 +88,18 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         """What the model is offered."""
-        return [
-            ToolSpec(name=tool.name, description=tool.description, input_schema=tool.input_schema)
-            for tool in self._tools.values()
-        ]
+        specs = []
+        for name, tool in self._tools.items():
+            description, schema = tool.description, tool.input_schema
+            spec = self._specs.get(name)
+            if (
+                spec is None
+                or spec.description is not description
+                or spec.input_schema is not schema
+            ):
+                spec = self._specs[name] = ToolSpec(name, description, schema)
+            specs.append(spec)
+        return specs
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
