@@ -415,6 +415,10 @@ def serve_command(args: argparse.Namespace) -> int:
         endpoint = server.endpoints.get("appServerWebSocket")
         if endpoint and listening is None:  # else said when the socket was bound
             print(startup_block(server, endpoint, websocket), file=sys.stderr, flush=True)
+        if listening is not None:
+            from appserver.early_start import release_stop_signals
+
+            release_stop_signals()  # a stop received since "listening on" now stops cleanly
 
     try:
         anyio.run(

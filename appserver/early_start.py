@@ -16,6 +16,7 @@ is reported after the answer, as a deferred server always did.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -140,6 +141,30 @@ def settled_provider(
     return (*chosen, urls.pop()) if len(urls) == 1 else None
 
 
+# SIGINT/SIGTERM received between an early "listening on" and the server's own
+# handlers (appserver/server/process.py): a supervisor may stop the server as
+# soon as it sees that line, and must still get a clean shutdown.
+_held_signals: list[int] = []
+
+
+def _hold(signum: int, frame: object) -> None:
+    _held_signals.append(signum)
+
+
+def hold_stop_signals() -> None:
+    """Hold SIGINT and SIGTERM (record them, do not die) until :func:`release_stop_signals`."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _hold)
+
+
+def release_stop_signals() -> None:
+    """Send the held signals again, now that the server's handlers take them
+    (call once it is ready: they then stop it cleanly)."""
+    held, _held_signals[:] = list(_held_signals), []
+    for signum in dict.fromkeys(held):
+        signal.raise_signal(signum)
+
+
 def listen_early(
     workspace: Path, options: ListenerOptions, provider_options: Mapping[str, Any]
 ) -> tuple[Preparation, EarlyListener | None]:
@@ -166,6 +191,7 @@ def listen_early(
     except ListenerError:
         return prepared, None
     listener = EarlyListener(sock)
+    hold_stop_signals()  # announced from here on: a stop must end cleanly
     address = endpoint(options, listener.port)
     sys.stderr.write(listening_block(address, options.web_client, workspace, *provider) + "\n")
     sys.stderr.flush()
