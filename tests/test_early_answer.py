@@ -19,30 +19,9 @@ import pytest
 
 from appserver.protocol.initialize import ClientCapabilities
 from appserver.protocol.limits import MAX_NAME_CHARS
-from appserver.server.app import AppServer
-from appserver.server.config import ServerConfig
 from appserver.services import handshake
-from tests.support.early import heavy_modules, run_door
+from tests.support.early import INITIALIZED, built_answer, heavy_modules, initialize, run_door
 from tests.support.servers import child_env
-
-INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "initialized"})
-
-
-def initialize(request_id: Any = 1, **params: Any) -> str:
-    params.setdefault("clientInfo", {"name": "early", "version": "1"})
-    return json.dumps(
-        {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
-    )
-
-
-async def built_answer(workspace: Path, line: str) -> str:
-    """The frame a server built before serving answers ``line`` with."""
-    async with (
-        AppServer.open(ServerConfig(workspace=workspace)) as server,
-        server.connect_memory() as client,
-    ):
-        await client.send(line)
-        return await client.receive()
 
 
 def app_server(workspace: Path, lines: list[str]) -> Any:

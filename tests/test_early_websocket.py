@@ -17,8 +17,13 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
 
-from tests.support.early import heavy_modules, websocket_door
-from tests.test_early_answer import INITIALIZED, built_answer, initialize
+from tests.support.early import (
+    INITIALIZED,
+    built_answer,
+    heavy_modules,
+    initialize,
+    websocket_door,
+)
 
 TIMEOUT = 30
 

@@ -1,5 +1,6 @@
-"""Running a stdio door as a real process and seeing what it had imported when it
-wrote its first answer early (appserver/transport/early.py).
+"""Running a door (stdio, or the WebSocket server) as a real process and seeing what
+it had imported when it wrote its first answer early (appserver/transport/early.py,
+early_ws.py); the ``initialize`` request and the answer a built server gives it.
 
 The door runs as ``python -c PROBE ARGS``: PROBE wraps
 ``appserver.transport.early.answer_first_line`` and, for the WebSocket server,
@@ -21,7 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from appserver.server.app import AppServer
+from appserver.server.config import ServerConfig
 from tests.support.servers import child_env
 
 PROBE = """\
@@ -94,6 +98,26 @@ class Door:
     stdout: list[str]
     stderr: str
     modules: list[str] | None  # None: it answered nothing early
+
+
+INITIALIZED = json.dumps({"jsonrpc": "2.0", "method": "initialized"})
+
+
+def initialize(request_id: Any = 1, **params: Any) -> str:
+    params.setdefault("clientInfo", {"name": "early", "version": "1"})
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
+    )
+
+
+async def built_answer(workspace: Path, line: str) -> str:
+    """The frame a server built before serving answers ``line`` with."""
+    async with (
+        AppServer.open(ServerConfig(workspace=workspace)) as server,
+        server.connect_memory() as client,
+    ):
+        await client.send(line)
+        return await client.receive()
 
 
 def run_door(entry: str, argv: list[str], lines: list[str], cwd: Path) -> Door:
