@@ -49,6 +49,8 @@ from appserver.transport.listen_options import WS_PATHS, ListenerOptions
 REQUEST_LIMIT = 16 * 1024  # an upgrade request larger than this is left to the library
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's, for Sec-WebSocket-Accept
 _PEEK_PAUSE = 0.002  # between peeks at a request or frame that came in part
+_LINE_LIMIT = 8190  # the longest request or header line the library reads
+_HEADER_LIMIT = 128  # the most header lines it reads
 
 
 @dataclass
@@ -116,6 +118,9 @@ def first_connection(
         key = None if request is None or token_required else _plain_upgrade(request)
         if request is None or key is None:
             return accepted  # the library reads the request and does the handshake
+    except OSError:
+        return accepted  # the client is gone or slow: the library finds out, as it would have
+    try:
         _consume(sock, len(request))
         sock.sendall(_switching_protocols(key))
         accepted.upgraded = True
@@ -128,7 +133,10 @@ def first_connection(
         sock.sendall(_server_frame(reply.encode("utf-8")))
         accepted.early = EarlyAnswer(text, reply)
     except OSError:
-        pass  # the client is gone or slow: the library finds out, as it would have
+        # Something was read that the library will not see: this connection cannot
+        # go on (the client finds it closed, as a broken connection).
+        sock.close()
+        return None
     return accepted
 
 
@@ -175,8 +183,22 @@ def _request_length(data: bytes) -> int | None:
 
 def _plain_upgrade(request: bytes) -> bytes | None:
     """The ``Sec-WebSocket-Key`` of ``request`` if it is an upgrade the listener
-    accepts without a question, else ``None``."""
-    lines = request.decode("latin-1").split("\r\n")[:-2]
+    accepts without a question, else ``None`` (anything odd is the library's)."""
+    try:
+        return _upgrade_key(request)
+    except ValueError:  # a request-target urlsplit refuses, say
+        return None
+
+
+def _upgrade_key(request: bytes) -> bytes | None:
+    head = request.decode("latin-1")
+    if "\n" in head.replace("\r\n", "") or "\r" in head.replace("\r\n", ""):
+        return None  # a bare line end: the library refuses it
+    lines = head.split("\r\n")[:-2]
+    if any(len(line) > _LINE_LIMIT or not line.isprintable() for line in lines):
+        return None  # control characters, or a line longer than the library reads
+    if len(lines) > _HEADER_LIMIT:
+        return None
     parts = lines[0].split(" ")
     if len(parts) != 3 or parts[0] != "GET" or parts[2] != "HTTP/1.1":
         return None
@@ -190,6 +212,8 @@ def _plain_upgrade(request: bytes) -> bytes | None:
         headers.setdefault(name.lower(), []).append(value.strip())
     if "origin" in headers or "authorization" in headers:
         return None  # a browser page, or a token offered: Admission decides
+    if "content-length" in headers or "transfer-encoding" in headers:
+        return None  # a body: the library refuses it
     connection = {
         token.strip().lower()
         for value in headers.get("connection", [])

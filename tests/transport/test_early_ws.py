@@ -92,6 +92,26 @@ def test_a_request_that_is_no_plain_upgrade_is_left_whole(listener: socket.socke
         assert unread(accepted, len(request)) == request  # Admission decides
 
 
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        UPGRADE.replace(b"GET /ws ", b"GET http://[::1/ws "),  # urlsplit refuses it
+        UPGRADE.replace(b"\r\nUpgrade", b"\nUpgrade"),  # a bare line end
+        UPGRADE.replace(b"\r\n\r\n", b"\r\nContent-Length: 0\r\n\r\n"),  # a body
+        UPGRADE.replace(b"Host: 127.0.0.1", b"Host: 127.0.0.1\x00"),  # a control character
+    ],
+    ids=["bad-target", "bare-lf", "body", "nul"],
+)
+def test_a_request_the_library_refuses_is_left_to_it(
+    listener: socket.socket, request_bytes: bytes
+) -> None:
+    """Never upgraded early (nor a crash): the library answers it as it would have."""
+    accepted, client = accept(listener, request_bytes)
+    with client, accepted.sock:
+        assert not accepted.upgraded and accepted.early is None
+        assert unread(accepted, len(request_bytes)) == request_bytes
+
+
 def test_a_silent_client_is_left_to_the_library(listener: socket.socket) -> None:
     """Nothing within the wait: the connection goes on untouched (the library's
     handshake then waits for it, with its own timeout)."""
