@@ -6,7 +6,7 @@ The Codeswarm CLI asks ``providers_list`` first. The answer names the provider
 and the model, which the provider settings decide, and they depend on the
 workspace's trust (settled later, from the database): it is answered early
 only on stdio, when both trust values give the same provider and a model known
-without building the provider (appserver/early_start.py ``settled_model``).
+without building the provider (``appserver.providers.settled_model``).
 ``providers_list`` changes nothing, so the router, once built, skips the line
 it answered instead of answering it twice.
 """
