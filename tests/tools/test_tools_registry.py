@@ -60,3 +60,19 @@ def test_duplicates_invalid_names_and_unregister() -> None:
     assert removed is replacement
     assert "read_file" not in registry
     assert registry.unregister("read_file") is None
+
+
+def test_specs_follow_a_tool_whose_description_or_schema_changes() -> None:
+    """Specs are kept between model calls, but never stale: a changed description
+    or schema (an MCP server's tool, SpawnAgent's profiles) is offered as it is now."""
+    tool = ReadFileTool()
+    registry = ToolRegistry([tool])
+    first = registry.specs()[0]
+    assert registry.specs()[0] is first  # unchanged: the same spec
+    tool.input_schema = {"type": "object", "properties": {}}
+    assert registry.specs()[0].input_schema == {"type": "object", "properties": {}}
+    tool.description = "Read one file, differently."
+    assert registry.specs()[0].description == "Read one file, differently."
+    registry.unregister("read_file")
+    registry.register(ReadFileTool())
+    assert registry.specs()[0].input_schema == first.input_schema
