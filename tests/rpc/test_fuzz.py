@@ -199,7 +199,11 @@ class WebSocketPeer(Peer):
             self.process.stderr.close()
             raise RuntimeError(b"".join(self.stderr).decode(errors="replace")) from None
         self._stack = ExitStack()
-        self.ws: ClientConnection = self._stack.enter_context(connect(url, max_size=None))
+        # No keepalive: its pings draw from the global ``random`` in a thread,
+        # which Hypothesis reads as a strategy using ``random`` (a flaky failure).
+        self.ws: ClientConnection = self._stack.enter_context(
+            connect(url, max_size=None, ping_interval=None)
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
