@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 NODE_DIR   := clients/node
 NODE_STAMP := $(NODE_DIR)/node_modules/.package-lock.json
 
-.PHONY: run chat test lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps node-deps pytest node-test qwen-sdk-test codex-ts-sdk-test bench bench-peer clean
+.PHONY: run chat test other-checks lint typecheck schema-check schema client-check client browser-client browser-deps postgres-deps node-deps pytest node-test qwen-sdk-test codex-ts-sdk-test bench bench-peer clean
 
 # One install: the appserver package carries the Python client and its chat
 # (clients/python/src/appserver_client, see pyproject.toml).
@@ -85,7 +85,13 @@ node-deps:
 		echo "make test needs Node.js $(NODE_MAJOR)+ (found $$(node --version)): install a newer one (https://nodejs.org/en/download)" >&2; \
 		exit 1; }
 
-test: node-deps lint typecheck schema-check client-check pytest node-test qwen-sdk-test codex-ts-sdk-test
+# pytest beside everything else: it leaves about a fifth of two cores idle (its tests wait on
+# the servers they start), which the other checks fill one at a time (-j2: pytest and one
+# more). Each target's output is printed whole when it ends.
+test: node-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target pytest other-checks
+
+other-checks: lint typecheck schema-check client-check node-test qwen-sdk-test codex-ts-sdk-test
 
 # The servers the Node and Qwen SDK tests start keep the user's settings and workspace trust
 # (docs/security.md#workspace-trust) here, not in ~/.config/appserver (pytest sets its own).
