@@ -155,6 +155,21 @@ async def session_thread(
     return thread_id
 
 
+def settled_choice(workspace: Path, provider_options: dict[str, Any]) -> tuple[str, str] | None:
+    """(provider, model) the built runtime will name in ``workspace``, when its
+    settings say so whether or not the workspace is trusted: what a face's early
+    answer to a first handshake line may name (zot's ``hello``, the router's
+    ``providers_list``). ``None``: the answer waits for the runtime."""
+    # Imported here: the command line imports this module (`--help` needs none of them).
+    from appserver.providers import settled_model
+    from appserver.storage.user_settings import load_user_settings
+    from appserver.storage.workspace_config import load_workspace_config
+
+    workspace = workspace.resolve()
+    workspace_config = load_workspace_config(workspace / ".craft")
+    return settled_model(provider_options, workspace_config, load_user_settings(workspace))
+
+
 def add_backlog_argument(group: Any) -> None:
     """``--max-client-backlog``: how far the client may fall behind reading
     before it is dropped (every face; see :mod:`appserver.transport.peer_writer`)."""

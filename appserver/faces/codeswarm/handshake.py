@@ -17,6 +17,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from appserver.faces.common import settled_choice
+
 PROVIDER_ID = "appserver"  # the one provider the router offers (and its backend)
 
 
@@ -66,14 +68,7 @@ def early_answer(
     """The early answer to a first ``providers_list`` on stdio, when it can be known now."""
     if args.listen is not None:
         return None  # over TCP clients connect once the router listens
-    # Imported here: the command line imports this module (`router --help` needs none of them).
-    from appserver.providers import settled_model
-    from appserver.storage.user_settings import load_user_settings
-    from appserver.storage.workspace_config import load_workspace_config
-
-    workspace = args.workspace.resolve()
-    workspace_config = load_workspace_config(workspace / ".craft")
-    chosen = settled_model(provider_options, workspace_config, load_user_settings(workspace))
+    chosen = settled_choice(args.workspace, provider_options)
     if chosen is None:
         return None
     provider, model = chosen

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appserver import __version__
+from appserver.faces.common import settled_choice
 from appserver.transport.early import compact, load_object, plain_id
 
 PROTOCOL_VERSION = 1
@@ -57,14 +58,7 @@ def early_answer(
     args: argparse.Namespace, provider_options: dict[str, Any]
 ) -> Callable[[bytes], str | None] | None:
     """The early answer to a first ``hello``, when it can be known now."""
-    # Imported here: the command line imports this module (`rpc --help` needs none of them).
-    from appserver.providers import settled_model
-    from appserver.storage.user_settings import load_user_settings
-    from appserver.storage.workspace_config import load_workspace_config
-
-    workspace = args.workspace.resolve()
-    workspace_config = load_workspace_config(workspace / ".craft")
-    chosen = settled_model(provider_options, workspace_config, load_user_settings(workspace))
+    chosen = settled_choice(args.workspace, provider_options)
     if chosen is None:
         return None
     token = next((os.environ[name] for name in TOKEN_VARIABLES if os.environ.get(name)), None)
