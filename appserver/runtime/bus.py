@@ -8,27 +8,41 @@ the journal, which numbers and stores them first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Set
 
 from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, Participant
+
+_NOBODY: frozenset[Participant] = frozenset()
 
 
 class EventBus:
     """Who is connected, who subscribes to which thread, and delivery."""
 
     def __init__(self) -> None:
-        self._participants: set[Participant] = set()
+        # Who receives broadcasts, each with its join mark: a number never given
+        # twice, from a counter that only grows. Whoever is in ``marks`` now with
+        # a mark below the counter's value at some moment was joined then (a
+        # participant that leaves and joins again gets a new mark), which lets
+        # the journal remember who got a broadcast in one record per event.
+        self.marks: dict[Participant, int] = {}
+        self._next_mark = itertools.count()
         self._subscribers: dict[str, set[Participant]] = {}
         self._subscriptions: dict[Participant, set[str]] = {}
 
     def join(self, participant: Participant) -> None:
         """``participant`` receives broadcasts from now on."""
-        self._participants.add(participant)
+        if participant not in self.marks:
+            self.marks[participant] = next(self._next_mark)
+
+    def mark_now(self) -> int:
+        """A mark above every participant joined so far (and below later ones)."""
+        return next(self._next_mark)
 
     def leave(self, participant: Participant) -> None:
         """Forget a participant that left and cancel its subscriptions."""
-        self._participants.discard(participant)
+        self.marks.pop(participant, None)
         for thread_id in self._subscriptions.pop(participant, set()):
             subscribers = self._subscribers.get(thread_id)
             if subscribers is not None:
@@ -55,6 +69,10 @@ class EventBus:
     def subscribers(self, thread_id: str) -> frozenset[Participant]:
         return frozenset(self._subscribers.get(thread_id, ()))
 
+    def subscribed(self, thread_id: str) -> Set[Participant]:
+        """The thread's subscribers as they are now (not a copy: read, do not keep)."""
+        return self._subscribers.get(thread_id, _NOBODY)
+
     def forget_thread(self, thread_id: str) -> None:
         """Drop a deleted thread's subscriptions."""
         for participant in self._subscribers.pop(thread_id, set()):
@@ -70,7 +88,7 @@ class EventBus:
     ) -> set[Participant]:
         """Every participant if ``broadcast``, the thread's subscribers if
         ``thread_id``, plus ``include``, minus ``exclude`` — each once."""
-        targets = set(self._participants) if broadcast else set()
+        targets = set(self.marks) if broadcast else set()
         if thread_id is not None:
             targets |= self._subscribers.get(thread_id, set())
         targets.update(include)

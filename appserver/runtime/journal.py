@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import bisect
 import weakref
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Container, Iterable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from appserver.runtime.shared_log import SharedLog
 
 SEEN_RANGES = 256  # separate runs of seqs remembered per (connection, thread)
+SEEN_BROADCASTS = 1024  # broadcasts per thread whose recipients are remembered
 _SMALL_SEEN = 8  # up to this many seen seqs per (connection, thread) are a plain tuple
 
 
@@ -86,13 +88,19 @@ class ThreadJournal:
         self._locks: dict[str, anyio.Lock] = {}
         # Deltas of items still streaming, for exact replay: thread -> item -> deltas.
         self._streaming: dict[str, dict[str, list[Event]]] = {}
-        # Seqs a participant received as a broadcast while not subscribed to the
-        # thread (thread/renamed, runtimeChanged, ...): a later afterSeq replay
-        # skips them, so nothing arrives twice. Bounded per (participant, thread).
+        # Seqs a participant received while not subscribed to the thread, sent
+        # to it alone (the caller of a request that is not subscribed): a later
+        # afterSeq replay skips them, as it skips the broadcasts it got (below),
+        # so nothing arrives twice. Bounded per (participant, thread).
         # Keyed by id(participant) (a weak-keyed dictionary cost a weakref per
         # lookup, once per broadcast per connection); an entry goes when its
         # participant does.
         self._seen: dict[int, dict[str, tuple[int, ...] | SeqRanges]] = {}
+        # Broadcasts, one record each: (seq, a join mark above everyone joined
+        # then, the marks of those joined then that did not get it). A
+        # participant joined now got it if its mark is below the second and not
+        # in the third (runtime/bus.py, ``marks``). Bounded per thread.
+        self._broadcasts: dict[str, deque[tuple[int, int, frozenset[int]]]] = {}
         # Set when nodes share a PostgreSQL database: the log numbers, stores
         # and delivers instead (runtime/shared_log.py).
         self.shared: SharedLog | None = None
@@ -245,6 +253,7 @@ class ThreadJournal:
         self._seq.pop(thread_id, None)
         self._locks.pop(thread_id, None)
         self._streaming.pop(thread_id, None)
+        self._broadcasts.pop(thread_id, None)
         if self.shared is not None:
             self.shared.forget_thread(thread_id)
 
@@ -256,20 +265,42 @@ class ThreadJournal:
         exclude: Iterable[Participant],
     ) -> None:
         thread_id = event.thread_id
-        assert thread_id is not None and event.seq is not None
-        targets = self.bus.targets(
+        seq = event.seq
+        assert thread_id is not None and seq is not None
+        bus = self.bus
+        if broadcast:
+            exclude = tuple(exclude)
+        targets = bus.targets(
             thread_id=thread_id, broadcast=broadcast, include=include, exclude=exclude
         )
         if not targets:
             return
         floors = self.shared.floors if self.shared is not None else None
+        kind, topic = event.kind, event.topic
+        marks = bus.marks
+        subscribed = bus.subscribed(thread_id)
+        # Joined participants this broadcast did not reach; everyone else joined
+        # now got it (one record for the event, not one per connection: a
+        # broadcast goes to every connection).
+        missed = [marks[each] for each in exclude if each in marks] if broadcast else []
         for participant in targets:
-            if floors and floors.get((id(participant), thread_id), 0) >= event.seq:
-                continue  # a subscribe replay already sent it (nodes sharing a database)
-            if participant.wants(event.kind, event.topic):
-                participant.deliver(event)
-                if not self.bus.is_subscribed(thread_id, participant):
-                    self._remember(participant, thread_id, event.seq)
+            if (floors and floors.get((id(participant), thread_id), 0) >= seq) or (
+                not participant.wants(kind, topic)
+            ):
+                # Not sent (a subscribe replay already sent it: nodes sharing a
+                # database; or not wanted).
+                mark = marks.get(participant)
+                if mark is not None:
+                    missed.append(mark)
+                continue
+            participant.deliver(event)
+            if not (broadcast and participant in marks) and participant not in subscribed:
+                self._remember(participant, thread_id, seq)
+        if broadcast:
+            records = self._broadcasts.get(thread_id)
+            if records is None:
+                records = self._broadcasts[thread_id] = deque(maxlen=SEEN_BROADCASTS)
+            records.append((seq, bus.mark_now(), frozenset(missed)))
 
     def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
         threads = self._seen.get(id(participant))
@@ -277,9 +308,8 @@ class ThreadJournal:
             threads = self._seen[id(participant)] = {}
             weakref.finalize(participant, self._seen.pop, id(participant), None)
         seen = threads.get(thread_id)
-        # Most (participant, thread) pairs see a handful of broadcasts (started,
-        # running, idle): a tuple holds those without a SeqRanges (and its two
-        # lists) per pair, which a burst of threads times connections made costly.
+        # Most (participant, thread) pairs get a handful of events this way: a
+        # tuple holds those without a SeqRanges (and its two lists) per pair.
         if seen is None:
             threads[thread_id] = (seq,)
         elif isinstance(seen, tuple):
@@ -291,6 +321,20 @@ class ThreadJournal:
                     ranges.add(earlier)
         else:
             seen.add(seq)
+
+    def _seen_by(self, participant: Participant, thread_id: str) -> Callable[[int], bool]:
+        """Whether ``participant`` received a seq of the thread while not
+        subscribed: a broadcast (while joined) or an event sent to it alone."""
+        alone: Container[int] = self._seen.get(id(participant), {}).pop(thread_id, ())
+        mark = self.bus.marks.get(participant)
+        got: set[int] = set()
+        if mark is not None:
+            got = {
+                seq
+                for seq, later, missed in self._broadcasts.get(thread_id, ())
+                if mark < later and mark not in missed
+            }
+        return lambda seq: seq in got or seq in alone
 
     async def subscribe(
         self,
@@ -307,19 +351,19 @@ class ThreadJournal:
         the recent events as such and gets them all.
         """
         async with self.lock(thread_id):
-            seen = self._seen.get(id(participant), {}).pop(thread_id, None) if skip_seen else None
+            seen = self._seen_by(participant, thread_id) if skip_seen else None
             if self.shared is not None:
                 replayed = await self.shared.replay_for(thread_id, participant, after_seq)
                 for event in merge_runs(replayed):
                     assert event.seq is not None
-                    if (seen is None or event.seq not in seen) and participant.wants(
+                    if (seen is None or not seen(event.seq)) and participant.wants(
                         event.kind, event.topic
                     ):
                         participant.deliver(event)
             elif after_seq is not None:
                 for event in await self.replay(thread_id, after_seq):
                     assert event.seq is not None
-                    if (seen is None or event.seq not in seen) and participant.wants(
+                    if (seen is None or not seen(event.seq)) and participant.wants(
                         event.kind, event.topic
                     ):
                         participant.deliver(event)

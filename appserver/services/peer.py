@@ -32,6 +32,8 @@ class Handshake(enum.Enum):
     READY = "ready"
 
 
+_READY = Handshake.READY
+
 Encoded = tuple[str, tuple[object, Merge] | None]
 
 
@@ -82,7 +84,9 @@ class Peer:
         return self.connection.closed
 
     def wants(self, kind: str, topic: str | None) -> bool:
-        if self.handshake is not Handshake.READY:
+        # Asked for every event and every connection it may go to: the member
+        # is read from the module, not looked up on the enum class each time.
+        if self.handshake is not _READY:
             return False
         opt_out = self.opt_out
         return kind not in opt_out and (topic is None or topic not in opt_out)

@@ -246,3 +246,28 @@ async def test_reconnect_gets_no_seq_twice_when_a_broadcast_came_first(
                 await a2.settle()
                 numbers = _thread_seqs(a2.messages)
                 assert len(numbers) == len(set(numbers)), "a seq was delivered twice"
+
+
+async def test_a_broadcast_before_a_connection_opened_is_replayed_to_it(
+    multi_server: ServerUnderTest,
+) -> None:
+    """Broadcasts are remembered per event (who was connected then), not per
+    connection: one that opened later never got it, so its replay has it, once;
+    one that was connected and got it is not sent it again."""
+    with anyio.fail_after(20):
+        async with multi_server.connect("a") as a, multi_server.connect("early") as early:
+            thread_id = await new_thread(a)
+            await a.request("thread/rename", {"threadId": thread_id, "displayName": "renamed"})
+            await early.notification("thread/renamed")
+            async with multi_server.connect("late") as late:
+                for client in (early, late):
+                    params = {"threadId": thread_id, "afterSeq": 0}
+                    await client.request("thread/subscribe", params)
+                    await client.settle()  # the replay follows the response
+                renamed = [m for m in late.messages if m.get("method") == "thread/renamed"]
+                assert [m["params"]["displayName"] for m in renamed] == ["renamed"]
+                early_renamed = [m for m in early.messages if m.get("method") == "thread/renamed"]
+                assert len(early_renamed) == 1
+                for client in (early, late):
+                    numbers = _thread_seqs(client.messages)
+                    assert len(numbers) == len(set(numbers)), "a seq was delivered twice"
