@@ -9,7 +9,7 @@ the journal, which numbers and stores them first.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Set
+from collections.abc import Callable, Iterable, Set
 
 from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, Participant
@@ -26,8 +26,14 @@ class EventBus:
         # a mark below the counter's value at some moment was joined then (a
         # participant that leaves and joins again gets a new mark), which lets
         # the journal remember who got a broadcast in one record per event.
+        # (Only a participant object used once should join: one that joined
+        # again would get its earlier broadcasts replayed a second time.)
+        # Dict order is mark order: the first entry is the oldest joined.
         self.marks: dict[Participant, int] = {}
         self._next_mark = itertools.count()
+        # Called with the oldest mark still joined (``None``: nobody) when the
+        # oldest participant leaves: what is remembered for older ones can go.
+        self.on_oldest_left: list[Callable[[int | None], None]] = []
         self._subscribers: dict[str, set[Participant]] = {}
         self._subscriptions: dict[Participant, set[str]] = {}
 
@@ -42,7 +48,12 @@ class EventBus:
 
     def leave(self, participant: Participant) -> None:
         """Forget a participant that left and cancel its subscriptions."""
+        oldest = next(iter(self.marks), None) is participant
         self.marks.pop(participant, None)
+        if oldest:
+            now_oldest = next(iter(self.marks.values()), None)
+            for forget in self.on_oldest_left:
+                forget(now_oldest)
         for thread_id in self._subscriptions.pop(participant, set()):
             subscribers = self._subscribers.get(thread_id)
             if subscribers is not None:

@@ -100,7 +100,10 @@ class ThreadJournal:
         # then, the marks of those joined then that did not get it). A
         # participant joined now got it if its mark is below the second and not
         # in the third (runtime/bus.py, ``marks``). Bounded per thread.
+        # When the oldest participant leaves, records older than everyone
+        # still joined go (nobody left can ask for them).
         self._broadcasts: dict[str, deque[tuple[int, int, frozenset[int]]]] = {}
+        bus.on_oldest_left.append(self._forget_broadcasts)
         # Set when nodes share a PostgreSQL database: the log numbers, stores
         # and delivers instead (runtime/shared_log.py).
         self.shared: SharedLog | None = None
@@ -279,9 +282,10 @@ class ThreadJournal:
         kind, topic = event.kind, event.topic
         marks = bus.marks
         subscribed = bus.subscribed(thread_id)
-        # Joined participants this broadcast did not reach; everyone else joined
-        # now got it (one record for the event, not one per connection: a
-        # broadcast goes to every connection).
+        # Joined participants that did not get this broadcast while unsubscribed
+        # (excluded, not wanting it, or subscribed: a replay repeats what came
+        # while subscribed, as it always did); every other participant joined
+        # now got it. One record for the event, not one per connection.
         missed = [marks[each] for each in exclude if each in marks] if broadcast else []
         for participant in targets:
             if (floors and floors.get((id(participant), thread_id), 0) >= seq) or (
@@ -294,13 +298,26 @@ class ThreadJournal:
                     missed.append(mark)
                 continue
             participant.deliver(event)
-            if not (broadcast and participant in marks) and participant not in subscribed:
+            if participant in subscribed:
+                if broadcast and participant in marks:
+                    missed.append(marks[participant])
+            elif not (broadcast and participant in marks):
                 self._remember(participant, thread_id, seq)
         if broadcast:
             records = self._broadcasts.get(thread_id)
             if records is None:
                 records = self._broadcasts[thread_id] = deque(maxlen=SEEN_BROADCASTS)
             records.append((seq, bus.mark_now(), frozenset(missed)))
+
+    def _forget_broadcasts(self, oldest: int | None) -> None:
+        """Drop the records of broadcasts sent before anyone still joined
+        (``oldest``: the oldest join mark still there; ``None``: nobody is)."""
+        for thread_id in list(self._broadcasts):
+            records = self._broadcasts[thread_id]
+            while records and (oldest is None or records[0][1] <= oldest):
+                records.popleft()
+            if not records:
+                del self._broadcasts[thread_id]
 
     def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
         threads = self._seen.get(id(participant))
