@@ -22,6 +22,7 @@ server that runs no commands.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -32,6 +33,8 @@ import threading
 from typing import IO
 
 log = logging.getLogger("appserver.tools")
+
+_EXIT_WAIT = 2.0  # seconds a normal exit waits for the watchdog to end (it needs milliseconds)
 
 
 class ProcessReaper:
@@ -102,6 +105,7 @@ class ProcessReaper:
                 )
                 assert self._process.stdin is not None
                 os.set_blocking(self._process.stdin.fileno(), False)
+                atexit.register(self._end_with_process)
             except OSError as exc:
                 log.warning(
                     "cannot start the process watchdog (%s); commands may outlive a crash", exc
@@ -110,6 +114,19 @@ class ProcessReaper:
         if self._process is None or self._process.stdin is None:
             return None
         return self._process.stdin.fileno()
+
+    def _end_with_process(self) -> None:
+        """At a normal exit: close the pipe now (the watchdog ends what is still
+        listed, as it would at the exit itself) and wait for the watchdog, so it
+        is reaped rather than left running past the interpreter, which warns
+        about every such child (``ResourceWarning``) as it shuts down."""
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=_EXIT_WAIT)
 
 
 def group_alive(pgid: int) -> bool:
