@@ -27,6 +27,22 @@ DELTA_KINDS = {
 COMMAND_TOPIC = "item:commandExecution"  # commandExecution items are opt-in
 
 
+def append_text(payload: dict[str, Any], key: str, text: str) -> None:
+    """``payload[key] += text`` without copying the whole text at every delta.
+
+    ``payload[key] = payload[key] + text`` copies all the text so far each time
+    (a 30,000-delta answer: 1.6 s of copying). With the dictionary's reference
+    dropped first, the local below is the string's only reference and CPython
+    grows it in place. The key keeps its place in the payload.
+    """
+    current = payload.get(key, "")
+    payload[key] = ""
+    if not isinstance(current, str):
+        current = str(current)
+    current += text
+    payload[key] = current
+
+
 class ItemLog:
     """Writes a turn's items through the journal."""
 
@@ -125,7 +141,7 @@ class ItemLog:
         """Append streamed text to an open item and send the delta."""
         if not text:
             return  # empty deltas are never sent
-        item.payload["text"] = str(item.payload.get("text", "")) + text
+        append_text(item.payload, "text", text)
         item.status = "streaming"
         kind, delta_kind = DELTA_KINDS[item.type]
         # The hot path of a streamed turn: the params are the item's fixed
@@ -184,7 +200,7 @@ class ItemLog:
 
     async def output_delta(self, active: ActiveTurn, item: ItemRecord, chunk: str) -> None:
         """A chunk of a running command's output (an opt-in ``commandExecution`` delta)."""
-        item.payload["aggregatedOutput"] += chunk
+        append_text(item.payload, "aggregatedOutput", chunk)
         await self._delta(
             active, item, "item/commandExecution/outputDelta", chunk, topic=COMMAND_TOPIC
         )
