@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from appserver.runtime.streamed_text import append_attribute
+
 Json = dict[str, Any]
 # A tool name -> its MCP server and the tool's own name (None: not an MCP tool).
 McpNames = Callable[[str], "tuple[str, str] | None"]
@@ -232,7 +234,7 @@ class TurnItems:
         if kind == "item/commandExecution/outputDelta":
             call = self.commands.get(item_id)
             if call is not None:
-                call.output += text
+                append_attribute(call, "output", text)
                 return [("item/commandExecution/outputDelta", {"itemId": call.id, "delta": text})]
         return []
 

@@ -42,6 +42,7 @@ from appserver.faces.qwen.annotations import (
     terminal,
     tool_display,
 )
+from appserver.runtime.streamed_text import append_text
 
 if TYPE_CHECKING:
     from appserver.faces.qwen.wire import Output
@@ -204,7 +205,7 @@ class TurnStream:
                     "content_block": dict(block),
                 }
             )
-        draft.blocks[draft.open_index][key] += delta
+        append_text(draft.blocks[draft.open_index], key, delta)
         delta_type = "text_delta" if kind == "text" else "thinking_delta"
         await self.partial(
             {

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from appserver.faces.common import turn_id_of
 from appserver.faces.zot.wire import ABORTED_RESULT, Frame, Totals, turn_end, user_blocks
+from appserver.runtime.streamed_text import append_attribute
 
 if TYPE_CHECKING:
     from appserver.faces.seat import Seat
@@ -136,7 +137,7 @@ class PromptStream:
         item = _item_of(event)
         if event.kind == "item/agentMessage/delta":
             delta = str(getattr(event.params, "delta", ""))
-            self.text += delta
+            append_attribute(self, "text", delta)
             await self.emit({"type": "text_delta", "delta": delta})
         elif item is None:
             return

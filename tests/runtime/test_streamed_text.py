@@ -1,10 +1,11 @@
-"""Streamed text accumulates in an item's payload (runtime/turns/items.py)."""
+"""Streamed text grows in place (runtime/streamed_text.py): an item's payload,
+a face's attribute."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from appserver.runtime.turns.items import append_text
+from appserver.runtime.streamed_text import append_attribute, append_text
 
 
 def test_text_accumulates_in_place_and_keeps_its_key_order() -> None:
@@ -21,3 +22,15 @@ def test_a_missing_value_starts_the_text_and_a_number_is_read_as_text() -> None:
     append_text(payload, "text", "b")
     append_text(payload, "count", "3")
     assert payload == {"count": "123", "text": "ab"}
+
+
+class Message:
+    def __init__(self) -> None:
+        self.text = ""
+
+
+def test_an_attribute_grows_the_same_way() -> None:
+    message = Message()
+    for number in range(30_000):
+        append_attribute(message, "text", f"{number} ")
+    assert message.text == "".join(f"{number} " for number in range(30_000))
