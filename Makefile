@@ -64,7 +64,9 @@ browser-deps:
 
 # Tests against PostgreSQL (tests/support/postgres.py) initdb and start their own throwaway
 # cluster from Debian's server binaries in /usr/lib/postgresql/<version>/bin (or $PG_BIN).
-postgres-deps:
+# After browser-deps, never beside it (make test runs with -j2): two apt-get at once would
+# fight over dpkg's lock on a fresh machine.
+postgres-deps: | browser-deps
 	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || [ -x "$$PG_BIN/pg_ctl" ] || { \
 		echo "installing postgresql (apt) for the tests against a real PostgreSQL"; \
 		$(SUDO) apt-get update -qq && \
