@@ -288,22 +288,23 @@ class ThreadJournal:
         # now got it. One record for the event, not one per connection.
         missed = [marks[each] for each in exclude if each in marks] if broadcast else []
         for participant in targets:
+            # Only a broadcast to a joined participant is remembered by its mark.
+            mark = marks.get(participant) if broadcast else None
             if (floors and floors.get((id(participant), thread_id), 0) >= seq) or (
                 not participant.wants(kind, topic)
             ):
                 # Not sent (a subscribe replay already sent it: nodes sharing a
                 # database; or not wanted).
-                mark = marks.get(participant)
                 if mark is not None:
                     missed.append(mark)
                 continue
             participant.deliver(event)
             if participant in subscribed:
-                if broadcast and participant in marks:
-                    missed.append(marks[participant])
-            elif not (broadcast and participant in marks):
+                if mark is not None:
+                    missed.append(mark)
+            elif mark is None:
                 self._remember(participant, thread_id, seq)
-        if broadcast:
+        if broadcast and marks:  # with nobody joined there is nobody to remember it for
             records = self._broadcasts.get(thread_id)
             if records is None:
                 records = self._broadcasts[thread_id] = deque(maxlen=SEEN_BROADCASTS)

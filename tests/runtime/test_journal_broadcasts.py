@@ -126,3 +126,12 @@ async def test_a_participant_that_is_not_the_oldest_leaving_keeps_the_records() 
     log.bus.leave(newer)
     assert [record[0] for record in log._broadcasts[THREAD]] == [first]
     assert await replay_to(log, oldest) == []
+
+
+async def test_a_broadcast_with_nobody_joined_is_not_recorded() -> None:
+    log = journal()
+    subscriber = Client("subscriber")
+    log.bus.subscribe(THREAD, subscriber)
+    seq = await rename(log, "one")
+    assert subscriber.got == [seq]
+    assert THREAD not in log._broadcasts
