@@ -13,7 +13,9 @@ export const APPSERVER_CODEX =
 
 export function workspace(t) {
   const dir = mkdtempSync(join(tmpdir(), 'codex-ts-sdk-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  // The SDK rejects run() at turn.failed, while appserver-codex may still be closing its
+  // database under .craft: rmSync retries ENOTEMPTY (Node's own remedy for that race).
+  t.after(() => rmSync(dir, { recursive: true, force: true, maxRetries: 20, retryDelay: 50 }));
   return dir;
 }
 
