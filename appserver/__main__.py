@@ -1,3 +1,3 @@
-from appserver.cli import main
+from appserver.launch import main
 
 raise SystemExit(main())

@@ -8,8 +8,10 @@ Spawn -> first answer, for each front door of ``appserver`` (the DotCraft
 server over stdio and WebSocket, the Codex face, ACP, the Qwen stream-json
 face, zot's ``rpc``, Codeswarm's ``router``) and for Codex's own app-server
 (spawn -> ``initialize`` answered, the reference); a Zene one-shot end to end
-(spawn -> the process exited after its one answer, as clawbridge waits);
-and ``--help`` of the command and each subcommand (spawn -> exit).
+(spawn -> the process exited after its one answer, as clawbridge waits),
+cold and handed to a warm process (``--keep-warm``: that door keeps one
+workspace and HOME across rounds, its warm-up starts the warm process, which
+is stopped at the end); and ``--help`` of the command and each subcommand (spawn -> exit).
 
 Each spawn gets a fresh workspace and HOME (so every door creates its
 database, as the first start in a directory does), the offline model,
@@ -106,6 +108,8 @@ class Door:
     stdin: Callable[[], bytes]
     until: str = "line"
     script: str = "appserver"
+    # One workspace and HOME for every spawn (a warm process serves one command).
+    persistent: bool = False
 
 
 def _ws(flag: str = "--workspace") -> Callable[[Path], list[str]]:
@@ -155,6 +159,23 @@ DOORS = (
         lambda ws: ["host", *_ws()(ws), "--protocol", "v1", "--bridge-compat", "--single-request"],
         zene_request,
         until="exit",
+    ),
+    Door(
+        "zene-warm",
+        "appserver host (Zene) one-shot, warm process, end to end",
+        lambda ws: [
+            "host",
+            *_ws()(ws),
+            "--protocol",
+            "v1",
+            "--bridge-compat",
+            "--single-request",
+            "--keep-warm",
+            "120",
+        ],
+        zene_request,
+        until="exit",
+        persistent=True,
     ),
 )
 
@@ -281,15 +302,27 @@ class Spawn:
     until: str
     src: Path | None = None
     env: dict[str, str] | None = None
+    persistent: bool = False
+
+
+# Where warm processes put their sockets ($XDG_RUNTIME_DIR: short, a socket's
+# path has at most 107 bytes); made by main.
+RUN_DIR = Path(tempfile.gettempdir()) / f"startup-run-{os.getpid()}"
 
 
 def timed(scratch: Path, spawn: Spawn) -> float:
-    """One spawn in a fresh session directory (its workspace is the cwd, and HOME)."""
-    session = Path(tempfile.mkdtemp(dir=scratch))
+    """One spawn in a fresh session directory (its workspace is the cwd, and
+    HOME), or the spawn's own one if it is persistent."""
+    if spawn.persistent:
+        session = scratch / f"persistent-{spawn.key}"
+        session.mkdir(exist_ok=True)
+    else:
+        session = Path(tempfile.mkdtemp(dir=scratch))
     try:
         for sub in ("home", "workspace"):
-            (session / sub).mkdir()
+            (session / sub).mkdir(exist_ok=True)
         env = child_env(session / "home", spawn.src) | (spawn.env or {})
+        env["XDG_RUNTIME_DIR"] = str(RUN_DIR)
         command = spawn.command(session)
         if spawn.key == "codex":
             (session / "codex-home").mkdir()
@@ -297,7 +330,30 @@ def timed(scratch: Path, spawn: Spawn) -> float:
             env["CODEX_HOME"] = str(session / "codex-home")
         return run_once(command, spawn.stdin, spawn.until, env, session / "workspace")
     finally:
-        shutil.rmtree(session, ignore_errors=True)
+        if not spawn.persistent:
+            shutil.rmtree(session, ignore_errors=True)
+
+
+def wait_for_warm(count: int) -> None:
+    """Until ``count`` warm processes listen (they start after their first one-shot)."""
+    deadline = time.monotonic() + TIMEOUT
+    while len(list(RUN_DIR.glob("appserver/*.sock"))) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no warm process started")
+        time.sleep(0.02)
+
+
+def stop_warm(src: Path | None) -> None:
+    """Stop the warm processes (with the tree's own client)."""
+    sockets = list(RUN_DIR.glob("appserver/*.sock"))
+    if sockets:
+        code = (
+            "import sys\nfrom appserver.faces.zene import warm\n"
+            "for path in sys.argv[1:]: warm.stop(path)"
+        )
+        env = child_env(RUN_DIR, src)
+        subprocess.run([sys.executable, "-c", code, *map(str, sockets)], env=env, check=False)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 def interleaved(scratch: Path, spawns: list[Spawn], rounds: int) -> dict[str, list[float]]:
@@ -305,6 +361,7 @@ def interleaved(scratch: Path, spawns: list[Spawn], rounds: int) -> dict[str, li
     reference) first, the others in an order rotated each round."""
     for spawn in spawns:
         timed(scratch, spawn)
+    wait_for_warm(sum(spawn.persistent for spawn in spawns))
     samples: dict[str, list[float]] = {spawn.key: [] for spawn in spawns}
     reference, rest = spawns[0], spawns[1:]
     for round_index in range(rounds):
@@ -359,7 +416,15 @@ def main() -> int:
     ]
     for door in doors:
         spawns += [
-            Spawn(tag + door.key, ours(door), door.stdin(), door.until, src) for tag, src in trees
+            Spawn(
+                tag + door.key,
+                ours(door),
+                door.stdin(),
+                door.until,
+                src,
+                persistent=door.persistent,
+            )
+            for tag, src in trees
         ]
     helps: list[Spawn] = []
     if not args.no_help:
@@ -372,10 +437,12 @@ def main() -> int:
             ]
     peer.CACHE.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="startup-", dir=peer.CACHE))
+    RUN_DIR.mkdir(mode=0o700)
     try:
         samples = interleaved(scratch, spawns, args.rounds)
         help_samples = interleaved(scratch, helps, args.rounds) if helps else {}
     finally:
+        stop_warm(args.src)
         shutil.rmtree(scratch, ignore_errors=True)
     codex = statistics.median(samples["codex"])
     print(f"\nspawn -> first answer, median of {args.rounds} rounds (min-max), ours/Codex:\n")
@@ -383,7 +450,8 @@ def main() -> int:
     print(row("Codex app-server (reference) -> initialize", samples["codex"], codex))
     for door in doors:
         for tag, _ in trees:
-            print(row(tag + door.label, samples[tag + door.key], codex))
+            if tag + door.key in samples:
+                print(row(tag + door.label, samples[tag + door.key], codex))
     if help_samples:
         print(f"\n--help, spawn -> exit, median of {args.rounds} (min-max):\n")
         print("| command | median | min-max |\n|---|--:|--:|")

@@ -15,6 +15,12 @@ removed from the child's environment, as users run). The floor is a bare
 ``python -c pass`` spawn. By default every request opens a new session (a
 new thread); ``--same-session`` sends them all to one session, whose history
 grows.
+
+Then the same with ``--keep-warm 60`` (docs/faces.md, "A warm process"): the
+first request starts a warm process of the command, and once its socket is
+there the measured one-shots are handed to it (the row says how many it
+served). Its sockets live in a temporary ``$XDG_RUNTIME_DIR``; it is stopped at
+the end.
 """
 
 from __future__ import annotations
@@ -103,46 +109,88 @@ def main() -> None:
     )
     args = parser.parse_args()
     env = child_env(args.src.resolve())
-    with tempfile.TemporaryDirectory() as tmp:
-        workspace = Path(tmp) / "ws"
-        workspace.mkdir()
-        command = [
-            sys.executable,
-            "-m",
-            "appserver",
-            "host",
-            "--workspace",
-            str(workspace),
-            "--provider",
-            "offline",
-            "--protocol",
-            "v1",
-            "--bridge-compat",
-            "--single-request",
-        ]
-        floor_command = [sys.executable, "-c", "pass"]
-        samples: list[float] = []
-        cpu: list[float] = []
-        floor: list[float] = []
-        failures = 0
-        for index in range(args.warmup + args.n):
-            session = "bench_session" if args.same_session else f"bench_{index}"
-            elapsed, used, ok = one(
-                command, request(session, f"hello number {index}"), env, workspace
-            )
-            floor_elapsed, _, _ = one(floor_command, b"", env, workspace)
-            if index < args.warmup:
-                continue
-            samples.append(elapsed)
-            cpu.append(used)
-            floor.append(floor_elapsed)
-            failures += not ok
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}")
-    print(line("appserver host one-shot", samples))
+    with tempfile.TemporaryDirectory() as tmp:
+        cold = measure(args, env, Path(tmp), warm=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = measure(args, env, Path(tmp), warm=True)
+    print(
+        f"warm / cold (median): {warm / cold:.2f}; warm against the 150 ms target: "
+        f"{warm * 1000 / 150:.2f}"
+    )
+
+
+def wait_for_socket(run_dir: Path) -> Path:
+    """The warm process's socket, once it is there (it starts in the background)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = sorted(run_dir.glob("appserver/*.sock"))
+        if found:
+            return found[0]
+        time.sleep(0.02)
+    raise SystemExit("no warm process started within 30 s")
+
+
+def measure(args: argparse.Namespace, env: dict[str, str], tmp: Path, warm: bool) -> float:
+    """Run the one-shots (cold, or handed to a warm process); print their rows;
+    the median wall time."""
+    env = dict(env)
+    run_dir = tmp / "run"
+    run_dir.mkdir(mode=0o700)
+    env["XDG_RUNTIME_DIR"] = str(run_dir)
+    workspace = tmp / "ws"
+    workspace.mkdir()
+    command = [
+        sys.executable,
+        "-m",
+        "appserver",
+        "host",
+        "--workspace",
+        str(workspace),
+        "--provider",
+        "offline",
+        "--protocol",
+        "v1",
+        "--bridge-compat",
+        "--single-request",
+        *(["--keep-warm", "60"] if warm else []),
+    ]
+    floor_command = [sys.executable, "-c", "pass"]
+    samples: list[float] = []
+    cpu: list[float] = []
+    floor: list[float] = []
+    failures = 0
+    socket_path: Path | None = None
+    for index in range(max(args.warmup, 1 if warm else 0) + args.n):
+        session = "bench_session" if args.same_session else f"bench_{index}"
+        elapsed, used, ok = one(command, request(session, f"hello number {index}"), env, workspace)
+        floor_elapsed, _, _ = one(floor_command, b"", env, workspace)
+        if socket_path is None and warm:
+            socket_path = wait_for_socket(run_dir)  # the first request started it
+        if index < max(args.warmup, 1 if warm else 0):
+            continue
+        samples.append(elapsed)
+        cpu.append(used)
+        floor.append(floor_elapsed)
+        failures += not ok
+    served = stop(args.src.resolve(), socket_path) if socket_path else None
+    name = "one-shot, warm process" if warm else "appserver host one-shot"
+    print(line(name, samples))
     print(line("  its CPU (user+sys)", cpu))
     print(line("floor: python -c pass", floor))
+    if warm:
+        print(f"  the warm process served {served} requests (of {args.n} measured)")
     if failures:
         print(f"{failures} of {len(samples)} requests did not answer ok with tokens")
+    return statistics.median(samples)
+
+
+def stop(src: Path, socket_path: Path) -> int | None:
+    """Stop the warm process; how many requests it served after the warm-up."""
+    sys.path.insert(0, str(src))
+    from appserver.faces.zene import warm
+
+    return warm.stop(str(socket_path))
 
 
 if __name__ == "__main__":

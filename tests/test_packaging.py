@@ -46,7 +46,7 @@ def test_the_wheel_carries_the_chat_and_both_commands(wheel: zipfile.ZipFile) ->
     assert {"appserver/cli.py", "appserver_client/cli.py", "appserver/web/index.html"} <= names
     assert "appserver/migrations/0001_threads.sql" in names
     scripts = dist_info(wheel, "entry_points.txt")
-    assert "appserver = appserver.cli:main" in scripts
+    assert "appserver = appserver.launch:main" in scripts
     assert "appserver-client = appserver_client.cli:main" in scripts
 
 

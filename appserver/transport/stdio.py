@@ -14,6 +14,7 @@ import os
 import stat
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from typing import IO
 
 from appserver.transport.base import PARSE_ERROR, FrameRejected, FrameTooLarge, TransportClosed
@@ -91,6 +92,39 @@ class LineReader:
         return line if line.strip() else None
 
 
+class LineSource:
+    """The frames of a byte stream read with ``read`` (``b""`` at its end): one
+    per non-blank line, a last line without newline included.
+
+    ``receive`` raises :class:`FrameTooLarge` for an over-long line,
+    :class:`FrameRejected` for one that is not UTF-8 and :class:`TransportClosed`
+    at the end."""
+
+    def __init__(self, read: Callable[[], Awaitable[bytes]], max_line_bytes: int) -> None:
+        self._read = read
+        self.lines = LineReader(max_line_bytes)
+        self._eof = False
+
+    async def receive(self) -> str:
+        """The next frame."""
+        while True:
+            line = self.lines.next_line()
+            if line is None:
+                if self._eof:
+                    rest = self.lines.rest()
+                    if rest is None:
+                        raise TransportClosed
+                    return _decode(rest)
+                data = await self._read()
+                if not data:
+                    self._eof = True
+                else:
+                    self.lines.feed(data)
+                continue
+            if line.strip():
+                return _decode(line.rstrip(b"\r"))
+
+
 def _decode(line: bytes) -> str:
     try:
         return line.decode("utf-8")
@@ -153,14 +187,13 @@ class StdioTransport:
         self._writer = writer
         self._protocol = protocol
         self._raw_out = raw_out
-        self._lines = LineReader(max_message_bytes)
-        self._eof = False
+        self._source = LineSource(lambda: reader.read(_READ_CHUNK), max_message_bytes)
         self._pending: list[str] = []  # accepted by try_send, written at the loop's next turn
         # The answer already written to the first line (see appserver/transport/early.py):
         # the door's own answer to it, its first frame, is not written again.
         self._answered = Answered(early)
         if early is not None:
-            self._lines.feed(early.read)
+            self._source.lines.feed(early.read)
 
     @classmethod
     async def open(
@@ -193,22 +226,7 @@ class StdioTransport:
         return cls(reader, writer, protocol, stdout, max_message_bytes, early)
 
     async def receive(self) -> str:
-        while True:
-            line = self._lines.next_line()
-            if line is None:
-                if self._eof:
-                    rest = self._lines.rest()
-                    if rest is None:
-                        raise TransportClosed
-                    return _decode(rest)
-                data = await self._reader.read(_READ_CHUNK)
-                if not data:
-                    self._eof = True
-                else:
-                    self._lines.feed(data)
-                continue
-            if line.strip():
-                return _decode(line.rstrip(b"\r"))
+        return await self._source.receive()
 
     async def send_batch(self, frames: list[str]) -> None:
         if self._answered.answer is not None:

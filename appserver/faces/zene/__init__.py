@@ -26,9 +26,15 @@ and 4 the request that was read is still answered on stdout.
 Rooms: ``wire`` (the request and response lines), ``session`` (a request answered
 as a turn of the session's thread), ``serving`` (the process: one-shot or long-lived)
 and ``command`` (the flags and ``main``). Importing this package loads only the
-command's flags; the rest loads inside ``main``.
+command's flags, when they are asked for; the rest loads inside ``main``. A
+one-shot handed to a warm process (``warm``) loads nothing else of it.
 """
 
-from appserver.faces.zene.command import add_arguments, main
 
-__all__ = ["add_arguments", "main"]
+def __getattr__(name: str) -> object:
+    """``add_arguments`` and ``main``, from ``command`` at first use."""
+    if name in ("add_arguments", "main"):
+        from appserver.faces.zene import command
+
+        return getattr(command, name)
+    raise AttributeError(name)

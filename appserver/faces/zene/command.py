@@ -108,6 +108,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "replays off (default $ZENE_IDEMPOTENCY_TTL_SEC, else 600)"
         ),
     )
+    group.add_argument(
+        "--keep-warm",
+        type=_count(0),
+        default=_env_int("ZENE_KEEP_WARM_SEC", 0),
+        metavar="SECONDS",
+        help=(
+            "with --single-request: after answering, leave a warm process of this same "
+            "command serving the next one-shots over a Unix socket (they skip Python's "
+            "start-up), until it has been idle SECONDS; 0 (the default) turns it off "
+            "(default $ZENE_KEEP_WARM_SEC, else 0; see docs/faces.md)"
+        ),
+    )
     add_backlog_argument(group)
 
 
@@ -116,6 +128,16 @@ async def main(
 ) -> int:
     """Serve the protocol on stdin/stdout; returns the exit code."""
     import anyio
+
+    from appserver.faces.zene.warm import SOCKET_VARIABLE
+
+    # A warm process started by a one-shot (--keep-warm): it serves a socket,
+    # not its stdio. The variable is not handed on to the commands it runs.
+    warm_socket = os.environ.pop(SOCKET_VARIABLE, None)
+    if warm_socket and args.single_request and args.keep_warm:
+        from appserver.faces.zene.warm_serving import serve_warm
+
+        return await serve_warm(args, host, warm_socket)
 
     from appserver.faces.zene.serving import ZeneFace
     from appserver.transport.stdio import StdioTransport
