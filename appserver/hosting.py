@@ -30,6 +30,7 @@ from appserver.providers import ProviderSettings, key_variables, make_provider, 
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
+from appserver.server.background import warm_provider
 from appserver.storage.craft_ignore import write_craft_gitignore
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.opening import locked_database
@@ -160,6 +161,7 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
         async with anyio.create_task_group() as tg:
             await tg.start(runtime.run)
             startup.ready()
+            warm_provider(tg, provider)
             try:
                 yield runtime
             finally:

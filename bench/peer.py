@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -251,6 +252,26 @@ def make_codex(binary: Path, version: str) -> ServerKind:
             "input": [{"type": "text", "text": text, "text_elements": []}],
         },
         end_status=end_status,
+    )
+
+
+def make_codex_face(executable: Path) -> ServerKind:
+    """``appserver-codex app-server``: Codex's protocol, driven exactly as Codex is."""
+
+    def command(session: Path, port: int) -> list[str]:
+        return [
+            str(executable), "app-server", "--workspace", str(session / "workspace"),
+            "--provider", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
+            "--model", MODEL,
+        ]  # fmt: skip
+
+    codex = make_codex(executable, "")
+    return dataclasses.replace(
+        codex,
+        key="codex-face",
+        label="appserver-codex",
+        command=command,
+        env=lambda session, port: base_env(session),
     )
 
 
@@ -616,18 +637,22 @@ def fmt(value: float, unit: str) -> str:
     return f"{value * 1000:,.1f} ms" if unit == "ms" else f"{value:,.1f} MB"
 
 
-def table(samples: list[dict[str, Any]], codex_label: str, runs: int) -> str:
-    by = {
-        server: [s for s in samples if s["server"] == server] for server in ("codex", "appserver")
-    }
-    head = (f"figure (median of {runs})", codex_label, "appserver", "ours/Codex")
-    rows = [head]
+def table(samples: list[dict[str, Any]], kinds: list[ServerKind], runs: int) -> str:
+    """One row per figure: Codex's median, then each of ours with its ratio to Codex."""
+    by = {kind.key: [s for s in samples if s["server"] == kind.key] for kind in kinds}
+    reference, ours = kinds[0], kinds[1:]
+    head = [f"figure (median of {runs})", reference.label]
+    for kind in ours:
+        head += [kind.label, "/Codex"]
+    rows = [tuple(head)]
     for key, label, unit in ROWS:
-        codex = statistics.median(s[key] for s in by["codex"])
-        ours = statistics.median(s[key] for s in by["appserver"])
-        ratio = f"{ours / codex:.2f}x" if codex else "-"
-        rows.append((f"{label} ({unit})", fmt(codex, unit), fmt(ours, unit), ratio))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        codex = statistics.median(s[key] for s in by[reference.key])
+        row = [f"{label} ({unit})", fmt(codex, unit)]
+        for kind in ours:
+            value = statistics.median(s[key] for s in by[kind.key])
+            row += [fmt(value, unit), f"{value / codex:.2f}x" if codex else "-"]
+        rows.append(tuple(row))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
 
     def line(row: tuple[str, ...]) -> str:
         rest = [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
@@ -648,6 +673,8 @@ async def bench(args: argparse.Namespace) -> int:
     if not os.access(appserver, os.X_OK):
         raise BenchError(f"{appserver} is not executable (run `make` targets to build .venv)")
     kinds = [make_codex(codex_binary, codex_version), make_appserver(appserver)]
+    if not args.no_codex_face:
+        kinds.append(make_codex_face(appserver.parent / "appserver-codex"))
     facts = machine_facts(codex_version, codex_binary, appserver)
     print("\n".join(facts), flush=True)
 
@@ -681,7 +708,7 @@ async def bench(args: argparse.Namespace) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     print()
-    print(table(samples, kinds[0].label, args.runs))
+    print(table(samples, kinds, args.runs))
     print(
         "\nturns: turn/start sent -> turn/completed received; first delta: turn/start sent -> "
         "first item/agentMessage/delta.\nCPU: utime+stime of the server and its descendants "
@@ -708,6 +735,11 @@ def main() -> int:
     )
     parser.add_argument("--codex-bin", help="a native codex binary instead of the pinned install")
     parser.add_argument("--appserver", default=str(APPSERVER), help="appserver executable")
+    parser.add_argument(
+        "--no-codex-face",
+        action="store_true",
+        help="leave out appserver-codex (our Codex face, driven as Codex is)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every session")
     args = parser.parse_args()
     if args.runs < 1:

@@ -37,6 +37,7 @@ from appserver.rpc.outbox import Merge, Outbox, OutboxClosed
 from appserver.rpc.request_runner import Call, RequestRunner
 from appserver.rpc.server_requests import PeerClosed, ServerRequests
 from appserver.transport.base import FrameRejected, Transport, TransportClosed
+from appserver.transport.peer_writer import write_within
 
 log = logging.getLogger("appserver.rpc")
 
@@ -267,13 +268,17 @@ class Connection:
             log.exception("connection_closed hook failed for %r", self)
 
     async def _writer(self) -> None:
+        deadline = anyio.CancelScope()  # set only while a batch is being written
+        timeout = self.limits.send_timeout
         try:
-            while True:
-                self._writer_idle = True
-                batch = await self.outbox.get_batch()
-                self._writer_idle = False
-                with anyio.fail_after(self.limits.send_timeout):
-                    await self.transport.send_batch(batch)
+            with deadline:
+                while True:
+                    self._writer_idle = True
+                    batch = await self.outbox.get_batch()
+                    self._writer_idle = False
+                    await write_within(deadline, timeout, self.transport.send_batch, batch)
+            if deadline.cancelled_caught:
+                raise TimeoutError
         except OutboxClosed:
             pass
         except TransportClosed:

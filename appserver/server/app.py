@@ -16,7 +16,7 @@ from appserver.protocol.errors import INTERNAL_ERROR, RpcError
 from appserver.providers import make_provider
 from appserver.rpc.connection import Connection
 from appserver.runtime.bus import EventBus
-from appserver.server.background import build_wire_models, run_logging_failure
+from appserver.server.background import build_wire_models, run_logging_failure, warm_provider
 from appserver.server.config import ServerConfig, provider_settings
 from appserver.server.connections import Connections
 from appserver.server.store import open_store
@@ -325,11 +325,7 @@ class AppServer:
                 tg.start_soon(run_logging_failure, run)
             self.ready = True
             startup.ready()
-            # A provider whose SDK is heavy to load (openai) loads it
-            # now, off the event loop, rather than in the first turn.
-            warm = getattr(self.runtime.engine.provider, "warm", None)
-            if warm is not None:
-                tg.start_soon(run_logging_failure, warm)
+            warm_provider(tg, self.runtime.engine.provider)
             router = self.router
             tg.start_soon(run_logging_failure, lambda: build_wire_models(router.wait_idle))
             # Only now: an `initialize` answered meanwhile still waits for all of the above.

@@ -21,6 +21,7 @@ discarded and the face goes on reading its input, as before.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -30,7 +31,7 @@ from appserver.transport.outbox import Merge, Outbox, OutboxClosed
 
 log = logging.getLogger("appserver.transport")
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_SOFT_BYTES", "PeerWriter"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_SOFT_BYTES", "PeerWriter", "write_within"]
 
 DEFAULT_SOFT_BYTES = 256 * 1024
 """Past this much queued, streamed deltas are coalesced (as for JSON-RPC)."""
@@ -38,6 +39,18 @@ DEFAULT_SEND_TIMEOUT = 30.0
 """A write that makes no progress for this long means the client stopped reading."""
 
 SendBatch = Callable[[list[str]], Awaitable[None]]
+
+
+async def write_within(
+    deadline: anyio.CancelScope, seconds: float, send_batch: SendBatch, batch: list[str]
+) -> None:
+    """``send_batch(batch)``, cancelled through ``deadline`` (a scope around the
+    writer's whole loop) if it makes no progress for ``seconds``. One scope whose
+    deadline moves costs a third of a new ``fail_after`` a write, and a stream
+    of deltas is a write each."""
+    deadline.deadline = anyio.current_time() + seconds
+    await send_batch(batch)
+    deadline.deadline = math.inf
 
 
 class PeerWriter:
@@ -52,6 +65,7 @@ class PeerWriter:
         soft_bytes: int = DEFAULT_SOFT_BYTES,
         send_timeout: float = DEFAULT_SEND_TIMEOUT,
         on_stall: Callable[[], None] | None = None,
+        try_send: Callable[[str], bool] | None = None,
     ) -> None:
         self.name = name
         self.outbox = Outbox(max_bytes, soft_bytes)
@@ -63,6 +77,8 @@ class PeerWriter:
         self.gone = False
         """The client closed its end: nothing more can be written."""
         self._send_batch = send_batch
+        self._try_send = try_send
+        self._idle = False  # run() waits for frames: no batch is being written
         self._on_stall = on_stall
         self._closing = False
         self._writing = anyio.CancelScope()  # run()'s: cancelled when the client is dropped
@@ -77,6 +93,13 @@ class PeerWriter:
         the client is gone or dropped, or this frame dropped it."""
         if self.dropped is not None or self.gone or self._closing:
             return False
+        # Fast path (the JSON-RPC connection's): nothing queued and no batch
+        # being written means the client keeps up, so the transport takes the
+        # frame now rather than the writer task being woken for it (a streamed
+        # delta is usually alone). Order is kept: nothing can be ahead of it.
+        try_send = self._try_send
+        if try_send is not None and self._idle and not len(self.outbox) and try_send(frame):
+            return True
         if self.outbox.put(frame, coalesce):
             return True
         self.drop(f"more than {self.max_bytes} bytes unread")
@@ -102,21 +125,24 @@ class PeerWriter:
     async def run(self) -> None:
         """Write queued frames in batches until closed and empty, or the client
         is dropped or gone. Other errors of ``send_batch`` propagate."""
+        deadline = anyio.CancelScope()  # set only while a batch is being written
         try:
-            with self._writing:
+            with self._writing, deadline:
                 while True:
+                    self._idle = True
                     batch = await self.outbox.get_batch()
-                    with anyio.fail_after(self.send_timeout):
-                        await self._send_batch(batch)
+                    self._idle = False
+                    await write_within(deadline, self.send_timeout, self._send_batch, batch)
+            if deadline.cancelled_caught:
+                self.drop(f"no write progress for {self.send_timeout:g} s")
         except OutboxClosed:
             pass
         except TransportClosed:
             self.gone = True
             self.outbox.discard()
             log.info("client %s closed its end; later frames are discarded", self.name)
-        except TimeoutError:
-            self.drop(f"no write progress for {self.send_timeout:g} s")
         finally:
+            self._idle = False
             self._finished.set()
 
     async def flushed(self, timeout: float | None = None) -> bool:

@@ -159,7 +159,9 @@ class LineTransport:
         on_stall: Callable[[], None] | None = None,
     ) -> None:
         self.lines = lines
-        self.writer = PeerWriter(lines.send_batch, max_bytes=max_backlog, on_stall=on_stall)
+        self.writer = PeerWriter(
+            lines.send_batch, max_bytes=max_backlog, on_stall=on_stall, try_send=lines.try_send
+        )
         self._closed = False
         self.unanswered: set[Any] = set()  # ids of requests received and not yet answered
         self._answered = anyio.Event()

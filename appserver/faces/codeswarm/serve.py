@@ -148,7 +148,13 @@ async def _serve_stdio(
         stdin, stdout, max_message_bytes=MAX_LINE_BYTES, early=early
     )
     stop = anyio.Event()  # a signal, or stdout is gone
-    outbox = PeerWriter(transport.send_batch, name="stdio", max_bytes=backlog, on_stall=stop.set)
+    outbox = PeerWriter(
+        transport.send_batch,
+        name="stdio",
+        max_bytes=backlog,
+        on_stall=stop.set,
+        try_send=transport.try_send,
+    )
     router.outboxes.add(outbox)
     written = anyio.Event()
 

@@ -161,7 +161,10 @@ async def serve_client(
 
     serving = anyio.CancelScope()
     writer = PeerWriter(
-        lines.send_batch, max_bytes=args.max_client_backlog, on_stall=serving.cancel
+        lines.send_batch,
+        max_bytes=args.max_client_backlog,
+        on_stall=serving.cancel,
+        try_send=lines.try_send,
     )
     session = CodexSession(runtime, writer, args.approval_policy, METHODS, ask)
     session.model = options.provider_options.get("model")

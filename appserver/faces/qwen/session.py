@@ -97,7 +97,10 @@ class Session:
         # stops reading is dropped (the process ends), it cannot grow the process.
         self._serving = anyio.CancelScope()  # cancelled when the client is dropped
         self.writer = PeerWriter(
-            transport.send_batch, max_bytes=settings.max_backlog, on_stall=self._serving.cancel
+            transport.send_batch,
+            max_bytes=settings.max_backlog,
+            on_stall=self._serving.cancel,
+            try_send=transport.try_send,
         )
         self._finished = anyio.Event()  # the worker is done
         send: MemoryObjectSendStream[Job]

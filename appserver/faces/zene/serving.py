@@ -110,7 +110,10 @@ class ZeneFace:
         # Responses queue here (bounded) and one task writes them: a client
         # that stops reading is dropped, it cannot grow the process.
         self.writer = PeerWriter(
-            transport.send_batch, max_bytes=args.max_client_backlog, on_stall=self._stalled
+            transport.send_batch,
+            max_bytes=args.max_client_backlog,
+            on_stall=self._stalled,
+            try_send=transport.try_send,
         )
         self._serving: Any = None  # the long-lived loop's cancel scope
         # Why a one-shot ends without a request (also logged): a warm process

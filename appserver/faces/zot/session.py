@@ -52,7 +52,10 @@ class Session:
         # Frames queue here (bounded) and one task writes them: a client that
         # stops reading is dropped (the process ends), it cannot grow the process.
         self.writer = PeerWriter(
-            transport.send_batch, max_bytes=max_backlog, on_stall=self.serving.cancel
+            transport.send_batch,
+            max_bytes=max_backlog,
+            on_stall=self.serving.cancel,
+            try_send=transport.try_send,
         )
 
     # --- output ----------------------------------------------------------------------

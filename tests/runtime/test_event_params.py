@@ -1,0 +1,41 @@
+"""``Event.params`` of an event known only by its JSON (deltas, events read back)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from appserver.protocol.methods import NOTIFICATIONS
+from appserver.protocol.turns import DeltaNotification
+from appserver.runtime.events import DELTA_KINDS, Event, params_model
+
+
+def test_the_delta_kinds_are_exactly_the_tables_delta_notifications() -> None:
+    table = {kind for kind, spec in NOTIFICATIONS.items() if spec.params is DeltaNotification}
+    assert table == DELTA_KINDS
+    for kind, spec in NOTIFICATIONS.items():
+        assert params_model(kind) is spec.params
+
+
+def test_a_deltas_params_are_parsed_from_its_json() -> None:
+    event = Event(
+        "item/agentMessage/delta",
+        None,
+        params_json='{"threadId":"t","turnId":"u","itemId":"i","delta":"hi","deltaKind":"x"}',
+    )
+    params = event.params
+    assert isinstance(params, DeltaNotification)
+    assert (params.item_id, params.delta) == ("i", "hi")
+
+
+def test_reading_a_delta_does_not_load_the_method_table() -> None:
+    code = (
+        "import sys\n"
+        "from appserver.runtime.events import Event\n"
+        "event = Event('item/reasoning/delta', None, params_json="
+        '\'{"threadId":"t","turnId":"u","itemId":"i","delta":"d"}\')\n'
+        "assert event.params.delta == 'd'\n"
+        "print('appserver.protocol.methods' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
