@@ -14,6 +14,10 @@ from typing import Any
 from pydantic import BaseModel
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+# The same, for messages that may hold values JSON has no form for (text then).
+_lenient = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False, default=str
+)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -63,6 +67,13 @@ def scrub_surrogates(value: Any) -> Any:
 def dumps(value: Any) -> str:
     """Compact single-line JSON for an already JSON-ready value."""
     return finish(_encoder.encode(value))
+
+
+def dumps_lenient(value: Any) -> str:
+    """As :func:`dumps`, but a value that is no JSON value becomes its text
+    (never an error: a face's frame carries what the runtime handed it). One
+    encoder for every frame: ``json.dumps`` with options builds one a call."""
+    return finish(_lenient.encode(value))
 
 
 def model_json(value: BaseModel) -> str:

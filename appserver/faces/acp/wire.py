@@ -27,7 +27,6 @@ exits at end of input.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +34,7 @@ from typing import Any
 import anyio
 
 from appserver.protocol.decoding import JsonRejected, loads_client
-from appserver.protocol.encoding import finish
+from appserver.protocol.encoding import dumps_lenient
 from appserver.transport.base import (
     INVALID_REQUEST,
     PARSE_ERROR,
@@ -52,9 +51,9 @@ Message = dict[str, Any]
 
 
 def encode(message: Message) -> str:
-    """One message as one line of compact JSON (never fails: odd values become text)."""
-    # finish(): a lone surrogate echoed from a peer's id is escaped, not fatal.
-    return finish(json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str))
+    """One message as one line of compact JSON (never fails: odd values become
+    text; a lone surrogate echoed from a peer's id is escaped)."""
+    return dumps_lenient(message)
 
 
 def error_reply(request_id: Any, code: int, message: str, detail: str) -> Message:

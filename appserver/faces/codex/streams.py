@@ -18,6 +18,7 @@ import anyio
 from appserver.faces.codex.items import TurnItems, mcp_server_tool, now_ms
 from appserver.faces.codex.shapes import turn_key, turn_shape
 from appserver.faces.codex.wire import Message
+from appserver.protocol.turns import DeltaNotification
 
 if TYPE_CHECKING:
     from appserver.faces.codex.items import Call
@@ -28,9 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("appserver.faces.codex")
 
 TERMINAL = {"turn/completed": "completed", "turn/failed": "failed", "turn/cancelled": "cancelled"}
-DELTAS = frozenset(
-    {"item/agentMessage/delta", "item/reasoning/delta", "item/commandExecution/outputDelta"}
-)
 
 
 THREAD_NOTES = frozenset({"thread/renamed", "thread/statusChanged", "thread/deleted"})
@@ -129,6 +127,12 @@ class Streams:
             return
         if thread_id is None or thread_id not in self.watched:
             return
+        if isinstance(params, DeltaNotification):  # most events: straight to their frame
+            ids = {"threadId": thread_id, "turnId": turn_key(thread_id, params.turn_id)}
+            items = self._items(thread_id, params.turn_id)
+            for method, body in items.delta(kind, params.item_id, params.delta):
+                self._emit(method, body, ids)
+            return
         if kind == "thread/runtimeChanged":
             runtime = params.runtime  # type: ignore[attr-defined]
             status: Message = {"type": "idle"}
@@ -155,9 +159,7 @@ class Streams:
         ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
         items = self._items(thread_id, turn_id)
         notes: list[tuple[str, Message]] = []
-        if kind in DELTAS:
-            notes = items.delta(kind, str(params.item_id), str(params.delta))  # type: ignore[attr-defined]
-        elif kind in ("item/started", "item/completed"):
+        if kind in ("item/started", "item/completed"):
             item = params.item  # type: ignore[attr-defined]
             if kind == "item/started":
                 notes = items.started(item.type, item.id, item.payload)

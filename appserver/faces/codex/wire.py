@@ -13,12 +13,11 @@ English message, as Codex gives them.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
 from appserver.protocol.decoding import JsonRejected, loads_client
-from appserver.protocol.encoding import finish
+from appserver.protocol.encoding import dumps_lenient
 
 log = logging.getLogger("appserver.faces.codex")
 
@@ -40,8 +39,9 @@ class CodexError(Exception):
 
 
 def encode(message: Message) -> str:
-    """One message as one line of compact JSON (odd values become text)."""
-    return finish(json.dumps(message, ensure_ascii=False, separators=(",", ":"), default=str))
+    """One message as one line of compact JSON (never fails: odd values become
+    text; a lone surrogate echoed from a peer's id is escaped)."""
+    return dumps_lenient(message)
 
 
 def response(request_id: Any, result: Any) -> Message:
