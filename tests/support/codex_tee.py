@@ -26,10 +26,12 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_forward_input, args=(child, path + ".in"), daemon=True).start()
     with open(path, "ab") as frames:
         for line in child.stdout:
-            sys.stdout.buffer.write(line)
-            sys.stdout.buffer.flush()
+            # Recorded before the client sees it: a client that ends the
+            # process as soon as it has its answer must not leave it unrecorded.
             frames.write(line)
             frames.flush()
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
     return child.wait()
 
 

@@ -215,7 +215,10 @@ class ZeneFace:
         if self.args.keep_warm and self.args.websocket is None:
             from appserver.faces.zene.warm import start
 
-            start()
+            try:
+                start()
+            except Exception:  # the answer stands: only later one-shots run cold
+                log.warning("could not start a warm process", exc_info=True)
         return EXIT_OK
 
     async def answer_warm(

@@ -56,6 +56,8 @@ SOCKET_VARIABLE = "APPSERVER_WARM_SOCKET"
 KEEP_WARM_VARIABLE = "ZENE_KEEP_WARM_SEC"
 WIRE_VERSION = 1
 _CHUNK = 65536
+# Seconds a one-shot waits for the warm process to take its request.
+TAKE_WAIT = 2.0
 
 # How this process was launched (argv after the program, environment, working
 # directory), taken by the entry point before anything changes them; a warm
@@ -194,9 +196,13 @@ def _hand_over(connection: _socket.socket) -> tuple[int, bytes, bytes] | str | N
 
     header = f'{{"v":{WIRE_VERSION},"started":{process_started()!r}}}\n'
     try:
+        # A warm process that does not take the request at once (stopped,
+        # or swamped) is passed over: nothing was taken yet, so running cold is safe.
+        connection.settimeout(TAKE_WAIT)
         connection.sendall(header.encode())
         taken = _read_line(connection, bytearray())
-    except OSError:
+        connection.settimeout(None)
+    except OSError:  # a timeout too
         taken = None
     if taken is None or taken[0] != b"ok":
         return "not taken"
@@ -285,9 +291,12 @@ def start() -> bool:
     # Its own session (a signal to the caller's process group does not reach
     # it) and none of the caller's pipes: a client reading this process's
     # stdout or stderr to the end must not wait for the warm one.
-    with open(log_path, "wb") as log_file:
+    with open(log_path, "ab") as log_file:
         subprocess.Popen(
-            [sys.executable, "-m", "appserver", *argv],
+            # -P: the working directory (often the workspace, which the agent
+            # writes) is not put on the module path, so no file there can pose
+            # as a module of ours or of the standard library.
+            [sys.executable, "-P", "-m", "appserver", *argv],
             cwd=cwd,
             env=child_env,
             stdin=subprocess.DEVNULL,

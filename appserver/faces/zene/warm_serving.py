@@ -20,6 +20,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -130,6 +131,12 @@ class WarmProcess:
         self._active = 0
         self._last = time.monotonic()
         self._accepting = anyio.CancelScope()
+        self._read_at_start = _stamps(_watched_files(Path(args.workspace)))
+
+    def stale(self) -> bool:
+        """Whether appserver's code or a settings file it read at start changed
+        (or came or went) since."""
+        return _stamps(self._read_at_start) != self._read_at_start
 
     async def run(self, listener: SocketListener) -> None:
         """Accept until idle or stopped; then let the requests in flight finish."""
@@ -141,6 +148,9 @@ class WarmProcess:
                         stream = await listener.accept()
                         self._active += 1
                         connections.start_soon(self._connection, stream)
+            # Closed now, not after the requests in flight: a one-shot still
+            # queued for it is refused at once and runs cold.
+            await listener.aclose()
 
     def finish(self) -> None:
         """No new connections (the socket's name goes first: a one-shot that
@@ -163,6 +173,8 @@ class WarmProcess:
                     await self._serve(stream)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass  # the client went away; what it asked for has run
+        except Exception:  # anything else ends this connection, never the process
+            log.exception("a one-shot's connection failed")
         finally:
             self._active -= 1
             self._last = time.monotonic()
@@ -183,7 +195,13 @@ class WarmProcess:
             await stream.send(b"served %d\n" % self.served)
             return
         started = header.get("started")
-        if not isinstance(started, float | int) or not math.isfinite(started):
+        if type(started) is not float or not math.isfinite(started):
+            return
+        if self.stale():
+            # What it read at start changed: later one-shots run cold (and
+            # leave a warm process that reads it again).
+            log.info("the code or settings changed; the warm process ends")
+            self.finish()
             return
         await stream.send(b"ok\n")
         captured = _Captured(lines)
@@ -207,11 +225,38 @@ class WarmProcess:
                 pass
 
 
+def _watched_files(workspace: Path) -> list[Path]:
+    """What a warm process reads once and a one-shot would read again: the
+    appserver package (an upgrade in place rewrites it), the user's settings
+    for every workspace and for this one, the workspace's own config."""
+    import appserver
+    from appserver.storage.user_settings import user_home, workspace_home
+
+    home = user_home()
+    return [
+        Path(appserver.__file__),
+        home / "config.json",
+        workspace_home(workspace.resolve(), home) / "config.json",
+        workspace / ".craft" / "config.json",
+    ]
+
+
+def _stamps(files: list[Path] | dict[Path, int | None]) -> dict[Path, int | None]:
+    """Each file's modification time in nanoseconds (``None``: absent)."""
+    stamps: dict[Path, int | None] = {}
+    for path in files:
+        try:
+            stamps[path] = path.stat().st_mtime_ns
+        except OSError:
+            stamps[path] = None
+    return stamps
+
+
 async def _header(lines: LineSource) -> dict[str, Any] | None:
     with anyio.move_on_after(HEADER_WAIT):
         try:
             header = json.loads(await lines.receive())
-        except (FrameRejected, TransportClosed, ValueError):
+        except (FrameRejected, TransportClosed, ValueError, RecursionError):
             return None
         if isinstance(header, dict) and header.get("v") == WIRE_VERSION:
             return header

@@ -58,8 +58,9 @@ def stop_all(path: Path) -> None:
     deadline = time.monotonic() + 10
     for lock in (path / "appserver").glob("*.lock"):
         while warm.is_serving(str(lock).removesuffix(".lock")):
-            if time.monotonic() > deadline:
-                os.kill(int(lock.read_text()), signal.SIGKILL)
+            pid = lock.read_text().strip()  # empty while it starts
+            if time.monotonic() > deadline and pid:
+                os.kill(int(pid), signal.SIGKILL)
                 break
             time.sleep(0.05)
 
@@ -119,23 +120,31 @@ async def test_later_one_shots_are_answered_by_the_warm_process(
     assert not warm_socket.exists()
 
 
-async def test_a_warm_one_shot_loads_only_the_standard_library(
-    workspace: Path, run_dir: Path, warm_socket: Path
-) -> None:
-    probe = (
-        "import sys\n"
-        "from appserver.launch import main\n"
-        "code = main()\n"
-        "sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
-        "raise SystemExit(code)\n"
-    )
-    command = [sys.executable, "-c", probe, *host_command(workspace, *ONE_SHOT, *KEEP)[3:]]
+PROBE = (
+    "import sys\n"
+    "from appserver.launch import main\n"
+    "code = main()\n"
+    "sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
+    "raise SystemExit(code)\n"
+)
+
+
+async def probed_one_shot(workspace: Path, run_dir: Path) -> list[str]:
+    """A one-shot run through :data:`PROBE`: the modules it had loaded at its end
+    (after checking it answered ok)."""
+    command = [sys.executable, "-c", PROBE, *host_command(workspace, *ONE_SHOT, *KEEP)[3:]]
     done = await anyio.run_process(
         command, input=line(clawbridge_request()), check=False, env=warm_env(run_dir)
     )
     assert done.returncode == 0
     assert json.loads(done.stdout)["ok"] is True
-    modules = done.stderr.decode().split("MODULES ")[1].split()
+    return done.stderr.decode().split("MODULES ")[1].split()
+
+
+async def test_a_warm_one_shot_loads_only_the_standard_library(
+    workspace: Path, run_dir: Path, warm_socket: Path
+) -> None:
+    modules = await probed_one_shot(workspace, run_dir)
     ours = [name for name in modules if name.startswith("appserver")]
     assert sorted(ours) == [
         "appserver",
@@ -309,7 +318,7 @@ async def test_a_runtime_directory_open_to_others_is_not_used(
 
 
 async def test_the_warm_process_ends_once_idle(workspace: Path, run_dir: Path) -> None:
-    args = (*ONE_SHOT, "--keep-warm", "1")
+    args = (*ONE_SHOT, "--keep-warm", "3")
     socket_path = await warm_up(workspace, run_dir, *args)
     with anyio.fail_after(30):
         while warm.is_serving(str(socket_path)):
@@ -416,3 +425,114 @@ def test_a_connection_from_another_user_is_not_ours(tmp_path: Path) -> None:
 def subprocess_as_nobody(code: str) -> subprocess.Popen[bytes]:
     """The system's Python (this one may be under a directory nobody cannot enter)."""
     return subprocess.Popen(["/usr/bin/python3", "-c", code], user=65534, group=65534)
+
+
+def warm_pid(socket_path: Path) -> int:
+    return int(Path(warm.lock_path(str(socket_path))).read_text())
+
+
+async def test_files_in_the_working_directory_do_not_run_in_the_warm_process(
+    workspace: Path, run_dir: Path
+) -> None:
+    """clawbridge runs the command in some directory, often the workspace, which
+    the agent writes: a module there must not run in the warm process (it
+    starts with ``python -P``)."""
+    planted = workspace / "appserver"
+    planted.mkdir()
+    marker = workspace / "planted-ran"
+    (planted / "__main__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (workspace / "json.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    script = str(Path(sys.executable).parent / "appserver")  # the console script
+    command = [script, "host", *ONE_SHOT, *KEEP]
+    for _ in range(2):  # the first starts the warm process, the second is served by it
+        done = await anyio.run_process(
+            command,
+            input=line(clawbridge_request()),
+            check=False,
+            env=warm_env(run_dir),
+            cwd=workspace,
+        )
+        assert done.returncode == 0, done.stderr
+        if not list((run_dir / "appserver").glob("*.sock")):
+            await sockets_when(run_dir, 1)
+    (socket_path,) = await sockets_when(run_dir, 1)
+    assert warm.stop(str(socket_path)) == 1
+    assert not marker.exists()
+
+
+async def test_a_bad_client_does_not_end_the_warm_process(
+    workspace: Path, run_dir: Path, warm_socket: Path
+) -> None:
+    """Headers it cannot use and clients that vanish at any point end their
+    own connection only."""
+    pid = warm_pid(warm_socket)
+    headers = [
+        b'{"v":1,"started":1' + b"0" * 400 + b"}\n",  # an integer too large for a float
+        b"[" * 200_000 + b"\n",  # nested past the recursion limit
+        b'{"v":1,"started":"soon"}\n',
+        b'{"v":2,"started":1.0}\n',
+        b"\xff\xfe\n",
+    ]
+    for header in headers:
+        connection = warm.connect(str(warm_socket))
+        assert connection is not None
+        connection.sendall(header)
+        connection.close()
+    # One that leaves right after its header, before it is taken; one that
+    # leaves mid-request, after sending half a line.
+    for extra in (b"", b'{"request_id":"r","session_id":"s","pro'):
+        connection = warm.connect(str(warm_socket))
+        assert connection is not None
+        connection.sendall(b'{"v":1,"started":%r}\n' % time.monotonic() + extra)
+        connection.close()
+    # Still there, and serving: a one-shot it answers loads no runtime of its own.
+    assert "pydantic" not in await probed_one_shot(workspace, run_dir)
+    assert warm_pid(warm_socket) == pid
+
+
+async def test_a_warm_process_that_does_not_take_the_request_is_passed_over(
+    workspace: Path, run_dir: Path, warm_socket: Path
+) -> None:
+    pid = warm_pid(warm_socket)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        code, answers, _ = await one_shot(
+            workspace, line(clawbridge_request()), *ONE_SHOT, *KEEP, environment=warm_env(run_dir)
+        )
+        assert accepted_by_clawbridge(code, answers)  # answered cold
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert warm.stop(str(warm_socket)) == 0
+
+
+async def test_a_warm_process_that_cannot_start_leaves_the_answer_as_it_was(
+    workspace: Path, run_dir: Path
+) -> None:
+    first = line(clawbridge_request(session_id="first"))
+    await one_shot(workspace, first, *ONE_SHOT, *KEEP, environment=warm_env(run_dir))
+    (socket_path,) = await sockets_when(run_dir, 1)
+    warm.stop(str(socket_path))
+    stop_all(run_dir)
+    log_path = Path(str(socket_path).removesuffix(".sock") + ".log")
+    log_path.unlink()
+    log_path.mkdir()  # its log cannot be opened: no warm process can be started
+    code, answers, stderr = await one_shot(
+        workspace, line(clawbridge_request()), *ONE_SHOT, *KEEP, environment=warm_env(run_dir)
+    )
+    assert accepted_by_clawbridge(code, answers), stderr
+    assert "could not start a warm process" in stderr
+
+
+async def test_changed_settings_end_the_warm_process(
+    workspace: Path, run_dir: Path, warm_socket: Path
+) -> None:
+    """A warm process reads the settings once; when they change, the next
+    one-shot runs cold (reading them again) and the warm process ends."""
+    (workspace / ".craft" / "config.json").write_text("{}\n")
+    code, answers, _ = await one_shot(
+        workspace, line(clawbridge_request()), *ONE_SHOT, *KEEP, environment=warm_env(run_dir)
+    )
+    assert accepted_by_clawbridge(code, answers)
+    with anyio.fail_after(30):
+        while warm.is_serving(str(warm_socket)) and warm_socket.exists():
+            await anyio.sleep(0.05)
