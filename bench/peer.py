@@ -2,6 +2,11 @@
 over stdio by the same client against the same local fake model. Prints
 figures; never asserts.
 
+Three servers: Codex, appserver's DotCraft door (``appserver app-server``) and
+its Codex face (``appserver-codex app-server``, which speaks Codex's protocol
+and is driven exactly as Codex is: the same requests and params);
+``--no-codex-face`` leaves the last out.
+
     make bench-peer                                  # installs Codex if needed, then 3 runs (~15 s)
     .venv/bin/python bench/peer.py --runs 5 --json samples.json
 
