@@ -48,7 +48,7 @@ from appserver.providers.base import (
     ToolSpec,
     Usage,
 )
-from appserver.providers.http import ERROR_TYPES, HttpApi, classify_error
+from appserver.providers.http import ERROR_TYPES, HttpApi, body_chunks, classify_error
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class AnthropicProvider:
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         reader = _EventReader()
         async with self.api.stream("/v1/messages", self.request_body(request)) as response:
-            async for name, data in server_sent_events(response.aiter_bytes()):
+            async for name, data in server_sent_events(body_chunks(response)):
                 if name == "error":
                     yield _stream_error(data)
                     return

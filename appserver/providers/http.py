@@ -258,6 +258,17 @@ class HttpApi:
         return response.status_code in RETRY_STATUSES or response.status_code >= 500
 
 
+def body_chunks(response: httpx2.Response) -> AsyncIterator[bytes]:
+    """The streamed body's bytes as they come. Without a ``Content-Encoding``
+    (a model API's event stream is not compressed) they are the raw bytes:
+    ``aiter_bytes`` would pass each chunk through a decoder that returns it
+    unchanged and one more generator, at every streamed delta."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity") and not response.is_stream_consumed:
+        return response.aiter_raw()
+    return response.aiter_bytes()  # also a body already read
+
+
 def _status_error(response: httpx2.Response) -> ApiStatusError:
     try:
         body: Any = response.json()

@@ -50,7 +50,13 @@ from appserver.providers.base import (
     ToolSpec,
     Usage,
 )
-from appserver.providers.http import ERROR_TYPES, ApiStatusError, HttpApi, classify_error
+from appserver.providers.http import (
+    ERROR_TYPES,
+    ApiStatusError,
+    HttpApi,
+    body_chunks,
+    classify_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +162,7 @@ class OpenAIProvider:
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         reader = _ChunkReader()
         async with self.api.stream("/chat/completions", self.request_body(request)) as response:
-            async for _event, data in server_sent_events(response.aiter_bytes()):
+            async for _event, data in server_sent_events(body_chunks(response)):
                 if data.startswith("[DONE]"):
                     break
                 chunk = json.loads(data)
