@@ -62,6 +62,11 @@ class HostOptions:
     tools: list[str] | None = None
     websocket: ListenerOptions | None = None
     lock_wait: float = 0.0  # seconds to wait for another process to leave the workspace
+    # Load the provider's HTTP library in the background from the start. A
+    # one-shot (one turn, then exit) leaves it to its turn: the worker thread
+    # would only compete with that turn, and delay the exit of one that never
+    # calls the model (a replayed answer, a refusal).
+    warm_provider: bool = True
     provider: Provider | None = None  # an already-built provider wins (tests)
     trust_workspace: bool = False  # --trust-workspace (storage/trust.py)
     # The workspace's lock and database, being taken and created ahead (a face
@@ -161,7 +166,8 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
         async with anyio.create_task_group() as tg:
             await tg.start(runtime.run)
             startup.ready()
-            warm_provider(tg, provider)
+            if options.warm_provider:
+                warm_provider(tg, provider)
             try:
                 yield runtime
             finally:

@@ -37,7 +37,14 @@ def warm_provider(task_group: Any, provider: object) -> None:
     to load."""
     warm = getattr(provider, "warm", None)
     if warm is not None:
-        task_group.start_soon(run_logging_failure, warm)
+        task_group.start_soon(_warm, warm)
+
+
+async def _warm(warm: Callable[[], Awaitable[Any]]) -> None:
+    try:
+        await warm()
+    except Exception as exc:  # the first call meets it again, and reports it
+        log.debug("could not warm the provider up: %s", exc)
 
 
 async def run_logging_failure(run: Callable[[], Awaitable[Any]]) -> None:

@@ -88,6 +88,12 @@ class PeerWriter:
     def max_bytes(self) -> int:
         return self.outbox.max_bytes
 
+    @property
+    def close_code(self) -> int:
+        """How the transport is to be closed: normally (1000: what is left is
+        written first), or, for a client dropped for not reading, at once (1008)."""
+        return 1000 if self.dropped is None else 1008
+
     def put(self, frame: str, coalesce: tuple[object, Merge] | None = None) -> bool:
         """Queue ``frame`` (never waits). ``False`` when it will not be written:
         the client is gone or dropped, or this frame dropped it."""
@@ -141,6 +147,8 @@ class PeerWriter:
             self.gone = True
             self.outbox.discard()
             log.info("client %s closed its end; later frames are discarded", self.name)
+        except TimeoutError:  # the transport's own
+            self.drop(f"no write progress for {self.send_timeout:g} s")
         finally:
             self._idle = False
             self._finished.set()

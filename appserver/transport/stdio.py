@@ -24,6 +24,10 @@ log = logging.getLogger("appserver.transport")
 
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _READ_CHUNK = 1 << 16
+# What try_send lets wait for the pipe (asyncio's own high-water mark for it).
+_HIGH_WATER = 1 << 16
+# How long closing waits for a reader to take what is left (as a stuck write does).
+CLOSE_DRAIN_SECONDS = 30.0
 
 
 def claim_stdio() -> tuple[IO[bytes], IO[bytes]]:
@@ -139,6 +143,7 @@ class _WriteProtocol(asyncio.Protocol):
         self._paused = False
         self._lost = False
         self._waiter: asyncio.Future[None] | None = None
+        self.closed = asyncio.Event()  # the pipe is closed: everything written is out
 
     @property
     def paused(self) -> bool:
@@ -154,6 +159,7 @@ class _WriteProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._wake()
+        self.closed.set()
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -189,6 +195,7 @@ class StdioTransport:
         self._raw_out = raw_out
         self._source = LineSource(lambda: reader.read(_READ_CHUNK), max_message_bytes)
         self._pending: list[str] = []  # accepted by try_send, written at the loop's next turn
+        self._pending_size = 0  # their bytes (about: characters), newlines included
         # The answer already written to the first line (see appserver/transport/early.py):
         # the door's own answer to it, its first frame, is not written again.
         self._answered = Answered(early)
@@ -255,12 +262,20 @@ class StdioTransport:
         writer, protocol = self._writer, self._protocol
         if writer is None or protocol is None or protocol.paused or writer.is_closing():
             return False
+        # Taken only while what waits to be written stays under the pipe's
+        # high-water mark: a burst of frames in one loop iteration (a replayed
+        # history) goes on to the caller's bounded queue, whose limit and
+        # stall check then apply, rather than piling up here unbounded.
+        size = len(frame) + 1
+        if self._pending_size + size + writer.get_write_buffer_size() > _HIGH_WATER:
+            return False
         # Frames accepted in one event-loop iteration leave in one write at its
         # end: pipelined answers cost one syscall, not one each, and a single
         # answer is not delayed.
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
         self._pending.append(frame)
+        self._pending_size += size
         return True
 
     def _flush(self) -> None:
@@ -268,13 +283,24 @@ class StdioTransport:
             return
         data = ("\n".join(self._pending) + "\n").encode("utf-8")
         self._pending.clear()
+        self._pending_size = 0
         if not self._writer.is_closing():
             self._writer.write(data)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Write what is left and close the pipe. A normal close (``code``
+        1000 or 1001) waits, at most ``CLOSE_DRAIN_SECONDS``, until the reader
+        has taken it, so a process that exits next does not lose the end of
+        its last answer; any other code (a client dropped for not reading)
+        does not wait."""
         self._flush()
-        if self._writer is not None and not self._writer.is_closing():
-            self._writer.close()
+        writer, protocol = self._writer, self._protocol
+        if writer is None or protocol is None or writer.is_closing():
+            return
+        writer.close()  # the pipe closes once its buffer is written
+        if code in (1000, 1001):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(protocol.closed.wait(), CLOSE_DRAIN_SECONDS)
 
 
 def _pollable(stream: IO[bytes]) -> bool:

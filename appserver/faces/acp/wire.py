@@ -219,4 +219,4 @@ class LineTransport:
         self._closed = True
         self.writer.close()
         await self.writer.flushed()
-        await self.lines.close()
+        await self.lines.close(self.writer.close_code)

@@ -180,7 +180,7 @@ async def _serve_stdio(
         with anyio.move_on_after(FLUSH_TIMEOUT):
             await written.wait()
         tg.cancel_scope.cancel()
-    await transport.close()
+    await transport.close(outbox.close_code)
     return 1 if outbox.dropped is not None else 0
 
 

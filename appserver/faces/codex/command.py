@@ -177,7 +177,7 @@ async def serve_client(
             writer.close()
             with anyio.CancelScope(shield=True):
                 await writer.flushed()
-                await lines.close()
+                await lines.close(writer.close_code)
     return writer.dropped is not None
 
 

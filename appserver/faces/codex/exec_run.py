@@ -117,6 +117,7 @@ async def main(
         thread_id, prompt = _prompt(args, stdin)
         if not prompt.strip() and not args.image:
             raise ExecFailed("no prompt given on stdin")
+        options.warm_provider = False  # one turn, then exit
         async with AsyncExitStack() as stack:
             runtime = await stack.enter_async_context(host())
             try:

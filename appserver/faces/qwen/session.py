@@ -263,7 +263,7 @@ class Session:
                     self.writer.close()  # the writer ends once the lines are out
         finally:
             with anyio.CancelScope(shield=True):
-                await self.transport.close()
+                await self.transport.close(self.writer.close_code)
         if self.writer.dropped is not None:
             return 1  # the client stopped reading and was dropped
         if text is None:

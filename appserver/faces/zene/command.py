@@ -164,5 +164,5 @@ async def main(
             finally:
                 face.writer.close()  # the writer ends once the responses are out
     finally:
-        await transport.close()
+        await transport.close(face.writer.close_code)
     return code

@@ -206,6 +206,7 @@ class ZeneFace:
         # Processes share the workspace; only an exclusive holder of its lock
         # keeps this one out: wait for it as long as the request may take.
         options.lock_wait = request.remaining()
+        options.warm_provider = False  # one turn, then exit
         async with AsyncExitStack() as stack:
             opened = await open_runtime(host, stack, request)
             if isinstance(opened, StartupFailure):

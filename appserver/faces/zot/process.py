@@ -71,7 +71,7 @@ class Reader:
         finally:
             session.seat.close()
             with anyio.CancelScope(shield=True):
-                await session.transport.close()
+                await session.transport.close(session.writer.close_code)
 
     async def _read_loop(self) -> int:
         from appserver.transport.base import FrameRejected, FrameTooLarge, TransportClosed

@@ -884,3 +884,23 @@ async def test_paused_archived_and_deleted_session_threads(workspace: Path) -> N
             assert thread_of_session() not in (first, second)
         assert await host.finish() == 0
     assert [status for _, status in session_turns(workspace, "qq_user_42")] == ["completed"]
+
+
+async def test_a_long_answer_reaches_a_client_that_reads_late(workspace: Path) -> None:
+    """The process waits, as it exits, until its last answer is read: a 300 KB
+    answer arrives whole though the client starts reading after a while."""
+    prompt = "z" * 300_000
+    command = host_command(workspace, *ONE_SHOT)
+    async with await anyio.open_process(command, env=env()) as process:
+        assert process.stdin is not None and process.stdout is not None
+        await process.stdin.send(line(clawbridge_request(prompt=prompt)))
+        await process.stdin.aclose()
+        await anyio.sleep(1)  # the scenario: the client reads late (not a wait)
+        received = bytearray()
+        with anyio.fail_after(60):
+            async for chunk in process.stdout:
+                received += chunk
+            code = await process.wait()
+    assert code == 0
+    (answer,) = parse_stdout(bytes(received))
+    assert answer["text"] == f"You said: {prompt}"
