@@ -56,6 +56,8 @@ log = logging.getLogger("appserver.websocket")
 
 # What a Host header may hold to be repeated in a hint: a host name or an
 # IP literal, and a port.
+# What try_send takes within one loop iteration (the socket's own high-water mark).
+_PENDING_LIMIT = 1 << 16
 _AUTHORITY = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 
 
@@ -73,6 +75,7 @@ class WebSocketTransport:
         self._ws = ws
         self._close_timeout = close_timeout
         self._pending: list[str] = []  # accepted by try_send, written at the loop's turn
+        self._pending_size = 0  # their characters
         # A first frame read and answered before the server was built
         # (appserver/transport/early_ws.py): read first, not answered twice.
         self._first = None if early is None else early.read.decode("utf-8", "replace")
@@ -110,6 +113,12 @@ class WebSocketTransport:
         # mark: then the frame waits in the outbox, where it can be coalesced.
         if ws.paused or ws.protocol.state is not State.OPEN:
             return False
+        # Taken only up to the socket's high-water mark within one loop
+        # iteration: a burst (a replayed history) goes on to the connection's
+        # bounded outbox, whose limit then applies, not piling up here.
+        size = len(frame)
+        if self._pending_size + size > _PENDING_LIMIT:
+            return False
         # Frames accepted in one event-loop iteration leave in one socket write
         # at its end (a burst of broadcasts to many connections costs one
         # syscall per connection, not one per frame); a single frame is not
@@ -117,11 +126,13 @@ class WebSocketTransport:
         if not self._pending:
             asyncio.get_running_loop().call_soon(self._flush)
         self._pending.append(frame)
+        self._pending_size += size
         return True
 
     def _flush(self) -> None:
         """Frame what :meth:`try_send` accepted and write it in one go."""
         frames, self._pending = self._pending, []
+        self._pending_size = 0
         ws = self._ws
         protocol = ws.protocol
         if not frames or protocol.state is not State.OPEN:
