@@ -53,7 +53,6 @@ except ImportError:  # an interpreter without it
 
 # The socket a spawned warm process is to serve on (set only in its environment).
 SOCKET_VARIABLE = "APPSERVER_WARM_SOCKET"
-KEEP_WARM_VARIABLE = "ZENE_KEEP_WARM_SEC"
 WIRE_VERSION = 1
 _CHUNK = 65536
 # Seconds a one-shot waits for the warm process to take its request.
