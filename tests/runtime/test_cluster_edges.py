@@ -37,15 +37,21 @@ TERMINAL = ("turn/completed", "turn/failed", "turn/cancelled")
 async def until(condition: Callable[[], bool], *clients: RpcClient, timeout: float = 20) -> None:
     """Wait until ``condition()`` holds, looking again whenever a client receives."""
     with anyio.fail_after(timeout):
-        while not condition():
+        while True:
+            # Counted before looking: a message that lands after the look (the
+            # last one awaited, say) wakes the wait below instead of being
+            # taken as already seen, which left the wait for one more message.
+            seen = [len(client.messages) for client in clients]
+            if condition():
+                return
             async with anyio.create_task_group() as tg:
 
-                async def next_message(client: RpcClient) -> None:
-                    await client.wait(lambda m: True, timeout, start=len(client.messages))
+                async def next_message(client: RpcClient, start: int) -> None:
+                    await client.wait(lambda m: True, timeout, start=start)
                     tg.cancel_scope.cancel()
 
-                for client in clients:
-                    tg.start_soon(next_message, client)
+                for client, start in zip(clients, seen, strict=True):
+                    tg.start_soon(next_message, client, start)
 
 
 def of_thread(client: RpcClient, thread_id: str) -> list[dict[str, Any]]:
