@@ -263,24 +263,20 @@ def make_codex(binary: Path, version: str) -> ServerKind:
 def make_codex_face(executable: Path) -> ServerKind:
     """``appserver-codex app-server``: Codex's protocol, driven exactly as Codex is."""
 
-    def command(session: Path, port: int) -> list[str]:
-        return [
-            str(executable), "app-server", "--workspace", str(session / "workspace"),
-            "--provider", "openai", "--base-url", f"http://127.0.0.1:{port}/v1",
-            "--model", MODEL,
-        ]  # fmt: skip
-
     codex = make_codex(executable, "")
     return dataclasses.replace(
         codex,
         key="codex-face",
         label="appserver-codex",
-        command=command,
+        command=appserver_command(executable),
         env=lambda session, port: base_env(session),
     )
 
 
-def make_appserver(executable: Path) -> ServerKind:
+def appserver_command(executable: Path) -> Callable[[Path, int], list[str]]:
+    """``executable app-server`` on the session's workspace, pointed at the fake
+    model (the DotCraft door and the Codex face take the same flags)."""
+
     def command(session: Path, port: int) -> list[str]:
         return [
             str(executable), "app-server", "--workspace", str(session / "workspace"),
@@ -288,6 +284,10 @@ def make_appserver(executable: Path) -> ServerKind:
             "--model", MODEL,
         ]  # fmt: skip
 
+    return command
+
+
+def make_appserver(executable: Path) -> ServerKind:
     ends = {
         b"turn/completed": "completed",
         b"turn/failed": "failed",
@@ -296,7 +296,7 @@ def make_appserver(executable: Path) -> ServerKind:
     return ServerKind(
         key="appserver",
         label="appserver",
-        command=command,
+        command=appserver_command(executable),
         env=lambda session, port: base_env(session),
         thread_params=lambda workspace: {"identity": {"channelName": "bench", "userId": "u"}},
         turn_params=lambda tid, text: {"threadId": tid, "input": [{"type": "text", "text": text}]},

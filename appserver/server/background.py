@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
 
 log = logging.getLogger("appserver.server")
 
@@ -30,7 +33,7 @@ async def build_wire_models(idle: Callable[[], Awaitable[None]] | None = None) -
         await anyio.sleep(0)
 
 
-def warm_provider(task_group: Any, provider: object) -> None:
+def warm_provider(task_group: TaskGroup, provider: object) -> None:
     """Start loading what ``provider`` needs for its first call (its HTTP
     library and client: ~35 ms) in the background, off the event loop, so the
     first turn does not wait for it. A provider without ``warm`` has nothing

@@ -229,12 +229,19 @@ class ZeneFace:
         request = await self.read_one(started)
         if isinstance(request, int):
             return request
-        async with order.join(request) as in_time:
+        await self.answer_in_turn(conversations, request, order.join(request))
+        return EXIT_OK
+
+    async def answer_in_turn(
+        self, conversations: Conversations, request: Request, ticket: Ticket
+    ) -> None:
+        """Answer ``request`` once the session's earlier ones are answered, or
+        ``TIMEOUT`` if its ``timeout_ms`` passes while it waits for them."""
+        async with ticket as in_time:
             if in_time:
                 await self.write(await conversations.answer(request))
             else:
                 await self.write(_late(request))
-        return EXIT_OK
 
     async def serve(self, options: Any, host: Callable[[], Any]) -> int:
         """Long-lived: one request per line until stdin closes."""
@@ -253,11 +260,7 @@ class ZeneFace:
 
             async def run(request: Request, ticket: Ticket) -> None:
                 try:
-                    async with ticket as in_time:
-                        if in_time:
-                            await self.write(await conversations.answer(request))
-                        else:
-                            await self.write(_late(request))
+                    await self.answer_in_turn(conversations, request, ticket)
                 finally:
                     pending.release()
 

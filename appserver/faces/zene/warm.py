@@ -134,6 +134,11 @@ def lock_path(path: str) -> str:
     return path + ".lock"
 
 
+def log_path(path: str) -> str:
+    """Where the warm process listening at ``path`` writes its log (its stderr)."""
+    return path.removesuffix(".sock") + ".log"
+
+
 def peer_is_us(connection: _socket.socket) -> bool:
     """Whether the other end of a Unix socket runs as this user."""
     credentials = connection.getsockopt(
@@ -286,11 +291,10 @@ def start() -> bool:
     child_env[SOCKET_VARIABLE] = path
     import subprocess
 
-    log_path = path.removesuffix(".sock") + ".log"
     # Its own session (a signal to the caller's process group does not reach
     # it) and none of the caller's pipes: a client reading this process's
     # stdout or stderr to the end must not wait for the warm one.
-    with open(log_path, "ab") as log_file:
+    with open(log_path(path), "ab") as log_file:
         subprocess.Popen(
             # -P: the working directory (often the workspace, which the agent
             # writes) is not put on the module path, so no file there can pose

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import json
 import logging
 import math
 import os
@@ -33,8 +32,15 @@ from appserver.faces.zene.serving import (
     open_runtime,
 )
 from appserver.faces.zene.session import Conversations
-from appserver.faces.zene.warm import WIRE_VERSION, answer_frame, lock_path, peer_is_us
+from appserver.faces.zene.warm import (
+    WIRE_VERSION,
+    answer_frame,
+    lock_path,
+    log_path,
+    peer_is_us,
+)
 from appserver.faces.zene.wire import EXIT_OK, EXIT_RUNTIME
+from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.transport.base import FrameRejected, TransportClosed
 from appserver.transport.stdio import LineSource
 
@@ -131,12 +137,13 @@ class WarmProcess:
         self._active = 0
         self._last = time.monotonic()
         self._accepting = anyio.CancelScope()
-        self._read_at_start = _stamps(_watched_files(Path(args.workspace)))
+        self._watched = _watched_files(Path(args.workspace))
+        self._read_at_start = _stamps(self._watched)
 
     def stale(self) -> bool:
         """Whether appserver's code or a settings file it read at start changed
         (or came or went) since."""
-        return _stamps(self._read_at_start) != self._read_at_start
+        return _stamps(self._watched) != self._read_at_start
 
     async def run(self, listener: SocketListener) -> None:
         """Accept until idle or stopped; then let the requests in flight finish."""
@@ -216,9 +223,8 @@ class WarmProcess:
         stdout = "".join(frame + "\n" for frame in captured.sent)
         stderr = ""
         if code != EXIT_OK:
-            log_name = self.path.removesuffix(".sock") + ".log"
             why = face.no_request or f"exit status {code}"
-            stderr = f"appserver: {why} (the warm process's log: {log_name})\n"
+            stderr = f"appserver: {why} (the warm process's log: {log_path(self.path)})\n"
         await stream.send(answer_frame(code, stdout.encode(), stderr.encode()))
         with anyio.move_on_after(DRAIN_WAIT):
             while await read():
@@ -241,7 +247,7 @@ def _watched_files(workspace: Path) -> list[Path]:
     ]
 
 
-def _stamps(files: list[Path] | dict[Path, int | None]) -> dict[Path, int | None]:
+def _stamps(files: list[Path]) -> dict[Path, int | None]:
     """Each file's modification time in nanoseconds (``None``: absent)."""
     stamps: dict[Path, int | None] = {}
     for path in files:
@@ -255,8 +261,8 @@ def _stamps(files: list[Path] | dict[Path, int | None]) -> dict[Path, int | None
 async def _header(lines: LineSource) -> dict[str, Any] | None:
     with anyio.move_on_after(HEADER_WAIT):
         try:
-            header = json.loads(await lines.receive())
-        except (FrameRejected, TransportClosed, ValueError, RecursionError):
+            header = loads_client(await lines.receive())  # bounded, as every door's input
+        except (FrameRejected, TransportClosed, JsonRejected):
             return None
         if isinstance(header, dict) and header.get("v") == WIRE_VERSION:
             return header

@@ -513,7 +513,7 @@ async def test_a_warm_process_that_cannot_start_leaves_the_answer_as_it_was(
     (socket_path,) = await sockets_when(run_dir, 1)
     warm.stop(str(socket_path))
     stop_all(run_dir)
-    log_path = Path(str(socket_path).removesuffix(".sock") + ".log")
+    log_path = Path(warm.log_path(str(socket_path)))
     log_path.unlink()
     log_path.mkdir()  # its log cannot be opened: no warm process can be started
     code, answers, stderr = await one_shot(
