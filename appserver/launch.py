@@ -1,9 +1,11 @@
-"""The ``appserver`` command's entry point.
+"""The entry points of the ``appserver`` and ``appserver-codex`` commands.
 
-A Zene one-shot (``appserver host ... --single-request``) whose command has a
-warm process listening (``--keep-warm``) is handed to it from here, before
-anything but the standard library is imported
-(:mod:`appserver.faces.zene.warm`). Everything else is :func:`appserver.cli.main`.
+Before anything but the standard library is imported, a command that a warm
+process serves is handed to it: a Zene one-shot (``appserver host ...
+--single-request``) whose command has one listening (``--keep-warm``,
+:mod:`appserver.faces.zene.warm`), and, with ``APPSERVER_KEEP_WARM`` set, any
+other command (:mod:`appserver.warm_launch`). Everything else runs here:
+:func:`appserver.cli.main` and :func:`appserver.cli.codex_main`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,33 @@ def main() -> int:
         if code is not None:
             return code
         warm.remember_launch(argv)
+    code = _warm_start("appserver", argv)
+    if code is not None:
+        return code
     from appserver.cli import main as cli_main
 
     return cli_main()
+
+
+def codex_main() -> int:
+    """Run the ``appserver-codex`` command (Codex's command line); returns the
+    process exit status."""
+    code = _warm_start("appserver-codex", sys.argv[1:])
+    if code is not None:
+        return code
+    from appserver.cli import codex_main as cli_codex_main
+
+    return cli_codex_main()
+
+
+def _warm_start(entry: str, argv: list[str]) -> int | None:
+    """The exit status of this command run by a warm parent, or ``None`` (run it here)."""
+    import os
+
+    if not os.environ.get("APPSERVER_KEEP_WARM") or os.environ.get("APPSERVER_WARM_SOCKET"):
+        # Off (not even the launcher's module is loaded), or this is a Zene
+        # warm process being started, which serves on its own.
+        return None
+    from appserver import warm_launch
+
+    return warm_launch.launch(entry, argv)

@@ -19,6 +19,9 @@ import time
 # Where a clock without /proc starts: the first import of this module, early in
 # the entry point (only the interpreter's own start-up comes before it).
 _IMPORTED = time.monotonic()
+# The start of the process this one stands in for (a warm parent's forked child:
+# the launcher's), once told.
+_adopted: float | None = None
 
 
 def begin() -> None:
@@ -34,6 +37,14 @@ def ready() -> None:
         gc.enable()
 
 
+def adopt_start(started: float) -> None:
+    """Count from ``started`` (``time.monotonic()`` clock) as this process's start:
+    a server forked by a warm parent (appserver/warm_parent.py) stands in for
+    the launcher spawned then."""
+    global _adopted
+    _adopted = started
+
+
 def process_started() -> float:
     """When this process was started (forked), on the ``time.monotonic()`` clock.
 
@@ -42,6 +53,8 @@ def process_started() -> float:
     (10 ms) and earlier than any code of ours, so the interpreter's own start-up
     counts too. Elsewhere, or if that cannot be read, the import of this module.
     """
+    if _adopted is not None:
+        return _adopted
     try:
         with open("/proc/self/stat", "rb") as stat_file:
             stat = stat_file.read()

@@ -41,15 +41,37 @@ from __future__ import annotations
 import _socket
 import os
 import select
-import struct
 import sys
 from collections.abc import Mapping, Sequence
 
-try:
-    # The C module hashlib wraps (no OpenSSL to load); it has no type stubs.
-    from _sha256 import sha256  # type: ignore[import-not-found]
-except ImportError:  # an interpreter without it
-    from hashlib import sha256
+from appserver.warm_common import (
+    connect,
+    fingerprint,
+    is_serving,
+    lock_path,
+    log_path,
+    peer_is_us,
+    read_line,
+    runtime_dir,
+    start_detached,
+)
+from appserver.warm_common import socket_path as kind_socket_path
+
+__all__ = [
+    "SOCKET_VARIABLE",
+    "answer_frame",
+    "connect",
+    "forward",
+    "is_serving",
+    "lock_path",
+    "log_path",
+    "peer_is_us",
+    "remember_launch",
+    "runtime_dir",
+    "socket_path",
+    "start",
+    "stop",
+]
 
 # The socket a spawned warm process is to serve on (set only in its environment).
 SOCKET_VARIABLE = "APPSERVER_WARM_SOCKET"
@@ -70,95 +92,13 @@ def remember_launch(argv: Sequence[str]) -> None:
     _launch = (list(argv), dict(os.environ), os.getcwd())
 
 
-def fingerprint(argv: Sequence[str], environ: Mapping[str, str], cwd: str) -> str:
-    """A hash of what a one-shot's behaviour depends on: its arguments, its whole
-    environment (less this module's own variable), its directory, the
-    interpreter and the appserver install it runs."""
-    import appserver
-
-    # Neither arguments nor the environment can hold a NUL: "\0" and "\1"
-    # separate the parts unambiguously.
-    parts = [
-        sys.executable,
-        os.path.dirname(os.path.abspath(appserver.__file__)),
-        appserver.__version__,
-        cwd,
-        "\1".join(argv),
-        "\1".join(f"{k}={v}" for k, v in sorted(environ.items()) if k != SOCKET_VARIABLE),
-    ]
-    digest: str = sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
-    return digest[:32]
-
-
-def runtime_dir(create: bool) -> str | None:
-    """This user's directory for warm sockets, or ``None`` if it is missing (and
-    not to be created) or not safe: not a real directory, not ours, open to others."""
-    uid = os.getuid()
-    path = f"/tmp/appserver-{uid}"
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    # A socket's path has at most 107 bytes (the longest here is the one a warm
-    # process binds before renaming it: ``.sock.<pid>``); a longer runtime
-    # directory is passed over.
-    longest = os.path.join(base or "", "appserver", "zene-" + "0" * 32 + ".sock.4194304")
-    if base and len(longest) < 108:
-        path = os.path.join(base, "appserver")
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError:
-            return None
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if not _is_private_dir(info, uid):
-        return None
-    return path
-
-
-def _is_private_dir(info: os.stat_result, uid: int) -> bool:
-    import stat
-
-    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid and info.st_mode & 0o077 == 0
-
-
 def socket_path(directory: str, print_: str) -> str:
     """Where the warm process of the command with this fingerprint listens."""
-    return os.path.join(directory, f"zene-{print_}.sock")
+    return kind_socket_path(directory, "zene", print_)
 
 
-def lock_path(path: str) -> str:
-    """The file a warm process holds locked for as long as it lives (its pid inside)."""
-    return path + ".lock"
-
-
-def log_path(path: str) -> str:
-    """Where the warm process listening at ``path`` writes its log (its stderr)."""
-    return path.removesuffix(".sock") + ".log"
-
-
-def peer_is_us(connection: _socket.socket) -> bool:
-    """Whether the other end of a Unix socket runs as this user."""
-    credentials = connection.getsockopt(
-        _socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i")
-    )
-    _pid, uid, _gid = struct.unpack("3i", credentials)
-    return bool(uid == os.getuid())
-
-
-def connect(path: str) -> _socket.socket | None:
-    """A connection to the warm process listening at ``path``, or ``None``."""
-    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    try:
-        connection.connect(path)
-        if peer_is_us(connection):
-            return connection
-    except OSError:
-        pass
-    connection.close()
-    return None
+def _fingerprint(argv: Sequence[str], environ: Mapping[str, str], cwd: str) -> str:
+    return fingerprint(argv, environ, cwd, ignore=(SOCKET_VARIABLE,))
 
 
 def forward(argv: Sequence[str]) -> int | None:
@@ -169,7 +109,7 @@ def forward(argv: Sequence[str]) -> int | None:
     directory = runtime_dir(create=False)
     if directory is None:
         return None
-    path = socket_path(directory, fingerprint(argv, os.environ, os.getcwd()))
+    path = socket_path(directory, _fingerprint(argv, os.environ, os.getcwd()))
     connection = connect(path)
     if connection is None:
         return None
@@ -204,7 +144,7 @@ def _hand_over(connection: _socket.socket) -> tuple[int, bytes, bytes] | str | N
         # or swamped) is passed over: nothing was taken yet, so running cold is safe.
         connection.settimeout(TAKE_WAIT)
         connection.sendall(header.encode())
-        taken = _read_line(connection, bytearray())
+        taken = read_line(connection, bytearray())
         connection.settimeout(None)
     except OSError:  # a timeout too
         taken = None
@@ -214,18 +154,6 @@ def _hand_over(connection: _socket.socket) -> tuple[int, bytes, bytes] | str | N
         return _relay(connection, taken[1])
     except (OSError, ValueError):
         return None
-
-
-def _read_line(connection: _socket.socket, received: bytearray) -> tuple[bytes, bytearray] | None:
-    """The next line from the warm process (and what came after it), or
-    ``None`` if it closed the connection first."""
-    while b"\n" not in received:
-        data = connection.recv(_CHUNK)
-        if not data:
-            return None
-        received += data
-    line, _, rest = received.partition(b"\n")
-    return bytes(line), bytearray(rest)
 
 
 def _relay(connection: _socket.socket, received: bytearray) -> tuple[int, bytes, bytes] | None:
@@ -284,47 +212,16 @@ def start() -> bool:
     directory = runtime_dir(create=True)
     if directory is None:
         return False
-    path = socket_path(directory, fingerprint(argv, environ, cwd))
+    path = socket_path(directory, _fingerprint(argv, environ, cwd))
     if is_serving(path):
         return True
     child_env = dict(environ)
     child_env[SOCKET_VARIABLE] = path
-    import subprocess
-
-    # Its own session (a signal to the caller's process group does not reach
-    # it) and none of the caller's pipes: a client reading this process's
-    # stdout or stderr to the end must not wait for the warm one.
-    with open(log_path(path), "ab") as log_file:
-        subprocess.Popen(
-            # -P: the working directory (often the workspace, which the agent
-            # writes) is not put on the module path, so no file there can pose
-            # as a module of ours or of the standard library.
-            [sys.executable, "-P", "-m", "appserver", *argv],
-            cwd=cwd,
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-            start_new_session=True,
-        )
+    # -P: the working directory (often the workspace, which the agent writes)
+    # is not put on the module path, so no file there can pose as a module of
+    # ours or of the standard library.
+    start_detached([sys.executable, "-P", "-m", "appserver", *argv], child_env, cwd, log_path(path))
     return True
-
-
-def is_serving(path: str) -> bool:
-    """Whether a warm process listens at ``path`` (or is starting to)."""
-    import fcntl
-
-    try:
-        holder = os.open(lock_path(path), os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(holder, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True  # its owner holds it exclusively for as long as it lives
-    finally:
-        os.close(holder)
-    return False
 
 
 def stop(path: str) -> int | None:
@@ -334,7 +231,7 @@ def stop(path: str) -> int | None:
         return None
     try:
         connection.sendall(b'{"v":%d,"stop":true}\n' % WIRE_VERSION)
-        answer = _read_line(connection, bytearray())
+        answer = read_line(connection, bytearray())
     except OSError:  # it was ending already
         answer = None
     finally:

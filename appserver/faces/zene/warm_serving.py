@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import logging
 import math
 import os
@@ -32,17 +31,12 @@ from appserver.faces.zene.serving import (
     open_runtime,
 )
 from appserver.faces.zene.session import Conversations
-from appserver.faces.zene.warm import (
-    WIRE_VERSION,
-    answer_frame,
-    lock_path,
-    log_path,
-    peer_is_us,
-)
+from appserver.faces.zene.warm import WIRE_VERSION, answer_frame
 from appserver.faces.zene.wire import EXIT_OK, EXIT_RUNTIME
 from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.transport.base import FrameRejected, TransportClosed
 from appserver.transport.stdio import LineSource
+from appserver.warm_common import hold_lock, log_path, peer_is_us
 
 log = logging.getLogger("appserver.faces.zene")
 
@@ -52,20 +46,6 @@ HEADER_WAIT = 5.0
 # After the answer, what the client still sends is read (and dropped) for at
 # most this long, so it is not reset while it reads the answer.
 DRAIN_WAIT = 1.0
-
-
-def hold_lock(path: str) -> int | None:
-    """This process's exclusive hold on ``path``'s lock (its pid written there),
-    or ``None`` if another warm process holds it."""
-    holder = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(holder)
-        return None
-    os.ftruncate(holder, 0)
-    os.write(holder, f"{os.getpid()}\n".encode())
-    return holder
 
 
 async def serve_warm(args: argparse.Namespace, host: Callable[[], Any], path: str) -> int:

@@ -153,6 +153,7 @@ async def test_a_warm_one_shot_loads_only_the_standard_library(
         "appserver.faces.zene.warm",
         "appserver.launch",
         "appserver.startup",
+        "appserver.warm_common",
     ]
     for heavy in ("pydantic", "anyio", "asyncio", "argparse", "json", "logging", "socket"):
         assert heavy not in modules

@@ -1,0 +1,189 @@
+"""What both kinds of warm process share: where their sockets live, which
+command a socket serves, and who may talk to it.
+
+A warm process serves exactly one command (arguments, environment, working
+directory, interpreter and appserver install: :func:`fingerprint`) on a Unix
+socket in this user's private runtime directory (:func:`runtime_dir`). Two kinds
+use this: the Zene one-shot's (:mod:`appserver.faces.zene.warm`, requests
+answered in one open runtime) and any stdio door's (:mod:`appserver.warm_launch`
+and :mod:`appserver.warm_parent`, a preloaded process that forks the server).
+
+It imports only the standard library: it runs before the rest of appserver is
+loaded, on the path of every warm start. It uses the C modules ``_socket`` and
+``_sha256`` rather than ``socket`` and ``hashlib`` (which import ``enum`` and
+OpenSSL).
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import struct
+import sys
+from collections.abc import Collection, Mapping, Sequence
+
+try:
+    # The C module hashlib wraps (no OpenSSL to load); it has no type stubs.
+    from _sha256 import sha256  # type: ignore[import-not-found]
+except ImportError:  # an interpreter without it
+    from hashlib import sha256
+
+_CHUNK = 65536
+
+
+def fingerprint(
+    argv: Sequence[str], environ: Mapping[str, str], cwd: str, ignore: Collection[str] = ()
+) -> str:
+    """A hash of what a command's behaviour depends on: its arguments, its whole
+    environment (less the variables in ``ignore``), its directory, the
+    interpreter and the appserver install it runs."""
+    import appserver
+
+    # Neither arguments nor the environment can hold a NUL: "\0" and "\1"
+    # separate the parts unambiguously.
+    parts = [
+        sys.executable,
+        os.path.dirname(os.path.abspath(appserver.__file__)),
+        appserver.__version__,
+        cwd,
+        "\1".join(argv),
+        "\1".join(f"{k}={v}" for k, v in sorted(environ.items()) if k not in ignore),
+    ]
+    digest: str = sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+    return digest[:32]
+
+
+def runtime_dir(create: bool) -> str | None:
+    """This user's directory for warm sockets, or ``None`` if it is missing (and
+    not to be created) or not safe: not a real directory, not ours, open to others."""
+    uid = os.getuid()
+    path = f"/tmp/appserver-{uid}"
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    # A socket's path has at most 107 bytes (the longest here is the one a warm
+    # process binds before renaming it: ``<kind>-<fingerprint>.sock.<pid>``); a
+    # longer runtime directory is passed over.
+    longest = os.path.join(base or "", "appserver", "zene-" + "0" * 32 + ".sock.4194304")
+    if base and len(longest) < 108:
+        path = os.path.join(base, "appserver")
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not _is_private_dir(info, uid):
+        return None
+    return path
+
+
+def _is_private_dir(info: os.stat_result, uid: int) -> bool:
+    import stat
+
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid and info.st_mode & 0o077 == 0
+
+
+def socket_path(directory: str, kind: str, print_: str) -> str:
+    """Where the warm process of ``kind`` (four letters) for the command with
+    this fingerprint listens."""
+    return os.path.join(directory, f"{kind}-{print_}.sock")
+
+
+def lock_path(path: str) -> str:
+    """The file a warm process holds locked for as long as it lives (its pid inside)."""
+    return path + ".lock"
+
+
+def log_path(path: str) -> str:
+    """Where the warm process listening at ``path`` writes its log (its stderr)."""
+    return path.removesuffix(".sock") + ".log"
+
+
+def peer_is_us(connection: _socket.socket) -> bool:
+    """Whether the other end of a Unix socket runs as this user."""
+    credentials = connection.getsockopt(
+        _socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    _pid, uid, _gid = struct.unpack("3i", credentials)
+    return bool(uid == os.getuid())
+
+
+def connect(path: str) -> _socket.socket | None:
+    """A connection to the warm process listening at ``path``, or ``None``."""
+    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        connection.connect(path)
+        if peer_is_us(connection):
+            return connection
+    except OSError:
+        pass
+    connection.close()
+    return None
+
+
+def read_line(connection: _socket.socket, received: bytearray) -> tuple[bytes, bytearray] | None:
+    """The next line from the other end (and what came after it), or ``None``
+    if it closed the connection first."""
+    while b"\n" not in received:
+        data = connection.recv(_CHUNK)
+        if not data:
+            return None
+        received += data
+    line, _, rest = received.partition(b"\n")
+    return bytes(line), bytearray(rest)
+
+
+def is_serving(path: str) -> bool:
+    """Whether a warm process listens at ``path`` (or is starting to)."""
+    import fcntl
+
+    try:
+        holder = os.open(lock_path(path), os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(holder, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True  # its owner holds it exclusively for as long as it lives
+    finally:
+        os.close(holder)
+    return False
+
+
+def hold_lock(path: str) -> int | None:
+    """This process's exclusive hold on ``path``'s lock (its pid written there),
+    or ``None`` if another warm process holds it."""
+    import fcntl
+
+    holder = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(holder)
+        return None
+    os.ftruncate(holder, 0)
+    os.write(holder, f"{os.getpid()}\n".encode())
+    return holder
+
+
+def start_detached(command: Sequence[str], environ: Mapping[str, str], cwd: str, log: str) -> None:
+    """Start ``command`` as a warm process: in its own session (a signal to the
+    caller's process group does not reach it) and holding none of the caller's
+    pipes (a client reading this process's stdout or stderr to the end must not
+    wait for the warm one); its stderr appended to ``log``."""
+    import subprocess
+
+    with open(log, "ab") as log_file:
+        subprocess.Popen(
+            list(command),
+            cwd=cwd,
+            env=dict(environ),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+            start_new_session=True,
+        )
