@@ -55,6 +55,19 @@ CORE = (
     "appserver.providers.offline",
     "appserver.providers.openai_compat",
     "appserver.providers.anthropic_provider",
+    "appserver.runtime.cluster",
+    "appserver.runtime.cluster_approvals",
+    "appserver.runtime.recent_broadcasts",
+    "appserver.runtime.shared_log",
+    "appserver.services.context",
+    "appserver.services.handshake",
+    "appserver.storage.cluster_sqlite",
+    "anyio._backends._asyncio",
+    "anyio._core._signals",
+    "anyio._core._sockets",
+    "anyio.streams.memory",
+    "anyio.streams.stapled",
+    "anyio.streams.tls",
     "httpx2",
 )
 # The face a command word runs (its whole package is preloaded).
@@ -82,11 +95,17 @@ def preload(entry: str, argv: Sequence[str]) -> None:
         package = importlib.import_module(f"appserver.faces.{face}")
         for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
             importlib.import_module(module.name)
-    from appserver.protocol.methods import models_in_first_use_order
+    from pydantic import BaseModel
 
-    for model in models_in_first_use_order():
-        if not model.__pydantic_complete__:
-            model.model_rebuild()
+    # Every model loaded, the method table's and the faces' own: a validator
+    # built here is one no server builds again.
+    todo: list[type[BaseModel]] = [BaseModel]
+    while todo:
+        model = todo.pop()
+        todo.extend(model.__subclasses__())
+        if not model.__pydantic_complete__ and model.__module__.startswith("appserver."):
+            with contextlib.suppress(Exception):  # one that cannot be built yet: its server will
+                model.model_rebuild()
 
 
 def module_stamps() -> dict[str, int | None]:

@@ -205,6 +205,9 @@ class ServerKind:
     thread_params: Callable[[Path], dict[str, Any]]  # (workspace)
     turn_params: Callable[[str, str], dict[str, Any]]  # (thread id, text)
     end_status: Callable[[bytes, dict[str, Any]], str | None]  # (method, params) -> status
+    # --warm: every session in this one directory (a warm parent serves only
+    # exactly its own command: the same workspace and HOME each launch).
+    fixed_dir: Path | None = None
 
 
 def codex_config(port: int) -> str:
@@ -273,6 +276,39 @@ def make_codex_face(executable: Path) -> ServerKind:
     )
 
 
+def warm_kind(kind: ServerKind, scratch: Path) -> ServerKind:
+    """``kind`` launched with ``APPSERVER_KEEP_WARM`` (appserver/warm_launch.py):
+    its sessions share a directory, and so a warm parent that forks each server."""
+    fixed = scratch / f"{kind.key}-warm"
+    runtime = scratch / "xdg"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+
+    def env(session: Path, port: int) -> dict[str, str]:
+        return kind.env(session, port) | {
+            "APPSERVER_KEEP_WARM": "600",
+            "XDG_RUNTIME_DIR": str(runtime),
+        }
+
+    return dataclasses.replace(
+        kind, key=f"{kind.key}-warm", label=f"{kind.label} warm", env=env, fixed_dir=fixed
+    )
+
+
+def stop_warm_parents(scratch: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from appserver import warm_launch
+
+    for path in (scratch / "xdg" / "appserver").glob("*.sock"):
+        warm_launch.stop(str(path))
+
+
+async def warm_parent_ready(scratch: Path, count: int) -> None:
+    """Wait (bounded) until ``count`` warm parents listen."""
+    async with asyncio.timeout(START_TIMEOUT):
+        while len(list((scratch / "xdg" / "appserver").glob("*.sock"))) < count:
+            await asyncio.sleep(0.05)
+
+
 def appserver_command(executable: Path) -> Callable[[Path, int], list[str]]:
     """``executable app-server`` on the session's workspace, pointed at the fake
     model (the DotCraft door and the Codex face take the same flags)."""
@@ -328,10 +364,32 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
+def forked_servers(pid: int) -> list[int]:
+    """Processes outside pid's tree holding pid's stdin pipe: the server a warm
+    parent forked for this launcher (appserver/warm_parent.py; once serving, it
+    keeps that pipe on another descriptor and puts /dev/null on its 0)."""
+    try:
+        stdin = os.readlink(f"/proc/{pid}/fd/0")
+    except OSError:
+        return []
+    if not stdin.startswith("pipe:"):
+        return []
+    skip = {os.getpid(), *process_tree(pid)}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in skip:
+            with contextlib.suppress(OSError):
+                if any(os.readlink(fd) == stdin for fd in (entry / "fd").iterdir()):
+                    found.append(int(entry.name))
+    return found
+
+
 def cpu_seconds(pid: int) -> tuple[float, int]:
-    """utime+stime+cutime+cstime summed over pid's live tree, and the tree's size."""
+    """utime+stime+cutime+cstime summed over pid's live tree (and a server a warm
+    parent forked for it), and the tree's size."""
     ticks = 0
     tree = process_tree(pid)
+    tree += [server for server in forked_servers(pid) if server not in tree]
     for member in tree:
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = _stat_fields(member)
@@ -521,9 +579,9 @@ def _strings(value: Any) -> list[str]:
 
 async def run_session(kind: ServerKind, model: Model, scratch: Path) -> dict[str, Any]:
     """One timed session; returns its samples (seconds, bytes) and notes."""
-    session_dir = Path(tempfile.mkdtemp(prefix=f"{kind.key}-", dir=scratch))
+    session_dir = kind.fixed_dir or Path(tempfile.mkdtemp(prefix=f"{kind.key}-", dir=scratch))
     for sub in ("home", "workspace"):
-        (session_dir / sub).mkdir()
+        (session_dir / sub).mkdir(parents=True, exist_ok=True)
     stderr_path = session_dir / "stderr.log"
     first_request = len(model.requests)
     command = kind.command(session_dir, model.port)
@@ -561,7 +619,7 @@ async def run_session(kind: ServerKind, model: Model, scratch: Path) -> dict[str
             turns[key] = await session.run_turn(thread_id, deltas)
         await asyncio.sleep(SETTLE)
         cpu, tree = cpu_seconds(process.pid)
-        rss = peak_rss_mb(process.pid)
+        rss = max(peak_rss_mb(member) for member in [process.pid, *forked_servers(process.pid)])
         t_close = time.monotonic()
         clean_exit = await stop_process(process)
         t_exit = time.monotonic() - t_close
@@ -575,7 +633,8 @@ async def run_session(kind: ServerKind, model: Model, scratch: Path) -> dict[str
         if session is not None and session.reader is not None:
             with contextlib.suppress(asyncio.CancelledError, TimeoutError, BenchError):
                 await asyncio.wait_for(session.reader, 5)
-        shutil.rmtree(session_dir, ignore_errors=True)
+        if kind.fixed_dir is None:
+            shutil.rmtree(session_dir, ignore_errors=True)
 
     notes = list(session.notes)
     for key, turn in turns.items():
@@ -685,6 +744,8 @@ async def bench(args: argparse.Namespace) -> int:
 
     CACHE.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="run-", dir=CACHE))  # not /tmp: Codex refuses
+    warm_kinds = [warm_kind(kind, scratch) for kind in kinds[1:]] if args.warm else []
+    kinds += warm_kinds
     model = Model()  # to set up its helper aliases under a temporary directory
     samples: list[dict[str, Any]] = []
     try:
@@ -695,6 +756,8 @@ async def bench(args: argparse.Namespace) -> int:
                 print(f"warning: {kind.key} (warm-up): {note}", file=sys.stderr)
             if args.verbose:
                 print(f"--- {kind.key} warm-up stderr (tail) ---\n{warm['stderr_tail']}---")
+        if warm_kinds:
+            await warm_parent_ready(scratch, len(warm_kinds))
         for run in range(args.runs):
             for kind in kinds:
                 sample = await run_session(kind, model, scratch)
@@ -710,6 +773,8 @@ async def bench(args: argparse.Namespace) -> int:
                     )
     finally:
         await model.stop()
+        if warm_kinds:
+            stop_warm_parents(scratch)
         shutil.rmtree(scratch, ignore_errors=True)
 
     print()
@@ -744,6 +809,11 @@ def main() -> int:
         "--no-codex-face",
         action="store_true",
         help="leave out appserver-codex (our Codex face, driven as Codex is)",
+    )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="also run each of ours with APPSERVER_KEEP_WARM (forked by a warm parent)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="print every session")
     args = parser.parse_args()
