@@ -29,11 +29,12 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from appserver.warm_common import hold_lock, peer_is_us, read_line
+from appserver.warm_common import fingerprint, hold_lock, peer_is_us, read_line
 
 WIRE_VERSION = 1
 # A launcher sends its header and answers ``ready`` at once; one that does not
@@ -280,6 +281,12 @@ class Parent:
         if answer is None or answer[0] != b"go":
             connection.close()
             return None
+        if threading.active_count() > 1:
+            # Never so (nothing here starts a thread), but a fork would copy
+            # another thread's locks without it.
+            self.stopping = True
+            connection.close()
+            return None
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
@@ -337,6 +344,12 @@ def main(arguments: Sequence[str] | None = None) -> int:
     """Run a warm parent; in each forked child, the server's exit status."""
     path, idle, *command = list(sys.argv[1:] if arguments is None else arguments)
     owner = os.getpid()
+    if not path.endswith(f"-{fingerprint(command, os.environ, os.getcwd())}.sock"):
+        # Launched with another install of appserver than this one imports (a
+        # checkout run with ``python -m`` from its directory, which -P leaves
+        # off the path): serving would run other code than the command's.
+        sys.stderr.write("appserver: this is not the launcher's appserver install; not serving\n")
+        return 0
     holder = hold_lock(path)
     if holder is None:
         return 0  # another parent serves this command

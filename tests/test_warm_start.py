@@ -326,3 +326,26 @@ def test_keep_warm_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     for value, seconds in (("60", 60.0), ("0.5", 0.5), ("0", 0.0), ("no", 0.0), ("inf", 0.0)):
         monkeypatch.setenv(warm_launch.KEEP_WARM_VARIABLE, value)
         assert warm_launch.keep_warm_seconds() == seconds
+
+
+async def test_files_in_the_working_directory_do_not_run_in_the_warm_parent(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """An editor runs the server in the workspace, which the agent writes: a
+    module there must not run in the warm parent (it starts with ``python -P``)."""
+    planted = tmp_path / "appserver"
+    planted.mkdir()
+    marker = tmp_path / "planted-ran"
+    for module in (planted / "warm_parent.py", tmp_path / "json.py", tmp_path / "pydantic.py"):
+        module.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    script = str(Path(sys.executable).parent / "appserver")  # the console script
+    command = [script, "app-server", "--workspace", str(tmp_path)]
+    for _ in range(2):  # the first starts the parent, the second is forked by it
+        done = await anyio.run_process(
+            command, input=b"", check=False, env=warm_env(run_dir), cwd=tmp_path
+        )
+        assert done.returncode == 0, done.stderr
+        await sockets_when(run_dir, 1)
+    (socket_path,) = await sockets_when(run_dir, 1)
+    assert warm_launch.stop(str(socket_path)) == 1
+    assert not marker.exists()
