@@ -349,3 +349,43 @@ async def test_files_in_the_working_directory_do_not_run_in_the_warm_parent(
     (socket_path,) = await sockets_when(run_dir, 1)
     assert warm_launch.stop(str(socket_path)) == 1
     assert not marker.exists()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_openais_codex_sdk_drives_a_warm_started_face(tmp_path: Path, run_dir: Path) -> None:
+    """OpenAI's Python SDK (``openai-codex``) spawns ``appserver-codex`` its own
+    way for each ``Codex``; with APPSERVER_KEEP_WARM in the environment it gives
+    the process, the second one is forked by the warm parent and works the same."""
+    from openai_codex import Codex, CodexConfig
+
+    config = CodexConfig(
+        codex_bin=str(Path(sys.executable).parent / "appserver-codex"),
+        cwd=str(tmp_path),
+        env=warm_env(run_dir),
+    )
+
+    def session(prompt: str) -> str:
+        with Codex(config) as codex:
+            reply = codex.thread_start().run(prompt).final_response
+        return str(reply)
+
+    assert await anyio.to_thread.run_sync(session, "first") == "You said: first"
+    (socket_path,) = await sockets_when(run_dir, 1)
+    assert await anyio.to_thread.run_sync(session, "second") == "You said: second"
+    assert warm_launch.stop(str(socket_path)) == 1
+
+
+async def test_launches_at_once_are_each_forked(tmp_path: Path, run_dir: Path) -> None:
+    socket_path = await warm_up(tmp_path, run_dir)
+    replies: list[str] = []
+
+    async def one() -> None:
+        code, reply = await session(door(tmp_path), warm_env(run_dir))
+        assert code == 0
+        replies.append(reply)
+
+    async with anyio.create_task_group() as launches:
+        for _ in range(4):
+            launches.start_soon(one)
+    assert replies == ["You said: hello"] * 4
+    assert warm_launch.stop(str(socket_path)) == 4
