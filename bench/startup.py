@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -110,6 +111,19 @@ class Door:
     script: str = "appserver"
     # One workspace and HOME for every spawn (a warm process serves one command).
     persistent: bool = False
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def warm_door(door: Door) -> Door:
+    """``door`` with APPSERVER_KEEP_WARM (appserver/warm_launch.py): its warm-up
+    starts the warm parent, which forks every timed spawn."""
+    return dataclasses.replace(
+        door,
+        key=f"{door.key}-fork",
+        label=f"{door.label}, forked warm",
+        persistent=True,
+        env=(("APPSERVER_KEEP_WARM", "120"),),
+    )
 
 
 def _ws(flag: str = "--workspace") -> Callable[[Path], list[str]]:
@@ -394,6 +408,11 @@ def main() -> int:
     )
     parser.add_argument("--src", type=Path, help="the tree to run (default: PYTHONPATH's)")
     parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="also time each stdio door with APPSERVER_KEEP_WARM (forked by a warm parent)",
+    )
+    parser.add_argument(
         "--before",
         type=Path,
         metavar="DIR",
@@ -402,6 +421,8 @@ def main() -> int:
     args = parser.parse_args()
     codex_binary = Path(args.codex_bin) if args.codex_bin else peer.ensure_codex()
     doors = [door for door in DOORS if not args.only or door.key in args.only.split(",")]
+    if args.warm:
+        doors += [warm_door(door) for door in doors if door.until != "ws" and not door.persistent]
     trees: list[tuple[str, Path | None]] = [("", args.src)]
     if args.before is not None:
         trees = [("before ", args.before.resolve()), ("", args.src)]
@@ -422,6 +443,7 @@ def main() -> int:
                 door.stdin(),
                 door.until,
                 src,
+                env=dict(door.env),
                 persistent=door.persistent,
             )
             for tag, src in trees
