@@ -168,7 +168,10 @@ def _follow(connection: _socket.socket, received: bytearray) -> int:
             return int(words[1])
         elif words[:1] == [b"signal"] and len(words) == 2:
             ended_by = int(words[1])
-            signal.signal(ended_by, signal.SIG_DFL)
+            try:  # its default action here too (Python ignores SIGPIPE, for one)
+                signal.signal(ended_by, signal.SIG_DFL)
+            except (OSError, ValueError):  # SIGKILL and SIGSTOP cannot be set
+                pass
             os.kill(os.getpid(), ended_by)
             return 128 + ended_by  # a signal that does not end a process by default
 
