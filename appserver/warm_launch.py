@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import _socket
 import array
+import contextlib
 import os
 import select
 import signal
@@ -168,10 +169,10 @@ def _follow(connection: _socket.socket, received: bytearray) -> int:
             return int(words[1])
         elif words[:1] == [b"signal"] and len(words) == 2:
             ended_by = int(words[1])
-            try:  # its default action here too (Python ignores SIGPIPE, for one)
+            # Its default action here too (Python ignores SIGPIPE, for one);
+            # SIGKILL and SIGSTOP cannot be set.
+            with contextlib.suppress(OSError, ValueError):
                 signal.signal(ended_by, signal.SIG_DFL)
-            except (OSError, ValueError):  # SIGKILL and SIGSTOP cannot be set
-                pass
             os.kill(os.getpid(), ended_by)
             return 128 + ended_by  # a signal that does not end a process by default
 
