@@ -530,7 +530,9 @@ async def test_timeout_kills_a_running_command(workspace: Path) -> None:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process table in /proc")
 async def test_one_shot_timeout_leaves_no_command_running(workspace: Path) -> None:
-    request = clawbridge_request(prompt="!echo $$ > shell.pid; exec sleep 30", timeout_ms=2500)
+    # The deadline counts from the spawn: room for a loaded machine's start (a
+    # cold one-shot's imports) before the command runs, and well short of its 30 s.
+    request = clawbridge_request(prompt="!echo $$ > shell.pid; exec sleep 30", timeout_ms=6000)
     code, responses, _ = await one_shot(
         workspace, line(request), *ONE_SHOT, "--approval-policy", "autoApprove"
     )
