@@ -154,6 +154,24 @@ def is_serving(path: str) -> bool:
     return False
 
 
+def stop(path: str) -> int | None:
+    """Ask the warm process at ``path`` (either kind: they share this line) to
+    end; how many requests or launches it served."""
+    connection = connect(path)
+    if connection is None:
+        return None
+    try:
+        connection.sendall(b'{"v":1,"stop":true}\n')
+        answer = read_line(connection, bytearray())
+    except OSError:  # it was ending already
+        answer = None
+    finally:
+        connection.close()
+    if answer is None or not answer[0].startswith(b"served "):
+        return None
+    return int(answer[0].split()[1])
+
+
 def hold_lock(path: str) -> int | None:
     """This process's exclusive hold on ``path``'s lock (its pid written there),
     or ``None`` if another warm process holds it."""

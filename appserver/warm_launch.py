@@ -27,7 +27,8 @@ answers ``ready``; the launcher commits with ``go`` (from then on it never runs
 the command itself, so a request is never served twice); the parent forks and
 answers ``pid N``, and when the server ends, ``exit C`` or ``signal S``.
 A connection closed before ``ready`` took nothing: the command runs here,
-cold. ``{"v": 1, "stop": true}`` asks the parent to end (``served N``).
+cold. ``{"v": 1, "stop": true}`` asks the parent to end (``served N``;
+:func:`appserver.warm_common.stop`).
 
 It imports only the standard library and :mod:`appserver.warm_common`.
 """
@@ -189,21 +190,3 @@ def _lost(pid: int) -> int:
         select.select([handle], [], [])
         os.close(handle)
     return 1
-
-
-def stop(path: str) -> int | None:
-    """Ask the warm parent at ``path`` to end (once its servers have); how
-    many launches it served."""
-    connection = connect(path)
-    if connection is None:
-        return None
-    try:
-        connection.sendall(b'{"v":%d,"stop":true}\n' % WIRE_VERSION)
-        answer = read_line(connection, bytearray())
-    except OSError:  # it was ending already
-        answer = None
-    finally:
-        connection.close()
-    if answer is None or not answer[0].startswith(b"served "):
-        return None
-    return int(answer[0].split()[1])

@@ -296,10 +296,10 @@ def warm_kind(kind: ServerKind, scratch: Path) -> ServerKind:
 
 def stop_warm_parents(scratch: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from appserver import warm_launch
+    from appserver import warm_common
 
     for path in (scratch / "xdg" / "appserver").glob("*.sock"):
-        warm_launch.stop(str(path))
+        warm_common.stop(str(path))
 
 
 async def warm_parent_ready(scratch: Path, count: int) -> None:

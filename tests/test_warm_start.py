@@ -29,6 +29,7 @@ import pytest
 from anyio.abc import Process
 
 from appserver import warm_common, warm_launch, warm_parent
+from tests.faces.zene.test_zene_warm import PROBE
 from tests.support.client import RpcClient
 from tests.support.servers import ProcessStream, child_env
 
@@ -43,7 +44,7 @@ def run_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="fork-"))
     yield path
     for socket_path in (path / "appserver").glob("*.sock"):
-        warm_launch.stop(str(socket_path))
+        warm_common.stop(str(socket_path))
     for lock in (path / "appserver").glob("*.lock"):
         pid = lock.read_text().strip()
         if pid and warm_common.is_serving(str(lock).removesuffix(".lock")):
@@ -96,31 +97,41 @@ async def launched(
         await process.aclose()
 
 
-async def session(command: list[str], environment: dict[str, str]) -> tuple[int, str]:
-    """initialize, thread/start and one turn, then stdin closed: (exit status,
-    the turn's reply)."""
+@asynccontextmanager
+async def initialized(
+    command: list[str], environment: dict[str, str]
+) -> AsyncIterator[tuple[Process, RpcClient]]:
+    """A launched door whose client has done ``initialize`` (and ``initialized``)."""
     async with launched(command, environment) as process:
         client = RpcClient(ProcessStream(process))
         async with anyio.create_task_group() as tasks:
             await client.run(tasks)
             with anyio.fail_after(WAIT):
                 await client.initialize()
-                thread = await client.request("thread/start", {"identity": IDENTITY})
-                thread_id = thread["thread"]["id"]
-                await client.request(
-                    "turn/start",
-                    {"threadId": thread_id, "input": [{"type": "text", "text": "hello"}]},
-                )
-                done = await client.wait(lambda m: m.get("method") == "turn/completed")
-                reply = "".join(
-                    m["params"]["delta"]
-                    for m in client.messages
-                    if m.get("method") == "item/agentMessage/delta"
-                )
-                assert done["params"]["turn"]["status"] == "completed"
-                await client.stream.close()
-                code = await process.wait()
+            yield process, client
             tasks.cancel_scope.cancel()
+
+
+async def session(command: list[str], environment: dict[str, str]) -> tuple[int, str]:
+    """initialize, thread/start and one turn, then stdin closed: (exit status,
+    the turn's reply)."""
+    async with initialized(command, environment) as (process, client):
+        with anyio.fail_after(WAIT):
+            thread = await client.request("thread/start", {"identity": IDENTITY})
+            thread_id = thread["thread"]["id"]
+            await client.request(
+                "turn/start",
+                {"threadId": thread_id, "input": [{"type": "text", "text": "hello"}]},
+            )
+            done = await client.wait(lambda m: m.get("method") == "turn/completed")
+            reply = "".join(
+                m["params"]["delta"]
+                for m in client.messages
+                if m.get("method") == "item/agentMessage/delta"
+            )
+            assert done["params"]["turn"]["status"] == "completed"
+            await client.stream.close()
+            code = await process.wait()
     return code, reply
 
 
@@ -147,7 +158,7 @@ async def test_a_later_launch_is_served_by_the_warm_parent(tmp_path: Path, run_d
         code, reply = await session(door(tmp_path), warm_env(run_dir))
         assert code == 0
         assert reply == "You said: hello"
-    assert warm_launch.stop(str(socket_path)) == 2
+    assert warm_common.stop(str(socket_path)) == 2
     with anyio.fail_after(WAIT):
         while socket_path.exists():
             await anyio.sleep(0.02)
@@ -167,7 +178,7 @@ async def test_the_servers_stderr_and_exit_status_reach_the_client(
             code = await process.wait()
     assert code == 2
     assert f"workspace {workspace} is not a directory" in stderr
-    assert warm_launch.stop(str(socket_path)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 async def test_a_signal_to_the_launcher_ends_the_server_as_it_would_end_cold(
@@ -178,20 +189,15 @@ async def test_a_signal_to_the_launcher_ends_the_server_as_it_would_end_cold(
     cold or forked alike: when that is depends on how far its start is.)"""
     endings = []
     for _ in range(2):  # cold (it starts the parent), then warm
-        async with launched(door(tmp_path), warm_env(run_dir)) as process:
-            client = RpcClient(ProcessStream(process))
-            async with anyio.create_task_group() as tasks:
-                await client.run(tasks)
-                with anyio.fail_after(WAIT):
-                    await client.initialize()
-                    await client.request("thread/start", {"identity": IDENTITY})
-                    process.send_signal(signal.SIGTERM)
-                    endings.append(await process.wait())
-                tasks.cancel_scope.cancel()
+        async with initialized(door(tmp_path), warm_env(run_dir)) as (process, client):
+            with anyio.fail_after(WAIT):
+                await client.request("thread/start", {"identity": IDENTITY})
+                process.send_signal(signal.SIGTERM)
+                endings.append(await process.wait())
         await sockets_when(run_dir, 1)
     assert endings == [0, 0]
     (socket_path,) = await sockets_when(run_dir, 1)
-    assert warm_launch.stop(str(socket_path)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 async def test_a_server_ended_by_a_signal_ends_its_launcher_by_it(
@@ -199,17 +205,12 @@ async def test_a_server_ended_by_a_signal_ends_its_launcher_by_it(
 ) -> None:
     socket_path = await warm_up(tmp_path, run_dir)
     parent = int(Path(warm_common.lock_path(str(socket_path))).read_text())
-    async with launched(door(tmp_path), warm_env(run_dir)) as process:
-        client = RpcClient(ProcessStream(process))
-        async with anyio.create_task_group() as tasks:
-            await client.run(tasks)
-            with anyio.fail_after(WAIT):
-                await client.initialize()
-                (server,) = children_of(parent)
-                os.kill(server, signal.SIGKILL)
-                assert await process.wait() == -signal.SIGKILL
-            tasks.cancel_scope.cancel()
-    assert warm_launch.stop(str(socket_path)) == 1
+    async with initialized(door(tmp_path), warm_env(run_dir)) as (process, _client):
+        (server,) = children_of(parent)
+        os.kill(server, signal.SIGKILL)
+        with anyio.fail_after(WAIT):
+            assert await process.wait() == -signal.SIGKILL
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 def children_of(pid: int) -> list[int]:
@@ -228,20 +229,14 @@ def children_of(pid: int) -> list[int]:
 async def test_killing_the_launcher_kills_its_server(tmp_path: Path, run_dir: Path) -> None:
     socket_path = await warm_up(tmp_path, run_dir)
     parent = int(Path(warm_common.lock_path(str(socket_path))).read_text())
-    async with launched(door(tmp_path), warm_env(run_dir)) as process:
-        client = RpcClient(ProcessStream(process))
-        async with anyio.create_task_group() as tasks:
-            await client.run(tasks)
-            with anyio.fail_after(WAIT):
-                await client.initialize()
-            (server,) = children_of(parent)
-            process.kill()
-            with anyio.fail_after(WAIT):
-                await process.wait()
-                while server in children_of(parent):
-                    await anyio.sleep(0.02)
-            tasks.cancel_scope.cancel()
-    assert warm_launch.stop(str(socket_path)) == 1
+    async with initialized(door(tmp_path), warm_env(run_dir)) as (process, _client):
+        (server,) = children_of(parent)
+        process.kill()
+        with anyio.fail_after(WAIT):
+            await process.wait()
+            while server in children_of(parent):
+                await anyio.sleep(0.02)
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 async def test_another_environment_gets_its_own_parent(tmp_path: Path, run_dir: Path) -> None:
@@ -249,10 +244,10 @@ async def test_another_environment_gets_its_own_parent(tmp_path: Path, run_dir: 
     code, _ = await session(door(tmp_path), warm_env(run_dir, APPSERVER_TEST_MARK="other"))
     assert code == 0
     sockets = await sockets_when(run_dir, 2)
-    assert warm_launch.stop(str(first)) == 0
+    assert warm_common.stop(str(first)) == 0
     for other in sockets:
         if other != first:
-            assert warm_launch.stop(str(other)) == 0
+            assert warm_common.stop(str(other)) == 0
 
 
 async def test_off_unless_asked(tmp_path: Path, run_dir: Path) -> None:
@@ -261,15 +256,6 @@ async def test_off_unless_asked(tmp_path: Path, run_dir: Path) -> None:
     code, _ = await session(door(tmp_path), environment)
     assert code == 0
     assert not (run_dir / "appserver").exists()
-
-
-PROBE = (
-    "import sys\n"
-    "from appserver.launch import main\n"
-    "code = main()\n"
-    "sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n')\n"
-    "raise SystemExit(code)\n"
-)
 
 
 async def test_a_warm_launch_loads_only_the_standard_library(tmp_path: Path, run_dir: Path) -> None:
@@ -293,7 +279,7 @@ async def test_a_warm_launch_loads_only_the_standard_library(tmp_path: Path, run
     for heavy in ("pydantic", "anyio", "asyncio", "argparse", "json", "logging", "socket"):
         assert heavy not in line.split()
     (socket_path,) = await sockets_when(run_dir, 1)
-    assert warm_launch.stop(str(socket_path)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 async def test_the_codex_face_is_served_warm(tmp_path: Path, run_dir: Path) -> None:
@@ -323,7 +309,7 @@ async def test_the_codex_face_is_served_warm(tmp_path: Path, run_dir: Path) -> N
         await sockets_when(run_dir, 1)
     assert all("thread" in answer.get("result", {}) for answer in answers), answers
     (socket_path,) = await sockets_when(run_dir, 1)
-    assert warm_launch.stop(str(socket_path)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 def test_a_parent_whose_code_changed_takes_no_launch() -> None:
@@ -368,7 +354,7 @@ async def test_files_in_the_working_directory_do_not_run_in_the_warm_parent(
         assert done.returncode == 0, done.stderr
         await sockets_when(run_dir, 1)
     (socket_path,) = await sockets_when(run_dir, 1)
-    assert warm_launch.stop(str(socket_path)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
     assert not marker.exists()
 
 
@@ -393,7 +379,7 @@ async def test_openais_codex_sdk_drives_a_warm_started_face(tmp_path: Path, run_
     assert await anyio.to_thread.run_sync(session, "first") == "You said: first"
     (socket_path,) = await sockets_when(run_dir, 1)
     assert await anyio.to_thread.run_sync(session, "second") == "You said: second"
-    assert warm_launch.stop(str(socket_path)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
 
 
 async def test_launches_at_once_are_each_forked(tmp_path: Path, run_dir: Path) -> None:
@@ -409,4 +395,4 @@ async def test_launches_at_once_are_each_forked(tmp_path: Path, run_dir: Path) -
         for _ in range(4):
             launches.start_soon(one)
     assert replies == ["You said: hello"] * 4
-    assert warm_launch.stop(str(socket_path)) == 4
+    assert warm_common.stop(str(socket_path)) == 4

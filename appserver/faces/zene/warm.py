@@ -54,6 +54,7 @@ from appserver.warm_common import (
     read_line,
     runtime_dir,
     start_detached,
+    stop,
 )
 from appserver.warm_common import socket_path as kind_socket_path
 
@@ -222,20 +223,3 @@ def start() -> bool:
     # ours or of the standard library.
     start_detached([sys.executable, "-P", "-m", "appserver", *argv], child_env, cwd, log_path(path))
     return True
-
-
-def stop(path: str) -> int | None:
-    """Ask the warm process at ``path`` to end; how many requests it served."""
-    connection = connect(path)
-    if connection is None:
-        return None
-    try:
-        connection.sendall(b'{"v":%d,"stop":true}\n' % WIRE_VERSION)
-        answer = read_line(connection, bytearray())
-    except OSError:  # it was ending already
-        answer = None
-    finally:
-        connection.close()
-    if answer is None or not answer[0].startswith(b"served "):
-        return None
-    return int(answer[0].split()[1])
