@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from appserver.tools.environment import is_secret
 
@@ -68,6 +68,26 @@ def hide_secrets(*values: str | None) -> bool:
         for name, value in kept.items():
             os.putenv(name, value)  # fresh memory for getenv(); /proc shows the blanked copy
     return True
+
+
+# The options whose value is a secret, on any of appserver's command lines.
+SECRET_FLAGS = ("--token", "--api-key", "--openai-api-key")
+
+
+def flag_secrets(argv: Sequence[str]) -> list[str]:
+    """The values of the secret options in ``argv`` (``--token T`` or
+    ``--token=T``), for :func:`hide_secrets` in a process that does not parse
+    its own command line (a warm launch's)."""
+    found = []
+    for index, argument in enumerate(argv):
+        name, equals, value = argument.partition("=")
+        if name not in SECRET_FLAGS:
+            continue
+        if equals:
+            found.append(value)
+        elif index + 1 < len(argv):
+            found.append(argv[index + 1])
+    return found
 
 
 def _regions() -> tuple[int, int, int, int]:

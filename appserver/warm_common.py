@@ -17,6 +17,7 @@ OpenSSL).
 from __future__ import annotations
 
 import _socket
+import contextlib
 import os
 import struct
 import sys
@@ -36,7 +37,9 @@ def fingerprint(
 ) -> str:
     """A hash of what a command's behaviour depends on: its arguments, its whole
     environment (less the variables in ``ignore``), its directory, the
-    interpreter and the appserver install it runs."""
+    interpreter and the appserver install it runs, and the attributes a process
+    inherits that the command's own children (the agent's tools) would too
+    (:func:`process_identity`)."""
     import appserver
 
     # Neither arguments nor the environment can hold a NUL: "\0" and "\1"
@@ -48,9 +51,38 @@ def fingerprint(
         cwd,
         "\1".join(argv),
         "\1".join(f"{k}={v}" for k, v in sorted(environ.items()) if k not in ignore),
+        process_identity(),
     ]
     digest: str = sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
     return digest[:32]
+
+
+# The lines of /proc/self/status that say what a process may do: its umask,
+# capabilities, seccomp and no_new_privs (a sandbox a client started it in).
+_STATUS_LINES = (b"Umask:", b"Cap", b"NoNewPrivs:", b"Seccomp")
+_NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid_for_children", "time", "user", "uts")
+
+
+def process_identity() -> str:
+    """What this process passes on to every process it starts that a warm
+    process started earlier might not share: umask, capabilities, seccomp mode,
+    resource limits, control group and namespaces (Linux; elsewhere, empty).
+    A warm process serves only commands whose identity is its own, so a server
+    it forks, and the tools that server runs, are as confined as a cold one."""
+    parts: list[bytes] = []
+    for name in ("status", "limits", "cgroup"):
+        try:
+            with open(f"/proc/self/{name}", "rb") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        if name == "status":
+            text = b"\n".join(line for line in text.splitlines() if line.startswith(_STATUS_LINES))
+        parts.append(text)
+    for namespace in _NAMESPACES:
+        with contextlib.suppress(OSError):
+            parts.append(os.fsencode(os.readlink(f"/proc/self/ns/{namespace}")))
+    return "\0".join(part.decode("latin-1") for part in parts)
 
 
 def runtime_dir(create: bool) -> str | None:
@@ -112,9 +144,12 @@ def peer_is_us(connection: _socket.socket) -> bool:
     return bool(uid == os.getuid())
 
 
-def connect(path: str) -> _socket.socket | None:
-    """A connection to the warm process listening at ``path``, or ``None``."""
+def connect(path: str, timeout: float | None = None) -> _socket.socket | None:
+    """A connection to the warm process listening at ``path``, or ``None`` (none
+    there, not ours, or its queue of connections full: a Unix socket then
+    refuses at once rather than make the caller wait)."""
     connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    connection.settimeout(timeout)
     try:
         connection.connect(path)
         if peer_is_us(connection):
@@ -188,20 +223,48 @@ def hold_lock(path: str) -> int | None:
     return holder
 
 
-def start_detached(command: Sequence[str], environ: Mapping[str, str], cwd: str, log: str) -> None:
+def start_detached(
+    command: Sequence[str],
+    environ: Mapping[str, str],
+    cwd: str,
+    log: str,
+    given: bytes | None = None,
+) -> None:
     """Start ``command`` as a warm process: in its own session (a signal to the
     caller's process group does not reach it) and holding none of the caller's
     pipes (a client reading this process's stdout or stderr to the end must not
-    wait for the warm one); its stderr appended to ``log``."""
+    wait for the warm one); its stderr appended to ``log``, ``given`` (if any)
+    on its stdin."""
     import subprocess
 
     with open(log, "ab") as log_file:
-        subprocess.Popen(
+        process = subprocess.Popen(
             list(command),
             cwd=cwd,
             env=dict(environ),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if given is None else subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=log_file,
             start_new_session=True,
         )
+    if process.stdin is not None:
+        try:
+            process.stdin.write(given or b"")
+            process.stdin.close()
+        except OSError:  # it failed at start (its log says why)
+            pass
+
+
+def serving_count(directory: str, kind: str) -> int:
+    """How many warm processes of ``kind`` serve (or are starting) in ``directory``."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    return sum(
+        1
+        for name in names
+        if name.startswith(f"{kind}-")
+        and name.endswith(".sock.lock")
+        and is_serving(os.path.join(directory, name.removesuffix(".lock")))
+    )

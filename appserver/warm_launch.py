@@ -17,18 +17,26 @@ the process it spawned. This process stays as the client's handle on it:
 - a signal it gets (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) is passed
   on to the server;
 - it ends with the server's exit status, or by the signal that ended it;
-- if it is killed, the server is killed too (the parent sees its connection
-  close).
+- if it is killed, the server is killed too (the server sees this process's
+  connection close, even when the parent is gone).
 
-Wire (one connection a launch; lines): the launcher sends
-``{"v": 1, "started": T}`` (its own spawn on the ``time.monotonic()`` clock,
-shared by all processes) with its descriptors 0, 1 and 2 attached. The parent
-answers ``ready``; the launcher commits with ``go`` (from then on it never runs
-the command itself, so a request is never served twice); the parent forks and
-answers ``pid N``, and when the server ends, ``exit C`` or ``signal S``.
+Wire (one connection a launch; lines): the launcher sends ``launch 2 T N``
+(T: its own spawn on the ``time.monotonic()`` clock, shared by all processes)
+and then its environment, N bytes of ``NAME=value\\0``. The parent answers
+``ready``; the launcher commits with ``go``, its descriptors 0, 1, 2 and its
+working directory attached (from then on it never runs the command itself, so
+a request is never served twice). The parent forks and answers ``pid N`` with
+the server's pidfd attached (or ``refused WHY``: nothing ran, the command runs
+here after all), and when the server ends, ``exit C`` or ``signal S``.
 A connection closed before ``ready`` took nothing: the command runs here,
 cold. ``{"v": 1, "stop": true}`` asks the parent to end (``served N``;
 :func:`appserver.warm_common.stop`).
+
+The parent is started with its command and environment on its stdin, not on
+its command line or in its environment (``/proc`` shows those to every
+process of the user, the agent's tools too), and without secret-looking
+variables in its own environment; this process blanks the secrets in its
+own once its server runs (:mod:`appserver.process_secrets`).
 
 It imports only the standard library and :mod:`appserver.warm_common`.
 """
@@ -42,7 +50,7 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from appserver.warm_common import (
     connect,
@@ -51,16 +59,26 @@ from appserver.warm_common import (
     log_path,
     read_line,
     runtime_dir,
+    serving_count,
     socket_path,
     start_detached,
 )
 
+_CHUNK = 65536
+
 # The environment variable that turns warm starts on: idle seconds a warm parent lives.
 KEEP_WARM_VARIABLE = "APPSERVER_KEEP_WARM"
 KIND = "fork"
-WIRE_VERSION = 1
+WIRE_VERSION = 2
 # Seconds a launch waits for the warm parent to be ready to take it.
 TAKE_WAIT = 2.0
+# Warm parents of one user at most (each ~50 MB): a command that would need
+# another runs cold until one ends.
+MOST_PARENTS = 8
+# Variables a shell sets per command that say nothing about what the command
+# does: a launch differing only in them is served by the same parent (its
+# server gets the launcher's whole environment, these included).
+VOLATILE = frozenset({"_", "OLDPWD", "SHLVL"})
 # Signals passed on to the server (what a client sends to stop or poke a server).
 FORWARDED = (
     signal.SIGTERM,
@@ -83,10 +101,10 @@ def keep_warm_seconds() -> float:
     return seconds if 0 < seconds < float("inf") else 0.0
 
 
-def command_print(entry: str, argv: Sequence[str]) -> str:
-    """The fingerprint of this process's command as ``entry`` (``appserver`` or
-    ``appserver-codex``) with ``argv``."""
-    return fingerprint([sys.argv[0], entry, *argv], os.environ, os.getcwd())
+def command_print(command: Sequence[str], environ: Mapping[str, str], cwd: str) -> str:
+    """The fingerprint of ``command`` (``[argv0, entry, *argv]``, ``entry`` being
+    ``appserver`` or ``appserver-codex``) run in ``environ`` and ``cwd``."""
+    return fingerprint(command, environ, cwd, ignore=VOLATILE)
 
 
 def launch(entry: str, argv: Sequence[str]) -> int | None:
@@ -99,58 +117,120 @@ def launch(entry: str, argv: Sequence[str]) -> int | None:
     directory = runtime_dir(create=True)
     if directory is None:
         return None
-    path = socket_path(directory, KIND, command_print(entry, argv))
-    connection = connect(path)
+    command = [sys.argv[0], entry, *argv]
+    cwd = os.getcwd()
+    path = socket_path(directory, KIND, command_print(command, os.environ, cwd))
+    connection = connect(path, TAKE_WAIT)
     if connection is not None:
         try:
-            code = _hand_over(connection)
+            code = _hand_over(connection, argv)
         finally:
             connection.close()
         if code is not None:
             return code
-    if not is_serving(path):
-        # -P: the working directory (often the workspace, which the agent
-        # writes) is not put on the module path, so no file there can pose
-        # as a module of ours or of the standard library.
-        parent = [sys.executable, "-P", "-m", "appserver.warm_parent", path, str(seconds)]
-        command = [*parent, sys.argv[0], entry, *argv]
-        start_detached(command, os.environ, os.getcwd(), log_path(path))
+    if not is_serving(path) and serving_count(directory, KIND) < MOST_PARENTS:
+        _start_parent(path, seconds, command, cwd)
     return None
 
 
-def _hand_over(connection: _socket.socket) -> int | None:
+def _start_parent(path: str, seconds: float, command: list[str], cwd: str) -> None:
+    """Start the warm parent of ``command`` (detached; it ends on its own)."""
+    import json
+
+    from appserver.tools.environment import is_secret
+
+    # -P: the working directory (often the workspace, which the agent
+    # writes) is not put on the module path, so no file there can pose
+    # as a module of ours or of the standard library.
+    parent = [sys.executable, "-P", "-m", "appserver.warm_parent", path, str(seconds)]
+    given = json.dumps({"command": command, "environment": dict(os.environ)})
+    plain = {name: value for name, value in os.environ.items() if not is_secret(name)}
+    start_detached(parent, plain, cwd, log_path(path), given.encode())
+
+
+def environment_block() -> bytes:
+    """This process's environment as the launch header carries it."""
+    return b"".join(b"%s=%s\0" % item for item in os.environb.items())
+
+
+def _hand_over(connection: _socket.socket, argv: Sequence[str]) -> int | None:
     """The server's exit status once the warm parent has run it on this
     process's streams; ``None`` if it did not take them (run cold)."""
     from appserver.startup import process_started
 
-    header = f'{{"v":{WIRE_VERSION},"started":{process_started()!r}}}\n'.encode()
-    streams = array.array("i", (0, 1, 2))
+    environment = environment_block()
+    header = b"launch %d %r %d\n" % (WIRE_VERSION, process_started(), len(environment))
+    directory = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
     try:
         # A parent that is not ready at once (busy starting, stopping, swamped)
         # is passed over: nothing was taken yet, so running cold is safe.
-        connection.settimeout(TAKE_WAIT)
-        connection.sendmsg([header], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, streams)])
+        connection.sendall(header + environment)
         ready = read_line(connection, bytearray())
         if ready is None or ready[0] != b"ready":
             return None
-        connection.sendall(b"go\n")
+        handed = array.array("i", (0, 1, 2, directory))
+        connection.sendmsg([b"go\n"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, handed)])
     except OSError:  # a timeout too, or a closed standard stream
         return None
+    finally:
+        os.close(directory)
+    # Committed: the parent has the streams, whatever it answers or how late.
     connection.settimeout(None)
-    return _follow(connection, ready[1])
+    try:
+        answer = _receive(connection, ready[1])
+    except OSError:
+        answer = None
+    if answer is None:
+        return _lost(None)
+    words, received, server = answer
+    if words[:1] != [b"pid"] or len(words) != 2:
+        if server is not None:
+            os.close(server)
+        return None  # refused: nothing ran
+    _hide_secrets(argv)
+    return _follow(connection, received, int(words[1]), server)
 
 
-def _follow(connection: _socket.socket, received: bytearray) -> int:
+def _receive(
+    connection: _socket.socket, received: bytearray
+) -> tuple[list[bytes], bytearray, int | None] | None:
+    """The parent's answer to ``go`` (its words, what came after it, the
+    descriptor attached), or ``None`` if it closed the connection first."""
+    server: int | None = None
+    space = _socket.CMSG_SPACE(array.array("i").itemsize)
+    while b"\n" not in received:
+        data, ancillary, _flags, _address = connection.recvmsg(_CHUNK, space)
+        for level, kind, payload in ancillary:
+            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+                server = int.from_bytes(payload[:4], sys.byteorder, signed=True)
+        if not data:
+            return None
+        received += data
+    line, _, rest = received.partition(b"\n")
+    return bytes(line).split(), bytearray(rest), server
+
+
+def _hide_secrets(argv: Sequence[str]) -> None:
+    """Blank the secrets on this process's command line and in its original
+    environment (its server has its own copies): this process lives as long as
+    the server, and ``/proc`` shows both to the agent's tools."""
+    from appserver.process_secrets import flag_secrets, hide_secrets
+
+    hide_secrets(*flag_secrets(argv))
+
+
+def _follow(connection: _socket.socket, received: bytearray, pid: int, server: int | None) -> int:
     """Pass signals on to the server and wait for its end: its exit status (a
     server ended by a signal ends this process by the same signal)."""
-    pid = 0
-    pending: list[int] = []
 
     def pass_on(signum: int, frame: object) -> None:
-        if pid:
-            os.kill(pid, signum)
-        else:
-            pending.append(signum)  # before the pid is known: sent once it is
+        # The server may have ended (and been reaped) already: its pidfd then
+        # refuses; never a signal to a process that took over its pid.
+        with contextlib.suppress(OSError):
+            if server is not None:
+                signal.pidfd_send_signal(server, signum)
+            else:  # a kernel without pidfds
+                os.kill(pid, signum)
 
     for forwarded in FORWARDED:
         signal.signal(forwarded, pass_on)
@@ -160,15 +240,11 @@ def _follow(connection: _socket.socket, received: bytearray) -> int:
         except OSError:
             line = None
         if line is None:
-            return _lost(pid)
+            return _lost(server)
         words, received = line[0].split(), line[1]
-        if words[:1] == [b"pid"] and len(words) == 2:
-            pid = int(words[1])
-            for early in pending:
-                os.kill(pid, early)
-        elif words[:1] == [b"exit"] and len(words) == 2:
+        if words[:1] == [b"exit"] and len(words) == 2:
             return int(words[1])
-        elif words[:1] == [b"signal"] and len(words) == 2:
+        if words[:1] == [b"signal"] and len(words) == 2:
             ended_by = int(words[1])
             # Its default action here too (Python ignores SIGPIPE, for one);
             # SIGKILL and SIGSTOP cannot be set.
@@ -178,15 +254,11 @@ def _follow(connection: _socket.socket, received: bytearray) -> int:
             return 128 + ended_by  # a signal that does not end a process by default
 
 
-def _lost(pid: int) -> int:
+def _lost(server: int | None) -> int:
     """The warm parent went away before it told the server's end: wait for the
-    server itself (it is not our child: no status to read)."""
+    server itself (it is not our child: no status to read). The server ends
+    with this process in any case: it watches this connection too."""
     sys.stderr.write("appserver: the warm process ended; the server's exit status is unknown\n")
-    if pid:
-        try:
-            handle = os.pidfd_open(pid)
-        except OSError:  # gone already
-            return 1
-        select.select([handle], [], [])
-        os.close(handle)
+    if server is not None:
+        select.select([server], [], [])
     return 1

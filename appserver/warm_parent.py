@@ -2,18 +2,20 @@
 once, then a fork per launch onto the launcher's own streams
 (:mod:`appserver.warm_launch` has the why, the wire and the client side).
 
-``python -P -m appserver.warm_parent SOCKET IDLE ARGV0 ENTRY ARGS...``, started
-detached by a launcher, in the launcher's environment and directory. It holds
-``SOCKET``'s lock for as long as it lives (one parent a command), preloads,
-listens, and for each launch forks a child that takes the launcher's
-descriptors as its 0, 1 and 2 and runs ``ENTRY`` (``appserver`` or
+``python -P -m appserver.warm_parent SOCKET IDLE``, started detached by a
+launcher in its directory, with the command (``[ARGV0, ENTRY, *ARGS]``) and the
+launcher's environment as JSON on stdin. It holds ``SOCKET``'s lock while it
+takes launches (one parent a command), preloads, listens, and for each launch
+forks a child that takes the launcher's descriptors as its 0, 1 and 2, its
+directory and its environment, and runs ``ENTRY`` (``appserver`` or
 ``appserver-codex``) with ``ARGS`` exactly as a cold process would. The parent
 never runs an event loop or a thread, so forking is safe; it reaps its
-children and tells each launcher how its server ended, and kills a server
-whose launcher was killed. It ends once it has had no server for IDLE
-seconds, when asked to stop, or when appserver's code changed on disk (it
-would fork stale code): then it takes no more launches (they run cold) and
-ends when its last server has.
+children and tells each launcher how its server ended. A server watches its
+launcher's connection and ends at once (SIGKILL) when it closes: the launcher
+was killed. The parent ends once it has had no server for IDLE seconds, when
+asked to stop, or when a module it loaded changed on disk (it would fork stale
+code): then it lets go of its socket and lock at once (a new parent may start;
+launches meanwhile run cold) and ends when its last server has.
 """
 
 from __future__ import annotations
@@ -31,15 +33,19 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from appserver.warm_common import fingerprint, hold_lock, peer_is_us, read_line
+from appserver.warm_common import hold_lock, peer_is_us
+from appserver.warm_launch import command_print
 
-WIRE_VERSION = 1
-# A launcher sends its header and answers ``ready`` at once; one that does not
-# within this is dropped (the parent serves launches one at a time).
-HEADER_WAIT = 2.0
+WIRE_VERSION = 2
+# A launcher sends its header and answers ``ready`` at once; one whose
+# handshake takes longer than this is dropped (the parent serves launches one
+# at a time), as is one whose header is larger than HEADER_MOST bytes.
+HANDSHAKE_WAIT = 2.0
+HEADER_MOST = 4 << 20
+_CHUNK = 65536
 
 # What every door imports on its way to serving (the rest comes in with these).
 CORE = (
@@ -110,11 +116,12 @@ def preload(entry: str, argv: Sequence[str]) -> None:
 
 
 def module_stamps() -> dict[str, int | None]:
-    """Each loaded appserver module's file's modification time (``None``: gone)."""
+    """Each loaded module's file's modification time (``None``: gone): appserver's
+    own and every library it runs on."""
     stamps: dict[str, int | None] = {}
-    for name, module in list(sys.modules.items()):
+    for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if path and name.split(".", 1)[0] == "appserver":
+        if path:
             try:
                 stamps[path] = os.stat(path).st_mtime_ns
             except OSError:
@@ -124,85 +131,120 @@ def module_stamps() -> dict[str, int | None]:
 
 @dataclass
 class Launch:
-    """What a forked child runs: the launcher's streams and its start."""
+    """What a forked child runs: the launcher's streams, directory, environment
+    and start, and its connection (watched: the launcher's life)."""
 
     streams: list[int]
+    directory: int
+    environment: dict[bytes, bytes]
     started: float
-    argv0: str
-    entry: str
-    argv: list[str]
+    launcher: int
+    command: list[str]
 
     def run(self) -> int:
-        """Become the server: the streams as 0, 1 and 2, then the command."""
+        """Become the server: the streams as 0, 1 and 2, the launcher's
+        directory and environment, then the command."""
         for target, stream in enumerate(self.streams):
             os.dup2(stream, target)
         for stream in self.streams:
             if stream > 2:
                 os.close(stream)
+        # The launcher's directory itself, not its name: one deleted and made
+        # again since the parent started is still the launcher's.
+        os.fchdir(self.directory)
+        os.close(self.directory)
+        os.environb.clear()
+        os.environb.update(self.environment)
+        _end_with_launcher(self.launcher)
         from appserver import startup
 
         startup.adopt_start(self.started)
-        sys.argv = [self.argv0, *self.argv]
+        argv0, entry, *argv = self.command
+        sys.argv = [argv0, *argv]
         from appserver import cli
 
-        if self.entry == "appserver-codex":
+        if entry == "appserver-codex":
             return cli.codex_main()
         return cli.main()
 
 
-class Parent:
-    """The listener, the servers it forked (pid -> their launcher's connection)
-    and the idle clock."""
+def _end_with_launcher(connection: int) -> None:
+    """Kill this process when the launcher's connection closes (it never says
+    anything after ``go``): a killed launcher takes its server with it, as a
+    killed cold server would be gone, whether or not the parent still lives."""
 
-    def __init__(self, listener: socket.socket, idle: float, command: list[str]) -> None:
-        self.listener = listener
+    def watch() -> None:
+        select.select([connection], [], [])
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+class Refused(Exception):
+    """A launch the parent does not take (before ``go``: the launcher runs it cold)."""
+
+
+class Parent:
+    """The listener and lock (the door), the servers forked (pid -> their
+    launcher's connection) and the idle clock."""
+
+    def __init__(
+        self,
+        door: tuple[socket.socket, str, int],
+        idle: float,
+        command: list[str],
+        stamps: Mapping[str, int | None],
+    ) -> None:
+        self.listener: socket.socket | None = door[0]
+        self.path, self.holder = door[1], door[2]
         self.idle = idle
-        self.argv0, self.entry, *self.argv = command
+        self.command = command
         self.servers: dict[int, socket.socket] = {}
-        self.orphans: set[int] = set()  # servers whose launcher is gone (killed)
         self.served = 0
         self.stopping = False
         self._last = time.monotonic()
-        self._stamps = module_stamps()
+        self._stamps = dict(stamps)
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
         os.set_blocking(self._wake_read, False)
-        self._keep: list[int] = []  # descriptors a child closes (set by serve)
 
-    def serve(self, keep_closed: Sequence[int]) -> Launch | None:
+    def serve(self) -> Launch | None:
         """Take launches until done; in a forked child, what it is to run."""
-        self._keep = list(keep_closed)
         signal.set_wakeup_fd(self._wake_write)
         signal.signal(signal.SIGCHLD, _ignore)
         signal.signal(signal.SIGTERM, self._stop_signal)
         while not (self.stopping and not self.servers):
+            if self.stopping:
+                self.close_door()
             now = time.monotonic()
             wait = None if self.servers else self._last + self.idle - now
             if wait is not None and wait <= 0:
                 break
-            watched = [self._wake_read, *self._launchers()]
-            if not self.stopping:
+            watched = [self._wake_read]
+            if self.listener is not None:
                 watched.append(self.listener.fileno())
             readable, _, _ = select.select(watched, [], [], wait)
             self._reap()
-            for ready in readable:
-                if ready == self.listener.fileno():
-                    launch = self._accept()
-                    if launch is not None:
-                        return launch
-                elif ready != self._wake_read:
-                    self._launcher_gone(ready)
+            if self.listener is not None and self.listener.fileno() in readable:
+                launch = self._accept()
+                if launch is not None:
+                    return launch
         return None
+
+    def close_door(self) -> None:
+        """Take no more launches: the socket's name and the lock go at once, so
+        a new parent can start while this one's servers finish."""
+        if self.listener is None:
+            return
+        # Unlinked while the lock is held: a successor's socket is never removed.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        self.listener.close()
+        self.listener = None
+        os.close(self.holder)
 
     def _stop_signal(self, signum: int, frame: object) -> None:
         self.stopping = True
-
-    def _launchers(self) -> list[int]:
-        return [
-            connection.fileno()
-            for pid, connection in self.servers.items()
-            if pid not in self.orphans
-        ]
 
     def _reap(self) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -216,7 +258,6 @@ class Parent:
             if pid == 0:
                 return
             connection = self.servers.pop(pid, None)
-            self.orphans.discard(pid)
             self._last = time.monotonic()
             if connection is None:
                 continue
@@ -228,123 +269,173 @@ class Parent:
                 connection.sendall(line.encode())
             connection.close()
 
-    def _launcher_gone(self, descriptor: int) -> None:
-        """A launcher's connection said something or closed: it never does until
-        told its server ended, so it was killed; its server is killed too."""
-        for pid, connection in self.servers.items():
-            if connection.fileno() == descriptor:
-                self.orphans.add(pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                return
-
     def _accept(self) -> Launch | None:
+        assert self.listener is not None
         try:
             connection, _address = self.listener.accept()
         except OSError:
             return None
-        connection.setblocking(True)
         if not peer_is_us(connection):
             connection.close()
             return None
-        streams: list[int] = []
+        handshake = Handshake(connection, time.monotonic() + HANDSHAKE_WAIT)
         try:
-            connection.settimeout(HEADER_WAIT)
-            header, streams = _receive_header(connection)
-            launch = self._take(connection, header, streams)
-        except (OSError, ValueError):
-            launch = None
-        if launch is None:
-            for stream in streams:
-                os.close(stream)
-        return launch
+            return self._take(handshake)
+        except (OSError, ValueError, Refused):
+            handshake.close()
+            return None
 
-    def _take(
-        self, connection: socket.socket, header: dict[str, object], streams: list[int]
-    ) -> Launch | None:
-        if header.get("stop") is True:
-            self.stopping = True
-            connection.sendall(f"served {self.served}\n".encode())
-            connection.close()
-            return None
-        started = header.get("started")
-        if len(streams) != 3 or not isinstance(started, float) or self.stopping:
-            connection.close()
-            return None
+    def _take(self, handshake: Handshake) -> Launch | None:
+        """Serve one connection: a launch (forked: in the child, its
+        :class:`Launch`) or a request to stop."""
+        line = handshake.line()
+        if line.startswith(b"{"):
+            if json.loads(line).get("stop") is not True:
+                raise ValueError("not a request")
+            self._stop()  # before the answer: once told, the asker finds the name gone
+            handshake.connection.sendall(f"served {self.served}\n".encode())
+            raise Refused("stopped")  # closes the connection
+        started, environment = handshake.header(line)
+        self._check()
+        handshake.connection.sendall(b"ready\n")
+        if handshake.line() != b"go" or len(handshake.received) != 4:
+            raise ValueError("no go")
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as error:
+            handshake.connection.sendall(f"refused {error.strerror}\n".encode())
+            raise Refused("no fork") from error
+        streams, directory = handshake.received[:3], handshake.received[3]
+        if pid == 0:
+            launcher = os.dup(handshake.connection.fileno())
+            self._become_child(handshake.connection)
+            return Launch(streams, directory, environment, started, launcher, self.command)
+        self.served += 1
+        self.servers[pid] = handshake.connection
+        handshake.connection.settimeout(None)
+        handshake.close_received()
+        try:
+            server = os.pidfd_open(pid)
+        except OSError:  # a kernel without pidfds: the launcher signals the pid
+            server = None
+        try:
+            sent = array.array("i", [] if server is None else [server])
+            ancillary = [] if server is None else [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)]
+            handshake.connection.sendmsg([f"pid {pid}\n".encode()], ancillary)
+        except OSError:
+            pass  # the launcher is gone: its server sees that and ends
+        finally:
+            if server is not None:
+                os.close(server)
+        return None
+
+    def _check(self) -> None:
+        """Refuse a launch this parent must not fork (before ``ready``)."""
+        if self.stopping:
+            raise Refused("stopping")
         if module_stamps() != self._stamps:
-            # appserver's code changed: a fork would run the old one.
-            self.stopping = True
-            connection.close()
-            return None
-        connection.sendall(b"ready\n")
-        answer = read_line(connection, bytearray())
-        if answer is None or answer[0] != b"go":
-            connection.close()
-            return None
+            self._stop()  # a module changed: a fork would run the old one
+            raise Refused("stale")
         if threading.active_count() > 1:
             # Never so (nothing here starts a thread), but a fork would copy
             # another thread's locks without it.
-            self.stopping = True
-            connection.close()
-            return None
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            self._become_child(connection)
-            return Launch(streams, started, self.argv0, self.entry, list(self.argv))
-        for stream in streams:
-            os.close(stream)
-        streams.clear()
-        self.served += 1
-        self.servers[pid] = connection
-        connection.settimeout(None)
-        try:
-            connection.sendall(f"pid {pid}\n".encode())
-        except OSError:
-            self._launcher_gone(connection.fileno())
-        return None
+            self._stop()
+            raise Refused("threads")
+
+    def _stop(self) -> None:
+        self.stopping = True
+        self.close_door()
 
     def _become_child(self, own: socket.socket) -> None:
         """In a forked child: let go of everything that is the parent's."""
         signal.set_wakeup_fd(-1)
         for signum in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
-        self.listener.close()
+        if self.listener is not None:
+            self.listener.close()
+            os.close(self.holder)
         own.close()
         for connection in self.servers.values():
             connection.close()
-        for descriptor in (self._wake_read, self._wake_write, *self._keep):
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+
+
+class Handshake:
+    """One launcher's connection while it is being taken: lines read under one
+    deadline, and the descriptors received with them."""
+
+    def __init__(self, connection: socket.socket, deadline: float) -> None:
+        self.connection = connection
+        self.deadline = deadline
+        self.buffer = bytearray()
+        self.received: list[int] = []
+
+    def line(self) -> bytes:
+        """The next line (without its newline)."""
+        while b"\n" not in self.buffer:
+            self._more()
+        line, _, rest = self.buffer.partition(b"\n")
+        self.buffer = bytearray(rest)
+        return bytes(line)
+
+    def header(self, line: bytes) -> tuple[float, dict[bytes, bytes]]:
+        """The launch header's start and environment (``launch 2 T N`` + N bytes)."""
+        words = line.split()
+        if len(words) != 4 or words[:2] != [b"launch", str(WIRE_VERSION).encode()]:
+            raise ValueError("not a launcher's header")
+        started, size = float(words[2]), int(words[3])
+        if not 0 <= size <= HEADER_MOST:
+            raise ValueError("header too large")
+        while len(self.buffer) < size:
+            self._more()
+        block, self.buffer = bytes(self.buffer[:size]), self.buffer[size:]
+        environment = dict(
+            entry.partition(b"=")[::2] for entry in block.split(b"\0") if b"=" in entry
+        )
+        return started, environment
+
+    def _more(self) -> None:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0 or len(self.buffer) > HEADER_MOST:
+            raise ValueError("handshake too slow or too large")
+        self.connection.settimeout(remaining)
+        space = socket.CMSG_SPACE(4 * array.array("i").itemsize)
+        data, ancillary, _flags, _address = self.connection.recvmsg(_CHUNK, space)
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                descriptors = array.array("i")
+                descriptors.frombytes(payload[: len(payload) - len(payload) % 4])
+                self.received.extend(descriptors)
+        if not data:
+            raise ValueError("closed")
+        self.buffer += data
+
+    def close_received(self) -> None:
+        for descriptor in self.received:
             os.close(descriptor)
+        self.received.clear()
+
+    def close(self) -> None:
+        self.close_received()
+        self.connection.close()
 
 
 def _ignore(signum: int, frame: object) -> None:
     """SIGCHLD's handler: the wake-up descriptor is what wakes the loop."""
 
 
-def _receive_header(connection: socket.socket) -> tuple[dict[str, object], list[int]]:
-    """The launcher's header line and the descriptors sent with it."""
-    space = socket.CMSG_SPACE(3 * array.array("i").itemsize)
-    data, ancillary, _flags, _address = connection.recvmsg(4096, space)
-    streams: list[int] = []
-    for level, kind, payload in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            received = array.array("i")
-            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
-            streams.extend(received)
-    line = read_line(connection, bytearray(data))
-    if line is None:
-        raise ValueError("no header")
-    header = json.loads(line[0])
-    if not isinstance(header, dict) or header.get("v") != WIRE_VERSION:
-        raise ValueError("not a launcher's header")
-    return header, streams
-
-
 def main(arguments: Sequence[str] | None = None) -> int:
     """Run a warm parent; in each forked child, the server's exit status."""
-    path, idle, *command = list(sys.argv[1:] if arguments is None else arguments)
-    owner = os.getpid()
-    if not path.endswith(f"-{fingerprint(command, os.environ, os.getcwd())}.sock"):
+    started_ns = time.time_ns()
+    path, idle = list(sys.argv[1:] if arguments is None else arguments)
+    given = json.loads(sys.stdin.buffer.read())
+    command, environment = list(given["command"]), dict(given["environment"])
+    # The whole environment (this process was started without its secrets).
+    os.environ.clear()
+    os.environ.update(environment)
+    if not path.endswith(f"-{command_print(command, environment, os.getcwd())}.sock"):
         # Launched with another install of appserver than this one imports (a
         # checkout run with ``python -m`` from its directory, which -P leaves
         # off the path): serving would run other code than the command's.
@@ -353,7 +444,8 @@ def main(arguments: Sequence[str] | None = None) -> int:
     holder = hold_lock(path)
     if holder is None:
         return 0  # another parent serves this command
-    listener: socket.socket | None = None
+    owner = os.getpid()
+    parent: Parent | None = None
     launch = None
     try:
         gc.disable()  # as a cold start does (appserver/startup.py)
@@ -361,6 +453,9 @@ def main(arguments: Sequence[str] | None = None) -> int:
         gc.collect()
         gc.freeze()  # the children share these pages and never scan them
         gc.enable()
+        stamps = module_stamps()
+        if any(stamp is not None and stamp > started_ns for stamp in stamps.values()):
+            return 0  # code changed while it was loading: it might be half old
         # Bound and listening under another name, then renamed into place: a
         # launcher never finds the name before it can connect there.
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -369,15 +464,14 @@ def main(arguments: Sequence[str] | None = None) -> int:
         os.chmod(fresh, 0o600)
         listener.listen(64)
         os.replace(fresh, path)
-        launch = Parent(listener, float(idle), command).serve([holder])
+        parent = Parent((listener, path, holder), float(idle), command, stamps)
+        launch = parent.serve()
     finally:
         if os.getpid() == owner:
-            # Gone before the lock is let go: a successor's socket is never removed.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            if listener is not None:
-                listener.close()
-            os.close(holder)
+            if parent is not None:
+                parent.close_door()
+            else:
+                os.close(holder)
     return 0 if launch is None else launch.run()
 
 

@@ -99,10 +99,10 @@ async def launched(
 
 @asynccontextmanager
 async def initialized(
-    command: list[str], environment: dict[str, str]
+    command: list[str], environment: dict[str, str], cwd: Path | None = None
 ) -> AsyncIterator[tuple[Process, RpcClient]]:
     """A launched door whose client has done ``initialize`` (and ``initialized``)."""
-    async with launched(command, environment) as process:
+    async with launched(command, environment, cwd) as process:
         client = RpcClient(ProcessStream(process))
         async with anyio.create_task_group() as tasks:
             await client.run(tasks)
@@ -112,10 +112,12 @@ async def initialized(
             tasks.cancel_scope.cancel()
 
 
-async def session(command: list[str], environment: dict[str, str]) -> tuple[int, str]:
+async def session(
+    command: list[str], environment: dict[str, str], cwd: Path | None = None
+) -> tuple[int, str]:
     """initialize, thread/start and one turn, then stdin closed: (exit status,
     the turn's reply)."""
-    async with initialized(command, environment) as (process, client):
+    async with initialized(command, environment, cwd) as (process, client):
         with anyio.fail_after(WAIT):
             thread = await client.request("thread/start", {"identity": IDENTITY})
             thread_id = thread["thread"]["id"]
@@ -259,6 +261,9 @@ async def test_off_unless_asked(tmp_path: Path, run_dir: Path) -> None:
 
 
 async def test_a_warm_launch_loads_only_the_standard_library(tmp_path: Path, run_dir: Path) -> None:
+    """Before its server runs, and while it does: the launcher blanks its
+    secrets once the server has its own (process_secrets, which needs
+    ``logging``), and loads nothing else of ours."""
     command = [sys.executable, "-c", PROBE, "app-server", "--workspace", str(tmp_path)]
     environment = warm_env(run_dir)
     for _ in range(2):
@@ -272,11 +277,14 @@ async def test_a_warm_launch_loads_only_the_standard_library(tmp_path: Path, run
     assert ours == {
         "appserver",
         "appserver.launch",
+        "appserver.process_secrets",
         "appserver.startup",
+        "appserver.tools",
+        "appserver.tools.environment",
         "appserver.warm_common",
         "appserver.warm_launch",
     }
-    for heavy in ("pydantic", "anyio", "asyncio", "argparse", "json", "logging", "socket"):
+    for heavy in ("pydantic", "anyio", "asyncio", "argparse", "json", "socket"):
         assert heavy not in line.split()
     (socket_path,) = await sockets_when(run_dir, 1)
     assert warm_common.stop(str(socket_path)) == 1
@@ -312,21 +320,26 @@ async def test_the_codex_face_is_served_warm(tmp_path: Path, run_dir: Path) -> N
     assert warm_common.stop(str(socket_path)) == 1
 
 
-def test_a_parent_whose_code_changed_takes_no_launch() -> None:
+def test_a_parent_whose_code_changed_takes_no_launch(tmp_path: Path) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    parent = warm_parent.Parent(listener, 60, ["appserver", "appserver", "app-server"])
-    parent._stamps = {"/nowhere/appserver/module.py": 1}  # as if a module changed since
+    path = str(tmp_path / "fork-x.sock")
+    listener.bind(path)
+    holder = warm_common.hold_lock(path)
+    assert holder is not None
+    # As if a module changed since the parent loaded it.
+    stale = {"/nowhere/appserver/module.py": 1}
+    parent = warm_parent.Parent((listener, path, holder), 60, ["a", "appserver", "x"], stale)
     ours, theirs = socket.socketpair()
-    streams = [os.dup(0), os.dup(1), os.dup(2)]
     try:
-        assert parent._take(ours, {"v": 1, "started": time.monotonic()}, streams) is None
-        assert theirs.recv(16) == b""  # closed before "ready": the launch runs cold
-        assert parent.stopping
+        theirs.sendall(b"launch 2 1.5 0\n")
+        with pytest.raises(warm_parent.Refused):
+            parent._take(warm_parent.Handshake(ours, time.monotonic() + 5))
+        assert parent.stopping  # and its name and lock went at once
+        assert not os.path.exists(path)
+        assert not warm_common.is_serving(path)
     finally:
-        for stream in streams:
-            os.close(stream)
+        ours.close()
         theirs.close()
-        listener.close()
 
 
 def test_keep_warm_seconds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,6 +22,9 @@ AUTH_WORD = re.compile(r"(?:^|_)AUTH(?:_|$)")  # DOCKER_AUTH_CONFIG, not GIT_AUT
 SECRET_SUFFIXES = ("_PWD", "_PASS", "_PAT", "_DSN")
 # Not secrets though they match: a socket path tools need for git over ssh.
 NOT_SECRETS = frozenset({"SSH_AUTH_SOCK"})
+# The server's own switches for how it was started, not for what it runs: a
+# command (an ``appserver`` the agent runs, say) starts as it would in a shell.
+SERVER_ONLY = frozenset({"APPSERVER_KEEP_WARM", "APPSERVER_WARM_SOCKET"})
 
 
 def is_secret(name: str) -> bool:
@@ -39,8 +42,11 @@ def is_secret(name: str) -> bool:
 def tool_environment(
     passed_on: Collection[str] = (), environ: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """``environ`` (default: the server's) without secrets, except those in ``passed_on``."""
+    """``environ`` (default: the server's) without secrets, except those in
+    ``passed_on``, and without the server's own start switches."""
     source = os.environ if environ is None else environ
     return {
-        name: value for name, value in source.items() if name in passed_on or not is_secret(name)
+        name: value
+        for name, value in source.items()
+        if (name in passed_on or not is_secret(name)) and name not in SERVER_ONLY
     }

@@ -1,0 +1,269 @@
+"""Warm starts at their edges: secrets, a stalled or killed parent, a launcher
+signalled late, a directory made again, confinement, how many parents run
+(appserver/warm_launch.py, appserver/warm_parent.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from appserver import warm_common, warm_launch, warm_parent
+from appserver.tools.environment import tool_environment
+from tests.test_warm_start import (
+    IDENTITY,
+    WAIT,
+    children_of,
+    door,
+    initialized,
+    run_dir,
+    session,
+    sockets_when,
+    warm_env,
+    warm_up,
+)
+
+__all__ = ["run_dir"]  # the fixture, used here by name
+
+SECRET = "sk-warm-secret-0123456789"
+
+
+def proc_text(pid: int, name: str) -> bytes:
+    return (Path("/proc") / str(pid) / name).read_bytes()
+
+
+def parent_pid(socket_path: Path) -> int:
+    return int(Path(warm_common.lock_path(str(socket_path))).read_text())
+
+
+async def test_secrets_are_in_no_warm_process_s_command_line_or_environment(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """A tool the agent runs can read ``/proc`` of every process of its user:
+    the parent, the launcher and the server show no key, though the server has it."""
+    environment = warm_env(run_dir, OPENAI_API_KEY=SECRET)
+    command = door(tmp_path, "--api-key", SECRET)
+    code, _ = await session(command, environment)
+    assert code == 0
+    (socket_path,) = await sockets_when(run_dir, 1)
+    parent = parent_pid(socket_path)
+    async with initialized(command, environment) as (process, client):
+        (server,) = children_of(parent)
+        with anyio.fail_after(WAIT):
+            # The launcher blanks its own once its server runs: soon, not at once.
+            while SECRET.encode() in proc_text(process.pid, "cmdline"):
+                await anyio.sleep(0.02)
+        for pid in (parent, process.pid, server):
+            for name in ("cmdline", "environ"):
+                assert SECRET.encode() not in proc_text(pid, name), (pid, name)
+        answer = await client.request("thread/start", {"identity": IDENTITY})
+        assert answer["thread"]["id"]
+    assert warm_common.stop(str(socket_path)) == 1
+
+
+async def test_a_stopped_parent_lets_go_of_its_socket_at_once(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """A parent asked to stop while it has a server gives up its socket and
+    lock at once: the next launch starts a new parent, the old server goes on."""
+    socket_path = await warm_up(tmp_path, run_dir)
+    async with initialized(door(tmp_path), warm_env(run_dir)) as (_process, client):
+        assert warm_common.stop(str(socket_path)) == 1
+        assert not socket_path.exists()
+        assert not warm_common.is_serving(str(socket_path))
+        code, reply = await session(door(tmp_path), warm_env(run_dir))  # cold
+        assert code == 0 and reply
+        await sockets_when(run_dir, 1)  # a new parent
+        answer = await client.request("thread/start", {"identity": IDENTITY})
+        assert answer["thread"]["id"]  # the old parent's server still serves
+    assert warm_common.stop(str(socket_path)) == 0
+
+
+async def test_a_silent_connection_does_not_hold_launches_up(tmp_path: Path, run_dir: Path) -> None:
+    """A peer that connects and says nothing is dropped after the handshake's
+    deadline; launches meanwhile run (cold if need be) and later ones are forked."""
+    socket_path = await warm_up(tmp_path, run_dir)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(str(socket_path))
+    try:
+        code, reply = await session(door(tmp_path), warm_env(run_dir))
+        assert code == 0 and reply
+        with anyio.fail_after(WAIT):
+            assert await anyio.to_thread.run_sync(silent.recv, 16) == b""  # dropped
+    finally:
+        silent.close()
+    code, _ = await session(door(tmp_path), warm_env(run_dir))
+    assert code == 0
+    assert warm_common.stop(str(socket_path)) in (1, 2)
+
+
+async def test_killing_the_launcher_kills_its_server_when_the_parent_is_gone(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    socket_path = await warm_up(tmp_path, run_dir)
+    parent = parent_pid(socket_path)
+    async with initialized(door(tmp_path), warm_env(run_dir)) as (process, _client):
+        (server,) = children_of(parent)
+        os.kill(parent, signal.SIGKILL)
+        process.kill()
+        with anyio.fail_after(WAIT):
+            await process.wait()
+            while Path(f"/proc/{server}").exists() and b"Z" not in proc_text(server, "stat"):
+                await anyio.sleep(0.02)
+
+
+async def test_a_directory_made_again_is_the_servers_directory(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    code, _ = await session(door(workspace), warm_env(run_dir), cwd=workspace)
+    assert code == 0
+    (socket_path,) = await sockets_when(run_dir, 1)
+    shutil.rmtree(workspace)
+    workspace.mkdir()  # the same name, another directory
+    parent = parent_pid(socket_path)
+    async with initialized(door(workspace), warm_env(run_dir), workspace) as (_process, client):
+        (server,) = children_of(parent)
+        assert os.stat(f"/proc/{server}/cwd").st_ino == workspace.stat().st_ino
+        answer = await client.request("thread/start", {"identity": IDENTITY})
+        assert answer["thread"]["id"]
+    assert warm_common.stop(str(socket_path)) == 1
+
+
+async def test_another_umask_gets_its_own_parent(tmp_path: Path, run_dir: Path) -> None:
+    """A forked server's files and its tools get the umask (and limits,
+    control group, namespaces) its own launcher has, never the first one's."""
+    first = await warm_up(tmp_path, run_dir)
+    shell = ["sh", "-c", 'umask 077 && exec "$@"', "sh", *door(tmp_path)]
+    code, _ = await session(shell, warm_env(run_dir))
+    assert code == 0
+    sockets = await sockets_when(run_dir, 2)
+    assert warm_common.stop(str(first)) == 0
+    for other in sockets:
+        if other != first:
+            assert warm_common.stop(str(other)) == 0
+
+
+async def test_variables_a_shell_sets_per_command_share_a_parent(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    socket_path = await warm_up(tmp_path, run_dir)
+    volatile = warm_env(run_dir, _="/usr/bin/anything", OLDPWD="/elsewhere", SHLVL="7")
+    code, _ = await session(door(tmp_path), volatile)
+    assert code == 0
+    assert len(await sockets_when(run_dir, 1)) == 1
+    assert warm_common.stop(str(socket_path)) == 1
+
+
+async def test_no_parent_starts_past_the_most_a_user_may_have(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    directory = run_dir / "appserver"
+    directory.mkdir(mode=0o700)
+    held = [
+        warm_common.hold_lock(str(directory / f"fork-{number}.sock"))
+        for number in range(warm_launch.MOST_PARENTS)
+    ]
+    try:
+        assert warm_common.serving_count(str(directory), "fork") == warm_launch.MOST_PARENTS
+        code, reply = await session(door(tmp_path), warm_env(run_dir))
+        assert code == 0 and reply
+        assert not list(directory.glob("*.sock"))  # ran cold, started none
+    finally:
+        for holder in held:
+            assert holder is not None
+            os.close(holder)
+
+
+def test_a_late_signal_to_the_launcher_is_harmless(tmp_path: Path) -> None:
+    """A signal that reaches the launcher after its server ended (and was
+    reaped) is dropped: the launcher still ends with the server's status, and
+    no other process that took the pid gets it."""
+    script = textwrap.dedent(
+        """
+        import os, signal, socket, subprocess, sys, threading
+        from appserver import warm_launch
+        ended = subprocess.Popen(["true"])
+        server = os.pidfd_open(ended.pid)
+        ended.wait()  # reaped: its pid is free for another process
+        ours, theirs = socket.socketpair()
+        def late():
+            os.kill(os.getpid(), signal.SIGTERM)
+            theirs.sendall(b"exit 3\\n")
+        threading.Timer(0.1, late).start()
+        sys.exit(warm_launch._follow(ours, bytearray(), ended.pid, server))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=WAIT, cwd=tmp_path
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr == b""
+
+
+def test_a_parent_with_a_thread_refuses_before_ready(tmp_path: Path) -> None:
+    """Refused before ``ready``: the launcher has handed nothing over and runs cold."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = str(tmp_path / "fork-x.sock")
+    listener.bind(path)
+    holder = warm_common.hold_lock(path)
+    assert holder is not None
+    parent = warm_parent.Parent(
+        (listener, path, holder), 60, ["a", "appserver", "x"], warm_parent.module_stamps()
+    )
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"launch 2 1.5 4\nA=1\0")
+        with pytest.raises(warm_parent.Refused):
+            parent._take(warm_parent.Handshake(ours, time.monotonic() + 5))
+        ours.close()
+        assert theirs.recv(16) == b""  # no "ready"
+    finally:
+        release.set()
+        other.join()
+        parent.close_door()
+        theirs.close()
+
+
+def test_a_parent_checks_every_library_it_loaded() -> None:
+    """An upgraded dependency makes the parent stale as appserver's own code does."""
+    import pydantic
+
+    assert pydantic.__file__ in warm_parent.module_stamps()
+
+
+def test_the_agents_commands_do_not_inherit_warm_starts() -> None:
+    environment = {"APPSERVER_KEEP_WARM": "60", "APPSERVER_WARM_SOCKET": "/x", "HOME": "/h"}
+    assert tool_environment(environ=environment) == {"HOME": "/h"}
+
+
+def test_a_header_too_large_or_too_slow_is_dropped() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b"launch 2 1.5 %d\n" % (warm_parent.HEADER_MOST + 1))
+        too_large = warm_parent.Handshake(ours, time.monotonic() + 5)
+        with pytest.raises(ValueError):
+            too_large.header(too_large.line())
+        theirs.sendall(b"launch 2 1.5 10\nA=1\0")  # 5 bytes of 10 promised, then silence
+        started = time.monotonic()
+        with pytest.raises((ValueError, OSError)):
+            handshake = warm_parent.Handshake(ours, time.monotonic() + 0.3)
+            handshake.header(handshake.line())
+        assert time.monotonic() - started < WAIT
+    finally:
+        ours.close()
+        theirs.close()
