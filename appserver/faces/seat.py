@@ -60,9 +60,23 @@ class Seat:
         raise QuestionRefused  # never asked: can_answer_approvals() is false
 
     async def events(self) -> AsyncIterator[Event]:
-        """Events in order until :meth:`close`."""
-        async for event in self._receive:
-            yield event
+        """Events in order until :meth:`close`.
+
+        Once woken, it yields every event already queued before waiting again:
+        a stream's ``receive`` is a trip through the event loop each time, and
+        a turn's deltas come many to one loop iteration. Taken together, they
+        leave in one write (a 2,000-delta turn: ~16,000 loop iterations and
+        writes fewer over 8 turns)."""
+        receive = self._receive
+        while True:
+            try:
+                yield await receive.receive()
+                while True:
+                    yield receive.receive_nowait()
+            except anyio.WouldBlock:
+                continue
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
 
     async def next_event(self) -> Event:
         """The next event (waits)."""
