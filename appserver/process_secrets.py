@@ -81,7 +81,8 @@ def flag_secrets(argv: Sequence[str]) -> list[str]:
     found = []
     for index, argument in enumerate(argv):
         name, equals, value = argument.partition("=")
-        if name not in SECRET_FLAGS:
+        # argparse takes any unambiguous prefix (``--api-k``) for the option.
+        if len(name) <= 2 or not any(flag.startswith(name) for flag in SECRET_FLAGS):
             continue
         if equals:
             found.append(value)

@@ -59,29 +59,30 @@ def fingerprint(
 
 # The lines of /proc/self/status that say what a process may do: its umask,
 # capabilities, seccomp and no_new_privs (a sandbox a client started it in).
-_STATUS_LINES = (b"Umask:", b"Cap", b"NoNewPrivs:", b"Seccomp")
+_STATUS_LINES = (b"Umask:", b"Uid:", b"Gid:", b"Groups:", b"Cap", b"NoNewPrivs:", b"Seccomp")
 _NAMESPACES = ("cgroup", "ipc", "mnt", "net", "pid_for_children", "time", "user", "uts")
 
 
 def process_identity() -> str:
     """What this process passes on to every process it starts that a warm
-    process started earlier might not share: umask, capabilities, seccomp mode,
-    resource limits, control group and namespaces (Linux; elsewhere, empty).
+    process started earlier might not share: umask, user and groups,
+    capabilities, seccomp mode, resource limits, control group, security label,
+    personality, root and namespaces (Linux; elsewhere, empty).
     A warm process serves only commands whose identity is its own, so a server
     it forks, and the tools that server runs, are as confined as a cold one."""
     parts: list[bytes] = []
-    for name in ("status", "limits", "cgroup"):
+    for name in ("status", "limits", "cgroup", "attr/current", "personality"):
         try:
             with open(f"/proc/self/{name}", "rb") as handle:
                 text = handle.read()
-        except OSError:
+        except OSError:  # attr/current without a security module, say
             continue
         if name == "status":
             text = b"\n".join(line for line in text.splitlines() if line.startswith(_STATUS_LINES))
         parts.append(text)
-    for namespace in _NAMESPACES:
+    for link in (*(f"ns/{namespace}" for namespace in _NAMESPACES), "root"):
         with contextlib.suppress(OSError):
-            parts.append(os.fsencode(os.readlink(f"/proc/self/ns/{namespace}")))
+            parts.append(os.fsencode(os.readlink(f"/proc/self/{link}")))
     return "\0".join(part.decode("latin-1") for part in parts)
 
 
@@ -253,6 +254,13 @@ def start_detached(
             process.stdin.close()
         except OSError:  # it failed at start (its log says why)
             pass
+    # It is this process's child: when it ends (idle) before this process
+    # does, something must reap it, or it stays a zombie for as long as this
+    # server runs. A thread waits for exactly that pid (an asyncio child
+    # watcher waits for its own pids only, so neither takes the other's).
+    import threading
+
+    threading.Thread(target=process.wait, name="warm-reaper", daemon=True).start()
 
 
 def serving_count(directory: str, kind: str) -> int:

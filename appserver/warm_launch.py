@@ -72,6 +72,8 @@ KIND = "fork"
 WIRE_VERSION = 2
 # Seconds a launch waits for the warm parent to be ready to take it.
 TAKE_WAIT = 2.0
+# The longest idle limit (a year): more means the same.
+MOST_IDLE = 365 * 86400.0
 # Warm parents of one user at most (each ~50 MB): a command that would need
 # another runs cold until one ends.
 MOST_PARENTS = 8
@@ -98,7 +100,8 @@ def keep_warm_seconds() -> float:
         seconds = float(os.environ.get(KEEP_WARM_VARIABLE, "0"))
     except ValueError:
         return 0.0
-    return seconds if 0 < seconds < float("inf") else 0.0
+    # Past a year the idle limit is no limit (and select's timeout overflows).
+    return min(seconds, MOST_IDLE) if 0 < seconds < float("inf") else 0.0
 
 
 def command_print(command: Sequence[str], environ: Mapping[str, str], cwd: str) -> str:
@@ -110,7 +113,16 @@ def command_print(command: Sequence[str], environ: Mapping[str, str], cwd: str) 
 def launch(entry: str, argv: Sequence[str]) -> int | None:
     """Run this command through a warm parent if one serves it (the exit status),
     else start one for next time when ``APPSERVER_KEEP_WARM`` asks for it and
-    return ``None``: the caller then runs the command itself."""
+    return ``None``: the caller then runs the command itself (also when anything
+    here fails before the streams were handed over: a directory it cannot open,
+    say)."""
+    try:
+        return _launch(entry, argv)
+    except OSError:
+        return None
+
+
+def _launch(entry: str, argv: Sequence[str]) -> int | None:
     seconds = keep_warm_seconds()
     if not seconds or _NOT_SERVING.intersection(argv):
         return None
@@ -160,7 +172,8 @@ def _hand_over(connection: _socket.socket, argv: Sequence[str]) -> int | None:
 
     environment = environment_block()
     header = b"launch %d %r %d\n" % (WIRE_VERSION, process_started(), len(environment))
-    directory = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    # O_PATH: a directory this process may enter but not list is still handed over.
+    directory = os.open(".", os.O_PATH | os.O_DIRECTORY)
     try:
         # A parent that is not ready at once (busy starting, stopping, swamped)
         # is passed over: nothing was taken yet, so running cold is safe.

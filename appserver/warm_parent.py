@@ -282,6 +282,10 @@ class Parent:
         try:
             return self._take(handshake)
         except (OSError, ValueError, Refused):
+            if handshake.ready_sent:
+                # The launcher may have committed already: told, it runs cold.
+                with contextlib.suppress(OSError):
+                    handshake.connection.sendall(b"refused\n")
             handshake.close()
             return None
 
@@ -298,14 +302,14 @@ class Parent:
         started, environment = handshake.header(line)
         self._check()
         handshake.connection.sendall(b"ready\n")
+        handshake.ready_sent = True
         if handshake.line() != b"go" or len(handshake.received) != 4:
             raise ValueError("no go")
         sys.stderr.flush()
         try:
             pid = os.fork()
         except OSError as error:
-            handshake.connection.sendall(f"refused {error.strerror}\n".encode())
-            raise Refused("no fork") from error
+            raise Refused(f"no fork: {error.strerror}") from error
         streams, directory = handshake.received[:3], handshake.received[3]
         if pid == 0:
             launcher = os.dup(handshake.connection.fileno())
@@ -371,6 +375,7 @@ class Handshake:
         self.deadline = deadline
         self.buffer = bytearray()
         self.received: list[int] = []
+        self.ready_sent = False
 
     def line(self) -> bytes:
         """The next line (without its newline)."""
@@ -391,8 +396,9 @@ class Handshake:
         while len(self.buffer) < size:
             self._more()
         block, self.buffer = bytes(self.buffer[:size]), self.buffer[size:]
+        # An entry without a name (``=x``, which execve allows) cannot be set.
         environment = dict(
-            entry.partition(b"=")[::2] for entry in block.split(b"\0") if b"=" in entry
+            entry.partition(b"=")[::2] for entry in block.split(b"\0") if entry.find(b"=") > 0
         )
         return started, environment
 
@@ -431,7 +437,8 @@ def main(arguments: Sequence[str] | None = None) -> int:
     started_ns = time.time_ns()
     path, idle = list(sys.argv[1:] if arguments is None else arguments)
     given = json.loads(sys.stdin.buffer.read())
-    command, environment = list(given["command"]), dict(given["environment"])
+    command = list(given["command"])
+    environment = {name: value for name, value in given["environment"].items() if name}
     # The whole environment (this process was started without its secrets).
     os.environ.clear()
     os.environ.update(environment)

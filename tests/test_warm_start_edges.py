@@ -267,3 +267,77 @@ def test_a_header_too_large_or_too_slow_is_dropped() -> None:
     finally:
         ours.close()
         theirs.close()
+
+
+def test_abbreviated_secret_options_are_found() -> None:
+    """argparse takes ``--api-k S`` for ``--api-key S``: the launcher blanks it too."""
+    from appserver.process_secrets import flag_secrets
+
+    argv = ["app-server", "--api-k", "one", "--tok=two", "--openai-api-key", "three", "-x", "--"]
+    assert flag_secrets(argv) == ["one", "two", "three"]
+
+
+def test_the_identity_covers_user_and_groups() -> None:
+    identity = warm_common.process_identity()
+    for line in ("Umask:", "Uid:", "Gid:", "Groups:", "NoNewPrivs:"):
+        assert line in identity
+
+
+def test_a_year_is_the_longest_idle_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(warm_launch.KEEP_WARM_VARIABLE, "1e10")
+    assert warm_launch.keep_warm_seconds() == warm_launch.MOST_IDLE
+
+
+def test_an_entry_without_a_name_is_left_out_of_the_environment() -> None:
+    ours, theirs = socket.socketpair()
+    try:
+        block = b"=weird\0A=1\0"
+        theirs.sendall(b"launch 2 1.5 %d\n" % len(block) + block)
+        handshake = warm_parent.Handshake(ours, time.monotonic() + 5)
+        assert handshake.header(handshake.line()) == (1.5, {b"A": b"1"})
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_handshake_dropped_after_ready_tells_the_launcher(tmp_path: Path) -> None:
+    """Past ``ready`` the launcher may have committed: it is told ``refused``
+    (and runs cold) rather than left to think the parent died with its launch."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = str(tmp_path / "fork-x.sock")
+    listener.bind(path)
+    listener.listen(1)
+    holder = warm_common.hold_lock(path)
+    assert holder is not None
+    parent = warm_parent.Parent(
+        (listener, path, holder), 60, ["a", "appserver", "x"], warm_parent.module_stamps()
+    )
+    launcher = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        launcher.connect(path)
+        launcher.sendall(b"launch 2 1.5 0\n")  # then never "go": the deadline passes
+        assert parent._accept() is None
+        answer = b""
+        while chunk := launcher.recv(64):
+            answer += chunk
+        assert answer == b"ready\nrefused\n"
+    finally:
+        launcher.close()
+        parent.close_door()
+
+
+async def test_a_parent_that_ended_is_no_zombie_of_the_first_server(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    """The first, cold launch starts the parent as its child; the parent ending
+    (idle) while that server still runs leaves no zombie behind."""
+    environment = warm_env(run_dir, APPSERVER_KEEP_WARM="0.5")
+    async with initialized(door(tmp_path), environment) as (process, client):
+        (socket_path,) = await sockets_when(run_dir, 1)
+        parent = parent_pid(socket_path)
+        with anyio.fail_after(WAIT):
+            while Path(f"/proc/{parent}").exists():
+                await anyio.sleep(0.02)
+        answer = await client.request("thread/start", {"identity": IDENTITY})
+        assert answer["thread"]["id"]
+        assert parent not in children_of(process.pid)
