@@ -230,12 +230,13 @@ def start_detached(
     cwd: str,
     log: str,
     given: bytes | None = None,
+    kept: Sequence[int] = (),
 ) -> None:
     """Start ``command`` as a warm process: in its own session (a signal to the
     caller's process group does not reach it) and holding none of the caller's
     pipes (a client reading this process's stdout or stderr to the end must not
     wait for the warm one); its stderr appended to ``log``, ``given`` (if any)
-    on its stdin."""
+    on its stdin, the descriptors ``kept`` left open in it (same numbers)."""
     import subprocess
 
     with open(log, "ab") as log_file:
@@ -247,6 +248,7 @@ def start_detached(
             stdout=subprocess.DEVNULL,
             stderr=log_file,
             start_new_session=True,
+            pass_fds=tuple(kept),
         )
     if process.stdin is not None:
         try:
@@ -263,16 +265,21 @@ def start_detached(
     threading.Thread(target=process.wait, name="warm-reaper", daemon=True).start()
 
 
-def serving_count(directory: str, kind: str) -> int:
-    """How many warm processes of ``kind`` serve (or are starting) in ``directory``."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return 0
-    return sum(
-        1
-        for name in names
-        if name.startswith(f"{kind}-")
-        and name.endswith(".sock.lock")
-        and is_serving(os.path.join(directory, name.removesuffix(".lock")))
-    )
+def take_slot(directory: str, kind: str, most: int) -> int | None:
+    """One of ``most`` slots for a warm process of ``kind`` (a descriptor holding
+    ``<kind>-slot-N.lock`` locked; the warm process keeps it for its life), or
+    ``None`` if all are taken. Taken before the process starts, so launches at
+    the same moment cannot start more than ``most``."""
+    import fcntl
+
+    for number in range(most):
+        holder = os.open(
+            os.path.join(directory, f"{kind}-slot-{number}.lock"), os.O_RDWR | os.O_CREAT, 0o600
+        )
+        try:
+            fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(holder)
+            continue
+        return holder
+    return None

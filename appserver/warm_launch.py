@@ -59,9 +59,9 @@ from appserver.warm_common import (
     log_path,
     read_line,
     runtime_dir,
-    serving_count,
     socket_path,
     start_detached,
+    take_slot,
 )
 
 _CHUNK = 65536
@@ -140,12 +140,17 @@ def _launch(entry: str, argv: Sequence[str]) -> int | None:
             connection.close()
         if code is not None:
             return code
-    if not is_serving(path) and serving_count(directory, KIND) < MOST_PARENTS:
-        _start_parent(path, seconds, command, cwd)
+    if not is_serving(path):
+        slot = take_slot(directory, KIND, MOST_PARENTS)
+        if slot is not None:
+            try:
+                _start_parent(path, seconds, command, cwd, slot)
+            finally:
+                os.close(slot)  # the parent holds it now
     return None
 
 
-def _start_parent(path: str, seconds: float, command: list[str], cwd: str) -> None:
+def _start_parent(path: str, seconds: float, command: list[str], cwd: str, slot: int) -> None:
     """Start the warm parent of ``command`` (detached; it ends on its own)."""
     import json
 
@@ -154,10 +159,10 @@ def _start_parent(path: str, seconds: float, command: list[str], cwd: str) -> No
     # -P: the working directory (often the workspace, which the agent
     # writes) is not put on the module path, so no file there can pose
     # as a module of ours or of the standard library.
-    parent = [sys.executable, "-P", "-m", "appserver.warm_parent", path, str(seconds)]
+    parent = [sys.executable, "-P", "-m", "appserver.warm_parent", path, str(seconds), str(slot)]
     given = json.dumps({"command": command, "environment": dict(os.environ)})
     plain = {name: value for name, value in os.environ.items() if not is_secret(name)}
-    start_detached(parent, plain, cwd, log_path(path), given.encode())
+    start_detached(parent, plain, cwd, log_path(path), given.encode(), kept=[slot])
 
 
 def environment_block() -> bytes:

@@ -2,7 +2,7 @@
 once, then a fork per launch onto the launcher's own streams
 (:mod:`appserver.warm_launch` has the why, the wire and the client side).
 
-``python -P -m appserver.warm_parent SOCKET IDLE``, started detached by a
+``python -P -m appserver.warm_parent SOCKET IDLE SLOT``, started detached by a
 launcher in its directory, with the command (``[ARGV0, ENTRY, *ARGS]``) and the
 launcher's environment as JSON on stdin. It holds ``SOCKET``'s lock while it
 takes launches (one parent a command), preloads, listens, and for each launch
@@ -204,6 +204,7 @@ class Parent:
         self.stopping = False
         self._last = time.monotonic()
         self._stamps = dict(stamps)
+        self.slot: int | None = None  # the descriptor holding this parent's slot
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
         os.set_blocking(self._wake_read, False)
@@ -364,6 +365,8 @@ class Parent:
             connection.close()
         os.close(self._wake_read)
         os.close(self._wake_write)
+        if self.slot is not None:
+            os.close(self.slot)
 
 
 class Handshake:
@@ -435,7 +438,10 @@ def _ignore(signum: int, frame: object) -> None:
 def main(arguments: Sequence[str] | None = None) -> int:
     """Run a warm parent; in each forked child, the server's exit status."""
     started_ns = time.time_ns()
-    path, idle = list(sys.argv[1:] if arguments is None else arguments)
+    path, idle, slot = list(sys.argv[1:] if arguments is None else arguments)
+    # The slot (one of the user's few) is held for as long as this process
+    # lives; its servers let go of it (they close it when forked).
+    os.set_inheritable(int(slot), False)
     given = json.loads(sys.stdin.buffer.read())
     command = list(given["command"])
     environment = {name: value for name, value in given["environment"].items() if name}
@@ -472,6 +478,7 @@ def main(arguments: Sequence[str] | None = None) -> int:
         listener.listen(64)
         os.replace(fresh, path)
         parent = Parent((listener, path, holder), float(idle), command, stamps)
+        parent.slot = int(slot)
         launch = parent.serve()
     finally:
         if os.getpid() == owner:

@@ -172,11 +172,11 @@ async def test_no_parent_starts_past_the_most_a_user_may_have(
     directory = run_dir / "appserver"
     directory.mkdir(mode=0o700)
     held = [
-        warm_common.hold_lock(str(directory / f"fork-{number}.sock"))
+        warm_common.take_slot(str(directory), "fork", warm_launch.MOST_PARENTS)
         for number in range(warm_launch.MOST_PARENTS)
     ]
     try:
-        assert warm_common.serving_count(str(directory), "fork") == warm_launch.MOST_PARENTS
+        assert warm_common.take_slot(str(directory), "fork", warm_launch.MOST_PARENTS) is None
         code, reply = await session(door(tmp_path), warm_env(run_dir))
         assert code == 0 and reply
         assert not list(directory.glob("*.sock"))  # ran cold, started none
