@@ -29,7 +29,8 @@ try:
 except ImportError:  # an interpreter without it
     from hashlib import sha256
 
-_CHUNK = 65536
+# The most read from a warm socket at once.
+CHUNK = 65536
 
 
 def fingerprint(
@@ -165,12 +166,23 @@ def read_line(connection: _socket.socket, received: bytearray) -> tuple[bytes, b
     """The next line from the other end (and what came after it), or ``None``
     if it closed the connection first."""
     while b"\n" not in received:
-        data = connection.recv(_CHUNK)
+        data = connection.recv(CHUNK)
         if not data:
             return None
         received += data
     line, _, rest = received.partition(b"\n")
     return bytes(line), bytearray(rest)
+
+
+def descriptors(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    """The descriptors a ``recvmsg`` received (``SCM_RIGHTS``), in order."""
+    import array
+
+    received = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+    return list(received)
 
 
 def is_serving(path: str) -> bool:

@@ -53,7 +53,9 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from appserver.warm_common import (
+    CHUNK,
     connect,
+    descriptors,
     fingerprint,
     is_serving,
     log_path,
@@ -63,8 +65,6 @@ from appserver.warm_common import (
     start_detached,
     take_slot,
 )
-
-_CHUNK = 65536
 
 # The environment variable that turns warm starts on: idle seconds a warm parent lives.
 KEEP_WARM_VARIABLE = "APPSERVER_KEEP_WARM"
@@ -217,10 +217,9 @@ def _receive(
     server: int | None = None
     space = _socket.CMSG_SPACE(array.array("i").itemsize)
     while b"\n" not in received:
-        data, ancillary, _flags, _address = connection.recvmsg(_CHUNK, space)
-        for level, kind, payload in ancillary:
-            if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-                server = int.from_bytes(payload[:4], sys.byteorder, signed=True)
+        data, ancillary, _flags, _address = connection.recvmsg(CHUNK, space)
+        for descriptor in descriptors(ancillary):
+            server = descriptor
         if not data:
             return None
         received += data

@@ -36,16 +36,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from appserver.warm_common import hold_lock, peer_is_us
-from appserver.warm_launch import command_print
+from appserver.warm_common import CHUNK, descriptors, hold_lock, peer_is_us
+from appserver.warm_launch import WIRE_VERSION, command_print
 
-WIRE_VERSION = 2
 # A launcher sends its header and answers ``ready`` at once; one whose
 # handshake takes longer than this is dropped (the parent serves launches one
 # at a time), as is one whose header is larger than HEADER_MOST bytes.
 HANDSHAKE_WAIT = 2.0
 HEADER_MOST = 4 << 20
-_CHUNK = 65536
 
 # What every door imports on its way to serving (the rest comes in with these).
 CORE = (
@@ -411,12 +409,8 @@ class Handshake:
             raise ValueError("handshake too slow or too large")
         self.connection.settimeout(remaining)
         space = socket.CMSG_SPACE(4 * array.array("i").itemsize)
-        data, ancillary, _flags, _address = self.connection.recvmsg(_CHUNK, space)
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                descriptors = array.array("i")
-                descriptors.frombytes(payload[: len(payload) - len(payload) % 4])
-                self.received.extend(descriptors)
+        data, ancillary, _flags, _address = self.connection.recvmsg(CHUNK, space)
+        self.received.extend(descriptors(ancillary))
         if not data:
             raise ValueError("closed")
         self.buffer += data

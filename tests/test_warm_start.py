@@ -206,7 +206,7 @@ async def test_a_server_ended_by_a_signal_ends_its_launcher_by_it(
     tmp_path: Path, run_dir: Path
 ) -> None:
     socket_path = await warm_up(tmp_path, run_dir)
-    parent = int(Path(warm_common.lock_path(str(socket_path))).read_text())
+    parent = parent_pid(socket_path)
     async with initialized(door(tmp_path), warm_env(run_dir)) as (process, _client):
         (server,) = children_of(parent)
         os.kill(server, signal.SIGKILL)
@@ -230,7 +230,7 @@ def children_of(pid: int) -> list[int]:
 
 async def test_killing_the_launcher_kills_its_server(tmp_path: Path, run_dir: Path) -> None:
     socket_path = await warm_up(tmp_path, run_dir)
-    parent = int(Path(warm_common.lock_path(str(socket_path))).read_text())
+    parent = parent_pid(socket_path)
     async with initialized(door(tmp_path), warm_env(run_dir)) as (process, _client):
         (server,) = children_of(parent)
         process.kill()
@@ -320,15 +320,27 @@ async def test_the_codex_face_is_served_warm(tmp_path: Path, run_dir: Path) -> N
     assert warm_common.stop(str(socket_path)) == 1
 
 
-def test_a_parent_whose_code_changed_takes_no_launch(tmp_path: Path) -> None:
+def parent_pid(socket_path: Path) -> int:
+    """The pid of the warm parent listening at ``socket_path`` (from its lock)."""
+    return int(Path(warm_common.lock_path(str(socket_path))).read_text())
+
+
+def parent_at(path: str, stamps: dict[str, int | None] | None = None) -> warm_parent.Parent:
+    """A warm parent in this process, listening at ``path`` and holding its lock,
+    with ``stamps`` as its modules' (default: those loaded now)."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    path = str(tmp_path / "fork-x.sock")
     listener.bind(path)
+    listener.listen(1)
     holder = warm_common.hold_lock(path)
     assert holder is not None
+    loaded = warm_parent.module_stamps() if stamps is None else stamps
+    return warm_parent.Parent((listener, path, holder), 60, ["a", "appserver", "x"], loaded)
+
+
+def test_a_parent_whose_code_changed_takes_no_launch(tmp_path: Path) -> None:
+    path = str(tmp_path / "fork-x.sock")
     # As if a module changed since the parent loaded it.
-    stale = {"/nowhere/appserver/module.py": 1}
-    parent = warm_parent.Parent((listener, path, holder), 60, ["a", "appserver", "x"], stale)
+    parent = parent_at(path, {"/nowhere/appserver/module.py": 1})
     ours, theirs = socket.socketpair()
     try:
         theirs.sendall(b"launch 2 1.5 0\n")

@@ -26,6 +26,8 @@ from tests.test_warm_start import (
     children_of,
     door,
     initialized,
+    parent_at,
+    parent_pid,
     run_dir,
     session,
     sockets_when,
@@ -40,10 +42,6 @@ SECRET = "sk-warm-secret-0123456789"
 
 def proc_text(pid: int, name: str) -> bytes:
     return (Path("/proc") / str(pid) / name).read_bytes()
-
-
-def parent_pid(socket_path: Path) -> int:
-    return int(Path(warm_common.lock_path(str(socket_path))).read_text())
 
 
 async def test_secrets_are_in_no_warm_process_s_command_line_or_environment(
@@ -214,14 +212,7 @@ def test_a_late_signal_to_the_launcher_is_harmless(tmp_path: Path) -> None:
 
 def test_a_parent_with_a_thread_refuses_before_ready(tmp_path: Path) -> None:
     """Refused before ``ready``: the launcher has handed nothing over and runs cold."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    path = str(tmp_path / "fork-x.sock")
-    listener.bind(path)
-    holder = warm_common.hold_lock(path)
-    assert holder is not None
-    parent = warm_parent.Parent(
-        (listener, path, holder), 60, ["a", "appserver", "x"], warm_parent.module_stamps()
-    )
+    parent = parent_at(str(tmp_path / "fork-x.sock"))
     release = threading.Event()
     other = threading.Thread(target=release.wait)
     other.start()
@@ -303,15 +294,8 @@ def test_an_entry_without_a_name_is_left_out_of_the_environment() -> None:
 def test_a_handshake_dropped_after_ready_tells_the_launcher(tmp_path: Path) -> None:
     """Past ``ready`` the launcher may have committed: it is told ``refused``
     (and runs cold) rather than left to think the parent died with its launch."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path = str(tmp_path / "fork-x.sock")
-    listener.bind(path)
-    listener.listen(1)
-    holder = warm_common.hold_lock(path)
-    assert holder is not None
-    parent = warm_parent.Parent(
-        (listener, path, holder), 60, ["a", "appserver", "x"], warm_parent.module_stamps()
-    )
+    parent = parent_at(path)
     launcher = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         launcher.connect(path)

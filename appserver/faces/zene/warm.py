@@ -45,6 +45,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from appserver.warm_common import (
+    CHUNK,
     connect,
     fingerprint,
     is_serving,
@@ -77,7 +78,6 @@ __all__ = [
 # The socket a spawned warm process is to serve on (set only in its environment).
 SOCKET_VARIABLE = "APPSERVER_WARM_SOCKET"
 WIRE_VERSION = 1
-_CHUNK = 65536
 # Seconds a one-shot waits for the warm process to take its request.
 TAKE_WAIT = 2.0
 
@@ -168,7 +168,7 @@ def _relay(connection: _socket.socket, received: bytearray) -> tuple[int, bytes,
         want_write = [connection] if pending else []
         readable, writable, _ = select.select(want_read, want_write, [])
         if connection in readable:
-            data = connection.recv(_CHUNK)
+            data = connection.recv(CHUNK)
             if not data:
                 return None
             received += data
@@ -177,7 +177,7 @@ def _relay(connection: _socket.socket, received: bytearray) -> tuple[int, bytes,
             # All of it, as a cold one-shot would have it (blank lines before
             # the request are skipped there): what the warm process does not
             # read waits here while the answer comes.
-            pending = os.read(stdin, _CHUNK)
+            pending = os.read(stdin, CHUNK)
             if not pending:
                 reading = False
                 connection.shutdown(_socket.SHUT_WR)
@@ -191,7 +191,7 @@ def _relay(connection: _socket.socket, received: bytearray) -> tuple[int, bytes,
     head, _, body = received.partition(b"\n")
     code, out_size, err_size = (int(number) for number in head.split())
     while len(body) < out_size + err_size:
-        data = connection.recv(_CHUNK)
+        data = connection.recv(CHUNK)
         if not data:
             return None
         body += data

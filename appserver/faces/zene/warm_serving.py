@@ -36,11 +36,10 @@ from appserver.faces.zene.wire import EXIT_OK, EXIT_RUNTIME
 from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.transport.base import FrameRejected, TransportClosed
 from appserver.transport.stdio import LineSource
-from appserver.warm_common import hold_lock, log_path, peer_is_us
+from appserver.warm_common import CHUNK, hold_lock, log_path, peer_is_us
 
 log = logging.getLogger("appserver.faces.zene")
 
-_CHUNK = 65536
 # A client sends its header at once; one that does not within this is dropped.
 HEADER_WAIT = 5.0
 # After the answer, what the client still sends is read (and dropped) for at
@@ -169,7 +168,7 @@ class WarmProcess:
     async def _serve(self, stream: SocketStream) -> None:
         async def read() -> bytes:
             try:
-                return await stream.receive(_CHUNK)
+                return await stream.receive(CHUNK)
             except anyio.EndOfStream:
                 return b""
 
