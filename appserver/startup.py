@@ -6,6 +6,9 @@ scan them again and again while they are created (~15-30 ms of a ~250 ms
 start); it is held off until the process is ready, and what exists then is
 frozen (``gc.freeze``), so later collections skip it too.
 
+Serving, it collects its young generation less often than CPython's default
+(:data:`YOUNG_THRESHOLD`).
+
 It also knows when the process started (:func:`process_started`): a one-shot
 process that promises an answer within a time of its spawn counts from there.
 """
@@ -15,6 +18,14 @@ from __future__ import annotations
 import gc
 import os
 import time
+
+# Net container allocations between two young-generation collections once the
+# process serves (CPython's default: 700). A request or a streamed event makes
+# and drops many short-lived containers; at 700, a burst of 200 clients' turns
+# spent ~9 % of the server's CPU in the collector (perf, 2026-11-29), ~2.5 %
+# at 10,000. The cost: at most ~10,000 more objects waiting for a collection
+# (a few MB); the older generations keep their defaults.
+YOUNG_THRESHOLD = 10_000
 
 # Where a clock without /proc starts: the first import of this module, early in
 # the entry point (only the interpreter's own start-up comes before it).
@@ -30,11 +41,14 @@ def begin() -> None:
 
 
 def ready() -> None:
-    """The process is serving: freeze what start-up made, collect from now on.
-    Does nothing unless :func:`begin` held the collector off."""
+    """The process is serving: freeze what start-up made and collect from now
+    on (unless :func:`begin` held the collector off, it was already on), young
+    objects every :data:`YOUNG_THRESHOLD` allocations."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
+    _young, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
 
 
 def adopt_start(started: float) -> None:

@@ -159,15 +159,17 @@ async def test_no_token_on_loopback_admits_clients(workspace: Path) -> None:
                 await process.wait()
 
 
-def test_start_up_holds_the_collector_off_until_ready() -> None:
+def test_start_up_holds_the_collector_off_then_collects_young_objects_less_often() -> None:
     import subprocess
     import sys
 
     code = (
         "import gc\n"
         "from appserver import startup\n"
-        "startup.ready()\n"  # never held off: nothing changes
+        "print(gc.get_threshold()[0] == 700)\n"
+        "startup.ready()\n"  # never held off: nothing is frozen
         "print(gc.isenabled(), gc.get_freeze_count() == 0)\n"
+        "print(gc.get_threshold()[0] == startup.YOUNG_THRESHOLD, gc.get_threshold()[1:])\n"
         "startup.begin()\n"
         "print(gc.isenabled())\n"
         "startup.ready()\n"
@@ -176,7 +178,11 @@ def test_start_up_holds_the_collector_off_until_ready() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.split() == ["True", "True", "False", "True", "True"]
+    assert done.stdout.split() == [
+        *("True", "True", "True"),
+        *("True", "(10,", "10)"),  # the older generations keep their defaults
+        *("False", "True", "True"),
+    ]
 
 
 async def test_the_wire_models_build_in_the_background() -> None:
