@@ -85,7 +85,8 @@ class EventRepository:
 
     async def queue(self, thread_id: str) -> list[dict[str, Any]]:
         sql = "SELECT payload_json FROM queued_inputs WHERE thread_id = ? ORDER BY position"
-        return [json.loads(row[0]) for row in await self.db.fetch(sql, (thread_id,))]
+        # An indexed read of a handful of rows (asked at every turn's start).
+        return [json.loads(row[0]) for row in await self.db.lookup_or_fetch(sql, (thread_id,))]
 
     async def save_queue(self, thread_id: str, entries: list[tuple[str, dict[str, Any]]]) -> None:
         """Replace the thread's queue with ``(id, payload)`` entries, in order."""

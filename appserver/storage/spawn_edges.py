@@ -117,7 +117,8 @@ class SpawnEdgeRepository:
     async def children(self, parent_id: str, *, include_closed: bool) -> list[ThreadSpawnEdge]:
         """The parent's edges, ``updatedAt`` newest first, then child id descending."""
         closed = "" if include_closed else " AND status = 'open'"
-        rows = await self.db.fetch(
+        # An indexed read of a thread's few children (asked at every turn).
+        rows = await self.db.lookup_or_fetch(
             f"SELECT {_COLUMNS} FROM thread_spawn_edges WHERE parent_thread_id = ?{closed}"
             " ORDER BY updated_at DESC, child_thread_id DESC",
             (parent_id,),

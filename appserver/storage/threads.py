@@ -60,11 +60,21 @@ _UPDATABLE = {
 }
 
 
+_INSERT_THREAD = (
+    "INSERT INTO threads (id, workspace_path, workspace_key, user_id, origin_channel,"
+    " channel_context, display_name, status, history_mode, source_kind, source_json,"
+    " metadata_json, configuration_json, created_at, last_active_at, turn_count)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 class ThreadRepository:
     """Threads and their turns and items.
 
-    Every write goes through :meth:`Database.transaction`, so writes from
-    concurrent tasks never interleave on the shared connection.
+    Every write goes through :meth:`Database.transaction` or
+    :meth:`Database.write` (one statement or a fixed few: grouped with
+    concurrent writes), so writes from concurrent tasks never interleave on
+    the shared connection.
     """
 
     def __init__(self, db: Database) -> None:
@@ -76,31 +86,27 @@ class ThreadRepository:
 
     async def create(self, thread: ThreadRecord) -> None:
         """Insert a new thread. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
-        async with self.db.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO threads (id, workspace_path, workspace_key, user_id, origin_channel,"
-                " channel_context, display_name, status, history_mode, source_kind, source_json,"
-                " metadata_json, configuration_json, created_at, last_active_at, turn_count)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    thread.id,
-                    thread.workspace_path,
-                    workspace_key(thread.workspace_path),
-                    thread.user_id,
-                    thread.origin_channel,
-                    thread.channel_context,
-                    thread.display_name,
-                    thread.status,
-                    thread.history_mode,
-                    thread.source_kind,
-                    dumps_json(thread.source),
-                    dumps_json(thread.metadata) or "{}",
-                    dumps_json(thread.configuration),
-                    thread.created_at,
-                    thread.last_active_at,
-                    thread.turn_count,
-                ),
-            )
+        # One grouped write (a single trip to the database thread, sharing a
+        # commit with concurrent writes), not a BEGIN / INSERT / COMMIT of trips.
+        args = (
+            thread.id,
+            thread.workspace_path,
+            workspace_key(thread.workspace_path),
+            thread.user_id,
+            thread.origin_channel,
+            thread.channel_context,
+            thread.display_name,
+            thread.status,
+            thread.history_mode,
+            thread.source_kind,
+            dumps_json(thread.source),
+            dumps_json(thread.metadata) or "{}",
+            dumps_json(thread.configuration),
+            thread.created_at,
+            thread.last_active_at,
+            thread.turn_count,
+        )
+        await self.db.write([(_INSERT_THREAD, args)])
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread, or ``None``. Callers get their own copy to change."""
@@ -127,8 +133,7 @@ class ThreadRepository:
         if not columns:
             return
         sql = f"UPDATE threads SET {', '.join(columns)} WHERE id = ?"
-        async with self.db.transaction() as conn:
-            await conn.execute(sql, (*values, thread_id))
+        await self.db.write([(sql, (*values, thread_id))])  # one grouped write, as create
 
     async def delete(self, thread_id: str) -> bool:
         """Delete a thread with its turns and items; ``False`` if it did not exist."""
@@ -147,7 +152,7 @@ class ThreadRepository:
     async def dynamic_tools(self, thread_id: str) -> list[dict[str, Any]]:
         """The tools the thread's client declared (``[]`` if none)."""
         sql = "SELECT tools_json FROM thread_dynamic_tools WHERE thread_id = ?"
-        rows = await self.db.fetch(sql, (thread_id,))
+        rows = await self.db.lookup_or_fetch(sql, (thread_id,))  # a primary-key read
         tools = json.loads(rows[0][0]) if rows else []
         return tools if isinstance(tools, list) else []
 
