@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -163,12 +163,23 @@ class Connection:
         """Queue an encoded notification. ``coalesce`` lets a lagging peer get
         merged deltas; see :class:`~appserver.rpc.outbox.Outbox`. While a request
         the application holds for runs, the frame waits for its response."""
-        if self._holding:
-            self._held.append((frame, coalesce))
-        # The fast path of _put, inline: this runs once per frame per connection
-        # (a broadcast to 200 connections is 200 calls).
-        elif not (self._writer_idle and self.transport.try_send(frame)):
-            self._queue(frame, coalesce)
+        Connection.send_to_each((self,), frame, coalesce)
+
+    @staticmethod
+    def send_to_each(
+        connections: Sequence[Connection],
+        frame: str,
+        coalesce: tuple[object, Merge] | None = None,
+    ) -> None:
+        """:meth:`send` of one frame to each of ``connections`` (a broadcast:
+        no method call per connection)."""
+        for connection in connections:
+            if connection._holding:
+                connection._held.append((frame, coalesce))
+            # The fast path of _put, inline: this runs once per frame per
+            # connection (a broadcast to 200 connections, 200 times).
+            elif not (connection._writer_idle and connection.transport.try_send(frame)):
+                connection._queue(frame, coalesce)
 
     def notify(self, method: str, params: Any) -> None:
         """Encode and queue one notification."""

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable, Set
 
 from appserver.protocol.base import WireModel
-from appserver.runtime.events import Event, Participant
+from appserver.runtime.events import Event, Participant, deliver_to
 
 _NOBODY: frozenset[Participant] = frozenset()
 
@@ -119,9 +119,7 @@ class EventBus:
 
         Thread-scoped events go through the journal, which numbers and stores them.
         """
-        event: Event | None = None
-        for participant in self.targets(broadcast=broadcast, include=include, exclude=exclude):
-            if participant.wants(kind, None):
-                if event is None:
-                    event = Event(kind, params)
-                participant.deliver(event)
+        targets = self.targets(broadcast=broadcast, include=include, exclude=exclude)
+        receivers = [participant for participant in targets if participant.wants(kind, None)]
+        if receivers:
+            deliver_to(Event(kind, params), receivers)

@@ -151,6 +151,34 @@ class Participant(Protocol):
         """
 
 
+def deliver_to(event: Event, receivers: list[Participant]) -> None:
+    """Hand ``event`` to every participant of ``receivers``.
+
+    Participants of a class with a ``deliver_many(event, participants)``
+    static method (a front door's fan-out path) get it in one call per class:
+    a broadcast to 200 connections is one encode and one loop, not 200
+    ``deliver`` calls. Each participant still gets the event exactly once,
+    in the order events are delivered.
+    """
+    if len(receivers) == 1:
+        receivers[0].deliver(event)
+        return
+    groups: dict[type, list[Participant]] = {}
+    for receiver in receivers:
+        group = groups.get(type(receiver))
+        if group is None:
+            groups[type(receiver)] = [receiver]
+        else:
+            group.append(receiver)
+    for kind, group in groups.items():
+        deliver_many = getattr(kind, "deliver_many", None)
+        if deliver_many is not None:
+            deliver_many(event, group)
+        else:
+            for receiver in group:
+                receiver.deliver(event)
+
+
 @runtime_checkable
 class ToolCaller(Protocol):
     """A :class:`Participant` that can also run the tools its client declared

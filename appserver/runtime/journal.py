@@ -29,7 +29,7 @@ from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.bus import EventBus
-from appserver.runtime.events import Event, Participant
+from appserver.runtime.events import Event, Participant, deliver_to
 from appserver.storage.events import EventRepository, companion_statements
 from appserver.storage.records import ItemRecord, TurnRecord
 
@@ -287,6 +287,7 @@ class ThreadJournal:
         # while subscribed, as it always did); every other participant joined
         # now got it. One record for the event, not one per connection.
         missed = [marks[each] for each in exclude if each in marks] if broadcast else []
+        receivers: list[Participant] = []
         for participant in targets:
             # Only a broadcast to a joined participant is remembered by its mark.
             mark = marks.get(participant) if broadcast else None
@@ -298,12 +299,13 @@ class ThreadJournal:
                 if mark is not None:
                     missed.append(mark)
                 continue
-            participant.deliver(event)
+            receivers.append(participant)
             if participant in subscribed:
                 if mark is not None:
                     missed.append(mark)
             elif mark is None:
                 self._remember(participant, thread_id, seq)
+        deliver_to(event, receivers)
         if broadcast and marks:  # with nobody joined there is nobody to remember it for
             records = self._broadcasts.get(thread_id)
             if records is None:

@@ -95,6 +95,13 @@ class Peer:
         frame, coalesce = event.encoded(Peer, encode_event)
         self.connection.send(frame, coalesce)
 
+    @staticmethod
+    def deliver_many(event: Event, peers: list[Peer]) -> None:
+        """:meth:`deliver` to each of ``peers``: one encode, one loop (the
+        runtime's fan-out path, :func:`~appserver.runtime.events.deliver_to`)."""
+        frame, coalesce = event.encoded(Peer, encode_event)
+        Connection.send_to_each([peer.connection for peer in peers], frame, coalesce)
+
     def notify(self, method: str, params: WireModel) -> None:
         """Send one notification now, whatever the handshake state (only for
         outcomes of the handshake itself, such as ``channelRejected``)."""
