@@ -11,8 +11,6 @@ again under ``task`` (the spec), and ``automation/task/create`` answers
 ``{taskId, taskDirectory}`` (the code) plus ``task`` (the spec).
 """
 
-from __future__ import annotations
-
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors

@@ -1,7 +1,5 @@
 """Base class for every wire model: camelCase on the wire, nulls omitted."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError

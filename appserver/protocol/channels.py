@@ -14,8 +14,6 @@ Decisions:
   unconditionally (it is not gated in ``AppServerRequestHandler``).
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field, field_validator

@@ -1,7 +1,5 @@
 """Wire models and method-table entries of the `commands` family (reference §3.4)."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import field_validator

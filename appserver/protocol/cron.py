@@ -11,8 +11,6 @@ there) and ``threadId``, present when runs happen in a given thread rather
 than in the job's own dedicated one.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator

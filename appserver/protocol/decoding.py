@@ -17,8 +17,6 @@ read it (each door's line or frame limit). Each door answers
 :class:`JsonRejected` with its own protocol's parse error and goes on.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import re

@@ -4,8 +4,6 @@ declares in ``thread/start.dynamicTools`` and implements itself, called with the
 server->client requests"). See docs/tools.md.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import field_validator

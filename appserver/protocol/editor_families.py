@@ -12,8 +12,6 @@ and tools a client declares in ``thread/start.dynamicTools`` with an
 method's params. See docs/tools.md.
 """
 
-from __future__ import annotations
-
 import re
 
 from pydantic import Field
@@ -108,7 +106,7 @@ class UnityGameObject(OpenWireModel):
     """Whether it is active itself."""
     components: list[str] | None = None
     """Component type names (with `includeComponents`)."""
-    children: list[UnityGameObject] | None = None
+    children: "list[UnityGameObject] | None" = None
     """Its children, down to `maxDepth`."""
 
 

@@ -8,8 +8,6 @@ server->client requests ``ext/acp/fs/readTextFile`` and
 unsaved buffers are what the agent sees and edits. See docs/tools.md.
 """
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from appserver.protocol.base import OpenWireModel, WireModel

@@ -12,8 +12,6 @@ ACP's own shapes (``exitStatus: {exitCode, signal}``, ``truncated``) are
 understood too, so a bridge can forward the IDE's answer as it is.
 """
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from appserver.protocol.base import OpenWireModel, WireModel

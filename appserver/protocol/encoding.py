@@ -5,8 +5,6 @@ framing, other protocols' encoders), so the stored form of an event and the
 params of its notification are the same text.
 """
 
-from __future__ import annotations
-
 import json
 import re
 from typing import Any

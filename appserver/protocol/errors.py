@@ -4,8 +4,6 @@ Standard codes come from JSON-RPC 2.0; the ``-320xx`` band is DotCraft's
 application range, kept number-for-number so DotCraft clients understand us.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 PARSE_ERROR = -32700

@@ -1,8 +1,6 @@
 """Wire models of ``thread/fork`` (DotCraft v0.2.15's shape): where the copied
 history ends and who owns the fork."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import field_validator

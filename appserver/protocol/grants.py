@@ -5,8 +5,6 @@ database (``approval_grants``) and covers that exact operation in every later
 session; these methods show them and take one back.
 """
 
-from __future__ import annotations
-
 from pydantic import ConfigDict
 
 from appserver.protocol import errors as rpc_errors

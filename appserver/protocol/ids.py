@@ -1,7 +1,5 @@
 """Timestamps and identifiers in the shapes the protocol uses."""
 
-from __future__ import annotations
-
 import secrets
 import string
 import time

@@ -1,7 +1,5 @@
 """Wire models for the ``initialize`` handshake."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import Field

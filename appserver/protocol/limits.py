@@ -14,8 +14,6 @@ the JSON Schema (``minimum``/``maximum``/``maxLength``) and in
 ``docs/protocol.md``.
 """
 
-from __future__ import annotations
-
 from typing import Annotated
 
 from pydantic import BaseModel, Field

@@ -6,8 +6,6 @@ notification); ``mcpServerOrigins`` (a feature flag) says configurations and
 statuses carry ``origin`` and ``readOnly``.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import ConfigDict, field_validator, model_validator

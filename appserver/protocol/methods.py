@@ -5,8 +5,6 @@ It drives params validation, the ``initialize`` capability block, docs and
 (later) the JSON Schema and generated clients. Add a method here first.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel
 
 from appserver.protocol import (

@@ -7,8 +7,6 @@ interrupted or timed-out evaluation is followed by ``ext/nodeRepl/cancel``.
 See docs/tools.md.
 """
 
-from __future__ import annotations
-
 from pydantic import Field
 
 from appserver.protocol.base import OpenWireModel, WireModel

@@ -6,8 +6,6 @@ every change is sent whole as ``plan/updated``. DotCraft's params carry no
 here does), which DotCraft clients ignore.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from appserver.protocol.base import WireModel
@@ -58,7 +56,7 @@ class PlanUpdatedNotification(WireModel):
     """The steps, in order, each with its priority and status."""
 
     @classmethod
-    def of(cls, thread_id: str, plan: Plan) -> PlanUpdatedNotification:
+    def of(cls, thread_id: str, plan: Plan) -> "PlanUpdatedNotification":
         """The notification announcing ``plan`` of ``thread_id``."""
         return cls(
             thread_id=thread_id,

@@ -1,7 +1,5 @@
 """Wire models and method-table entries of the `plugins` family (reference §3.8)."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator

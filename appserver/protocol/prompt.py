@@ -6,8 +6,6 @@ agent was told: the server's own prompt, the environment block, each
 ``AGENTS.md`` with its path, the thread's ``agentInstructions``.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import ConfigDict

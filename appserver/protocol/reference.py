@@ -5,8 +5,6 @@ example request built from its schema, so the reference cannot drift from
 the code (``make test`` fails when the committed copy is stale).
 """
 
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path

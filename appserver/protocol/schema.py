@@ -5,8 +5,6 @@ model is the params/result of each method, notification and server->client
 request. Generated clients (the Node types) and docs are built from it.
 """
 
-from __future__ import annotations
-
 import ast
 import inspect
 import json

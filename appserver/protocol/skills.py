@@ -4,8 +4,6 @@
 never advertised and ``skills/restoreOriginal`` always answers ``restored: false``.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field, field_validator

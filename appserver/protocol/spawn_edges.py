@@ -4,8 +4,6 @@ Its own module because both the SubAgent methods and ``thread/read`` (a
 parent's children) send edges.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from appserver.protocol.base import WireModel

@@ -1,7 +1,5 @@
 """The shapes of the method table's entries."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from pydantic import BaseModel

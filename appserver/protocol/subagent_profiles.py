@@ -7,8 +7,6 @@ A profile says *how* a child agent runs: on this server's own runtime
 successful write emits ``workspace/configChanged`` with region ``subagent``.
 """
 
-from __future__ import annotations
-
 from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator

@@ -6,8 +6,6 @@ edges, ``subagent/close`` and ``subagent/resume`` set their status, and every
 edge change is broadcast as ``subagent/graphChanged``.
 """
 
-from __future__ import annotations
-
 from pydantic import ConfigDict
 
 from appserver.protocol import errors as rpc_errors

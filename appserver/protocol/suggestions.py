@@ -15,8 +15,6 @@ DotCraft on purpose:
   (DotCraft: ``-32600``).
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import ConfigDict, Field

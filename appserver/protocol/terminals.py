@@ -8,8 +8,6 @@ connections whose ``initialize.capabilities.backgroundTerminals`` is true. See
 docs/tools.md, "Background terminals".
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field

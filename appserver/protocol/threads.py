@@ -1,8 +1,6 @@
 """Wire models for threads: identity, configuration, thread, turn, item and
 the params/results/notifications of the ``thread/*`` family."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import Field, field_validator

@@ -1,7 +1,5 @@
 """Wire models for turns, items, the input queue and approvals."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator

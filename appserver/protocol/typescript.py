@@ -14,8 +14,6 @@ It reads the schema bundle (:func:`appserver.protocol.schema.build_schema`):
 TypeScript types.
 """
 
-from __future__ import annotations
-
 import json
 import re
 import sys

@@ -12,8 +12,6 @@ Decisions where DotCraft and this server differ on purpose:
 * ``model/list`` entries omit ``createdAt`` when the provider does not say.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
