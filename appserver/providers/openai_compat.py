@@ -221,7 +221,13 @@ class _ChunkReader:
                 continue  # we never ask for n > 1
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                self._delta(delta, events)
+                content = delta.get("content")
+                if len(delta) == 1 and isinstance(content, str):
+                    # The stream's usual chunk: text only (the hot path of a turn).
+                    if content:
+                        events.append(TextDelta(content))
+                else:
+                    self._delta(delta, events)
             finish = choice.get("finish_reason")
             if isinstance(finish, str):
                 self.finish = finish

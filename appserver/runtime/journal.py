@@ -224,7 +224,7 @@ class ThreadJournal:
             kind, params, thread_id=thread_id, topic=topic, stream=item_id, params_json=params_json
         )
         if self.shared is not None:
-            await self.shared.append_delta(event, now_iso(), include, turn_id)
+            await self.shared.append_delta(event, include, turn_id)
             return 0  # numbered when the flusher writes it
         lock = self.lock(thread_id)
         seq = self._seq.get(thread_id)

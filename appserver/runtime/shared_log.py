@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
+from appserver.protocol.ids import now_iso
 from appserver.runtime.events import Event, Participant
 from appserver.runtime.recent_broadcasts import RecentBroadcasts
 from appserver.storage.cluster_common import LogEntry, NodeStore, SharedEvent
@@ -53,7 +54,7 @@ class _Pending:
     turn_id: str | None = None  # the turn whose rows it writes: this node must run it
     done: anyio.Event | None = None  # set once committed (lifecycle events)
     error: BaseException | None = None
-    created_at: str = ""
+    created_at: str = ""  # empty (a delta): the time of the commit that stores it
 
 
 @dataclass
@@ -162,18 +163,19 @@ class SharedLog:
     async def append_delta(
         self,
         event: Event,
-        created_at: str,
         include: Iterable[Participant],
         turn_id: str | None = None,
     ) -> None:
-        """Queue a delta; it is numbered, stored and delivered by the flusher."""
+        """Queue a delta; it is numbered, stored and delivered by the flusher
+        (stamped with the time of the commit that stores it: one clock read a
+        commit, not one a delta)."""
         assert event.thread_id is not None
         feed = self._feed(event.thread_id)
         if len(feed.queue) >= MAX_QUEUED_DELTAS:
             await feed.drained.wait()
         self._enqueue(
             event.thread_id,
-            _Pending(event, False, tuple(include), (), turn_id=turn_id, created_at=created_at),
+            _Pending(event, False, tuple(include), (), turn_id=turn_id),
         )
 
     def _enqueue(self, thread_id: str, pending: _Pending) -> None:
@@ -223,12 +225,13 @@ class SharedLog:
     async def _commit(self, thread_id: str, feed: _ThreadFeed, batch: list[_Pending]) -> bool:
         """Store, announce and deliver ``batch``; ``False`` if refused (a batch of
         deltas and a lifecycle event is left unfailed, for the caller to split)."""
+        now = now_iso()
         entries = [
             LogEntry(
                 method=p.event.kind,
                 topic=p.event.topic,
                 params_json=p.event.params_json(),
-                created_at=p.created_at,
+                created_at=p.created_at or now,
                 stream=p.event.stream,
                 broadcast=p.broadcast,
             )

@@ -90,7 +90,7 @@ async def append_completed(
 
 async def queue_deltas(log: SharedLog, count: int) -> None:
     for index in range(count):
-        await log.append_delta(delta(str(index)), NOW, (), "turn_001")
+        await log.append_delta(delta(str(index)), (), "turn_001")
 
 
 async def test_the_last_deltas_and_the_item_completed_are_one_commit(postgres_url: str) -> None:
