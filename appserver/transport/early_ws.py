@@ -12,7 +12,7 @@ is built (:func:`appserver.transport.websocket.start_listener`):
 * The listening socket is bound here and passed on: clients that connect
   meanwhile wait in its backlog, none is refused.
 * The first connection's request is only peeked at (``MSG_PEEK``). Unless it is
-  a plain upgrade that :class:`~appserver.transport.websocket.Admission` and
+  a plain upgrade that :class:`~appserver.transport.ws_admission.Admission` and
   the library would both accept without a question (``GET`` of ``/ws`` or
   ``/``, HTTP/1.1, no ``Origin``, no token configured, the WebSocket headers
   well formed), it stays unread and the library does the whole handshake,

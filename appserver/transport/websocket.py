@@ -4,34 +4,23 @@ One JSON-RPC message per text frame on path ``/ws`` (or ``/``). The same
 listener answers ``GET /healthz`` and ``GET /readyz``, serves the browser client
 (``GET /`` and ``/assets/...``, :mod:`appserver.transport.webclient`); other
 plain GETs get a short text naming the WebSocket URL. Before the upgrade it
-checks the ``Origin`` header (browsers only; refused unless allowed or the
-page's own, see :meth:`Admission.origin_allowed`) and the token: the ``?token=``
-query parameter or an ``Authorization: Bearer`` header (constant-time compare),
-locking out an address that keeps offering wrong tokens (:class:`TokenLockout`).
+checks the ``Origin`` header and the token
+(:class:`~appserver.transport.ws_admission.Admission`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
-import json
 import logging
-import math
-import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from http import HTTPStatus
+from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 from websockets.asyncio.connection import Connection
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
-from websockets.http11 import Request, Response
 from websockets.protocol import Event, State
 from websockets.server import ServerProtocol
 
@@ -44,21 +33,15 @@ from appserver.transport.early import Answered, EarlyAnswer
 from appserver.transport.early_ws import Accepted, EarlyListener, listen_failure
 from appserver.transport.listen_options import (
     DEFAULT_CLOSE_TIMEOUT,
-    WS_PATH,
-    WS_PATHS,
     ListenerOptions,
     check_options,
 )
-from appserver.transport.lockout import TokenLockout, peer_key
-from appserver.transport.webclient import WebClient
+from appserver.transport.ws_admission import Admission
 
 log = logging.getLogger("appserver.websocket")
 
-# What a Host header may hold to be repeated in a hint: a host name or an
-# IP literal, and a port.
 # What try_send takes within one loop iteration (the socket's own high-water mark).
 _PENDING_LIMIT = 1 << 16
-_AUTHORITY = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
 
 
 class WebSocketTransport:
@@ -160,18 +143,15 @@ class WebSocketTransport:
     async def send_batch(self, frames: list[str]) -> None:
         if self._answered.answer is not None:
             frames = self._answered.drop(frames)
-        # Frames accepted earlier go first, then the batch: framed as try_send
-        # frames (a broadcast serialized once for every connection) and written
-        # in one go, then one wait for the socket to drain below its high-water
-        # mark. (One awaited library send per frame cost ~25 µs a frame for a
-        # lagging connection in a burst.)
+        # After what try_send took, in one write (a broadcast serialized once for
+        # all connections), then one wait for the socket to drain (an awaited
+        # library send per frame cost a lagging connection ~25 µs a frame).
         self._pending.extend(frames)
         self._flush()
         ws = self._ws
-        if ws.protocol.state is not State.OPEN:
-            raise TransportClosed
         try:
-            await ws.drain()  # a connection lost meanwhile fails the wait
+            if ws.protocol.state is State.OPEN:
+                await ws.drain()  # a connection lost meanwhile fails the wait
         except OSError as exc:
             raise TransportClosed from exc
         if ws.protocol.state is not State.OPEN:
@@ -208,181 +188,6 @@ def _server_text_frame(text: str) -> bytes:
             asyncio.get_running_loop().call_soon(_serialized.clear)
         data = _serialized[text] = Frame(Opcode.TEXT, text.encode()).serialize(mask=False)
     return data
-
-
-def _json_response(
-    status: HTTPStatus, body: dict[str, Any], extra_headers: Sequence[tuple[str, str]] = ()
-) -> Response:
-    data = (json.dumps(body) + "\n").encode()
-    headers = Headers(
-        [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(data))),
-            ("Cache-Control", "no-store"),
-            *extra_headers,
-        ]
-    )
-    return Response(status.value, status.phrase, headers, data)
-
-
-def _text_response(status: HTTPStatus, text: str) -> Response:
-    data = text.encode()
-    headers = Headers(
-        [
-            ("Content-Type", "text/plain; charset=utf-8"),
-            ("Content-Length", str(len(data))),
-            ("Cache-Control", "no-store"),
-        ]
-    )
-    return Response(status.value, status.phrase, headers, data)
-
-
-class Admission:
-    """The pre-upgrade HTTP checks (health, path, Origin, token, lockout), and the
-    web client's files for plain GETs (:mod:`appserver.transport.webclient`)."""
-
-    def __init__(
-        self,
-        options: ListenerOptions,
-        is_ready: Callable[[], bool],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.options = options
-        self.is_ready = is_ready
-        self._token = options.token.encode() if options.token else None
-        self._origins = {origin.rstrip("/").lower() for origin in options.allowed_origins}
-        self.lockout = TokenLockout(clock=clock)
-        self.web = (
-            WebClient.load(token_required=self._token is not None)
-            if options.web_client
-            else WebClient({})
-        )
-
-    def __call__(self, connection: ServerConnection, request: Request) -> Response | None:
-        if getattr(request, "method", "GET") != "GET":
-            # Only GETs are served (pages, health, upgrades); a HEAD would get a body.
-            return _json_response(
-                HTTPStatus.METHOD_NOT_ALLOWED,
-                {"error": "only GET is served"},
-                (("Allow", "GET"),),
-            )
-        url = urlsplit(request.path)
-        origins = request.headers.get_all("Origin")
-        if len(origins) > 1:  # a browser sends one; two is not a page we can trust
-            return _json_response(HTTPStatus.FORBIDDEN, {"error": "origin not allowed"})
-        origin = origins[0] if origins else None
-        if origin is not None and not self.origin_allowed(origin, request):
-            return _json_response(HTTPStatus.FORBIDDEN, {"error": "origin not allowed"})
-        if url.path == "/healthz":
-            return _json_response(HTTPStatus.OK, {"status": "ok"})
-        if url.path == "/readyz":
-            if self.is_ready():
-                return _json_response(HTTPStatus.OK, {"status": "ok"})
-            return _json_response(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "starting"})
-        upgrade = any("websocket" in value.lower() for value in request.headers.get_all("Upgrade"))
-        if url.path == "/" and not upgrade:
-            return self.root_page(request)
-        if not upgrade and (page := self.web.response(url.path, request, self._host(request))):
-            return page
-        if url.path not in WS_PATHS:
-            return self._not_found(request)
-        if not upgrade:
-            # Only a real upgrade is a token attempt: a plain GET (what an
-            # <img src> on any web page sends) must not count towards a lockout.
-            return _json_response(HTTPStatus.UPGRADE_REQUIRED, {"error": "upgrade required"})
-        if self._token is not None:
-            offered = parse_qs(url.query).get("token", [""])[0] or _bearer(request)
-            return self._check_token(self._token, peer_key(connection.remote_address), offered)
-        return None
-
-    def origin_allowed(self, origin: str, request: Request) -> bool:
-        """Whether a browser page at ``origin`` may use this listener.
-
-        Allowed: the origins given with ``--allow-origin``, and the page this
-        listener served itself, ``http://`` + the request's ``Host`` when that
-        host is an IP literal, ``localhost`` or the address we listen on. A
-        name that merely resolves here is not enough (DNS rebinding: a page of
-        ``evil.example`` re-pointed at 127.0.0.1 has a matching ``Host`` and
-        ``Origin``); allow such a name explicitly with ``--allow-origin``.
-        """
-        wanted = origin.rstrip("/").lower()
-        if wanted in self._origins:
-            return True
-        host = self._host(request)
-        if host is None or wanted != f"http://{host}".lower():
-            return False
-        name = urlsplit(f"http://{host}").hostname or ""
-        if not name:
-            return False
-        if name in ("localhost", self.options.host.lower().strip("[]")):
-            return True
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
-            return False
-        return True
-
-    def root_page(self, request: Request) -> Response:
-        """A plain GET of ``/`` (a browser, ``curl``): the web client, or where
-        the WebSocket endpoint is when it is not served.
-
-        The one place that answers it (WebSocket upgrades of ``/`` are accepted
-        like ``/ws``): a page served at ``/`` goes here.
-        """
-        page = self.web.response("/", request, self._host(request))
-        if page is not None:
-            return page
-        return _text_response(HTTPStatus.UPGRADE_REQUIRED, self._hint(request))
-
-    def _not_found(self, request: Request) -> Response:
-        return _text_response(HTTPStatus.NOT_FOUND, f"not found. {self._hint(request)}")
-
-    def _hint(self, request: Request) -> str:
-        return (
-            "This is an appserver JSON-RPC endpoint: connect a WebSocket client to "
-            f"ws://{self._authority(request)}{WS_PATH}\n"
-        )
-
-    def _authority(self, request: Request) -> str:
-        """``HOST:PORT`` as the client addressed us (its ``Host`` header, when sane)."""
-        return self._host(request) or f"{self.options.host}:{self.options.port or 'PORT'}"
-
-    @staticmethod
-    def _host(request: Request) -> str | None:
-        """The request's ``Host`` header, when it is a sane ``HOST[:PORT]``."""
-        hosts = request.headers.get_all("Host")
-        host = hosts[0] if len(hosts) == 1 else ""  # none, or an ambiguous pair
-        if host and len(host) <= 255 and _AUTHORITY.fullmatch(host):
-            return host
-        return None
-
-    def _check_token(self, token: bytes, address: str, offered_text: str) -> Response | None:
-        # Loopback peers are counted too (all as one): the guesser may be a local process.
-        wait = self.lockout.retry_after(address)
-        if wait is not None:
-            # Refused without a compare: answering a locked-out guess on its
-            # merits would let the guessing go on at full speed.
-            retry = ("Retry-After", str(max(1, math.ceil(wait))))
-            body = {"error": "too many failed token attempts; retry later"}
-            return _json_response(HTTPStatus.TOO_MANY_REQUESTS, body, [retry])
-        offered = offered_text.encode()
-        if hmac.compare_digest(offered, token):
-            self.lockout.succeeded(address)
-            return None
-        lockout = self.lockout.failed(address)
-        if lockout is not None:
-            log.warning("refusing %s for %gs after repeated wrong tokens", address, lockout)
-        return _json_response(HTTPStatus.UNAUTHORIZED, {"error": "unauthorized"})
-
-
-def _bearer(request: Request) -> str:
-    """The token of a single ``Authorization: Bearer TOKEN`` header (what Codex
-    clients send), else ``""``."""
-    values = request.headers.get_all("Authorization")
-    if len(values) != 1:
-        return ""
-    scheme, _, credentials = values[0].strip().partition(" ")
-    return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
 async def start_listener(

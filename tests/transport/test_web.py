@@ -20,7 +20,7 @@ from websockets.http11 import Request
 
 from appserver.transport.listen_options import ListenerOptions
 from appserver.transport.webclient import WEB_ROOT, WebClient, load_assets
-from appserver.transport.websocket import Admission
+from appserver.transport.ws_admission import Admission
 from tests.support.helpers import IDENTITY
 from tests.transport.test_websocket_security import TOKEN, listening, refused_status, rpc
 
