@@ -13,7 +13,7 @@ so nothing depends on NOTIFY's size limit or on a listener being up.
 Deltas are queued and written by one flusher task per thread, many to a
 transaction, with the lifecycle event queued after them if any; a lifecycle
 event waits for its own commit (it is durable before anyone sees it, as on
-one node).
+one node), and writes it itself when no flusher runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import json
 import logging
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -31,6 +30,7 @@ import anyio.abc
 from appserver.protocol.ids import now_iso
 from appserver.runtime.events import Event, Participant
 from appserver.runtime.recent_broadcasts import RecentBroadcasts
+from appserver.runtime.shared_feed import Pending, ThreadFeed
 from appserver.storage.cluster_common import LogEntry, NodeStore, SharedEvent
 
 log = logging.getLogger("appserver.cluster")
@@ -40,40 +40,6 @@ FETCH_PAGE = 1000
 TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 
 Deliver = Callable[[Event, bool, Iterable[Participant], Iterable[Participant]], None]
-
-
-@dataclass(eq=False)
-class _Pending:
-    """An event waiting for its seq (and, for a lifecycle event, its caller)."""
-
-    event: Event
-    broadcast: bool
-    include: tuple[Participant, ...]
-    exclude: tuple[Participant, ...]
-    statements: Sequence[tuple[str, Sequence[Any]]] = ()
-    turn_id: str | None = None  # the turn whose rows it writes: this node must run it
-    done: anyio.Event | None = None  # set once committed (lifecycle events)
-    error: BaseException | None = None
-    created_at: str = ""  # empty (a delta): the time of the commit that stores it
-
-
-@dataclass
-class _ThreadFeed:
-    """One thread's delivery state on this node."""
-
-    queue: list[_Pending] = field(default_factory=list)
-    flushing: bool = False
-    drained: anyio.Event = field(default_factory=anyio.Event)
-    delivered: int | None = None  # last seq delivered here (None: not following)
-    subscribing: int = 0  # subscribe replays under way: announcements count meanwhile
-    announced: int = 0  # highest seq other nodes announced
-    # The first seq this feed delivers when it began following by this node's
-    # own commit or a subscriber's replay: another node's broadcast before it
-    # may still be announced (its notification was in flight), and is then
-    # delivered late rather than skipped.
-    followed_from: int = 0
-    remote_seen: int = 0  # highest seq of another node's delivered here
-    local: dict[int, _Pending] = field(default_factory=dict)  # committed here, not yet delivered
 
 
 class SharedLog:
@@ -93,7 +59,7 @@ class SharedLog:
         self._lock = lock  # the journal's per-thread lock: held while delivering
         self._forget_lock = forget_lock  # drops that lock while nobody holds it
         self._subscribers = subscribers
-        self._feeds: dict[str, _ThreadFeed] = {}
+        self._feeds: dict[str, ThreadFeed] = {}
         # Per (participant, thread): the last seq a subscribe replay covered;
         # live delivery skips what it already sent.
         self.floors: dict[tuple[int, str], int] = {}
@@ -107,10 +73,10 @@ class SharedLog:
         self._turn_watchers: dict[str, dict[str, tuple[Participant, ...]]] = {}
         self.recent = RecentBroadcasts()  # other nodes' broadcasts delivered lately
 
-    def _feed(self, thread_id: str) -> _ThreadFeed:
+    def _feed(self, thread_id: str) -> ThreadFeed:
         feed = self._feeds.get(thread_id)
         if feed is None:
-            feed = self._feeds[thread_id] = _ThreadFeed()
+            feed = self._feeds[thread_id] = ThreadFeed()
             feed.drained.set()
         return feed
 
@@ -141,7 +107,7 @@ class SharedLog:
         ``turn_id``: the turn whose rows it writes; refused (:class:`TurnTakenOver`)
         once another node has taken the turn over (this node was taken for dead)."""
         assert event.thread_id is not None
-        pending = _Pending(
+        pending = Pending(
             event,
             broadcast,
             tuple(include),
@@ -151,8 +117,13 @@ class SharedLog:
             anyio.Event(),
             created_at=created_at,
         )
-        self._enqueue(event.thread_id, pending)
+        feed = self._enqueue(event.thread_id, pending, spawn=False)
         with anyio.CancelScope(shield=True):  # once queued it is written; wait for it
+            if feed is not None and not feed.flushing:
+                # Nothing flushes the thread: this caller does, up to its own event
+                # (a flusher task for each lifecycle event was ~11 spawns a turn).
+                self._start_flush(feed)
+                await self._flush(event.thread_id, feed, until=pending)
             assert pending.done is not None
             await pending.done.wait()
         if pending.error is not None:
@@ -175,24 +146,39 @@ class SharedLog:
             await feed.drained.wait()
         self._enqueue(
             event.thread_id,
-            _Pending(event, False, tuple(include), (), turn_id=turn_id),
+            Pending(event, False, tuple(include), (), turn_id=turn_id),
         )
 
-    def _enqueue(self, thread_id: str, pending: _Pending) -> None:
+    def _enqueue(self, thread_id: str, pending: Pending, spawn: bool = True) -> ThreadFeed | None:
+        """Queue ``pending`` and, with ``spawn``, start a flusher task unless one
+        runs; the thread's feed (``None``: the log stopped, ``pending`` failed)."""
         if self._closed:
             self._fail([pending], RuntimeError("the shared log stopped"))
-            return
+            return None
         feed = self._feed(thread_id)
         feed.queue.append(pending)
-        if not feed.flushing:
+        if spawn and not feed.flushing:
             assert self._tg is not None, "the shared log is not running"
-            feed.flushing = True
-            feed.drained = anyio.Event()
+            self._start_flush(feed)
             self._tg.start_soon(self._flush, thread_id, feed)
+        return feed
 
-    async def _flush(self, thread_id: str, feed: _ThreadFeed) -> None:
+    @staticmethod
+    def _start_flush(feed: ThreadFeed) -> None:
+        feed.flushing = True
+        feed.drained = anyio.Event()
+
+    async def _flush(self, thread_id: str, feed: ThreadFeed, until: Pending | None = None) -> None:
+        """Write the feed's queue; with ``until`` (a caller's lifecycle event),
+        only until that is written: a task goes on with the rest."""
+        handed_over = False
         try:
             while feed.queue:
+                if until is not None and until.done is not None and until.done.is_set():
+                    assert self._tg is not None, "the shared log is not running"
+                    self._tg.start_soon(self._flush, thread_id, feed)
+                    handed_over = True
+                    return
                 # The deltas queued and the first lifecycle event after them are one
                 # commit; lifecycle events never share one (each one's rows may be refused).
                 count = next(
@@ -210,19 +196,20 @@ class SharedLog:
                         for part in (batch[:-1], batch[-1:]):
                             await self._commit(thread_id, feed, part)
         finally:
-            feed.flushing = False
-            if feed.queue:  # cancelled between batches: nothing will write these
-                self._fail(feed.queue, RuntimeError("the shared log stopped"))
-                feed.queue.clear()
-            feed.drained.set()
+            if not handed_over:
+                feed.flushing = False
+                if feed.queue:  # cancelled between batches: nothing will write these
+                    self._fail(feed.queue, RuntimeError("the shared log stopped"))
+                    feed.queue.clear()
+                feed.drained.set()
 
-    def _fail(self, batch: list[_Pending], error: BaseException) -> None:
+    def _fail(self, batch: list[Pending], error: BaseException) -> None:
         for pending in batch:
             pending.error = error
             if pending.done is not None:
                 pending.done.set()
 
-    async def _commit(self, thread_id: str, feed: _ThreadFeed, batch: list[_Pending]) -> bool:
+    async def _commit(self, thread_id: str, feed: ThreadFeed, batch: list[Pending]) -> bool:
         """Store, announce and deliver ``batch``; ``False`` if refused (a batch of
         deltas and a lifecycle event is left unfailed, for the caller to split)."""
         now = now_iso()
@@ -417,7 +404,7 @@ class SharedLog:
         if chosen:
             self._turn_watchers.setdefault(thread_id, {})[turn_id] = chosen
 
-    def _deliver_local(self, pending: _Pending) -> None:
+    def _deliver_local(self, pending: Pending) -> None:
         event = pending.event
         self._deliver(event, pending.broadcast, pending.include, pending.exclude)
         if event.kind in TERMINAL:

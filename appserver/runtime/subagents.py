@@ -161,7 +161,8 @@ class SubAgents:
                 source={"kind": "subagent", "subAgent": block},
                 configuration=native_instructions(configuration, choice),
                 metadata=choice.thread_metadata(),
-            )
+            ),
+            announce=False,  # after its edge: a client told of the child can list it
         )
         now = now_iso()
         edge = ThreadSpawnEdge(
@@ -180,6 +181,7 @@ class SubAgents:
             updated_at=now,
         )
         await self.edges.upsert(edge)
+        await self.threads.announce_started(child)
         await self._changed(parent.id, child.id)
         external = None
         if choice.external:
