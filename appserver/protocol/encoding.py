@@ -17,6 +17,8 @@ _lenient = json.JSONEncoder(
     ensure_ascii=False, separators=(",", ":"), check_circular=False, default=str
 )
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What JSONEncoder.encode does for a str without ensure_ascii (C-accelerated).
+_encode_string = json.encoder.encode_basestring
 
 
 def finish(text: str) -> str:
@@ -65,6 +67,12 @@ def scrub_surrogates(value: Any) -> Any:
 def dumps(value: Any) -> str:
     """Compact single-line JSON for an already JSON-ready value."""
     return finish(_encoder.encode(value))
+
+
+def dumps_text(text: str) -> str:
+    """:func:`dumps` of a string: the JSON string literal, straight from the
+    C encoder (a streamed delta's text, each one)."""
+    return finish(_encode_string(text))
 
 
 def dumps_lenient(value: Any) -> str:

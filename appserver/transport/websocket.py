@@ -161,12 +161,13 @@ class WebSocketTransport:
         """Send a close frame with ``code`` and wait at most the close timeout.
 
         The frame goes out behind what the socket still holds (the kernel's
-        buffers and at most the write limit plus one frame in the process;
-        asyncio offers no clean way to discard those without cutting a frame
-        in half). A peer that reads up to it within the close timeout gets
-        ``code`` and ``reason``; for one that does not, we stop waiting here and
-        the library drops the TCP connection when the handler returns (its own
-        deadline, set with the same close timeout), so that peer sees 1006.
+        buffers and, in the process, at most the last batch the writer handed
+        over, which the outbox's bound limits; asyncio offers no clean way to
+        discard those without cutting a frame in half). A peer that reads up
+        to it within the close timeout gets ``code`` and ``reason``; for one
+        that does not, we stop waiting here and the library drops the TCP
+        connection when the handler returns (its own deadline, set with the
+        same close timeout), so that peer sees 1006.
         """
         # The library waits for a full write buffer to drain before it applies
         # its close deadline, so a peer that never reads would hold us forever.

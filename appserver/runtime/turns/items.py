@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from appserver.protocol import turns as turn_wire
-from appserver.protocol.encoding import dumps, model_json
+from appserver.protocol.encoding import dumps_text, model_json
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolCallDelta, Usage
 from appserver.runtime.journal import ThreadJournal
@@ -150,7 +150,7 @@ class ItemLog:
             item.id,
             kind,
             None,
-            params_json=last[1] + dumps(text) + last[2],
+            params_json=last[1] + dumps_text(text) + last[2],
             include=active.watchers,
             turn_id=active.record.id,
         )
