@@ -39,8 +39,8 @@ from _common import (
 )
 
 from appserver.storage.db import Database
-from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord, workspace_key
-from appserver.storage.threads import ThreadRepository
+from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
+from appserver.storage.threads import INSERT_THREAD, ThreadRepository, thread_row
 
 WINDOW = 30  # outstanding requests when pipelining (the server's gate is 32)
 LATENCY_TARGET = 2.0  # appserver latency <= 2x the echo floor
@@ -134,40 +134,12 @@ async def bench_ws(plan: Plan, workspace: Path) -> dict[str, dict[str, Any]]:
 
 # --- (d): a 10,000-thread database -------------------------------------------------
 
-_INSERT = (
-    "INSERT INTO threads (id, workspace_path, workspace_key, user_id, origin_channel,"
-    " channel_context, display_name, status, history_mode, source_kind, source_json,"
-    " metadata_json, configuration_json, created_at, last_active_at, turn_count)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 USERS = 5
 CHANNELS = ("cli", "desktop", "feishu")
 
 
 def _iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _row(thread: ThreadRecord) -> tuple[Any, ...]:
-    """The column tuple ``ThreadRepository.create`` writes, for executemany."""
-    return (
-        thread.id,
-        thread.workspace_path,
-        workspace_key(thread.workspace_path),
-        thread.user_id,
-        thread.origin_channel,
-        thread.channel_context,
-        thread.display_name,
-        thread.status,
-        thread.history_mode,
-        thread.source_kind,
-        json.dumps(thread.source) if thread.source is not None else None,
-        json.dumps(thread.metadata),
-        json.dumps(thread.configuration) if thread.configuration is not None else None,
-        thread.created_at,
-        thread.last_active_at,
-        thread.turn_count,
-    )
 
 
 async def build_big_workspace(workspace: Path, count: int) -> dict[str, Any]:
@@ -197,7 +169,7 @@ async def build_big_workspace(workspace: Path, count: int) -> dict[str, Any]:
         )
     started = time.perf_counter()
     async with db.transaction() as conn:
-        await conn.executemany(_INSERT, [_row(thread) for thread in threads])
+        await conn.executemany(INSERT_THREAD, [thread_row(thread) for thread in threads])
     # The thread read in the bench: the newest active thread of u0.
     target = next(t for t in reversed(threads) if t.user_id == "u0" and t.status == "active")
     text = "Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 6

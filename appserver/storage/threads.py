@@ -60,12 +60,34 @@ _UPDATABLE = {
 }
 
 
-_INSERT_THREAD = (
+INSERT_THREAD = (
     "INSERT INTO threads (id, workspace_path, workspace_key, user_id, origin_channel,"
     " channel_context, display_name, status, history_mode, source_kind, source_json,"
     " metadata_json, configuration_json, created_at, last_active_at, turn_count)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+
+def thread_row(thread: ThreadRecord) -> tuple[Any, ...]:
+    """The values :data:`INSERT_THREAD` writes for ``thread``."""
+    return (
+        thread.id,
+        thread.workspace_path,
+        workspace_key(thread.workspace_path),
+        thread.user_id,
+        thread.origin_channel,
+        thread.channel_context,
+        thread.display_name,
+        thread.status,
+        thread.history_mode,
+        thread.source_kind,
+        dumps_json(thread.source),
+        dumps_json(thread.metadata) or "{}",
+        dumps_json(thread.configuration),
+        thread.created_at,
+        thread.last_active_at,
+        thread.turn_count,
+    )
 
 
 class ThreadRepository:
@@ -88,25 +110,7 @@ class ThreadRepository:
         """Insert a new thread. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
         # One grouped write (a single trip to the database thread, sharing a
         # commit with concurrent writes), not a BEGIN / INSERT / COMMIT of trips.
-        args = (
-            thread.id,
-            thread.workspace_path,
-            workspace_key(thread.workspace_path),
-            thread.user_id,
-            thread.origin_channel,
-            thread.channel_context,
-            thread.display_name,
-            thread.status,
-            thread.history_mode,
-            thread.source_kind,
-            dumps_json(thread.source),
-            dumps_json(thread.metadata) or "{}",
-            dumps_json(thread.configuration),
-            thread.created_at,
-            thread.last_active_at,
-            thread.turn_count,
-        )
-        await self.db.write([(_INSERT_THREAD, args)])
+        await self.db.write([(INSERT_THREAD, thread_row(thread))])
 
     async def get(self, thread_id: str) -> ThreadRecord | None:
         """The thread, or ``None``. Callers get their own copy to change."""
