@@ -195,6 +195,29 @@ async def test_the_wire_models_build_in_the_background() -> None:
     assert all(model.__pydantic_complete__ for model in models)
 
 
+async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> None:
+    """Every notification and server request of turns with a command, an
+    approval and a file write has its model in the background build's list
+    (the rest build at first use)."""
+    from appserver.protocol.methods import NOTIFICATIONS, SERVER_REQUESTS
+    from appserver.protocol.methods import models_in_first_use_order as first_use
+    from tests.support.servers import running_server
+    from tests.support.turns import Approver, new_thread, run_turn
+
+    with anyio.fail_after(20):
+        async with running_server("memory", workspace) as sut, sut.connect() as client:
+            Approver(client, "accept")
+            thread_id = await new_thread(client)
+            for text in ("!echo hi", "> notes.txt\nhello", "hello"):
+                _turn_id, terminal = await run_turn(client, thread_id, text)
+                assert terminal["method"] == "turn/completed"
+    sent = {message["method"] for message in client.messages if "method" in message}
+    needed = {NOTIFICATIONS[name].params for name in sent if name in NOTIFICATIONS}
+    needed |= {SERVER_REQUESTS[name].params for name in sent if name in SERVER_REQUESTS}
+    assert {"item/approval/request", "turn/diff/updated", "turn/completed"} <= sent
+    assert needed <= set(first_use())
+
+
 @pytest.mark.parametrize("provider", ["offline", "openai"])
 def test_a_stdio_session_imports_only_what_it_uses(provider: str, tmp_path: Path) -> None:
     """Answering `initialize` loads no provider SDK or HTTP stack, no MCP, no

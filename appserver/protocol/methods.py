@@ -440,17 +440,43 @@ _FIRST_USED = (
     "turn/interrupt",
 )
 
+# What a turn sends a client (one with tools: a command, an approval, a diff);
+# built in the background after the requests above. The other notifications
+# and server requests (the families', ACP's, editors') build when first sent:
+# a plain session sends 11 of the table's 68 models, and building the rest
+# cost ~10-15 ms of CPU a session (tests/test_cli.py checks a turn needs no other).
+_TURN_SENDS = (
+    "thread/started",
+    "thread/renamed",
+    "thread/runtimeChanged",
+    "thread/statusChanged",
+    "turn/started",
+    "item/started",
+    "item/agentMessage/delta",
+    "item/usage/delta",
+    "item/completed",
+    "item/approval/request",
+    "item/approval/resolved",
+    "turn/diff/updated",
+    "plan/updated",
+    "turn/completed",
+    "turn/failed",
+    "turn/cancelled",
+)
+
 
 def models_in_first_use_order() -> list[type[BaseModel]]:
     """The wire models a session's turns need, in the order it first needs them:
-    its first requests', then every notification's and server request's. The
-    other methods' (the families') build at their first call: most sessions
-    never make one, and building them all cost ~50 ms of CPU a session."""
-    first = [METHODS[name] for name in _FIRST_USED]
+    its first requests', then what a turn sends. The other methods' (the
+    families') and notifications' build at first use: most sessions never
+    need them, and building them all cost ~60 ms of CPU a session."""
     models: list[type[BaseModel]] = []
-    for method in first:
-        models += (method.params, method.result)
-    models += (notification.params for notification in NOTIFICATIONS.values())
-    for request in SERVER_REQUESTS.values():
-        models += (request.params, request.result)
+    for name in _FIRST_USED:
+        models += (METHODS[name].params, METHODS[name].result)
+    for name in _TURN_SENDS:
+        request = SERVER_REQUESTS.get(name)
+        if request is not None:
+            models += (request.params, request.result)
+        else:
+            models.append(NOTIFICATIONS[name].params)
     return list(dict.fromkeys(models))
