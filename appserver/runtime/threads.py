@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from appserver.protocol import threads as thread_wire
 from appserver.protocol.ids import new_thread_id, now_iso
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size
@@ -267,6 +269,15 @@ class Threads:
             spec.configuration,
             what="the thread's identity or configuration",
         )
+        # Stored means announced, even to a caller cancelled meanwhile (its client left
+        # during thread/start): no client may list a thread it never got thread/started for.
+        with anyio.CancelScope(shield=True):
+            thread = await self._store_new(spec)
+            if announce:
+                await self.announce_started(thread)
+        return thread
+
+    async def _store_new(self, spec: NewThread) -> ThreadRecord:
         now = now_iso()
         for _ in range(5):
             thread = ThreadRecord(
@@ -291,8 +302,6 @@ class Threads:
                 continue  # id collision: draw again
         else:
             raise RuntimeError("could not allocate a unique thread id")
-        if announce:
-            await self.announce_started(thread)
         return thread
 
     async def announce_started(self, thread: ThreadRecord) -> None:

@@ -171,3 +171,36 @@ async def test_an_approval_answered_out_of_band(tmp_path: Path) -> None:
             tg.cancel_scope.cancel()
     finally:
         await db.close()
+
+
+async def test_a_thread_stored_for_a_start_cancelled_meanwhile_is_announced(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A caller cancelled while its thread was being stored (a client that left
+    during ``thread/start``): the stored thread is still announced to everyone,
+    so no client lists a thread it never heard of."""
+    db = await Database.open(tmp_path / ".craft" / "appserver.db")
+    door = RecordingDoor("watching-door", answers=[])
+    try:
+        runtime = Runtime(db, tmp_path, OfflineProvider())
+        async with anyio.create_task_group() as tg:
+            await tg.start(runtime.run)
+            runtime.join(door)
+            caller = anyio.CancelScope()
+            store = runtime.threads.repo.create
+            stored: list[str] = []
+
+            async def store_then_leave(thread: Any) -> None:
+                await store(thread)
+                stored.append(thread.id)
+                caller.cancel()
+
+            monkeypatch.setattr(runtime.threads.repo, "create", store_then_leave)
+            with caller:
+                await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+            assert caller.cancel_called
+            started = await door.wait_for("thread/started")
+            tg.cancel_scope.cancel()
+    finally:
+        await db.close()
+    assert [started.thread_id] == stored
