@@ -39,7 +39,8 @@ three turns on that thread: 500 deltas (the first turn), 2,000 deltas, 500
 deltas again (the warm turn). After the last turn and a short settle, the
 server's CPU (utime+stime of it and its descendants, reaped children
 included, from /proc/PID/stat) and peak RSS (VmHWM from /proc/PID/status) are
-read; then stdin is closed and the server must exit. Sessions alternate
+read (and the CPU once more before the first turn, to split it into start-up
+and turns); then stdin is closed and the server must exit. Sessions alternate
 (Codex, appserver, Codex, ...) after one untimed warm-up session of each
 (bytecode written, binaries in the page cache); figures are medians over
 --runs sessions. Every delta is counted (classified by prefix, not parsed)
@@ -101,6 +102,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("first_delta", "first delta of the first turn", "ms"),
     ("thread_start", "thread/start", "ms"),
     ("cpu", "server CPU, whole session", "ms"),
+    ("cpu_start", "  of which start-up, to thread/start", "ms"),
+    ("cpu_turns", "  of which the three turns", "ms"),
     ("rss", "peak RSS (VmHWM)", "MB"),
 )
 
@@ -614,10 +617,13 @@ async def run_session(kind: ServerKind, model: Model, scratch: Path) -> dict[str
         t_thread = time.monotonic() - t0
         thread_id = result["thread"]["id"]
         turns: dict[str, Turn] = {}
-        for key, deltas in TURNS:
-            await asyncio.sleep(SETTLE)
-            turns[key] = await session.run_turn(thread_id, deltas)
         await asyncio.sleep(SETTLE)
+        # Start-up: up to the thread/start answer and what the server goes on
+        # doing in the background meanwhile (the settle before the first turn).
+        cpu_start, _ = cpu_seconds(process.pid)
+        for key, deltas in TURNS:
+            turns[key] = await session.run_turn(thread_id, deltas)
+            await asyncio.sleep(SETTLE)
         cpu, tree = cpu_seconds(process.pid)
         rss = max(peak_rss_mb(member) for member in [process.pid, *forked_servers(process.pid)])
         t_close = time.monotonic()
@@ -660,6 +666,8 @@ async def run_session(kind: ServerKind, model: Model, scratch: Path) -> dict[str
         "first_delta_by_turn": {k: t.first - t.sent for k, t in turns.items()},
         "deltas": {k: t.received for k, t in turns.items()},
         "cpu": cpu,
+        "cpu_start": cpu_start,
+        "cpu_turns": cpu - cpu_start,
         "processes_at_reading": tree,
         "rss": rss,
         "exit_after_eof": t_exit,
@@ -782,7 +790,8 @@ async def bench(args: argparse.Namespace) -> int:
     print(
         "\nturns: turn/start sent -> turn/completed received; first delta: turn/start sent -> "
         "first item/agentMessage/delta.\nCPU: utime+stime of the server and its descendants "
-        "(reaped children included) after the last turn; RSS: the server process's VmHWM."
+        "(reaped children included) after the last turn, and\nbefore the first (start-up: spawn, "
+        "initialize, thread/start, 0.2 s idle); RSS: the server process's VmHWM."
     )
     if args.json:
         raw = {"facts": facts, "turns": dict(TURNS), "samples": samples}
