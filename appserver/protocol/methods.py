@@ -440,13 +440,15 @@ _FIRST_USED = (
     "turn/interrupt",
 )
 
-# What a turn sends a client (one with tools: a command, an approval, a diff);
-# built in the background after the requests above. The other notifications
-# and server requests (the families', ACP's, editors') build when first sent:
-# a plain session sends 11 of the table's 68 models, and building the rest
-# cost ~10-15 ms of CPU a session (tests/test_cli.py checks a turn needs no other).
+# What those requests and a turn send a client (a turn with tools: a command,
+# an approval, a diff); built in the background after the requests above. The
+# other notifications and server requests (the families', ACP's, editors')
+# build when first sent: a plain session needs 11 of the table's 68 models,
+# and building the rest cost ~10-15 ms of CPU a session (tests/test_cli.py
+# checks that a turn needs no other).
 _TURN_SENDS = (
     "thread/started",
+    "thread/resumed",
     "thread/renamed",
     "thread/runtimeChanged",
     "thread/statusChanged",

@@ -269,8 +269,8 @@ class Threads:
             spec.configuration,
             what="the thread's identity or configuration",
         )
-        # Stored means announced, even to a caller cancelled meanwhile (its client left
-        # during thread/start): no client may list a thread it never got thread/started for.
+        # Announced once stored, even if the caller is cancelled meanwhile (its client
+        # left during thread/start), so other clients hear of what they can list.
         with anyio.CancelScope(shield=True):
             thread = await self._store_new(spec)
             if announce:

@@ -80,3 +80,39 @@ async def test_a_held_method_answers_before_what_it_caused() -> None:
         app.release.set()
         assert (await exchange(client, [], 1))[0]["id"] == 4
         await client.close()
+
+
+class LeavingApp(EchoApp):
+    """Its handler's connection ends (the client left) while it runs: the part it
+    shields from cancellation still runs, the rest does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shielded_part_ran = False
+        self.unshielded_part_ran = False
+        self.ended = anyio.Event()
+
+    async def handle_request(self, ctx: RequestContext, params: Any) -> Any:
+        try:
+            ctx.connection.close("client gone", code=1001, abort=True)  # cancels this request
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0)  # a checkpoint the cancellation must not reach
+                self.shielded_part_ran = True
+            await anyio.sleep(0)
+            self.unshielded_part_ran = True
+        finally:
+            self.ended.set()
+        return {}
+
+
+async def test_a_request_cancelled_as_its_connection_ends_keeps_its_shields() -> None:
+    app = LeavingApp()
+    client, server_end = memory_pair()
+    connection = Connection(server_end, app, Limits())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(connection.serve)
+        await client.send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "store"}))
+        with anyio.fail_after(5):
+            await app.ended.wait()
+        await client.close()
+    assert app.shielded_part_ran and not app.unshielded_part_ran
