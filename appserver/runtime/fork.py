@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from appserver.runtime.errors import InvalidInput, TurnNotFound
 from appserver.runtime.threads import NewThread, Threads
 from appserver.storage.records import ThreadRecord
@@ -60,6 +62,21 @@ async def fork_thread(threads: Threads, spec: ForkSpec) -> ThreadRecord:
     source = await threads.get(spec.thread_id)
     last_seq, last_turn = await _last_seq(threads, source, spec)
     name = spec.display_name or f"{source.display_name or source.id}{FORK_SUFFIX}"
+    # Once stored, the fork is finished and announced even if the caller is
+    # cancelled meanwhile (its client left): never a half-copied, unannounced thread.
+    with anyio.CancelScope(shield=True):
+        fork = await _make_fork(threads, source, spec, name, last_seq, last_turn)
+    return fork
+
+
+async def _make_fork(
+    threads: Threads,
+    source: ThreadRecord,
+    spec: ForkSpec,
+    name: str,
+    last_seq: int,
+    last_turn: str,
+) -> ThreadRecord:
     fork = await threads.create(
         NewThread(
             user_id=spec.user_id if spec.user_id is not None else source.user_id,

@@ -151,38 +151,41 @@ class SubAgents:
             "supportsClose": True,
         }
         configuration = child_configuration(parent.configuration, role, depth, max_depth)
-        child = await self.threads.create(
-            NewThread(
-                user_id=parent.user_id,
-                channel_name="subagent",
-                workspace_path=thread_workspace(choice, parent.workspace_path),
-                channel_context=parent.id,
-                display_name=nickname,
-                source={"kind": "subagent", "subAgent": block},
-                configuration=native_instructions(configuration, choice),
-                metadata=choice.thread_metadata(),
-            ),
-            announce=False,  # after its edge: a client told of the child can list it
-        )
-        now = now_iso()
-        edge = ThreadSpawnEdge(
-            parent_thread_id=parent.id,
-            child_thread_id=child.id,
-            parent_turn_id=parent_turn_id,
-            depth=depth,
-            agent_nickname=nickname,
-            agent_role=role.name,
-            profile_name=choice.name,
-            runtime_type=choice.runtime,
-            supports_send_input=choice.resumable,
-            supports_resume=choice.resumable,
-            status="open",
-            created_at=now,
-            updated_at=now,
-        )
-        await self.edges.upsert(edge)
-        await self.threads.announce_started(child)
-        await self._changed(parent.id, child.id)
+        # Once the child is stored, its edge and announcement follow even if the
+        # parent's turn is cancelled meanwhile: no child a client cannot place.
+        with anyio.CancelScope(shield=True):
+            child = await self.threads.create(
+                NewThread(
+                    user_id=parent.user_id,
+                    channel_name="subagent",
+                    workspace_path=thread_workspace(choice, parent.workspace_path),
+                    channel_context=parent.id,
+                    display_name=nickname,
+                    source={"kind": "subagent", "subAgent": block},
+                    configuration=native_instructions(configuration, choice),
+                    metadata=choice.thread_metadata(),
+                ),
+                announce=False,  # after its edge: a client told of the child can list it
+            )
+            now = now_iso()
+            edge = ThreadSpawnEdge(
+                parent_thread_id=parent.id,
+                child_thread_id=child.id,
+                parent_turn_id=parent_turn_id,
+                depth=depth,
+                agent_nickname=nickname,
+                agent_role=role.name,
+                profile_name=choice.name,
+                runtime_type=choice.runtime,
+                supports_send_input=choice.resumable,
+                supports_resume=choice.resumable,
+                status="open",
+                created_at=now,
+                updated_at=now,
+            )
+            await self.edges.upsert(edge)
+            await self.threads.announce_started(child)
+            await self._changed(parent.id, child.id)
         external = None
         if choice.external:
             task = role_task(role.name, role.instructions, prompt)

@@ -15,6 +15,7 @@ from appserver.protocol.threads import Item
 from appserver.protocol.turns import ApprovalRequestParams, ItemNotification, TextPart
 from appserver.providers.offline import OfflineProvider
 from appserver.runtime.events import Event, QuestionUnanswered
+from appserver.runtime.fork import ForkSpec, fork_thread
 from appserver.runtime.host import Runtime
 from appserver.runtime.threads import NewThread
 from appserver.storage.db import Database
@@ -204,3 +205,79 @@ async def test_a_thread_stored_for_a_start_cancelled_meanwhile_is_announced(
     finally:
         await db.close()
     assert [started.thread_id] == stored
+
+
+async def test_a_fork_stored_for_a_caller_cancelled_meanwhile_is_finished_and_announced(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Cancelled right after the fork's row is stored, the fork still gets the
+    source's history and its metadata, and is announced."""
+    db = await Database.open(tmp_path / ".craft" / "appserver.db")
+    door = RecordingDoor("watching-door", answers=[])
+    try:
+        runtime = Runtime(db, tmp_path, OfflineProvider())
+        async with anyio.create_task_group() as tg:
+            await tg.start(runtime.run)
+            runtime.join(door)
+            source = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+            turn = await runtime.turns.start(source.id, [TextPart(type="text", text="hi")], door)
+            await turn.done.wait()
+            caller = anyio.CancelScope()
+            store = runtime.threads.repo.create
+            stored: list[str] = []
+
+            async def store_then_leave(thread: Any) -> None:
+                await store(thread)
+                stored.append(thread.id)
+                caller.cancel()
+
+            monkeypatch.setattr(runtime.threads.repo, "create", store_then_leave)
+            mark = len(door.events)
+            with caller:
+                await fork_thread(runtime.threads, ForkSpec(thread_id=source.id))
+            assert caller.cancel_called
+            started = await door.wait_for("thread/started", mark)
+            fork = await runtime.threads.get(stored[0])
+            copied, _cursor = await runtime.threads.repo.turns(fork.id, None, None)
+            tg.cancel_scope.cancel()
+    finally:
+        await db.close()
+    assert started.thread_id == fork.id
+    assert fork.metadata["forkedFromId"] == source.id
+    assert [record.id for record in copied] == [turn.record.id]
+
+
+async def test_a_subagent_child_stored_for_a_cancelled_spawn_is_placed_and_announced(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The parent's turn cancelled right after the child's spawn edge is stored:
+    the child is still announced."""
+    db = await Database.open(tmp_path / ".craft" / "appserver.db")
+    door = RecordingDoor("watching-door", answers=[])
+    try:
+        runtime = Runtime(db, tmp_path, OfflineProvider())
+        async with anyio.create_task_group() as tg:
+            await tg.start(runtime.run)
+            runtime.join(door)
+            parent = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+            turn = await runtime.turns.start(parent.id, [TextPart(type="text", text="hi")], door)
+            await turn.done.wait()
+            caller = anyio.CancelScope()
+            store_edge = runtime.subagents.edges.upsert
+            children: list[str] = []
+
+            async def store_then_leave(edge: Any) -> None:
+                await store_edge(edge)
+                children.append(edge.child_thread_id)
+                caller.cancel()
+
+            monkeypatch.setattr(runtime.subagents.edges, "upsert", store_then_leave)
+            mark = len(door.events)
+            with caller:
+                await runtime.subagents.spawn(parent.id, turn.record.id, {"agentPrompt": "go"})
+            assert caller.cancel_called
+            started = await door.wait_for("thread/started", mark)
+            tg.cancel_scope.cancel()
+    finally:
+        await db.close()
+    assert [started.thread_id] == children
