@@ -444,7 +444,7 @@ _FIRST_USED = (
 # an approval, a diff); built in the background after the requests above. The
 # other notifications and server requests (the families', ACP's, editors')
 # build when first sent: a plain session needs 11 of the table's 68 models,
-# and building the rest cost ~10-15 ms of CPU a session (tests/test_cli.py
+# and building the rest cost ~8 ms of CPU a session (tests/test_cli.py
 # checks that a turn needs no other).
 _TURN_SENDS = (
     "thread/started",
