@@ -5,6 +5,8 @@ and an interrupt, then the stored items read back by a real JSON-RPC client
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,12 +176,9 @@ async def test_an_approval_answered_out_of_band(tmp_path: Path) -> None:
         await db.close()
 
 
-async def test_a_thread_stored_for_a_start_cancelled_meanwhile_is_announced(
-    tmp_path: Path, monkeypatch: Any
-) -> None:
-    """A caller cancelled while its thread was being stored (a client that left
-    during ``thread/start``): the stored thread is still announced to everyone,
-    so no client lists a thread it never heard of."""
+@asynccontextmanager
+async def watched_runtime(tmp_path: Path) -> AsyncIterator[tuple[Runtime, RecordingDoor]]:
+    """A running runtime and a door that receives its broadcasts."""
     db = await Database.open(tmp_path / ".craft" / "appserver.db")
     door = RecordingDoor("watching-door", answers=[])
     try:
@@ -187,24 +186,51 @@ async def test_a_thread_stored_for_a_start_cancelled_meanwhile_is_announced(
         async with anyio.create_task_group() as tg:
             await tg.start(runtime.run)
             runtime.join(door)
-            caller = anyio.CancelScope()
-            store = runtime.threads.repo.create
-            stored: list[str] = []
-
-            async def store_then_leave(thread: Any) -> None:
-                await store(thread)
-                stored.append(thread.id)
-                caller.cancel()
-
-            monkeypatch.setattr(runtime.threads.repo, "create", store_then_leave)
-            with caller:
-                await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
-            assert caller.cancel_called
-            started = await door.wait_for("thread/started")
+            yield runtime, door
             tg.cancel_scope.cancel()
     finally:
         await db.close()
-    assert [started.thread_id] == stored
+
+
+def leave_after(
+    monkeypatch: Any, target: object, method: str, caller: anyio.CancelScope
+) -> list[Any]:
+    """Make ``target.method`` cancel ``caller`` once it has done its work (a
+    client that left just then); returns the arguments it was called with."""
+    calls: list[Any] = []
+    real = getattr(target, method)
+
+    async def then_leave(argument: Any) -> None:
+        await real(argument)
+        calls.append(argument)
+        caller.cancel()
+
+    monkeypatch.setattr(target, method, then_leave)
+    return calls
+
+
+async def finished_turn(runtime: Runtime, door: RecordingDoor) -> tuple[str, str]:
+    """A new thread with one finished turn: ``(thread id, turn id)``."""
+    thread = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+    turn = await runtime.turns.start(thread.id, [TextPart(type="text", text="hi")], door)
+    await turn.done.wait()
+    return thread.id, turn.record.id
+
+
+async def test_a_thread_stored_for_a_start_cancelled_meanwhile_is_announced(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A caller cancelled while its thread was being stored (a client that left
+    during ``thread/start``): the stored thread is still announced to everyone,
+    so no client lists a thread it never heard of."""
+    async with watched_runtime(tmp_path) as (runtime, door):
+        caller = anyio.CancelScope()
+        stored = leave_after(monkeypatch, runtime.threads.repo, "create", caller)
+        with caller:
+            await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
+        assert caller.cancel_called
+        started = await door.wait_for("thread/started")
+    assert [started.thread_id] == [thread.id for thread in stored]
 
 
 async def test_a_fork_stored_for_a_caller_cancelled_meanwhile_is_finished_and_announced(
@@ -212,39 +238,20 @@ async def test_a_fork_stored_for_a_caller_cancelled_meanwhile_is_finished_and_an
 ) -> None:
     """Cancelled right after the fork's row is stored, the fork still gets the
     source's history and its metadata, and is announced."""
-    db = await Database.open(tmp_path / ".craft" / "appserver.db")
-    door = RecordingDoor("watching-door", answers=[])
-    try:
-        runtime = Runtime(db, tmp_path, OfflineProvider())
-        async with anyio.create_task_group() as tg:
-            await tg.start(runtime.run)
-            runtime.join(door)
-            source = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
-            turn = await runtime.turns.start(source.id, [TextPart(type="text", text="hi")], door)
-            await turn.done.wait()
-            caller = anyio.CancelScope()
-            store = runtime.threads.repo.create
-            stored: list[str] = []
-
-            async def store_then_leave(thread: Any) -> None:
-                await store(thread)
-                stored.append(thread.id)
-                caller.cancel()
-
-            monkeypatch.setattr(runtime.threads.repo, "create", store_then_leave)
-            mark = len(door.events)
-            with caller:
-                await fork_thread(runtime.threads, ForkSpec(thread_id=source.id))
-            assert caller.cancel_called
-            started = await door.wait_for("thread/started", mark)
-            fork = await runtime.threads.get(stored[0])
-            copied, _cursor = await runtime.threads.repo.turns(fork.id, None, None)
-            tg.cancel_scope.cancel()
-    finally:
-        await db.close()
+    async with watched_runtime(tmp_path) as (runtime, door):
+        source_id, turn_id = await finished_turn(runtime, door)
+        caller = anyio.CancelScope()
+        stored = leave_after(monkeypatch, runtime.threads.repo, "create", caller)
+        mark = len(door.events)
+        with caller:
+            await fork_thread(runtime.threads, ForkSpec(thread_id=source_id))
+        assert caller.cancel_called
+        started = await door.wait_for("thread/started", mark)
+        fork = await runtime.threads.get(stored[0].id)
+        copied, _cursor = await runtime.threads.repo.turns(fork.id, None, None)
     assert started.thread_id == fork.id
-    assert fork.metadata["forkedFromId"] == source.id
-    assert [record.id for record in copied] == [turn.record.id]
+    assert fork.metadata["forkedFromId"] == source_id
+    assert [record.id for record in copied] == [turn_id]
 
 
 async def test_a_subagent_child_stored_for_a_cancelled_spawn_is_placed_and_announced(
@@ -252,32 +259,13 @@ async def test_a_subagent_child_stored_for_a_cancelled_spawn_is_placed_and_annou
 ) -> None:
     """The parent's turn cancelled right after the child's spawn edge is stored:
     the child is still announced."""
-    db = await Database.open(tmp_path / ".craft" / "appserver.db")
-    door = RecordingDoor("watching-door", answers=[])
-    try:
-        runtime = Runtime(db, tmp_path, OfflineProvider())
-        async with anyio.create_task_group() as tg:
-            await tg.start(runtime.run)
-            runtime.join(door)
-            parent = await runtime.threads.create(NewThread(user_id="me", channel_name="test"))
-            turn = await runtime.turns.start(parent.id, [TextPart(type="text", text="hi")], door)
-            await turn.done.wait()
-            caller = anyio.CancelScope()
-            store_edge = runtime.subagents.edges.upsert
-            children: list[str] = []
-
-            async def store_then_leave(edge: Any) -> None:
-                await store_edge(edge)
-                children.append(edge.child_thread_id)
-                caller.cancel()
-
-            monkeypatch.setattr(runtime.subagents.edges, "upsert", store_then_leave)
-            mark = len(door.events)
-            with caller:
-                await runtime.subagents.spawn(parent.id, turn.record.id, {"agentPrompt": "go"})
-            assert caller.cancel_called
-            started = await door.wait_for("thread/started", mark)
-            tg.cancel_scope.cancel()
-    finally:
-        await db.close()
-    assert [started.thread_id] == children
+    async with watched_runtime(tmp_path) as (runtime, door):
+        parent_id, turn_id = await finished_turn(runtime, door)
+        caller = anyio.CancelScope()
+        edges = leave_after(monkeypatch, runtime.subagents.edges, "upsert", caller)
+        mark = len(door.events)
+        with caller:
+            await runtime.subagents.spawn(parent_id, turn_id, {"agentPrompt": "go"})
+        assert caller.cancel_called
+        started = await door.wait_for("thread/started", mark)
+    assert [started.thread_id] == [edge.child_thread_id for edge in edges]
