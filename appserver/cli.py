@@ -257,6 +257,8 @@ def codex_main(argv: Sequence[str] | None = None) -> int:
     """The ``appserver-codex`` script: Codex's command line (``[-c k=v]... app-server
     [--listen stdio://]``), so ``CodexConfig(codex_bin=...)`` can point at it, and
     ``exec --experimental-json``, what ``@openai/codex-sdk`` runs once per turn."""
+    if argv is None:  # the process itself: start as main() does (main is given a list)
+        startup.begin()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if face_module("codex.exec_command").is_exec(arguments):
         return codex_exec(arguments)

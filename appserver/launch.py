@@ -26,6 +26,7 @@ def main() -> int:
     code = _warm_start("appserver", argv)
     if code is not None:
         return code
+    _keep_compiled_methods()
     from appserver.cli import main as cli_main
 
     return cli_main()
@@ -37,9 +38,18 @@ def codex_main() -> int:
     code = _warm_start("appserver-codex", sys.argv[1:])
     if code is not None:
         return code
+    _keep_compiled_methods()
     from appserver.cli import codex_main as cli_codex_main
 
     return cli_codex_main()
+
+
+def _keep_compiled_methods() -> None:
+    """Dataclasses' generated methods come compiled from the last run
+    (:mod:`appserver.dataclass_cache`); first, before anything makes one."""
+    from appserver import dataclass_cache
+
+    dataclass_cache.install()
 
 
 def _warm_start(entry: str, argv: list[str]) -> int | None:
