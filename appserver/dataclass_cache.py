@@ -30,8 +30,12 @@ import atexit
 import marshal
 import os
 import sys
-from types import CodeType, ModuleType
-from typing import Any
+
+# Not `typing` or `types`: this runs before the early answers, which do without them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import CodeType, ModuleType
+    from typing import Any
 
 # What the file starts with: a file written by another interpreter is ignored.
 _HEADER = b"appserver dataclass methods 1 " + sys.version.encode() + b"\n"
@@ -132,11 +136,10 @@ def _read(path: str) -> dict[str, CodeType]:
         entries = marshal.loads(data[len(_HEADER) :])
     except (OSError, EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(entries, dict):
+    if type(entries) is not dict or not all(type(text) is str for text in entries):
         return {}
-    return {
-        text: code for text, code in entries.items() if type(text) is str and type(code) is CodeType
-    }
+    code_type = type(_read.__code__)  # types.CodeType, without importing types
+    return {text: code for text, code in entries.items() if type(code) is code_type}
 
 
 def _patch(module: ModuleType) -> None:
