@@ -3,23 +3,25 @@
 Python 3.11's :mod:`dataclasses` writes each class's ``__init__``, ``__repr__``
 and ``__eq__`` (frozen: also ``__setattr__``, ``__delattr__``, ``__hash__``) as
 source text and compiles it with ``exec`` every time the class is made. A
-server's start makes ~200 dataclasses (ours, pydantic's, anyio's): ~800
+server's start makes ~200 dataclasses (ours, pydantic's, anyio's): ~880
 compiles, ~65 ms of a ~400 ms start's CPU. CPython keeps a module's bytecode in
 ``__pycache__`` so that it is not compiled at every start; this keeps those
 methods' code the same way, in one file beside this module's own bytecode
 (``__pycache__/dataclass_cache.cpython-311.methods``).
 
-The file maps each generated source text to the code ``compile`` made of it. A
-class whose source changed (a field added, a library upgraded) is a new text,
-compiled as before and added at the next save; the code run is always what
-compiling that exact text gives, so classes behave exactly as without the file.
-The file is where the interpreter itself reads and writes our bytecode (never
-the workspace), it is not written when writing bytecode is off
-(``PYTHONDONTWRITEBYTECODE``), and a file that cannot be read is ignored.
+The file maps each generated source text to the marshalled code that
+``compile`` made of it; each use unmarshals a fresh code object, as each
+compile would. A class whose source changed (a field added, a library
+upgraded) is a new text, compiled as before and added at the next save, so
+classes behave exactly as without the file. The file is where the interpreter
+itself reads and writes our bytecode (never the workspace), written as CPython
+writes a ``.pyc``: a new file of the source's mode, then renamed over the old.
+It is not written when writing bytecode is off (``PYTHONDONTWRITEBYTECODE``),
+and a file that cannot be read is ignored.
 
 How it is hooked in: the ``exec`` that :mod:`dataclasses` calls is looked up
 in that module's globals before the builtins, so :func:`install` sets one
-there, when ``dataclasses`` is imported (a finder on ``sys.meta_path``; the
+there, as ``dataclasses`` is imported (a finder on ``sys.meta_path``; the
 entry points call it before anything is imported, and importing
 ``dataclasses`` itself costs ~8 ms that the early answers do without).
 """
@@ -31,21 +33,22 @@ import marshal
 import os
 import sys
 
-# Not `typing` or `types`: this runs before the early answers, which do without them.
+# Not `typing` or `types`: this runs before the early answers, which need neither.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
     from types import CodeType, ModuleType
     from typing import Any
 
 # What the file starts with: a file written by another interpreter is ignored.
-_HEADER = b"appserver dataclass methods 1 " + sys.version.encode() + b"\n"
-# More texts than this (upgrades accumulate them): the file keeps only this
-# run's.
-MAX_ENTRIES = 5_000
+_HEADER = b"appserver dataclass methods 2 " + sys.version.encode() + b"\n"
+# A file holding more texts than this (upgrades leave old ones behind) is cut
+# to those of the run that saves it.
+MAX_ENTRIES = 3_000
 
 _cache_file: str | None = None
-_known: dict[str, CodeType] | None = None  # read from the file at first use
-_compiled: dict[str, CodeType] = {}  # compiled by this process, not yet saved
+_known: dict[str, bytes] | None = None  # read from the file at first use
+_compiled: dict[str, bytes] = {}  # compiled by this process, not yet saved
 _used: set[str] = set()
 _builtin_exec = exec
 
@@ -53,7 +56,7 @@ _builtin_exec = exec
 def default_file() -> str | None:
     """Where the file is: beside this module's bytecode (``None`` when it has none)."""
     cached = globals().get("__cached__")
-    return None if not cached else cached.removesuffix(".pyc") + ".methods"
+    return None if not cached else os.path.abspath(cached.removesuffix(".pyc") + ".methods")
 
 
 def install(cache_file: str | None = None) -> None:
@@ -64,9 +67,11 @@ def install(cache_file: str | None = None) -> None:
     global _cache_file
     if _cache_file is not None:
         return
-    _cache_file = cache_file or default_file()
-    if _cache_file is None:
+    chosen = cache_file or default_file()
+    if chosen is None:
         return
+    # Absolute: a relative pycache prefix would follow the process's directory.
+    _cache_file = os.path.abspath(chosen)
     module = sys.modules.get("dataclasses")
     if module is not None:
         _patch(module)
@@ -80,23 +85,12 @@ def save() -> None:
     it was read are kept); nothing when none were, or bytecode is not written."""
     if not _compiled or _cache_file is None or sys.dont_write_bytecode:
         return
-    temporary = f"{_cache_file}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(_cache_file), exist_ok=True)
-        with open(temporary, "wb") as out:  # first: a read-only install stops here
-            entries = _read(_cache_file)
-            entries.update(_compiled)
-            if len(entries) > MAX_ENTRIES:
-                entries = {text: code for text, code in entries.items() if text in _used}
-            out.write(_HEADER + marshal.dumps(entries))
-        os.replace(temporary, _cache_file)  # readers see the old file or the new, whole
-    except OSError:
-        import contextlib  # only here: nothing at start needs it
-
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        return
-    _compiled.clear()
+    entries = _read(_cache_file)
+    entries.update(_compiled)
+    if len(entries) > MAX_ENTRIES:
+        entries = {text: code for text, code in entries.items() if text in _used}
+    if _write(_cache_file, _HEADER + marshal.dumps(entries)):
+        _compiled.clear()
 
 
 def misses() -> int:
@@ -104,14 +98,37 @@ def misses() -> int:
     return len(_compiled)
 
 
+def _write(path: str, data: bytes) -> bool:
+    """``data`` to ``path`` as CPython writes bytecode: a new file (never an
+    existing one or a link), with the source's permissions, renamed over ``path``."""
+    try:
+        mode = os.stat(__file__).st_mode & 0o666
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        descriptor = os.open(temporary, flags, mode)
+    except OSError:
+        return False
+    try:
+        with open(descriptor, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)  # readers see the old file or the new, whole
+    except OSError:
+        import contextlib  # only on this rare path
+
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)  # ours: made above with O_EXCL
+        return False
+    return True
+
+
 def _cached_exec(source: Any, globals: Any = None, locals: Any = None, /, **options: Any) -> None:
-    """``exec`` for :mod:`dataclasses`: a source text's code from the file, else compiled."""
-    if type(source) is str:
-        code = _code_for(source)
-        if globals is None:  # exec would take the caller's: dataclasses' own
-            globals = vars(sys.modules["dataclasses"])
-        _builtin_exec(code, globals, locals, **options)
-        return
+    """``exec`` for :mod:`dataclasses`: a source text's code from the file, else compiled.
+
+    3.11's dataclasses always passes the module's globals; any other call (no
+    globals, or code rather than text) is handed to the built-in untouched."""
+    if type(source) is str and globals is not None:
+        source = _code_for(source)
     _builtin_exec(source, globals, locals, **options)
 
 
@@ -120,14 +137,22 @@ def _code_for(text: str) -> CodeType:
     if _known is None:
         _known = _read(_cache_file) if _cache_file else {}
     _used.add(text)
-    code = _known.get(text)
-    if code is None:
-        # dont_inherit: no __future__ flags from this module; dataclasses has none.
-        code = _compiled[text] = _known[text] = compile(text, "<string>", "exec", dont_inherit=True)
+    blob = _known.get(text)
+    if blob is not None:
+        try:
+            code: CodeType = marshal.loads(blob)
+        except (EOFError, ValueError, TypeError):  # not bytes, or not marshal's
+            pass
+        else:
+            if type(code) is type(_code_for.__code__):  # types.CodeType, without importing types
+                return code
+    # dont_inherit: no __future__ flags from this module (dataclasses has none).
+    code = compile(text, "<string>", "exec", dont_inherit=True)
+    _compiled[text] = _known[text] = marshal.dumps(code)
     return code
 
 
-def _read(path: str) -> dict[str, CodeType]:
+def _read(path: str) -> dict[str, bytes]:
     try:
         with open(path, "rb") as source:
             data = source.read()
@@ -136,39 +161,56 @@ def _read(path: str) -> dict[str, CodeType]:
         entries = marshal.loads(data[len(_HEADER) :])
     except (OSError, EOFError, ValueError, TypeError):
         return {}
-    if type(entries) is not dict or not all(type(text) is str for text in entries):
-        return {}
-    code_type = type(_read.__code__)  # types.CodeType, without importing types
-    return {text: code for text, code in entries.items() if type(code) is code_type}
+    # Each entry is checked where it is used (_code_for): a bad one is compiled again.
+    return entries if type(entries) is dict else {}
 
 
 def _patch(module: ModuleType) -> None:
-    module.exec = _cached_exec  # type: ignore[attr-defined]
+    setattr(module, "exec", _cached_exec)  # noqa: B010 (the module declares no such name)
 
 
 class _PatchOnImport:
     """A ``sys.meta_path`` finder that patches ``dataclasses`` once it has been
-    executed, then leaves the path (it finds nothing itself)."""
+    executed, then leaves the path (it loads nothing itself)."""
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if name != "dataclasses":
             return None
-        sys.meta_path.remove(self)
         for finder in sys.meta_path:
             find_spec = getattr(finder, "find_spec", None)
-            spec = find_spec(name, path, target) if find_spec is not None else None
+            if finder is self or find_spec is None:
+                continue
+            spec: ModuleSpec | None = find_spec(name, path, target)
             if spec is not None:
                 break
         else:
             return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-
-        def exec_and_patch(module: ModuleType) -> None:
-            exec_module(module)
-            _patch(module)
-
-        loader.exec_module = exec_and_patch
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            # Duck-typed: importlib.abc.Loader would cost an import here.
+            spec.loader = _Patching(spec.loader, self)  # type: ignore[assignment]
         return spec
+
+    def leave(self) -> None:
+        # A new list: another thread may be going through the old one.
+        sys.meta_path = [finder for finder in sys.meta_path if finder is not self]
+
+
+class _Patching:
+    """The loader of ``dataclasses``, patching it once executed. The module is
+    then given its own loader back (a finder's loader may serve other modules)."""
+
+    def __init__(self, loader: Any, finder: _PatchOnImport) -> None:
+        self.loader = loader
+        self.finder = finder
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        created: ModuleType | None = self.loader.create_module(spec)
+        return created
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        _patch(module)
+        self.finder.leave()

@@ -459,6 +459,8 @@ def main(arguments: Sequence[str] | None = None) -> int:
     try:
         gc.disable()  # as a cold start does (appserver/startup.py)
         preload(command[1], command[2:])
+        # Kept now: otherwise every forked server would find them unsaved and write them.
+        dataclass_cache.save()
         gc.collect()
         gc.freeze()  # the children share these pages and never scan them
         gc.enable()
