@@ -54,6 +54,10 @@ async def serve_warm(args: argparse.Namespace, host: Callable[[], Any], path: st
         log.info("a warm process already serves %s", path)
         return EXIT_OK
     try:
+        # Stamped before the settings are read: a change made while this process
+        # starts is one it may have missed, so it counts as a change.
+        watched = _watched_files(Path(args.workspace))
+        read_at_start = _stamps(watched)
         async with contextlib.AsyncExitStack() as stack:
             opened = await open_runtime(host, stack, None)
             if isinstance(opened, StartupFailure):
@@ -68,7 +72,7 @@ async def serve_warm(args: argparse.Namespace, host: Callable[[], Any], path: st
                 log.error("cannot listen at %s: %s", path, exc)
                 return EXIT_RUNTIME
             async with listener:
-                warm = WarmProcess(args, Conversations(opened, args), path)
+                warm = WarmProcess(args, Conversations(opened, args), path, read_at_start)
                 await warm.run(listener)
                 log.info("warm process ends after %d requests", warm.served)
     finally:
@@ -106,7 +110,13 @@ class _Captured:
 class WarmProcess:
     """The listener's loop, the connections in flight and the idle clock."""
 
-    def __init__(self, args: argparse.Namespace, conversations: Conversations, path: str) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        conversations: Conversations,
+        path: str,
+        read_at_start: dict[Path, int | None],
+    ) -> None:
         self.args = args
         self.conversations = conversations
         self.path = path
@@ -116,8 +126,8 @@ class WarmProcess:
         self._active = 0
         self._last = time.monotonic()
         self._accepting = anyio.CancelScope()
-        self._watched = _watched_files(Path(args.workspace))
-        self._read_at_start = _stamps(self._watched)
+        self._watched = list(read_at_start)
+        self._read_at_start = read_at_start  # the watched files, stamped before reading them
 
     def stale(self) -> bool:
         """Whether appserver's code or a settings file it read at start changed
