@@ -236,6 +236,15 @@ def hold_lock(path: str) -> int | None:
     return holder
 
 
+def python_flags() -> list[str]:
+    """The interpreter options of a warm process: ``-P`` (the working directory,
+    often the workspace, which the agent writes, is not put on the module path,
+    so no file there can pose as a module of ours or of the standard library)
+    and this process's ``-B`` (no bytecode written), which the environment
+    alone would not pass on."""
+    return ["-P", *(["-B"] if sys.dont_write_bytecode else [])]
+
+
 def start_detached(
     command: Sequence[str],
     environ: Mapping[str, str],

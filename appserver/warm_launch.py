@@ -59,6 +59,7 @@ from appserver.warm_common import (
     fingerprint,
     is_serving,
     log_path,
+    python_flags,
     read_line,
     runtime_dir,
     socket_path,
@@ -156,10 +157,8 @@ def _start_parent(path: str, seconds: float, command: list[str], cwd: str, slot:
 
     from appserver.tools.environment import is_secret
 
-    # -P: the working directory (often the workspace, which the agent
-    # writes) is not put on the module path, so no file there can pose
-    # as a module of ours or of the standard library.
-    parent = [sys.executable, "-P", "-m", "appserver.warm_parent", path, str(seconds), str(slot)]
+    parent = [sys.executable, *python_flags(), "-m", "appserver.warm_parent", path]
+    parent += [str(seconds), str(slot)]
     given = json.dumps({"command": command, "environment": dict(os.environ)})
     plain = {name: value for name, value in os.environ.items() if not is_secret(name)}
     start_detached(parent, plain, cwd, log_path(path), given.encode(), kept=[slot])

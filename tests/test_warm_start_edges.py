@@ -325,3 +325,14 @@ async def test_a_parent_that_ended_is_no_zombie_of_the_first_server(
         answer = await client.request("thread/start", {"identity": IDENTITY})
         assert answer["thread"]["id"]
         assert parent not in children_of(process.pid)
+
+
+def test_a_warm_process_writes_no_bytecode_when_its_launcher_would_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``python -B``: the environment alone would not pass it on to the warm
+    parent or a Zene warm process (nor, so, to the compiled dataclass methods)."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert warm_common.python_flags() == ["-P", "-B"]
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert warm_common.python_flags() == ["-P"]

@@ -52,6 +52,7 @@ from appserver.warm_common import (
     lock_path,
     log_path,
     peer_is_us,
+    python_flags,
     read_line,
     runtime_dir,
     start_detached,
@@ -218,8 +219,6 @@ def start() -> bool:
         return True
     child_env = dict(environ)
     child_env[SOCKET_VARIABLE] = path
-    # -P: the working directory (often the workspace, which the agent writes)
-    # is not put on the module path, so no file there can pose as a module of
-    # ours or of the standard library.
-    start_detached([sys.executable, "-P", "-m", "appserver", *argv], child_env, cwd, log_path(path))
+    command = [sys.executable, *python_flags(), "-m", "appserver", *argv]
+    start_detached(command, child_env, cwd, log_path(path))
     return True

@@ -54,22 +54,33 @@ async def serve_warm(args: argparse.Namespace, host: Callable[[], Any], path: st
         log.info("a warm process already serves %s", path)
         return EXIT_OK
     try:
-        # Stamped before the settings are read: a change made while this process
-        # starts is one it may have missed, so it counts as a change.
-        watched = _watched_files(Path(args.workspace))
-        read_at_start = _stamps(watched)
+        workspace = Path(args.workspace)
+        # The settings are stamped before they are read (a change made while this
+        # process starts may have been missed, so it counts as a change), the
+        # code as it was when the process started (_code_stamp).
+        read_at_start = {**_stamps(_settings_files(workspace)), **_code_stamp()}
         async with contextlib.AsyncExitStack() as stack:
             opened = await open_runtime(host, stack, None)
             if isinstance(opened, StartupFailure):
                 return opened.exit_code
+            # The trust record once the start has settled trust: a start may
+            # write it itself (--trust-workspace, a workspace it made).
+            read_at_start.update(_stamps([_trust_record(workspace)]))
             # Bound and listening under another name, then renamed into place:
             # a one-shot never finds the name before it can connect there.
             fresh = f"{path}.{os.getpid()}"
             try:
                 listener = await anyio.create_unix_listener(fresh, mode=0o600)
+            except OSError as exc:
+                log.error("cannot listen at %s: %s", path, exc)
+                return EXIT_RUNTIME
+            try:
                 os.replace(fresh, path)
             except OSError as exc:
                 log.error("cannot listen at %s: %s", path, exc)
+                await listener.aclose()
+                with contextlib.suppress(OSError):
+                    os.unlink(fresh)
                 return EXIT_RUNTIME
             async with listener:
                 warm = WarmProcess(args, Conversations(opened, args), path, read_at_start)
@@ -115,7 +126,7 @@ class WarmProcess:
         args: argparse.Namespace,
         conversations: Conversations,
         path: str,
-        read_at_start: dict[Path, int | None],
+        read_at_start: dict[Path, Stamp],
     ) -> None:
         self.args = args
         self.conversations = conversations
@@ -127,11 +138,11 @@ class WarmProcess:
         self._last = time.monotonic()
         self._accepting = anyio.CancelScope()
         self._watched = list(read_at_start)
-        self._read_at_start = read_at_start  # the watched files, stamped before reading them
+        self._read_at_start = read_at_start  # what it read once: serve_warm
 
     def stale(self) -> bool:
-        """Whether appserver's code or a settings file it read at start changed
-        (or came or went) since."""
+        """Whether appserver's code, a settings file or the trust record it read
+        at start changed (or came or went) since."""
         return _stamps(self._watched) != self._read_at_start
 
     async def run(self, listener: SocketListener) -> None:
@@ -220,30 +231,60 @@ class WarmProcess:
                 pass
 
 
-def _watched_files(workspace: Path) -> list[Path]:
-    """What a warm process reads once and a one-shot would read again: the
-    appserver package (an upgrade in place rewrites it), the user's settings
-    for every workspace and for this one, the workspace's own config."""
-    import appserver
+# A file's stamp: modification time, size and inode (a rewrite within one tick
+# of the clock, or a file replaced by another, changes one of them); None: absent.
+Stamp = tuple[int, int, int] | None
+# The code's stamp when it changed after the process started: never equal to a
+# file's, so the first request finds the process stale.
+CHANGED_DURING_START: Stamp = (-1, -1, -1)
+
+
+def _settings_files(workspace: Path) -> list[Path]:
+    """The settings a warm process reads once and a one-shot would read again:
+    the user's for every workspace and for this one, the workspace's own config."""
     from appserver.storage.user_settings import user_home, workspace_home
 
     home = user_home()
     return [
-        Path(appserver.__file__),
         home / "config.json",
         workspace_home(workspace.resolve(), home) / "config.json",
         workspace / ".craft" / "config.json",
     ]
 
 
-def _stamps(files: list[Path]) -> dict[Path, int | None]:
-    """Each file's modification time in nanoseconds (``None``: absent)."""
-    stamps: dict[Path, int | None] = {}
+def _trust_record(workspace: Path) -> Path:
+    """Where the user's trust in this workspace is recorded (storage/trust.py)."""
+    from appserver.storage.trust import TRUST_FILE
+    from appserver.storage.user_settings import user_home, workspace_home
+
+    return workspace_home(workspace.resolve(), user_home()) / TRUST_FILE
+
+
+def _code_stamp() -> dict[Path, Stamp]:
+    """The appserver package's stamp (an upgrade in place rewrites it), or
+    :data:`CHANGED_DURING_START` when it is newer than this process: its
+    modules may then be half old, half new."""
+    import appserver
+    from appserver.startup import process_started
+
+    package = Path(appserver.__file__)
+    stamp = _stamps([package])[package]
+    age_ns = int((time.monotonic() - process_started()) * 1e9)
+    if stamp is not None and stamp[0] > time.time_ns() - age_ns:
+        stamp = CHANGED_DURING_START
+    return {package: stamp}
+
+
+def _stamps(files: list[Path]) -> dict[Path, Stamp]:
+    """Each file's :data:`Stamp`."""
+    stamps: dict[Path, Stamp] = {}
     for path in files:
         try:
-            stamps[path] = path.stat().st_mtime_ns
+            status = path.stat()
         except OSError:
             stamps[path] = None
+        else:
+            stamps[path] = (status.st_mtime_ns, status.st_size, status.st_ino)
     return stamps
 
 
