@@ -114,7 +114,8 @@ def describe(code):
 
 code = {}
 for cls in (Plain, Frozen, Ordered, KeywordOnly, Derived, Hashed):
-    for name in ("__init__", "__repr__", "__eq__", "__lt__", "__setattr__", "__hash__"):
+    for name in ("__init__", "__repr__", "__eq__", "__lt__", "__le__", "__gt__", "__ge__",
+                 "__setattr__", "__delattr__", "__hash__"):
         method = cls.__dict__.get(name)
         inner = getattr(method, "__wrapped__", method)
         if inner is not None and hasattr(inner, "__code__"):
