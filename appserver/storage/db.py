@@ -233,27 +233,21 @@ class SqliteDatabase(Database):
             return await cursor.fetchone() is None
 
     async def migrate(self) -> list[str]:
-        """Apply pending migrations in order; returns the names applied."""
-        await self.conn.execute(MIGRATIONS_TABLE)
-        async with self.conn.execute("SELECT version FROM schema_migrations") as cursor:
-            applied = {row[0] async for row in cursor}
-        done = []
-        for version, name, sql in load_migrations():
-            if version in applied:
-                continue
-            async with self.transaction() as tx:
-                # Another process opening the file at once may have applied it.
-                if await tx.fetch("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)):
-                    continue
-                # executescript would COMMIT our transaction; run statements one by one.
-                for statement in split_sql(sql):
-                    await tx.execute(statement)
-                await tx.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                    (version, name, datetime.now(UTC).isoformat()),
+        """Apply pending migrations in order; returns the names applied.
+
+        All of them in one trip to the database thread (a new database's ~180
+        statements were as many trips: ~14 ms of a start); each migration is
+        still its own transaction."""
+        migrations = load_migrations()
+        async with self._write_lock:
+            with anyio.CancelScope(shield=True):  # a transaction is never left open
+                done: list[str] = await self.conn._execute(  # type: ignore[no-untyped-call]
+                    _apply_migrations, self.conn._conn, migrations
                 )
+        if done:
+            self.generation += 1
+        for name in done:
             log.debug("applied migration %s", name)
-            done.append(name)
         return done
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
@@ -417,6 +411,38 @@ def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseExcep
             conn.execute("ROLLBACK")
         raise
     return errors
+
+
+def _apply_migrations(
+    conn: sqlite3.Connection, migrations: list[tuple[int, str, str]]
+) -> list[str]:
+    """The pending ``migrations``, each in its own ``BEGIN IMMEDIATE``
+    transaction (on the database thread); the names applied."""
+    conn.execute(MIGRATIONS_TABLE)
+    applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+    done = []
+    for version, name, sql in migrations:
+        if version in applied:
+            continue
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process opening the file at once may have applied it.
+            taken = "SELECT 1 FROM schema_migrations WHERE version = ?"
+            if conn.execute(taken, (version,)).fetchone() is None:
+                # executescript would COMMIT our transaction; run statements one by one.
+                for statement in split_sql(sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, datetime.now(UTC).isoformat()),
+                )
+                done.append(name)
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return done
 
 
 def split_sql(script: str) -> list[str]:
