@@ -50,6 +50,7 @@ _cache_file: str | None = None
 _known: dict[str, bytes] | None = None  # read from the file at first use
 _compiled: dict[str, bytes] = {}  # compiled by this process, not yet saved
 _used: set[str] = set()
+_unwritable = False  # a save could not make its file: not tried again
 _builtin_exec = exec
 
 
@@ -82,15 +83,31 @@ def install(cache_file: str | None = None) -> None:
 
 def save() -> None:
     """Add the texts this process compiled to the file (others' additions since
-    it was read are kept); nothing when none were, or bytecode is not written."""
-    if not _compiled or _cache_file is None or sys.dont_write_bytecode:
+    it was read are kept); nothing when none were, or bytecode is not written.
+    Where the file cannot be written (a read-only install), a process tries once."""
+    global _unwritable
+    if not _compiled or _cache_file is None or sys.dont_write_bytecode or _unwritable:
         return
+    made = _new_file(_cache_file)  # first: the merge is only worth making if it can be kept
+    if made is None:
+        _unwritable = True
+        return
+    descriptor, temporary = made
     entries = _read(_cache_file)
     entries.update(_compiled)
     if len(entries) > MAX_ENTRIES:
         entries = {text: code for text, code in entries.items() if text in _used}
-    if _write(_cache_file, _HEADER + marshal.dumps(entries)):
-        _compiled.clear()
+    try:
+        with open(descriptor, "wb") as out:
+            out.write(_HEADER + marshal.dumps(entries))
+        os.replace(temporary, _cache_file)  # readers see the old file or the new, whole
+    except OSError:
+        import contextlib  # only on this rare path
+
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)  # ours: made with O_EXCL
+        return
+    _compiled.clear()
 
 
 def misses() -> int:
@@ -98,28 +115,17 @@ def misses() -> int:
     return len(_compiled)
 
 
-def _write(path: str, data: bytes) -> bool:
-    """``data`` to ``path`` as CPython writes bytecode: a new file (never an
-    existing one or a link), with the source's permissions, renamed over ``path``."""
+def _new_file(path: str) -> tuple[int, str] | None:
+    """A new file beside ``path``, made as CPython makes bytecode (never an
+    existing file or a link; the source's permissions): its descriptor and name."""
     try:
         mode = os.stat(__file__).st_mode & 0o666
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        descriptor = os.open(temporary, flags, mode)
+        return os.open(temporary, flags, mode), temporary
     except OSError:
-        return False
-    try:
-        with open(descriptor, "wb") as out:
-            out.write(data)
-        os.replace(temporary, path)  # readers see the old file or the new, whole
-    except OSError:
-        import contextlib  # only on this rare path
-
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)  # ours: made above with O_EXCL
-        return False
-    return True
+        return None
 
 
 def _cached_exec(source: Any, globals: Any = None, locals: Any = None, /, **options: Any) -> None:

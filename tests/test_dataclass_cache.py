@@ -134,6 +134,7 @@ if CACHE != "-":
     out["misses"] = dataclass_cache.misses()
     dataclass_cache.save()
     out["unsaved"] = dataclass_cache.misses()
+    out["gave_up"] = dataclass_cache._unwritable
 print(json.dumps(out))
 """
 
@@ -156,7 +157,9 @@ def probe(
 
 
 def without_misses(result: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in result.items() if key not in ("misses", "unsaved")}
+    return {
+        key: value for key, value in result.items() if key not in ("misses", "unsaved", "gave_up")
+    }
 
 
 def test_classes_made_from_the_file_are_those_compiled(tmp_path: Path) -> None:
@@ -211,6 +214,16 @@ def test_nothing_is_written_when_bytecode_is_not(tmp_path: Path) -> None:
     cache = tmp_path / "methods"
     probe(cache, env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert not cache.exists()
+
+
+def test_a_place_it_cannot_write_is_tried_once(tmp_path: Path) -> None:
+    """A read-only install: nothing merged or written for nothing at each save."""
+    cache = tmp_path / "a file, not a directory" / "methods"
+    cache.parent.write_text("")
+    result = probe(cache)
+    assert result["misses"] > 0
+    assert result["gave_up"] is True  # the save at exit does not try again
+    assert list(tmp_path.iterdir()) == [cache.parent]
 
 
 def test_a_file_it_cannot_replace_leaves_it_compiling(tmp_path: Path) -> None:
