@@ -15,6 +15,9 @@ import sys
 
 def main() -> int:
     """Run the ``appserver`` command; returns the process exit status."""
+    from appserver import startup
+
+    startup.note_launch()
     argv = sys.argv[1:]
     if argv[:1] == ["host"]:
         from appserver.faces.zene import warm

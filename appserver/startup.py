@@ -36,6 +36,35 @@ _IMPORTED = time.monotonic()
 _adopted: float | None = None
 
 
+#: A file's stamp: modification time, size and inode.
+FileStamp = tuple[int, int, int]
+#: ``appserver/__init__.py``'s stamp as this process was launched (``None``:
+#: not launched through ``appserver.launch.main``). An upgrade in place rewrites
+#: it: a warm process that finds it changed may have imported half old, half
+#: new modules.
+package_at_launch: FileStamp | None = None
+
+
+def file_stamp(path: str) -> FileStamp | None:
+    """``path``'s stamp (``None``: absent): a rewrite that changes its size, or a
+    file put in its place, changes it even within one tick of the file system's
+    clock."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (status.st_mtime_ns, status.st_size, status.st_ino)
+
+
+def note_launch() -> None:
+    """Remember the package's stamp (:data:`package_at_launch`); the entry point
+    calls this first."""
+    global package_at_launch
+    import appserver
+
+    package_at_launch = file_stamp(appserver.__file__)
+
+
 def begin() -> None:
     """Hold the collector off (the process entry point calls this first)."""
     gc.disable()

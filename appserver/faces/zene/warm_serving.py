@@ -24,6 +24,8 @@ from typing import Any
 import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream
 
+import appserver
+from appserver import startup
 from appserver.faces.zene.serving import (
     SessionOrder,
     StartupFailure,
@@ -34,6 +36,7 @@ from appserver.faces.zene.session import Conversations
 from appserver.faces.zene.warm import WIRE_VERSION, answer_frame
 from appserver.faces.zene.wire import EXIT_OK, EXIT_RUNTIME
 from appserver.protocol.decoding import JsonRejected, loads_client
+from appserver.startup import FileStamp, file_stamp
 from appserver.transport.base import FrameRejected, TransportClosed
 from appserver.transport.stdio import LineSource
 from appserver.warm_common import CHUNK, hold_lock, log_path, peer_is_us
@@ -55,17 +58,18 @@ async def serve_warm(args: argparse.Namespace, host: Callable[[], Any], path: st
         return EXIT_OK
     try:
         workspace = Path(args.workspace)
-        # The settings are stamped before they are read (a change made while this
-        # process starts may have been missed, so it counts as a change), the
-        # code as it was when the process started (_code_stamp).
-        read_at_start = {**_stamps(_settings_files(workspace)), **_code_stamp()}
+        # What it reads once is stamped before it is read: a change made while
+        # this process starts may have been missed, so it counts as a change.
+        watched = _settings_files(workspace)
+        if not args.trust_workspace:
+            # With the flag a cold one-shot trusts the workspace whatever the
+            # record says (and every such start rewrites it): not watched then.
+            watched.append(_trust_record(workspace))
+        read_at_start = {**_stamps(watched), **_code_stamp()}
         async with contextlib.AsyncExitStack() as stack:
             opened = await open_runtime(host, stack, None)
             if isinstance(opened, StartupFailure):
                 return opened.exit_code
-            # The trust record once the start has settled trust: a start may
-            # write it itself (--trust-workspace, a workspace it made).
-            read_at_start.update(_stamps([_trust_record(workspace)]))
             # Bound and listening under another name, then renamed into place:
             # a one-shot never finds the name before it can connect there.
             fresh = f"{path}.{os.getpid()}"
@@ -231,11 +235,10 @@ class WarmProcess:
                 pass
 
 
-# A file's stamp: modification time, size and inode (a rewrite within one tick
-# of the clock, or a file replaced by another, changes one of them); None: absent.
-Stamp = tuple[int, int, int] | None
-# The code's stamp when it changed after the process started: never equal to a
-# file's, so the first request finds the process stale.
+#: A file's stamp (:func:`appserver.startup.file_stamp`); ``None``: absent.
+Stamp = FileStamp | None
+# The code's stamp when it changed since the process was launched: never equal
+# to a file's, so the first request finds the process stale.
 CHANGED_DURING_START: Stamp = (-1, -1, -1)
 
 
@@ -262,30 +265,19 @@ def _trust_record(workspace: Path) -> Path:
 
 def _code_stamp() -> dict[Path, Stamp]:
     """The appserver package's stamp (an upgrade in place rewrites it), or
-    :data:`CHANGED_DURING_START` when it is newer than this process: its
-    modules may then be half old, half new."""
-    import appserver
-    from appserver.startup import process_started
-
+    :data:`CHANGED_DURING_START` when it changed since this process was
+    launched: its modules may then be half old, half new."""
     package = Path(appserver.__file__)
-    stamp = _stamps([package])[package]
-    age_ns = int((time.monotonic() - process_started()) * 1e9)
-    if stamp is not None and stamp[0] > time.time_ns() - age_ns:
+    stamp = file_stamp(str(package))
+    at_launch = startup.package_at_launch
+    if at_launch is not None and at_launch != stamp:
         stamp = CHANGED_DURING_START
     return {package: stamp}
 
 
 def _stamps(files: list[Path]) -> dict[Path, Stamp]:
     """Each file's :data:`Stamp`."""
-    stamps: dict[Path, Stamp] = {}
-    for path in files:
-        try:
-            status = path.stat()
-        except OSError:
-            stamps[path] = None
-        else:
-            stamps[path] = (status.st_mtime_ns, status.st_size, status.st_ino)
-    return stamps
+    return {path: file_stamp(str(path)) for path in files}
 
 
 async def _header(lines: LineSource) -> dict[str, Any] | None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 
 import appserver
+from appserver import startup
 from appserver.faces.zene import warm, warm_serving
 from appserver.faces.zene.serving import StartupFailure
 from appserver.storage.trust import TRUST_FILE
@@ -25,7 +25,13 @@ from tests.faces.zene.test_face_zene import (
     line,
     one_shot,
 )
-from tests.faces.zene.test_zene_warm import KEEP, run_dir, warm_env, warm_socket  # noqa: F401
+from tests.faces.zene.test_zene_warm import (  # noqa: F401 (fixtures)
+    KEEP,
+    run_dir,
+    warm_env,
+    warm_socket,
+    warm_up,
+)
 
 
 async def test_withdrawn_trust_ends_the_warm_process(
@@ -67,28 +73,46 @@ async def test_the_settings_are_stamped_before_the_start_reads_them(
 
     monkeypatch.setattr(warm_serving, "_stamps", stamping)
     monkeypatch.setattr(warm_serving, "open_runtime", opening)
-    args = argparse.Namespace(workspace=str(tmp_path))
+    args = argparse.Namespace(workspace=str(tmp_path), trust_workspace=False)
     code = await warm_serving.serve_warm(args, lambda: None, str(tmp_path / "warm.sock"))
     assert code == 3
     assert steps[-1] == "open"
-    assert any(step.startswith("stamp config.json") for step in steps[:-1])
+    assert "stamp config.json,config.json,config.json,trusted.json" in steps[:-1]
 
 
-def test_code_newer_than_the_process_is_a_change_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_code_changed_since_the_launch_is_a_change_at_once(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An upgrade in place that lands while the process imports: its modules
-    may be half old, half new, so its first request finds it stale."""
-    package = tmp_path / "__init__.py"
-    package.write_text("")
-    monkeypatch.setattr(appserver, "__file__", str(package))
-    an_hour_ago = time.monotonic() - 3600
-    monkeypatch.setattr("appserver.startup.process_started", lambda: an_hour_ago)
-    assert warm_serving._code_stamp() == {package: warm_serving.CHANGED_DURING_START}
-    two_hours_ago = time.time() - 7200
-    os.utime(package, (two_hours_ago, two_hours_ago))  # before the process started
-    (stamp,) = warm_serving._code_stamp().values()
-    assert stamp is not None and stamp != warm_serving.CHANGED_DURING_START
+    may be half old, half new, so its first request finds it stale. (Stamps
+    compared, no clocks: a file dated in the future is no change.)"""
+    package = appserver.__file__
+    now = startup.file_stamp(package)
+    assert now is not None
+    monkeypatch.setattr(startup, "package_at_launch", now)
+    assert warm_serving._code_stamp() == {Path(package): now}
+    monkeypatch.setattr(startup, "package_at_launch", (now[0] - 1, now[1], now[2]))
+    assert warm_serving._code_stamp() == {Path(package): warm_serving.CHANGED_DURING_START}
+    monkeypatch.setattr(startup, "package_at_launch", None)  # not launched through launch.main
+    assert warm_serving._code_stamp() == {Path(package): now}
+
+
+async def test_a_warm_process_with_trust_workspace_ignores_the_trust_record(
+    workspace: Path,
+    run_dir: Path,  # noqa: F811 (the fixture, imported above)
+) -> None:
+    """Every start with --trust-workspace rewrites the record (a new database
+    id), and a cold one-shot with the flag trusts the workspace whatever it
+    says: another start must not end this warm process."""
+    flagged = (*ONE_SHOT, *KEEP, "--trust-workspace")
+    socket_path = await warm_up(workspace, run_dir, *flagged)
+    record = workspace_home(workspace.resolve(), user_home(warm_env(run_dir))) / TRUST_FILE
+    record.write_text(record.read_text().replace('"database"', '"database" ') + "\n")
+    code, answers, _ = await one_shot(
+        workspace, line(clawbridge_request()), *flagged, environment=warm_env(run_dir)
+    )
+    assert accepted_by_clawbridge(code, answers)
+    assert warm.stop(str(socket_path)) == 1  # answered by the warm process
 
 
 def test_a_rewrite_that_keeps_the_time_is_still_a_change(tmp_path: Path) -> None:
