@@ -93,20 +93,22 @@ def save() -> None:
         _unwritable = True
         return
     descriptor, temporary = made
-    entries = _read(_cache_file)
-    entries.update(_compiled)
-    if len(entries) > MAX_ENTRIES:
-        entries = {text: code for text, code in entries.items() if text in _used}
     try:
-        with open(descriptor, "wb") as out:
+        with open(descriptor, "wb") as out:  # closed whatever happens next
+            entries = _read(_cache_file)
+            entries.update(_compiled)
+            if len(entries) > MAX_ENTRIES:
+                entries = {text: code for text, code in entries.items() if text in _used}
             out.write(_HEADER + marshal.dumps(entries))
         os.replace(temporary, _cache_file)  # readers see the old file or the new, whole
-    except OSError:
+    except BaseException as error:
         import contextlib  # only on this rare path
 
         with contextlib.suppress(OSError):
             os.unlink(temporary)  # ours: made with O_EXCL
-        return
+        if isinstance(error, OSError):
+            return  # kept for the next save (at exit)
+        raise
     _compiled.clear()
 
 

@@ -7,7 +7,7 @@ import re
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias, TypeVar, cast
@@ -439,7 +439,8 @@ def _apply_migrations(
                 done.append(name)
         except BaseException:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                with suppress(sqlite3.Error):  # a full disk may fail this too: the cause counts
+                    conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
     return done
