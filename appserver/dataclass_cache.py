@@ -29,6 +29,7 @@ entry points call it before anything is imported, and importing
 from __future__ import annotations
 
 import atexit
+import errno
 import marshal
 import os
 import sys
@@ -50,7 +51,11 @@ _cache_file: str | None = None
 _known: dict[str, bytes] | None = None  # read from the file at first use
 _compiled: dict[str, bytes] = {}  # compiled by this process, not yet saved
 _used: set[str] = set()
-_unwritable = False  # a save could not make its file: not tried again
+_unwritable = False  # a save could not make its file, for good: not tried again
+# Why a file cannot be made that no retry in this process would change.
+_NOT_WRITABLE = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST, errno.ELOOP}
+)
 _builtin_exec = exec
 
 
@@ -88,11 +93,14 @@ def save() -> None:
     global _unwritable
     if not _compiled or _cache_file is None or sys.dont_write_bytecode or _unwritable:
         return
-    made = _new_file(_cache_file)  # first: the merge is only worth making if it can be kept
-    if made is None:
-        _unwritable = True
+    try:
+        # First: the merge is only worth making if it can be kept.
+        descriptor, temporary = _new_file(_cache_file)
+    except OSError as error:
+        # A place this process may not write (a read-only install) stays so; a
+        # passing failure (no descriptors, no room) is tried again at exit.
+        _unwritable = error.errno in _NOT_WRITABLE
         return
-    descriptor, temporary = made
     try:
         with open(descriptor, "wb") as out:  # closed whatever happens next
             entries = _read(_cache_file)
@@ -117,17 +125,14 @@ def misses() -> int:
     return len(_compiled)
 
 
-def _new_file(path: str) -> tuple[int, str] | None:
+def _new_file(path: str) -> tuple[int, str]:
     """A new file beside ``path``, made as CPython makes bytecode (never an
     existing file or a link; the source's permissions): its descriptor and name."""
-    try:
-        mode = os.stat(__file__).st_mode & 0o666
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        temporary = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-        return os.open(temporary, flags, mode), temporary
-    except OSError:
-        return None
+    mode = os.stat(__file__).st_mode & 0o666
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.{os.urandom(4).hex()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.open(temporary, flags, mode), temporary
 
 
 def _cached_exec(source: Any, globals: Any = None, locals: Any = None, /, **options: Any) -> None:
