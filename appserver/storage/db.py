@@ -239,15 +239,18 @@ class SqliteDatabase(Database):
         statements were as many trips: ~14 ms of a start); each migration is
         still its own transaction."""
         migrations = load_migrations()
-        async with self._write_lock:
-            with anyio.CancelScope(shield=True):  # a transaction is never left open
-                done: list[str] = await self.conn._execute(  # type: ignore[no-untyped-call]
-                    _apply_migrations, self.conn._conn, migrations
-                )
-        if done:
-            self.generation += 1
-        for name in done:
-            log.debug("applied migration %s", name)
+        done: list[str] = []  # filled as each commits: those before a failure count too
+        try:
+            async with self._write_lock:
+                with anyio.CancelScope(shield=True):  # a transaction is never left open
+                    await self.conn._execute(  # type: ignore[no-untyped-call]
+                        _apply_migrations, self.conn._conn, migrations, done
+                    )
+        finally:
+            if done:
+                self.generation += 1
+            for name in done:
+                log.debug("applied migration %s", name)
         return done
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]:
@@ -414,13 +417,13 @@ def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseExcep
 
 
 def _apply_migrations(
-    conn: sqlite3.Connection, migrations: list[tuple[int, str, str]]
-) -> list[str]:
+    conn: sqlite3.Connection, migrations: list[tuple[int, str, str]], done: list[str]
+) -> None:
     """The pending ``migrations``, each in its own ``BEGIN IMMEDIATE``
-    transaction (on the database thread); the names applied."""
+    transaction (on the database thread); each one's name is added to ``done``
+    once it is committed."""
     conn.execute(MIGRATIONS_TABLE)
     applied = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
-    done = []
     for version, name, sql in migrations:
         if version in applied:
             continue
@@ -436,14 +439,17 @@ def _apply_migrations(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                     (version, name, datetime.now(UTC).isoformat()),
                 )
-                done.append(name)
+                applying: str | None = name
+            else:
+                applying = None
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 with suppress(sqlite3.Error):  # a full disk may fail this too: the cause counts
                     conn.execute("ROLLBACK")
             raise
-        conn.execute("COMMIT")
-    return done
+        if applying is not None:
+            done.append(applying)
 
 
 def split_sql(script: str) -> list[str]:

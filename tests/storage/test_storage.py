@@ -80,6 +80,32 @@ async def test_pending_migrations_apply_on_an_older_database(tmp_path: Path) -> 
         await db.close()
 
 
+async def test_a_failing_migration_keeps_those_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each migration is its own transaction: those before a failing one stay
+    applied, recorded, logged and counted (the database's ``generation``); the
+    failing one leaves nothing behind."""
+    db = await Database.open(tmp_path / "app.db")
+    try:
+        known = load_migrations()
+        later = [
+            (len(known) + 1, "9001_good.sql", "CREATE TABLE later_good (x INTEGER)"),
+            (len(known) + 2, "9002_bad.sql", "CREATE TABLE later_bad (x INTEGER);\nNOT SQL"),
+        ]
+        monkeypatch.setattr("appserver.storage.db.load_migrations", lambda: known + later)
+        generation = db.generation
+        with caplog.at_level("DEBUG", logger="appserver.storage"), pytest.raises(sqlite3.Error):
+            await db.migrate()
+        assert db.generation > generation
+        assert "applied migration 9001_good.sql" in caplog.text
+        assert await scalar(db, "SELECT max(version) FROM schema_migrations") == len(known) + 1
+        assert await scalar(db, "SELECT count(*) FROM sqlite_master WHERE name LIKE 'later_%'") == 1
+        assert not db.conn._conn.in_transaction  # rolled back, not left open
+    finally:
+        await db.close()
+
+
 def test_migration_numbering_must_have_no_gaps(tmp_path: Path) -> None:
     (tmp_path / "0001_first.sql").write_text("CREATE TABLE a (x INTEGER);")
     (tmp_path / "0003_third.sql").write_text("CREATE TABLE c (x INTEGER);")
