@@ -10,7 +10,9 @@ Serving, it collects its young generation less often than CPython's default
 (:data:`YOUNG_THRESHOLD`).
 
 It also knows when the process started (:func:`process_started`): a one-shot
-process that promises an answer within a time of its spawn counts from there.
+process that promises an answer within a time of its spawn counts from there;
+and how the package's files stood then (:func:`file_stamp`, the one stamp of a
+file that the caches of what was read from one compare too).
 """
 
 from __future__ import annotations

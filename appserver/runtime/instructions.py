@@ -26,11 +26,12 @@ provider by linking ``AGENTS.md`` to it.
 from __future__ import annotations
 
 import datetime
-import os
 import platform
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from appserver.startup import FileStamp, file_stamp
 
 INSTRUCTIONS_FILE = "AGENTS.md"
 INSTRUCTIONS_MAX_BYTES = 32 * 1024
@@ -105,7 +106,7 @@ _POLICIES = {
 
 @dataclass(frozen=True)
 class _Cached:
-    key: tuple[int, int, int]
+    key: FileStamp  # the file as read (modification time, size, inode)
     text: str
     truncated: bool
 
@@ -172,12 +173,10 @@ class ProjectInstructions:
             yield directory / INSTRUCTIONS_FILE
 
     def _read(self, path: Path, inside: Path | None) -> _Cached | None:
-        try:
-            stat = os.stat(path)  # follows a link: checked against ``inside`` below
-        except OSError:
+        key = file_stamp(str(path))  # follows a link: checked against ``inside`` below
+        if key is None:
             self._cache.pop(path, None)
             return None
-        key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         cached = self._cache.get(path)
         if cached is not None and cached.key == key:
             return cached

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from appserver.runtime.subagent_profiles import DEFAULT_PROFILE, NATIVE_RUNTIME, view_profiles
+from appserver.startup import file_stamp
 from appserver.storage.subagent_config import read_subagent_config
 from appserver.storage.workspace_config import load_workspace_config
 from appserver.tools.sandbox import STATE_DIR
@@ -50,18 +51,10 @@ class OfferedProfile:
 _cache: dict[str, tuple[tuple[Any, ...], float, tuple[OfferedProfile, ...]]] = {}
 
 
-def _config_key(path: Path) -> tuple[int, int, int] | None:
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return info.st_mtime_ns, info.st_size, info.st_ino
-
-
 def offered_profiles(workspace: Path) -> tuple[OfferedProfile, ...]:
     """The profiles offered in ``workspace``, ``native`` first (cached; see above)."""
     craft = workspace / STATE_DIR
-    key = (_config_key(craft / "config.json"), os.environ.get("PATH"))
+    key = (file_stamp(str(craft / "config.json")), os.environ.get("PATH"))
     cached = _cache.get(str(workspace))
     now = time.monotonic()
     if cached is not None and cached[0] == key and now - cached[1] < CACHE_TTL_S:
