@@ -83,7 +83,13 @@ class SqliteClusterStore:
         seq (``None``: no such thread). Refused (:class:`TurnTakenOver`) when
         ``turn_id`` is another node's now."""
         return await self.db.run_transaction(
-            _append, self.node_id, thread_id, entries, statements, turn_id
+            _append,
+            self.node_id,
+            thread_id,
+            entries,
+            statements,
+            turn_id,
+            rows=len(entries) + len(statements) + 3,  # and the thread, turn, announcement
         )
 
     async def events_after(

@@ -14,8 +14,10 @@ from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 import aiosqlite
 import anyio
+import anyio.lowlevel
 
 from appserver.storage.sqlite_setup import MIGRATIONS_TABLE, PRAGMAS
+from appserver.storage.sqlite_writes import LoopWriter, Write, run_writes
 
 log = logging.getLogger("appserver.storage")
 
@@ -176,9 +178,11 @@ class SqliteDatabase(Database):
     def __init__(self, conn: aiosqlite.Connection, reader: sqlite3.Connection | None = None):
         self.conn = conn
         self._reader = reader
-        self._write_lock = anyio.Lock()
+        self._loop_writer: LoopWriter | None = None  # small writes, on the loop (a file only)
+        # Taken without a turn of the loop when free: _commit_queued takes its own.
+        self._write_lock = anyio.Lock(fast_acquire=True)
         self.generation = 0
-        self._writes: list[_Write] = []  # queued for the next grouped commit
+        self._writes: list[Write] = []  # queued for the next grouped commit
         self._committing = False
 
     @classmethod
@@ -212,6 +216,7 @@ class SqliteDatabase(Database):
             reader.row_factory = sqlite3.Row
             reader.execute("PRAGMA query_only = ON")
             db._reader = reader
+            db._loop_writer = LoopWriter(path)
         return db
 
     async def _holds_nothing(self) -> bool:
@@ -285,17 +290,21 @@ class SqliteDatabase(Database):
         its caller) never undoes another. Once queued, a write is carried out
         even if its caller is cancelled, like a shielded transaction.
         """
-        await self._grouped(_Write(statements))
+        await self._grouped(Write(statements, rows=len(statements)))
 
-    async def run_transaction(self, work: Callable[..., _T], *args: Any) -> _T:
+    async def run_transaction(
+        self, work: Callable[..., _T], *args: Any, rows: int | None = None
+    ) -> _T:
         """``work(connection, *args)`` in a transaction, on the database thread;
         grouped with concurrent writes as :meth:`write` is (its own savepoint:
-        what it raises undoes only its own statements)."""
-        write = _Write((), work, args)
+        what it raises undoes only its own statements). ``rows``: at most how
+        many rows ``work`` touches, when that is known (a small write may run
+        on the loop, see :mod:`appserver.storage.sqlite_writes`)."""
+        write = Write((), work, args, rows)
         await self._grouped(write)
         return cast(_T, write.result)
 
-    async def _grouped(self, write: _Write) -> None:
+    async def _grouped(self, write: Write) -> None:
         self._writes.append(write)
         if self._committing:
             await write.done.wait()
@@ -304,23 +313,30 @@ class SqliteDatabase(Database):
             try:
                 with anyio.CancelScope(shield=True):
                     while self._writes:
-                        batch, self._writes = self._writes, []
-                        await self._commit(batch)
+                        await self._commit_queued()
             finally:
                 self._committing = False
         if write.error is not None:
             raise write.error
 
-    async def _commit(self, batch: list[_Write]) -> None:
+    async def _commit_queued(self) -> None:
+        """Commit the writes queued so far, after one turn of the loop (the
+        writers it runs join the batch): on the loop when they are small
+        (:class:`~appserver.storage.sqlite_writes.LoopWriter`), else in one
+        trip to the database thread."""
         async with self._write_lock:
-            try:
-                # aiosqlite runs the function on its connection's own thread
-                # (its public methods run one statement per trip).
-                errors = await self.conn._execute(  # type: ignore[no-untyped-call]
-                    _run_writes, self.conn._conn, batch
-                )
-            except BaseException as exc:
-                errors = [exc] * len(batch)
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            batch, self._writes = self._writes, []
+            errors = None if self._loop_writer is None else self._loop_writer.try_batch(batch)
+            if errors is None:
+                try:
+                    # aiosqlite runs the function on its connection's own thread
+                    # (its public methods run one statement per trip).
+                    errors = await self.conn._execute(  # type: ignore[no-untyped-call]
+                        run_writes, self.conn._conn, batch
+                    )
+                except BaseException as exc:
+                    errors = [exc] * len(batch)
             self.generation += 1
         for write, error in zip(batch, errors, strict=True):
             write.error = error
@@ -348,6 +364,8 @@ class SqliteDatabase(Database):
     async def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
+        if self._loop_writer is not None:
+            self._loop_writer.close()
         await self.conn.close()
 
 
@@ -368,52 +386,6 @@ class _SqliteTransaction:
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return list(await self._conn.execute_fetchall(sql, args))
-
-
-class _Write:
-    """Statements of one :meth:`Database.write` (or the work of one
-    :meth:`SqliteDatabase.run_transaction`), and how it ended."""
-
-    __slots__ = ("args", "done", "error", "result", "statements", "work")
-
-    def __init__(
-        self,
-        statements: Sequence[tuple[str, Sequence[Any]]],
-        work: Callable[..., Any] | None = None,
-        args: Sequence[Any] = (),
-    ) -> None:
-        self.statements = statements
-        self.work = work
-        self.args = args
-        self.done = anyio.Event()
-        self.error: BaseException | None = None
-        self.result: Any = None
-
-
-def _run_writes(conn: sqlite3.Connection, batch: list[_Write]) -> list[BaseException | None]:
-    """One transaction for ``batch``, a savepoint per write (database thread)."""
-    errors: list[BaseException | None] = []
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for write in batch:
-            conn.execute("SAVEPOINT write")
-            try:
-                for sql, args in write.statements:
-                    conn.execute(sql, args)
-                if write.work is not None:
-                    write.result = write.work(conn, *write.args)
-            except Exception as exc:
-                conn.execute("ROLLBACK TO write")
-                errors.append(exc)
-            else:
-                errors.append(None)
-            conn.execute("RELEASE write")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return errors
 
 
 def _apply_migrations(
