@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 
 from appserver.storage.sqlite_setup import MIGRATIONS_TABLE, PRAGMAS
-from appserver.storage.sqlite_writes import LoopWriter, Write, run_writes
+from appserver.storage.sqlite_writes import LoopWriter, Write, payload, run_writes
 
 log = logging.getLogger("appserver.storage")
 
@@ -167,12 +167,14 @@ def check_store(url: str | None, workspace: Path) -> tuple[str, str]:
 
 
 class SqliteDatabase(Database):
-    """One aiosqlite connection (WAL, foreign keys on) shared by repositories.
+    """One aiosqlite connection (WAL, foreign keys on) shared by repositories,
+    and, for a file, two used on the event loop: one reads small indexed
+    lookups, the other commits small grouped writes.
 
     Statements run in autocommit mode; multi-statement writes go through
-    :meth:`write` (one trip to the database thread, commits grouped) or
-    :meth:`transaction`, which serialise writers so their statements never
-    interleave on the shared connection.
+    :meth:`write` (commits grouped, on the loop when small, else in one trip
+    to the database thread) or :meth:`transaction`, which serialise writers
+    so their statements never interleave on the shared connection.
     """
 
     def __init__(self, conn: aiosqlite.Connection, reader: sqlite3.Connection | None = None):
@@ -191,33 +193,41 @@ class SqliteDatabase(Database):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         conn.row_factory = aiosqlite.Row
+        db: SqliteDatabase | None = None
         try:
             for pragma in PRAGMAS:
                 await conn.execute(pragma)
             db = cls(conn)
             db.created = await db._holds_nothing()
             await db.migrate()
+            if str(path) != ":memory:":
+                db._open_loop_connections(path)
         except BaseException:
             # A full disk fails here: close, or aiosqlite's thread keeps the process alive.
             with anyio.CancelScope(shield=True):
                 try:
-                    await conn.close()
+                    if db is not None:
+                        await db.close()
+                    else:
+                        await conn.close()
                 except Exception:
                     log.debug("closing the database after a failed open failed", exc_info=True)
             raise
-        if str(path) != ":memory:":
-            # A second, read-only connection used on the event loop itself for
-            # indexed point lookups: WAL lets it read committed data while the
-            # writer works, and ~20 us on the loop beats a round trip to
-            # aiosqlite's thread. Anything that scans stays on the thread.
-            reader = sqlite3.connect(
-                f"file:{Path(path).resolve()}?mode=ro", uri=True, check_same_thread=False
-            )
-            reader.row_factory = sqlite3.Row
-            reader.execute("PRAGMA query_only = ON")
-            db._reader = reader
-            db._loop_writer = LoopWriter(path)
+        assert db is not None
         return db
+
+    def _open_loop_connections(self, path: Path | str) -> None:
+        # A second, read-only connection used on the event loop itself for
+        # indexed point lookups: WAL lets it read committed data while the
+        # writer works, and ~20 us on the loop beats a round trip to
+        # aiosqlite's thread. Anything that scans stays on the thread.
+        reader = sqlite3.connect(
+            f"file:{Path(path).resolve()}?mode=ro", uri=True, check_same_thread=False
+        )
+        self._reader = reader
+        reader.row_factory = sqlite3.Row
+        reader.execute("PRAGMA query_only = ON")
+        self._loop_writer = LoopWriter(path)  # small writes (storage/sqlite_writes.py)
 
     async def _holds_nothing(self) -> bool:
         """Whether the file holds no schema and no applied migration: this
@@ -284,23 +294,28 @@ class SqliteDatabase(Database):
     async def write(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Run ``statements`` as one transaction; returns once it is committed.
 
-        Writes that arrive while a commit is under way are grouped into the
-        next one: a single trip to the database thread and a single commit for
-        all of them, each in its own savepoint, so one failing write (raised to
-        its caller) never undoes another. Once queued, a write is carried out
-        even if its caller is cancelled, like a shielded transaction.
+        The writes begun in one turn of the event loop, and those that arrive
+        while a commit is under way, are grouped: a single commit for all of
+        them, each in its own savepoint, so one failing write (raised to its
+        caller) never undoes another. A small batch commits on the loop, a
+        larger one in one trip to the database thread (:mod:`~appserver.storage.
+        sqlite_writes`), so each statement must touch the rows of one key (an
+        insert, an update by key), not scan. Once queued, a write is carried
+        out even if its caller is cancelled, like a shielded transaction.
         """
-        await self._grouped(Write(statements, rows=len(statements)))
+        await self._grouped(Write(statements, rows=len(statements), payload=payload(statements)))
 
     async def run_transaction(
-        self, work: Callable[..., _T], *args: Any, rows: int | None = None
+        self, work: Callable[..., _T], *args: Any, rows: int | None = None, text: int = 0
     ) -> _T:
-        """``work(connection, *args)`` in a transaction, on the database thread;
-        grouped with concurrent writes as :meth:`write` is (its own savepoint:
-        what it raises undoes only its own statements). ``rows``: at most how
-        many rows ``work`` touches, when that is known (a small write may run
-        on the loop, see :mod:`appserver.storage.sqlite_writes`)."""
-        write = Write((), work, args, rows)
+        """``work(connection, *args)`` in a transaction, grouped with concurrent
+        writes as :meth:`write` is (its own savepoint: what it raises undoes only
+        its own statements); on the database thread. With ``rows`` (at most how
+        many rows it touches) and ``text`` (the characters and bytes it writes)
+        it may run on the event loop instead, when small: it must then be quick,
+        and may run twice (a commit another process refused is done again on
+        the thread), so it must change nothing but the database."""
+        write = Write((), work, args, rows, text)
         await self._grouped(write)
         return cast(_T, write.result)
 
@@ -327,16 +342,16 @@ class SqliteDatabase(Database):
         async with self._write_lock:
             await anyio.lowlevel.cancel_shielded_checkpoint()
             batch, self._writes = self._writes, []
-            errors = None if self._loop_writer is None else self._loop_writer.try_batch(batch)
-            if errors is None:
-                try:
+            try:
+                errors = None if self._loop_writer is None else self._loop_writer.try_batch(batch)
+                if errors is None:
                     # aiosqlite runs the function on its connection's own thread
                     # (its public methods run one statement per trip).
                     errors = await self.conn._execute(  # type: ignore[no-untyped-call]
                         run_writes, self.conn._conn, batch
                     )
-                except BaseException as exc:
-                    errors = [exc] * len(batch)
+            except BaseException as exc:  # every writer of the batch hears of it
+                errors = [exc] * len(batch)
             self.generation += 1
         for write, error in zip(batch, errors, strict=True):
             write.error = error

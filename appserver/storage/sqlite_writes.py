@@ -6,20 +6,25 @@ interpreter lock passed twice); the commit of a few rows costs ~20 µs (WAL,
 ``synchronous = NORMAL``: no fsync at commit). A turn makes one write per
 lifecycle event, so the trips were most of a short turn's storage cost.
 
-:class:`LoopWriter` runs a small write (up to :data:`INLINE_MAX_ROWS`
-statements or rows) on a connection of its own, right on the loop, when no
-other write of this process is under way. It never waits there:
+:class:`LoopWriter` commits a small batch (its writes' sizes known, at most
+:data:`INLINE_MAX_ROWS` statements or rows and :data:`INLINE_MAX_BYTES` of
+text) on a connection of its own, right on the loop, when no other write of
+this process is under way. It does not wait there:
 
 * its ``busy_timeout`` is 0, so a lock held by another process (another node
-  on the workspace) sends the write to the database thread, which waits for
-  it as before;
-* SQLite's automatic checkpoint (the fsyncs) is off on it; one write in
-  :data:`THREAD_EVERY` goes to the thread anyway, whose connection runs the
-  checkpoint when the log has grown past its threshold, off the loop.
+  on the workspace), or any other failure to begin, sends the batch to the
+  database thread, which waits for the lock as before;
+* SQLite's automatic checkpoint (its fsyncs) is off on it. One batch in
+  :data:`THREAD_EVERY` goes to the thread anyway, whose connection checkpoints
+  once the log has grown past its threshold, and so does the batch after it,
+  which restarts the log from its beginning (and syncs its header);
+* a transaction it cannot end (a failed ``ROLLBACK``) closes it for good:
+  every later batch goes to the thread, and the file's lock is never kept.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,29 +34,43 @@ import anyio
 
 from appserver.storage.sqlite_setup import PRAGMAS
 
+log = logging.getLogger("appserver.storage")
+
 INLINE_MAX_ROWS = 256  # a larger batch goes to the thread, which runs it beside the loop
+INLINE_MAX_BYTES = 64 * 1024  # so does one carrying more text (an image, a long output)
 THREAD_EVERY = 64  # one batch in this many goes to the thread (and its checkpoint)
+
+Statements = Sequence[tuple[str, Sequence[Any]]]
+
+
+def payload(statements: Statements) -> int:
+    """The characters or bytes of the text and blob arguments of ``statements``."""
+    return sum(
+        len(value) for _, args in statements for value in args if isinstance(value, str | bytes)
+    )
 
 
 class Write:
     """Statements of one :meth:`Database.write` (or the work of one
     :meth:`SqliteDatabase.run_transaction`), and how it ended. ``rows``: how
-    many rows it touches at most, if that is known and small (``None``: run it
-    on the database thread)."""
+    many rows it touches at most, when that is known (``None``: run it on the
+    database thread); ``payload``: the text and bytes it writes."""
 
-    __slots__ = ("args", "done", "error", "result", "rows", "statements", "work")
+    __slots__ = ("args", "done", "error", "payload", "result", "rows", "statements", "work")
 
     def __init__(
         self,
-        statements: Sequence[tuple[str, Sequence[Any]]],
+        statements: Statements,
         work: Callable[..., Any] | None = None,
         args: Sequence[Any] = (),
         rows: int | None = None,
+        payload: int = 0,
     ) -> None:
         self.statements = statements
         self.work = work
         self.args = args
         self.rows = rows
+        self.payload = payload
         self.done = anyio.Event()
         self.error: BaseException | None = None
         self.result: Any = None
@@ -59,8 +78,14 @@ class Write:
 
 def run_writes(conn: sqlite3.Connection, batch: list[Write]) -> list[BaseException | None]:
     """One transaction for ``batch``, a savepoint per write."""
-    errors: list[BaseException | None] = []
     conn.execute("BEGIN IMMEDIATE")
+    return commit_writes(conn, batch)
+
+
+def commit_writes(conn: sqlite3.Connection, batch: list[Write]) -> list[BaseException | None]:
+    """``batch``'s writes, a savepoint each, and the ``COMMIT`` of the
+    transaction begun for them (rolled back when that fails)."""
+    errors: list[BaseException | None] = []
     try:
         for write in batch:
             conn.execute("SAVEPOINT write")
@@ -84,11 +109,12 @@ def run_writes(conn: sqlite3.Connection, batch: list[Write]) -> list[BaseExcepti
 
 
 class LoopWriter:
-    """A write connection used on the event loop for small writes."""
+    """A write connection used on the event loop for small batches."""
 
     def __init__(self, path: Path | str) -> None:
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         try:
+            conn.row_factory = sqlite3.Row  # as aiosqlite's: work sees the same rows
             for pragma in PRAGMAS:
                 conn.execute(pragma)
             conn.execute("PRAGMA busy_timeout = 0")  # never wait on the loop
@@ -96,32 +122,56 @@ class LoopWriter:
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        self._conn: sqlite3.Connection | None = conn
         self._since_thread = 0
 
     def try_batch(self, batch: list[Write]) -> list[BaseException | None] | None:
         """Commit ``batch`` here if it is small and the file is free: each
         write's error (``None``: done), as the thread's commit would give;
-        ``None``: not done, send it to the database thread."""
-        rows = 0
-        for write in batch:
-            if write.rows is None:
-                return None
-            rows += write.rows
-        if rows > INLINE_MAX_ROWS:
+        ``None``: not done (nothing of it stays), send it to the database thread."""
+        conn = self._conn
+        if conn is None or not _small(batch):
             return None
         self._since_thread += 1
         if self._since_thread >= THREAD_EVERY:
-            self._since_thread = 0
+            # This batch and the next go to the thread: the first may checkpoint
+            # the log, the second then restarts it, both with their fsyncs.
+            self._since_thread = -1
+            return None
+        if self._since_thread == 0:
             return None
         try:
-            return run_writes(self._conn, batch)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error:
+                return None  # nothing ran: the thread waits for the lock, or meets the error
+            return commit_writes(conn, batch)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY:
-                return None  # another process writes (rolled back): the thread waits for it
+                return None  # rolled back: the thread carries it out (work runs again there)
             return [exc] * len(batch)
         except Exception as exc:
             return [exc] * len(batch)
+        finally:
+            # A ROLLBACK that failed, or a BEGIN refused inside a transaction
+            # (which SQLite leaves holding the file's write lock): never keep it.
+            if conn.in_transaction:
+                log.warning("the loop's write connection is closed: a transaction stayed open")
+                self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        """Close the connection (an open transaction is rolled back); later
+        batches go to the thread."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _small(batch: list[Write]) -> bool:
+    rows = text = 0
+    for write in batch:
+        if write.rows is None:
+            return False
+        rows += write.rows
+        text += write.payload
+    return rows <= INLINE_MAX_ROWS and text <= INLINE_MAX_BYTES

@@ -108,8 +108,8 @@ class ThreadRepository:
 
     async def create(self, thread: ThreadRecord) -> None:
         """Insert a new thread. Raises ``sqlite3.IntegrityError`` on a duplicate id."""
-        # One grouped write (a single trip to the database thread, sharing a
-        # commit with concurrent writes), not a BEGIN / INSERT / COMMIT of trips.
+        # One grouped write (sharing a commit with concurrent writes), not a
+        # BEGIN / INSERT / COMMIT of trips to the database thread.
         await self.db.write([(INSERT_THREAD, thread_row(thread))])
 
     async def get(self, thread_id: str) -> ThreadRecord | None:

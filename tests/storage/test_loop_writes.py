@@ -11,7 +11,14 @@ import anyio
 import pytest
 
 from appserver.storage.db import SqliteDatabase
-from appserver.storage.sqlite_writes import INLINE_MAX_ROWS, THREAD_EVERY
+from appserver.storage.sqlite_writes import (
+    INLINE_MAX_BYTES,
+    INLINE_MAX_ROWS,
+    THREAD_EVERY,
+    LoopWriter,
+    Write,
+    payload,
+)
 
 LOOP = threading.get_ident()
 
@@ -88,19 +95,107 @@ async def test_a_write_another_process_holds_the_file_for_waits_on_the_thread(
         assert await ids(db) == [1, 2]
         # The loop's own connection is never the one that waits.
         loop_writer = db._loop_writer
-        assert loop_writer is not None
+        assert loop_writer is not None and loop_writer._conn is not None
         assert loop_writer._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
     finally:
         other.close()
         await db.close()
 
 
-async def test_one_batch_in_so_many_goes_to_the_thread(tmp_path: Path) -> None:
+async def test_two_batches_in_so_many_go_to_the_thread(tmp_path: Path) -> None:
+    """One that may checkpoint the log and the one after it, which restarts it."""
     db = await open_with_notes(tmp_path / "app.db")
     try:
-        count = THREAD_EVERY * 2
+        count = THREAD_EVERY * 4
         threads = [await db.run_transaction(note, index, rows=1) for index in range(count)]
-        assert len(threads) - threads.count(LOOP) == 2
+        on_thread = [index for index, ident in enumerate(threads) if ident != LOOP]
+        pairs = list(zip(on_thread[0::2], on_thread[1::2], strict=True))
+        assert len(pairs) == count // (THREAD_EVERY + 1)
+        assert all(second == first + 1 for first, second in pairs)
+    finally:
+        await db.close()
+
+
+async def test_a_batch_carrying_much_text_goes_to_the_thread(tmp_path: Path) -> None:
+    db = await open_with_notes(tmp_path / "app.db")
+    try:
+        assert await db.run_transaction(note, 1, rows=1, text=INLINE_MAX_BYTES + 1) != LOOP
+        assert await db.run_transaction(note, 2, rows=1, text=100) == LOOP
+        big = [("INSERT INTO notes (id, body) VALUES (?, ?)", (3, "x" * (INLINE_MAX_BYTES + 1)))]
+        assert payload(big) == INLINE_MAX_BYTES + 1
+        writer = LoopWriter(tmp_path / "app.db")
+        try:
+            assert writer.try_batch([Write(big, rows=1, payload=payload(big))]) is None
+        finally:
+            writer.close()
+    finally:
+        await db.close()
+
+
+async def test_a_transaction_that_cannot_begin_on_the_loop_goes_to_the_thread(
+    tmp_path: Path,
+) -> None:
+    db = await open_with_notes(tmp_path / "app.db")
+    try:
+        loop_writer = db._loop_writer
+        assert loop_writer is not None
+        connection = loop_writer._conn
+        assert connection is not None
+        # Its BEGIN IMMEDIATE now fails, not as BUSY, and takes the file's lock:
+        # the connection is given up (its transaction rolled back, the lock freed).
+        connection.execute("BEGIN")
+        assert await db.run_transaction(note, 1, rows=1) != LOOP
+        assert loop_writer._conn is None
+        assert await db.run_transaction(note, 2, rows=1) != LOOP
+        assert await ids(db) == [1, 2]
+    finally:
+        await db.close()
+
+
+class Stop(BaseException):
+    """Not an Exception: what a KeyboardInterrupt in a write looks like."""
+
+
+async def test_a_base_exception_on_the_loop_reaches_every_writer_of_its_batch(
+    tmp_path: Path,
+) -> None:
+    db = await open_with_notes(tmp_path / "app.db")
+    try:
+        outcomes: list[str] = []
+
+        def stop(conn: sqlite3.Connection) -> None:
+            raise Stop
+
+        async def run(work_index: int) -> None:
+            try:
+                if work_index == 0:
+                    await db.run_transaction(stop, rows=1)
+                else:
+                    await db.run_transaction(note, work_index, rows=1)
+                outcomes.append("done")
+            except Stop:
+                outcomes.append("stopped")
+
+        with anyio.fail_after(10):  # a writer left waiting would hang here
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, 0)
+                tg.start_soon(run, 1)
+        assert outcomes == ["stopped", "stopped"]  # rolled back together, as on the thread
+        assert await db.run_transaction(note, 2, rows=1) == LOOP  # the connection is fine
+        assert await ids(db) == [2]
+    finally:
+        await db.close()
+
+
+async def test_work_on_the_loop_reads_rows_as_on_the_thread(tmp_path: Path) -> None:
+    db = await open_with_notes(tmp_path / "app.db")
+    try:
+
+        def row_type(conn: sqlite3.Connection) -> type:
+            return type(conn.execute("SELECT 1 AS one").fetchone())
+
+        assert await db.run_transaction(row_type, rows=1) is sqlite3.Row
+        assert await db.run_transaction(row_type) is sqlite3.Row
     finally:
         await db.close()
 
@@ -120,27 +215,31 @@ async def test_the_write_ahead_log_stays_bounded(tmp_path: Path) -> None:
         await db.close()
 
 
+def two_notes(conn: sqlite3.Connection, note_id: int, body: str | None) -> int:
+    conn.execute("INSERT INTO notes (id, body) VALUES (?, 'first')", (note_id * 10,))
+    conn.execute("INSERT INTO notes (id, body) VALUES (?, ?)", (note_id * 10 + 1, body))
+    return threading.get_ident()
+
+
 @pytest.mark.parametrize("failing", [0, 1])
 async def test_a_failing_write_on_the_loop_undoes_only_itself(tmp_path: Path, failing: int) -> None:
     db = await open_with_notes(tmp_path / "app.db")
     try:
-        errors: list[BaseException] = []
+        outcomes: list[object] = []
 
         async def insert(note_id: int, body: str | None) -> None:
             try:
-                await db.write(
-                    [
-                        ("INSERT INTO notes (id, body) VALUES (?, 'first')", (note_id * 10,)),
-                        ("INSERT INTO notes (id, body) VALUES (?, ?)", (note_id * 10 + 1, body)),
-                    ]
-                )
+                outcomes.append(await db.run_transaction(two_notes, note_id, body, rows=2))
             except sqlite3.IntegrityError as exc:
-                errors.append(exc)
+                outcomes.append(exc)
 
         async with anyio.create_task_group() as tg:
             for note_id in range(2):
                 tg.start_soon(insert, note_id, None if note_id == failing else "second")
-        assert len(errors) == 1
+        assert sorted(map(type, outcomes), key=str) == sorted(
+            [int, sqlite3.IntegrityError], key=str
+        )
+        assert LOOP in outcomes  # the one that succeeded ran on the loop
         kept = 1 - failing
         assert await ids(db) == [kept * 10, kept * 10 + 1]
     finally:
