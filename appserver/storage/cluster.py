@@ -261,10 +261,13 @@ class ClusterStore:
         The claim moves each turn's lease to this node in one statement, so of
         several nodes sweeping at once exactly one gets each turn.
         """
-        # SKIP LOCKED: a turn another sweeper is claiming is its, not ours
-        # (re-checking a row an UPDATE waited for would not re-run NOT EXISTS).
+        # SKIP LOCKED: a turn another sweeper is claiming is its, not ours. A
+        # turn another sweeper claimed and committed after this statement began
+        # is still locked here, its newest version (the other sweeper's), but
+        # the re-check of that version does not re-run the NOT EXISTS (an
+        # anti-join): the UPDATE checks the owner it got once more.
         rows = await self.pool.fetch(
-            "WITH orphaned AS (SELECT t.thread_id, t.id FROM turns t"
+            "WITH orphaned AS (SELECT t.thread_id, t.id, t.node_id FROM turns t"
             " WHERE t.status IN ('running', 'waitingApproval')"
             " AND t.node_id IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM cluster_nodes n"
             " WHERE n.node_id = t.node_id"
@@ -272,6 +275,9 @@ class ClusterStore:
             " FOR UPDATE OF t SKIP LOCKED)"
             " UPDATE turns t SET node_id = $1 FROM orphaned o"
             " WHERE t.thread_id = o.thread_id AND t.id = o.id"
+            " AND o.node_id IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM cluster_nodes n"
+            " WHERE n.node_id = o.node_id"
+            " AND n.heartbeat_at > now() - make_interval(secs => $2))"
             " RETURNING t.thread_id, t.id",
             self.node_id,
             lease_seconds,

@@ -127,10 +127,14 @@ async def test_an_orphaned_turn_is_claimed_by_one_sweeper(postgres_url: str) -> 
         sweepers = [ClusterStore(db, f"sweeper-{n}") for n in range(4)]
         for sweeper in sweepers:
             await sweeper.join("/w")  # live nodes, sweeping at once
-        claims = await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers))
-        assert sorted(len(claim) for claim in claims) == [0, 0, 0, 1], claims
-        # The claimer is alive: its turn is not claimed again.
-        assert not any(await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers)))
+        # Many rounds: a sweeper whose statement began before another's claim
+        # committed claimed the turn as well (~1 round in 4 before the fix).
+        for _ in range(50):
+            claims = await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers))
+            assert sorted(len(claim) for claim in claims) == [0, 0, 0, 1], claims
+            # The claimer is alive: its turn is not claimed again.
+            assert not any(await asyncio.gather(*(s.claim_orphaned_turns(10.0) for s in sweepers)))
+            await db.write([("UPDATE turns SET node_id = 'dead-node' WHERE id = 'turn_001'", ())])
         for sweeper in sweepers:
             await sweeper.close()
     finally:
