@@ -13,8 +13,9 @@ export const APPSERVER_CODEX =
 
 export function workspace(t) {
   const dir = mkdtempSync(join(tmpdir(), 'codex-ts-sdk-'));
-  // The SDK rejects run() at turn.failed, while appserver-codex may still be closing its
-  // database under .craft: rmSync retries ENOTEMPTY (Node's own remedy for that race).
+  // The SDK rejects run() at turn.failed and kills appserver-codex, which may still be
+  // closing its database under .craft (removing files, never making them: it writes
+  // turn.failed once its runtime is done with the turn). rmSync retries what that races.
   t.after(() => rmSync(dir, { recursive: true, force: true, maxRetries: 20, retryDelay: 50 }));
   return dir;
 }

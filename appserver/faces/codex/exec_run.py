@@ -197,7 +197,7 @@ async def _turn(
             await stop.turn_started(active.record.id)
             write({"type": "turn.started"})
             answer = FinalAnswer(write, schema, args.output_last_message)
-            code = await _follow(seat, thread_id, active.record.id, runtime, spent, answer)
+            code = await _follow(seat, thread_id, active, runtime, spent, answer)
             watching.cancel_scope.cancel()
         return code
     finally:
@@ -236,12 +236,13 @@ class Stop:
 async def _follow(
     seat: Seat,
     thread_id: str,
-    turn_id: str,
+    active: Any,
     runtime: Any,
     spent: tuple[int, int],
     answer: FinalAnswer,
 ) -> int:
     """Write the turn's events (through ``answer``) until its end; the exit code."""
+    turn_id = active.record.id
     translated = ExecTurn(runtime.threads.workspace, answer)
     async for event in seat.events():
         if event.thread_id != thread_id:
@@ -249,6 +250,11 @@ async def _follow(
         turn = getattr(event.params, "turn", None)
         if event.kind in TERMINAL and turn is not None and turn.id == turn_id:
             translated.finish()
+            # The end is written once the runtime is done with the turn (its
+            # thread idle, a failed turn's queue paused, under its lock file):
+            # the SDK kills the process and its user may remove the workspace
+            # as soon as it reads turn.failed, and nothing may be made there after.
+            await active.done.wait()
             return _end(event, translated, spent, answer)
         if getattr(event.params, "turn_id", turn_id) == turn_id:
             translated.feed(event)

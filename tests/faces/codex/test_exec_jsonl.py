@@ -212,3 +212,40 @@ def test_sigterm_interrupts_the_turn_and_leaves_the_thread_idle(workspace: Path)
             return [turn.status for turn in view.thread.turns]
 
     assert anyio.run(turns) == ["cancelled"]
+
+
+async def test_the_end_is_written_once_the_runtime_is_done_with_the_turn(tmp_path: Path) -> None:
+    """The SDK kills the process, and its user may remove the workspace, as soon as
+    it reads turn.failed: the runtime's last work on the turn (its thread set idle,
+    a failed turn's queue paused under the thread's lock file in .craft/) comes first."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from appserver.faces.codex import exec_run
+    from appserver.faces.codex.exec_output import FinalAnswer
+    from appserver.runtime.events import Event
+
+    turn = SimpleNamespace(id="turn_001", error="boom")
+    end = Event("turn/failed", cast(Any, SimpleNamespace(turn=turn, error="boom")), thread_id="t")
+
+    class OneEnd:
+        async def events(self) -> Any:
+            yield end
+
+    written: list[dict[str, Any]] = []
+    active = SimpleNamespace(record=SimpleNamespace(id="turn_001"), done=anyio.Event())
+    runtime = SimpleNamespace(threads=SimpleNamespace(workspace=tmp_path))
+    answer = FinalAnswer(written.append, None, None)
+    codes: list[int] = []
+
+    async def follow() -> None:
+        seat = cast(Any, OneEnd())
+        codes.append(await exec_run._follow(seat, "t", active, runtime, (0, 0), answer))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        assert written == []  # the end waits for the runtime
+        active.done.set()
+    assert codes == [1]
+    assert written == [{"type": "turn.failed", "error": {"message": "boom"}}]
