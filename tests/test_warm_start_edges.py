@@ -38,6 +38,7 @@ from tests.test_warm_start import (
 __all__ = ["run_dir"]  # the fixture, used here by name
 
 SECRET = "sk-warm-secret-0123456789"
+PROC_FILES = ("cmdline", "environ")
 
 
 def proc_text(pid: int, name: str) -> bytes:
@@ -58,11 +59,12 @@ async def test_secrets_are_in_no_warm_process_s_command_line_or_environment(
     async with initialized(command, environment) as (process, client):
         (server,) = children_of(parent)
         with anyio.fail_after(WAIT):
-            # The launcher blanks its own once its server runs: soon, not at once.
-            while SECRET.encode() in proc_text(process.pid, "cmdline"):
+            # The launcher blanks its own once its server runs: soon, not at once
+            # (its command line, then its environment).
+            while any(SECRET.encode() in proc_text(process.pid, name) for name in PROC_FILES):
                 await anyio.sleep(0.02)
         for pid in (parent, process.pid, server):
-            for name in ("cmdline", "environ"):
+            for name in PROC_FILES:
                 assert SECRET.encode() not in proc_text(pid, name), (pid, name)
         answer = await client.request("thread/start", {"identity": IDENTITY})
         assert answer["thread"]["id"]

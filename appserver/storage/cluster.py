@@ -263,9 +263,10 @@ class ClusterStore:
         """
         # SKIP LOCKED: a turn another sweeper is claiming is its, not ours. A
         # turn another sweeper claimed and committed after this statement began
-        # is still locked here, its newest version (the other sweeper's), but
+        # is still locked here, as its newest version (the other sweeper's), and
         # the re-check of that version does not re-run the NOT EXISTS (an
-        # anti-join): the UPDATE checks the owner it got once more.
+        # anti-join): the UPDATE takes the turn only if its owner is still the
+        # one this statement's snapshot saw (and that one is not alive).
         rows = await self.pool.fetch(
             "WITH orphaned AS (SELECT t.thread_id, t.id, t.node_id FROM turns t"
             " WHERE t.status IN ('running', 'waitingApproval')"
@@ -275,6 +276,7 @@ class ClusterStore:
             " FOR UPDATE OF t SKIP LOCKED)"
             " UPDATE turns t SET node_id = $1 FROM orphaned o"
             " WHERE t.thread_id = o.thread_id AND t.id = o.id"
+            " AND t.node_id IS NOT DISTINCT FROM o.node_id"
             " AND o.node_id IS DISTINCT FROM $1 AND NOT EXISTS (SELECT 1 FROM cluster_nodes n"
             " WHERE n.node_id = o.node_id"
             " AND n.heartbeat_at > now() - make_interval(secs => $2))"

@@ -251,10 +251,13 @@ async def _follow(
         if event.kind in TERMINAL and turn is not None and turn.id == turn_id:
             translated.finish()
             # The end is written once the runtime is done with the turn (its
-            # thread idle, a failed turn's queue paused, under its lock file):
-            # the SDK kills the process and its user may remove the workspace
-            # as soon as it reads turn.failed, and nothing may be made there after.
+            # thread idle, a failed turn's queue paused, under its lock file) and
+            # with the turns it leaves (SubAgents', stopped as the process is
+            # about to): the SDK kills the process and its user may remove the
+            # workspace as soon as it reads turn.failed, and nothing may be made
+            # there after.
             await active.done.wait()
+            await runtime.engine.shutdown()
             return _end(event, translated, spent, answer)
         if getattr(event.params, "turn_id", turn_id) == turn_id:
             translated.feed(event)

@@ -234,7 +234,14 @@ async def test_the_end_is_written_once_the_runtime_is_done_with_the_turn(tmp_pat
 
     written: list[dict[str, Any]] = []
     active = SimpleNamespace(record=SimpleNamespace(id="turn_001"), done=anyio.Event())
-    runtime = SimpleNamespace(threads=SimpleNamespace(workspace=tmp_path))
+    others = anyio.Event()  # a SubAgent's turn, still running
+
+    async def shutdown() -> None:
+        await others.wait()
+
+    runtime = SimpleNamespace(
+        threads=SimpleNamespace(workspace=tmp_path), engine=SimpleNamespace(shutdown=shutdown)
+    )
     answer = FinalAnswer(written.append, None, None)
     codes: list[int] = []
 
@@ -247,5 +254,8 @@ async def test_the_end_is_written_once_the_runtime_is_done_with_the_turn(tmp_pat
         await anyio.wait_all_tasks_blocked()
         assert written == []  # the end waits for the runtime
         active.done.set()
+        await anyio.wait_all_tasks_blocked()
+        assert written == []  # and for the turns it leaves
+        others.set()
     assert codes == [1]
     assert written == [{"type": "turn.failed", "error": {"message": "boom"}}]
