@@ -42,7 +42,7 @@ from appserver.storage.cluster_common import (
 )
 from appserver.storage.db import SqliteDatabase
 from appserver.storage.lock import UnsafeLockFile, WorkspaceLock, open_lock_file
-from appserver.storage.sqlite_writes import payload
+from appserver.storage.sqlite_writes import text_size
 
 POLL_INTERVAL = 0.05  # seconds between checks for other processes' commits
 ANNOUNCEMENT_RETENTION = 60.0  # seconds an announcement is kept for slow pollers
@@ -91,7 +91,7 @@ class SqliteClusterStore:
             statements,
             turn_id,
             rows=len(entries) + len(statements) + 3,  # and the thread, turn, announcement
-            text=sum(len(entry.params_json) for entry in entries) + payload(statements),
+            text=sum(len(entry.params_json) for entry in entries) + text_size(statements),
         )
 
     async def events_after(

@@ -17,7 +17,7 @@ import anyio
 import anyio.lowlevel
 
 from appserver.storage.sqlite_setup import MIGRATIONS_TABLE, PRAGMAS
-from appserver.storage.sqlite_writes import LoopWriter, Write, payload, run_writes
+from appserver.storage.sqlite_writes import LoopWriter, Write, run_writes, text_size
 
 log = logging.getLogger("appserver.storage")
 
@@ -303,7 +303,7 @@ class SqliteDatabase(Database):
         insert, an update by key), not scan. Once queued, a write is carried
         out even if its caller is cancelled, like a shielded transaction.
         """
-        await self._grouped(Write(statements, rows=len(statements), payload=payload(statements)))
+        await self._grouped(Write(statements, rows=len(statements), text=text_size(statements)))
 
     async def run_transaction(
         self, work: Callable[..., _T], *args: Any, rows: int | None = None, text: int = 0

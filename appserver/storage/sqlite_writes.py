@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,12 @@ log = logging.getLogger("appserver.storage")
 
 INLINE_MAX_ROWS = 256  # a larger batch goes to the thread, which runs it beside the loop
 INLINE_MAX_BYTES = 64 * 1024  # so does one carrying more text (an image, a long output)
-THREAD_EVERY = 64  # one batch in this many goes to the thread (and its checkpoint)
+THREAD_EVERY = 64  # two batches in this many go to the thread (and its checkpoint)
 
 Statements = Sequence[tuple[str, Sequence[Any]]]
 
 
-def payload(statements: Statements) -> int:
+def text_size(statements: Statements) -> int:
     """The characters or bytes of the text and blob arguments of ``statements``."""
     return sum(
         len(value) for _, args in statements for value in args if isinstance(value, str | bytes)
@@ -54,9 +55,9 @@ class Write:
     """Statements of one :meth:`Database.write` (or the work of one
     :meth:`SqliteDatabase.run_transaction`), and how it ended. ``rows``: how
     many rows it touches at most, when that is known (``None``: run it on the
-    database thread); ``payload``: the text and bytes it writes."""
+    database thread); ``text``: the characters and bytes it writes."""
 
-    __slots__ = ("args", "done", "error", "payload", "result", "rows", "statements", "work")
+    __slots__ = ("args", "done", "error", "result", "rows", "statements", "text", "work")
 
     def __init__(
         self,
@@ -64,13 +65,13 @@ class Write:
         work: Callable[..., Any] | None = None,
         args: Sequence[Any] = (),
         rows: int | None = None,
-        payload: int = 0,
+        text: int = 0,
     ) -> None:
         self.statements = statements
         self.work = work
         self.args = args
         self.rows = rows
-        self.payload = payload
+        self.text = text
         self.done = anyio.Event()
         self.error: BaseException | None = None
         self.result: Any = None
@@ -103,7 +104,10 @@ def commit_writes(conn: sqlite3.Connection, batch: list[Write]) -> list[BaseExce
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
-            conn.execute("ROLLBACK")
+            # A full disk may fail this too: the cause counts (and a connection
+            # left in its transaction is dealt with by its caller).
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
         raise
     return errors
 
@@ -123,7 +127,7 @@ class LoopWriter:
             conn.close()
             raise
         self._conn: sqlite3.Connection | None = conn
-        self._since_thread = 0
+        self._batches = 0  # small batches seen
 
     def try_batch(self, batch: list[Write]) -> list[BaseException | None] | None:
         """Commit ``batch`` here if it is small and the file is free: each
@@ -132,13 +136,10 @@ class LoopWriter:
         conn = self._conn
         if conn is None or not _small(batch):
             return None
-        self._since_thread += 1
-        if self._since_thread >= THREAD_EVERY:
-            # This batch and the next go to the thread: the first may checkpoint
-            # the log, the second then restarts it, both with their fsyncs.
-            self._since_thread = -1
-            return None
-        if self._since_thread == 0:
+        self._batches += 1
+        if self._batches % THREAD_EVERY in (0, 1):
+            # Two batches in a row go to the thread: the first may checkpoint the
+            # log, the second then restarts it, both with their fsyncs.
             return None
         try:
             try:
@@ -173,5 +174,5 @@ def _small(batch: list[Write]) -> bool:
         if write.rows is None:
             return False
         rows += write.rows
-        text += write.payload
+        text += write.text
     return rows <= INLINE_MAX_ROWS and text <= INLINE_MAX_BYTES

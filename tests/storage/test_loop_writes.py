@@ -17,7 +17,8 @@ from appserver.storage.sqlite_writes import (
     THREAD_EVERY,
     LoopWriter,
     Write,
-    payload,
+    commit_writes,
+    text_size,
 )
 
 LOOP = threading.get_ident()
@@ -110,7 +111,7 @@ async def test_two_batches_in_so_many_go_to_the_thread(tmp_path: Path) -> None:
         threads = [await db.run_transaction(note, index, rows=1) for index in range(count)]
         on_thread = [index for index, ident in enumerate(threads) if ident != LOOP]
         pairs = list(zip(on_thread[0::2], on_thread[1::2], strict=True))
-        assert len(pairs) == count // (THREAD_EVERY + 1)
+        assert len(pairs) == count // THREAD_EVERY
         assert all(second == first + 1 for first, second in pairs)
     finally:
         await db.close()
@@ -122,10 +123,10 @@ async def test_a_batch_carrying_much_text_goes_to_the_thread(tmp_path: Path) -> 
         assert await db.run_transaction(note, 1, rows=1, text=INLINE_MAX_BYTES + 1) != LOOP
         assert await db.run_transaction(note, 2, rows=1, text=100) == LOOP
         big = [("INSERT INTO notes (id, body) VALUES (?, ?)", (3, "x" * (INLINE_MAX_BYTES + 1)))]
-        assert payload(big) == INLINE_MAX_BYTES + 1
+        assert text_size(big) == INLINE_MAX_BYTES + 1
         writer = LoopWriter(tmp_path / "app.db")
         try:
-            assert writer.try_batch([Write(big, rows=1, payload=payload(big))]) is None
+            assert writer.try_batch([Write(big, rows=1, text=text_size(big))]) is None
         finally:
             writer.close()
     finally:
@@ -244,3 +245,21 @@ async def test_a_failing_write_on_the_loop_undoes_only_itself(tmp_path: Path, fa
         assert await ids(db) == [kept * 10, kept * 10 + 1]
     finally:
         await db.close()
+
+
+def test_a_rollback_that_fails_too_does_not_hide_the_cause() -> None:
+    """A full disk fails the COMMIT and then the ROLLBACK: the COMMIT's error is
+    what the writers hear (the connection left in its transaction is closed by
+    the loop writer, see above)."""
+
+    class FullDisk:
+        in_transaction = True
+
+        def execute(self, sql: str, args: object = ()) -> None:
+            if sql == "COMMIT":
+                raise sqlite3.OperationalError("database or disk is full")
+            if sql == "ROLLBACK":
+                raise sqlite3.OperationalError("cannot rollback")
+
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        commit_writes(FullDisk(), [Write([("INSERT INTO notes (id) VALUES (1)", ())], rows=1)])  # type: ignore[arg-type]
