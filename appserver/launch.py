@@ -49,10 +49,13 @@ def codex_main() -> int:
 
 def _keep_compiled_methods() -> None:
     """Dataclasses' generated methods come compiled from the last run
-    (:mod:`appserver.dataclass_cache`); first, before anything makes one."""
-    from appserver import dataclass_cache
+    (:mod:`appserver.dataclass_cache`); first, before anything makes one. And
+    pydantic does not search the installed distributions for plugins when none
+    declares one (:mod:`appserver.pydantic_plugins`)."""
+    from appserver import dataclass_cache, pydantic_plugins
 
     dataclass_cache.install()
+    pydantic_plugins.install()
 
 
 def _warm_start(entry: str, argv: list[str]) -> int | None:

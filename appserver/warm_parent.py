@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from appserver import dataclass_cache
+from appserver import dataclass_cache, pydantic_plugins
 from appserver.warm_common import CHUNK, descriptors, hold_lock, peer_is_us
 from appserver.warm_launch import WIRE_VERSION, command_print
 
@@ -434,6 +434,7 @@ def main(arguments: Sequence[str] | None = None) -> int:
     """Run a warm parent; in each forked child, the server's exit status."""
     started_ns = time.time_ns()
     dataclass_cache.install()  # before the preload makes its dataclasses
+    pydantic_plugins.install()  # and its validators
     path, idle, slot = list(sys.argv[1:] if arguments is None else arguments)
     # The slot (one of the user's few) is held for as long as this process
     # lives; its servers let go of it (they close it when forked).
