@@ -57,9 +57,22 @@ class Event:
     thread's event number). ``stream`` names the streaming item a delta
     belongs to (deltas of one stream may be merged for a lagging client).
     ``topic`` narrows delivery beyond the kind (``item:commandExecution``).
+    ``text`` is a text delta's text as the runtime streamed it (``None`` for
+    any other event, and for a delta read back from the log), so a front door
+    can frame it without parsing the params.
     """
 
-    __slots__ = ("_json", "_memo", "_params", "kind", "seq", "stream", "thread_id", "topic")
+    __slots__ = (
+        "_json",
+        "_memo",
+        "_params",
+        "kind",
+        "seq",
+        "stream",
+        "text",
+        "thread_id",
+        "topic",
+    )
 
     def __init__(
         self,
@@ -71,6 +84,7 @@ class Event:
         topic: str | None = None,
         stream: str | None = None,
         params_json: str | None = None,
+        text: str | None = None,
     ) -> None:
         self.kind = kind
         self._params = params
@@ -79,6 +93,7 @@ class Event:
         self.topic = topic
         self.stream = stream
         self._json = params_json
+        self.text = text
         self._memo: dict[object, Any] | None = None
 
     def __repr__(self) -> str:

@@ -216,12 +216,20 @@ class ThreadJournal:
         include: Iterable[Participant] = (),
         topic: str | None = None,
         turn_id: str | None = None,
+        text: str | None = None,
     ) -> int:
         """Number and deliver a streaming delta (kept in memory until the item
         completes). ``params_json``: the params already encoded (then ``params``
-        may be ``None``; they are parsed from it if a front door asks)."""
+        may be ``None``; they are parsed from it if a front door asks); ``text``:
+        a text delta's text (:attr:`Event.text`)."""
         event = Event(
-            kind, params, thread_id=thread_id, topic=topic, stream=item_id, params_json=params_json
+            kind,
+            params,
+            thread_id=thread_id,
+            topic=topic,
+            stream=item_id,
+            params_json=params_json,
+            text=text,
         )
         if self.shared is not None:
             await self.shared.append_delta(event, include, turn_id)

@@ -224,13 +224,21 @@ class TurnItems:
                 self.commands[item_id] = call
         return []
 
-    def delta(self, kind: str, item_id: str, text: str) -> list[tuple[str, Json]]:
+    @staticmethod
+    def delta_shape(kind: str, item_id: str, text: str) -> list[tuple[str, Json]]:
+        """The notification of an agent message's or reasoning's delta (nothing
+        kept: the same for every delta of the item but its text)."""
         if kind == "item/agentMessage/delta":
             return [("item/agentMessage/delta", {"itemId": item_id, "delta": text})]
         if kind == "item/reasoning/delta":
             return [
                 ("item/reasoning/textDelta", {"itemId": item_id, "delta": text, "contentIndex": 0})
             ]
+        return []
+
+    def delta(self, kind: str, item_id: str, text: str) -> list[tuple[str, Json]]:
+        if kind in ("item/agentMessage/delta", "item/reasoning/delta"):
+            return self.delta_shape(kind, item_id, text)
         if kind == "item/commandExecution/outputDelta":
             call = self.commands.get(item_id)
             if call is not None:

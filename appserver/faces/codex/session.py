@@ -82,7 +82,9 @@ class CodexSession:
         self.client_known = False  # initialize was answered
         self.ended = False
         self.seat = CodexSeat(self)
-        self.streams = Streams(runtime, self.seat, self.notify, self.workspace)
+        self.streams = Streams(
+            runtime, self.seat, self.notify, self.workspace, send_frame=self.writer.put
+        )
         self.policies: dict[str, tuple[Any, str]] = {}  # thread -> (Codex policy, reviewer)
         self._next_request = 0
         self._pending: dict[int, Pending] = {}

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from appserver.faces.codex import wire
 from appserver.faces.codex.items import TurnItems, mcp_server_tool, now_ms
 from appserver.faces.codex.shapes import turn_key, turn_shape
 from appserver.faces.codex.wire import Message
+from appserver.protocol.encoding import dumps_text
 from appserver.protocol.turns import DeltaNotification
 
 if TYPE_CHECKING:
@@ -32,6 +34,9 @@ TERMINAL = {"turn/completed": "completed", "turn/failed": "failed", "turn/cancel
 
 
 THREAD_NOTES = frozenset({"thread/renamed", "thread/statusChanged", "thread/deleted"})
+# Deltas whose Codex frame is the item's frame around the text (no bookkeeping).
+TEXT_DELTAS = ("item/agentMessage/delta", "item/reasoning/delta")
+DELTA_MARK = "\x00appserver-delta-text\x00"
 
 
 class Bracket(Protocol):
@@ -72,12 +77,21 @@ class Streams:
     """The live turns of a connection's threads and their notifications."""
 
     def __init__(
-        self, runtime: Runtime, seat: Seat, notify: Callable[[str, Message], None], workspace: str
+        self,
+        runtime: Runtime,
+        seat: Seat,
+        notify: Callable[[str, Message], None],
+        workspace: str,
+        send_frame: Callable[[str], object] | None = None,
     ) -> None:
         self.runtime = runtime
         self.seat = seat
         self.notify = notify
         self.workspace = workspace
+        # A text delta's frame is its item's frame around the text (the hot
+        # path of a streamed turn): (item id, kind) -> (before, after, turn key).
+        self.send_frame = send_frame
+        self.delta_frames: dict[tuple[str, str], tuple[str, str, str]] = {}
         self.turns: dict[tuple[str, str], TurnItems] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
         self.failures: dict[tuple[str, str], str] = {}  # our code of a turn's fatal error
@@ -118,20 +132,30 @@ class Streams:
         return items
 
     def _translate(self, event: Event) -> None:
-        kind, params, thread_id = event.kind, event.params, event.thread_id
+        kind, thread_id = event.kind, event.thread_id
         notify = self.notify
         if kind in THREAD_NOTES:
+            params = event.params
             about = thread_id or getattr(params, "thread_id", None)
             if about is not None:
                 self._thread_note(kind, params, str(about))  # about any thread, as Codex broadcasts
             return
         if thread_id is None or thread_id not in self.watched:
             return
-        if isinstance(params, DeltaNotification):  # most events: straight to their frame
+        text = event.text
+        if text is not None and event.stream is not None:  # most events, unparsed
+            frame = self.delta_frames.get((event.stream, kind))
+            if frame is not None and self.send_frame is not None:
+                self.send_frame(frame[0] + dumps_text(text) + frame[1])
+                return
+        params = event.params
+        if isinstance(params, DeltaNotification):  # straight to their frame
             ids = {"threadId": thread_id, "turnId": turn_key(thread_id, params.turn_id)}
             items = self._items(thread_id, params.turn_id)
             for method, body in items.delta(kind, params.item_id, params.delta):
                 self._emit(method, body, ids)
+            if kind in TEXT_DELTAS and event.text is not None:
+                self._keep_delta_frame(kind, params.item_id, ids)
             return
         if kind == "thread/runtimeChanged":
             runtime = params.runtime  # type: ignore[attr-defined]
@@ -164,6 +188,8 @@ class Streams:
             if kind == "item/started":
                 notes = items.started(item.type, item.id, item.payload)
             else:
+                for delta_kind in TEXT_DELTAS:
+                    self.delta_frames.pop((item.id, delta_kind), None)
                 notes = items.completed(item.type, item.id, item.payload)
                 if item.type == "error" and item.payload.get("fatal"):
                     self.failures[(thread_id, turn_id)] = str(item.payload.get("code") or "")
@@ -176,6 +202,18 @@ class Streams:
             notes = [("turn/diff/updated", {"diff": params.diff})]  # type: ignore[attr-defined]
         for method, body in notes:
             self._emit(method, body, ids)
+
+    def _keep_delta_frame(self, kind: str, item_id: str, ids: Message) -> None:
+        """Keep the frame of ``item_id``'s text deltas, split where the text goes:
+        what :meth:`_emit` sends for one, made once an item."""
+        notes = TurnItems.delta_shape(kind, item_id, DELTA_MARK)
+        if len(notes) != 1:
+            return
+        method, body = notes[0]
+        frame = wire.encode(wire.notification(method, {**body, **ids}))
+        parts = frame.split(dumps_text(DELTA_MARK))
+        if len(parts) == 2:
+            self.delta_frames[(item_id, kind)] = (parts[0], parts[1], str(ids["turnId"]))
 
     def _thread_note(self, kind: str, params: Any, thread_id: str) -> None:
         """Renames, archive changes and deletions, in Codex's words."""
@@ -208,6 +246,11 @@ class Streams:
         items = self.turns.pop((thread_id, turn.id), None)
         self.usage.pop((thread_id, turn.id), None)
         ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn.id)}
+        if self.delta_frames:  # an item the turn left open
+            ended = ids["turnId"]
+            self.delta_frames = {
+                key: frame for key, frame in self.delta_frames.items() if frame[2] != ended
+            }
         if items is not None:
             for method, body in items.unfinished("failed"):
                 self._emit(method, body, ids)

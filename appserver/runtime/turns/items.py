@@ -153,6 +153,7 @@ class ItemLog:
             params_json=last[1] + dumps_text(text) + last[2],
             include=active.watchers,
             turn_id=active.record.id,
+            text=text,
         )
         # Streaming text is saved now and then (not per delta) so a crash loses
         # at most `checkpoint_interval` seconds of it. (time.monotonic is the
