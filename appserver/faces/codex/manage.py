@@ -84,7 +84,7 @@ async def thread_unsubscribe(session: CodexSession, params: Message) -> Message:
         return {"status": "notLoaded"}
     if thread_id not in session.streams.watched:
         return {"status": "notSubscribed"}
-    session.streams.watched.discard(thread_id)
+    session.streams.unwatch(thread_id)
     session.runtime.threads.unsubscribe(thread_id, session.seat)
     return {"status": "unsubscribed"}
 

@@ -89,9 +89,10 @@ class Streams:
         self.notify = notify
         self.workspace = workspace
         # A text delta's frame is its item's frame around the text (the hot
-        # path of a streamed turn): (item id, kind) -> (before, after, turn key).
+        # path of a streamed turn): (thread id, item id, kind) -> (before, after,
+        # turn key). Item ids are unique in their thread only.
         self.send_frame = send_frame
-        self.delta_frames: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self.delta_frames: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self.turns: dict[tuple[str, str], TurnItems] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
         self.failures: dict[tuple[str, str], str] = {}  # our code of a turn's fatal error
@@ -107,6 +108,14 @@ class Streams:
         """Stream ``thread_id``'s events to this connection (idempotent)."""
         await self.runtime.threads.subscribe(thread_id, self.seat)
         self.watched.add(thread_id)
+
+    def unwatch(self, thread_id: str) -> None:
+        """Stop translating ``thread_id``'s events (the caller unsubscribes the seat)."""
+        self.watched.discard(thread_id)
+        if self.delta_frames:
+            self.delta_frames = {
+                key: frame for key, frame in self.delta_frames.items() if key[0] != thread_id
+            }
 
     async def gated_call(self, thread_id: str, turn_id: str, item_id: str) -> Call | None:
         """The call an ``approvalRequest`` item gates, once its ``item/started`` went out."""
@@ -144,7 +153,7 @@ class Streams:
             return
         text = event.text
         if text is not None and event.stream is not None:  # most events, unparsed
-            frame = self.delta_frames.get((event.stream, kind))
+            frame = self.delta_frames.get((thread_id, event.stream, kind))
             if frame is not None and self.send_frame is not None:
                 self.send_frame(frame[0] + dumps_text(text) + frame[1])
                 return
@@ -155,7 +164,7 @@ class Streams:
             for method, body in items.delta(kind, params.item_id, params.delta):
                 self._emit(method, body, ids)
             if kind in TEXT_DELTAS and event.text is not None:
-                self._keep_delta_frame(kind, params.item_id, ids)
+                self._keep_delta_frame(kind, thread_id, params.item_id, ids)
             return
         if kind == "thread/runtimeChanged":
             runtime = params.runtime  # type: ignore[attr-defined]
@@ -189,7 +198,7 @@ class Streams:
                 notes = items.started(item.type, item.id, item.payload)
             else:
                 for delta_kind in TEXT_DELTAS:
-                    self.delta_frames.pop((item.id, delta_kind), None)
+                    self.delta_frames.pop((thread_id, item.id, delta_kind), None)
                 notes = items.completed(item.type, item.id, item.payload)
                 if item.type == "error" and item.payload.get("fatal"):
                     self.failures[(thread_id, turn_id)] = str(item.payload.get("code") or "")
@@ -203,7 +212,7 @@ class Streams:
         for method, body in notes:
             self._emit(method, body, ids)
 
-    def _keep_delta_frame(self, kind: str, item_id: str, ids: Message) -> None:
+    def _keep_delta_frame(self, kind: str, thread_id: str, item_id: str, ids: Message) -> None:
         """Keep the frame of ``item_id``'s text deltas, split where the text goes:
         what :meth:`_emit` sends for one, made once an item."""
         notes = TurnItems.delta_shape(kind, item_id, DELTA_MARK)
@@ -213,7 +222,7 @@ class Streams:
         frame = wire.encode(wire.notification(method, {**body, **ids}))
         parts = frame.split(dumps_text(DELTA_MARK))
         if len(parts) == 2:
-            self.delta_frames[(item_id, kind)] = (parts[0], parts[1], str(ids["turnId"]))
+            self.delta_frames[(thread_id, item_id, kind)] = (parts[0], parts[1], str(ids["turnId"]))
 
     def _thread_note(self, kind: str, params: Any, thread_id: str) -> None:
         """Renames, archive changes and deletions, in Codex's words."""
@@ -221,7 +230,7 @@ class Streams:
             name = params.display_name
             self.notify("thread/name/updated", {"threadId": thread_id, "threadName": name})
         elif kind == "thread/deleted":
-            self.watched.discard(thread_id)
+            self.unwatch(thread_id)
             self.notify("thread/deleted", {"threadId": thread_id})
         elif params.new_status == "archived" and params.previous_status != "archived":
             self.notify("thread/archived", {"threadId": thread_id})

@@ -77,8 +77,8 @@ def test_an_item_s_frame_is_dropped_when_it_completes_or_its_turn_ends() -> None
     face._translate(delta("item/agentMessage/delta", "item_002", "a"))
     face._translate(delta("item/agentMessage/delta", "item_004", "b"))
     assert set(face.delta_frames) == {
-        ("item_002", "item/agentMessage/delta"),
-        ("item_004", "item/agentMessage/delta"),
+        (THREAD, "item_002", "item/agentMessage/delta"),
+        (THREAD, "item_004", "item/agentMessage/delta"),
     }
     item = Item(
         id="item_002",
@@ -95,7 +95,7 @@ def test_an_item_s_frame_is_dropped_when_it_completes_or_its_turn_ends() -> None
             thread_id=THREAD,
         )
     )
-    assert set(face.delta_frames) == {("item_004", "item/agentMessage/delta")}
+    assert set(face.delta_frames) == {(THREAD, "item_004", "item/agentMessage/delta")}
     turn = Turn(id=TURN, thread_id=THREAD, status="completed", started_at="2026-11-29T00:00:00Z")
     face._translate(
         Event("turn/completed", TurnNotification(thread_id=THREAD, turn=turn), thread_id=THREAD)
@@ -103,10 +103,30 @@ def test_an_item_s_frame_is_dropped_when_it_completes_or_its_turn_ends() -> None
     assert face.delta_frames == {}
 
 
-def test_a_thread_not_watched_gets_no_frame() -> None:
+def test_a_thread_not_watched_gets_no_frame_and_its_frames_are_dropped() -> None:
     recorder = Recorder()
     face = streams(recorder)
     face._translate(delta("item/agentMessage/delta", "item_002", "a"))
-    face.watched.discard(THREAD)
+    face.unwatch(THREAD)
     face._translate(delta("item/agentMessage/delta", "item_002", "b"))
     assert len(recorder.frames) == 1
+    assert face.delta_frames == {}
+
+
+def test_the_same_item_id_in_two_threads_keeps_each_thread_s_frame() -> None:
+    recorder = Recorder()
+    face = streams(recorder)
+    face.watched.add("thr_2")
+    for thread in (THREAD, "thr_2", THREAD, "thr_2"):
+        params = DeltaNotification(
+            thread_id=thread, turn_id=TURN, item_id="item_002", delta="x", delta_kind="agentMessage"
+        )
+        event = Event(
+            "item/agentMessage/delta", params, thread_id=thread, stream="item_002", text="x"
+        )
+        face._translate(event)
+    assert [
+        f'"threadId":"{thread}"' in frame
+        for frame, thread in zip(recorder.frames, (THREAD, "thr_2", THREAD, "thr_2"), strict=True)
+    ] == [True] * 4
+    assert recorder.spliced == 2
