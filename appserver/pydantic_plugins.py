@@ -46,6 +46,8 @@ def no_plugin_declared(paths: Iterable[str] | None = None) -> bool:
     if _other_distribution_finders():
         return False
     for entry in sys.path if paths is None else paths:
+        if not isinstance(entry, str):
+            return False  # a path object some .pth file put there: not ours to read
         root = entry or "."
         if root.lower().endswith(".egg"):
             return False  # an egg keeps its metadata its own way
@@ -73,9 +75,11 @@ def _declares_plugin(path: str) -> bool:
         return False  # most distributions have no entry points; an .egg-info may be a file
     except (OSError, ValueError):
         return True  # unreadable: let pydantic look for itself
+    # importlib.metadata's sections: a line in brackets, every bracket and space
+    # around the name stripped ("[[pydantic]]" names the group too).
     return any(
-        line.strip().startswith("[") and line.strip()[1:-1].strip() == ENTRY_POINT_GROUP
-        for line in text.splitlines()
+        line.startswith("[") and line.endswith("]") and line.strip("[] \t") == ENTRY_POINT_GROUP
+        for line in (raw.strip() for raw in text.splitlines())
     )
 
 
@@ -92,8 +96,10 @@ def _other_distribution_finders() -> bool:
 def _no_plugins_loader() -> ModuleType:
     """A stand-in for pydantic's plugin loader with its answer when none is installed."""
     import types
+    from importlib.machinery import ModuleSpec
 
     loader = types.ModuleType(LOADER_MODULE, "pydantic's plugin loader: none are installed.")
+    loader.__spec__ = ModuleSpec(LOADER_MODULE, None)
     loader.PYDANTIC_ENTRY_POINT_GROUP = ENTRY_POINT_GROUP  # type: ignore[attr-defined]
     loader._plugins = {}  # type: ignore[attr-defined]
     loader._loading_plugins = False  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Installs the stand-in as the entry points do, then builds and uses a model.
 PROBE = r"""
-import json, sys
+import importlib.util, json, sys
 from appserver import launch
 launch._keep_compiled_methods()
 import pydantic
@@ -42,6 +42,7 @@ print(json.dumps({
     "refused": refused,
     "metadata_imported": "importlib.metadata" in sys.modules,
     "stand_in": sys.modules["pydantic.plugin._loader"].__doc__,
+    "spec": importlib.util.find_spec("pydantic.plugin._loader").name,
 }))
 """
 
@@ -82,6 +83,7 @@ def test_without_a_plugin_pydantic_validates_and_never_imports_the_metadata_read
     assert result["count"] == 3 and result["refused"] is True
     assert result["metadata_imported"] is False
     assert "none are installed" in str(result["stand_in"])
+    assert result["spec"] == "pydantic.plugin._loader"
 
 
 def test_a_declared_plugin_is_loaded_by_pydantic_as_usual(tmp_path: Path) -> None:
@@ -97,6 +99,8 @@ def test_the_sections_of_entry_points_are_read_not_their_words(tmp_path: Path) -
     (info / "entry_points.txt").write_text("[console_scripts]\npydantic = other:main\n")
     assert pydantic_plugins.no_plugin_declared([str(tmp_path)])
     (info / "entry_points.txt").write_text("[console_scripts]\nx = y:z\n\n[ pydantic ]\nd = e:f\n")
+    assert not pydantic_plugins.no_plugin_declared([str(tmp_path)])
+    (info / "entry_points.txt").write_text("  [[pydantic]]\nd = e:f\n")  # importlib's reading
     assert not pydantic_plugins.no_plugin_declared([str(tmp_path)])
 
 
@@ -122,6 +126,7 @@ def test_what_cannot_be_listed_cheaply_leaves_the_search_to_pydantic(tmp_path: P
     unreadable.mkdir(parents=True)  # a directory where the file should be
     assert not pydantic_plugins.no_plugin_declared([str(tmp_path / "site")])
     assert pydantic_plugins.no_plugin_declared([str(tmp_path / "missing"), ""])
+    assert not pydantic_plugins.no_plugin_declared([tmp_path])  # type: ignore[list-item]
 
 
 def test_another_finder_of_distributions_leaves_the_search_to_pydantic(
