@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from appserver.protocol.channels import SystemEventNotification
 from appserver.providers.base import (
     Message,
     ModelRequest,
@@ -130,6 +129,10 @@ class Compactor:
         token_count: int | None = None,
         percent_left: float | None = None,
     ) -> None:
+        # Compaction is rare, and the channels' wire models (where this one is
+        # declared) are ~3 ms of every start of a door without channels.
+        from appserver.protocol.channels import SystemEventNotification
+
         await self.items.journal.emit(
             active.thread_id,
             "system/event",
