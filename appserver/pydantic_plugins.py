@@ -6,12 +6,13 @@ here) and reads the entry points of every installed distribution (~5 ms for
 ~75 of them), looking for the ``pydantic`` group. Every start of every door
 paid that, though a server's environment almost never has such a plugin.
 
-:func:`install` lists the same places :mod:`importlib.metadata` would look
-(the directories on ``sys.path``) and reads each distribution's
+:func:`install` puts a finder first on ``sys.meta_path``. When pydantic
+imports its loader, the finder lists the same places :mod:`importlib.metadata`
+would look (the directories on ``sys.path``) and reads each distribution's
 ``entry_points.txt`` for a ``[pydantic]`` section, in ~1 ms. Only when it can
-tell that there is none does it put a loader in
-``sys.modules["pydantic.plugin._loader"]`` that answers "no plugins", which is
-what pydantic's own loader would answer. Whenever it cannot tell (a zip or
+tell that there is none does it load a stand-in as
+``pydantic.plugin._loader`` that answers "no plugins", which is what
+pydantic's own loader would answer. Whenever it cannot tell (a zip or
 egg on ``sys.path``, another finder of distributions on ``sys.meta_path``, a
 file it cannot read) or a plugin is declared, pydantic searches as usual.
 """
@@ -24,7 +25,8 @@ import sys
 # Not `typing`: this runs before anything else is imported.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
+    from importlib.machinery import ModuleSpec
     from types import ModuleType
 
 LOADER_MODULE = "pydantic.plugin._loader"
@@ -32,12 +34,32 @@ ENTRY_POINT_GROUP = "pydantic"
 
 
 def install() -> bool:
-    """Answer "no plugins" for pydantic if no distribution declares one;
-    returns whether it did. Call it before pydantic builds its first validator."""
-    if LOADER_MODULE in sys.modules or not no_plugin_declared():
+    """Have pydantic's plugin loader, when pydantic first imports it, answer
+    "no plugins" if no distribution declares one (the question is asked then,
+    so a command that never validates, such as ``--help``, never asks it).
+    ``False`` if the loader is already imported."""
+    if LOADER_MODULE in sys.modules or any(isinstance(each, _Finder) for each in sys.meta_path):
         return False
-    sys.modules[LOADER_MODULE] = _no_plugins_loader()
+    sys.meta_path.insert(0, _Finder())
     return True
+
+
+class _Finder:
+    """Finds pydantic's plugin loader once: the stand-in when no plugin is
+    declared, else nothing (the import goes on as usual)."""
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if name != LOADER_MODULE:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if not no_plugin_declared():
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(LOADER_MODULE, _StandIn())  # type: ignore[arg-type]  # a Loader
 
 
 def no_plugin_declared(paths: Iterable[str] | None = None) -> bool:
@@ -93,18 +115,18 @@ def _other_distribution_finders() -> bool:
     )
 
 
-def _no_plugins_loader() -> ModuleType:
-    """A stand-in for pydantic's plugin loader with its answer when none is installed."""
-    import types
-    from importlib.machinery import ModuleSpec
+class _StandIn:
+    """Makes the stand-in for pydantic's plugin loader: its answer when none is installed."""
 
-    loader = types.ModuleType(LOADER_MODULE, "pydantic's plugin loader: none are installed.")
-    loader.__spec__ = ModuleSpec(LOADER_MODULE, None)
-    loader.PYDANTIC_ENTRY_POINT_GROUP = ENTRY_POINT_GROUP  # type: ignore[attr-defined]
-    loader._plugins = {}  # type: ignore[attr-defined]
-    loader._loading_plugins = False  # type: ignore[attr-defined]
-    loader.get_plugins = _no_plugins  # type: ignore[attr-defined]
-    return loader
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None  # the default module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__doc__ = "pydantic's plugin loader: none are installed."
+        module.PYDANTIC_ENTRY_POINT_GROUP = ENTRY_POINT_GROUP  # type: ignore[attr-defined]
+        module._plugins = {}  # type: ignore[attr-defined]
+        module._loading_plugins = False  # type: ignore[attr-defined]
+        module.get_plugins = _no_plugins  # type: ignore[attr-defined]
 
 
 def _no_plugins() -> tuple[()]:

@@ -43,6 +43,7 @@ print(json.dumps({
     "metadata_imported": "importlib.metadata" in sys.modules,
     "stand_in": sys.modules["pydantic.plugin._loader"].__doc__,
     "spec": importlib.util.find_spec("pydantic.plugin._loader").name,
+    "attribute": pydantic.plugin._loader.get_plugins() == (),
 }))
 """
 
@@ -84,13 +85,14 @@ def test_without_a_plugin_pydantic_validates_and_never_imports_the_metadata_read
     assert result["metadata_imported"] is False
     assert "none are installed" in str(result["stand_in"])
     assert result["spec"] == "pydantic.plugin._loader"
+    assert result["attribute"] is True  # the package has it, as any submodule
 
 
 def test_a_declared_plugin_is_loaded_by_pydantic_as_usual(tmp_path: Path) -> None:
     result, stderr = run_probe(declare_plugin(tmp_path / "site"))
     assert "plugin saw Probe" in stderr
     assert result["count"] == 3 and result["refused"] is True
-    assert result["stand_in"] != pydantic_plugins._no_plugins_loader().__doc__
+    assert "none are installed" not in str(result["stand_in"])
 
 
 def test_the_sections_of_entry_points_are_read_not_their_words(tmp_path: Path) -> None:
@@ -150,5 +152,17 @@ def test_install_leaves_a_loader_that_is_already_imported(monkeypatch: pytest.Mo
     import pydantic.plugin._loader as real_loader  # this process's pydantic has built validators
 
     monkeypatch.setitem(sys.modules, pydantic_plugins.LOADER_MODULE, real_loader)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     assert pydantic_plugins.install() is False
     assert sys.modules[pydantic_plugins.LOADER_MODULE] is real_loader
+
+
+def test_a_command_that_never_validates_never_searches() -> None:
+    probe = (
+        "import sys; from appserver import pydantic_plugins as p; p.install(); p.install(); "
+        "import argparse; print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path), "
+        "'pydantic' in sys.modules)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert done.stdout.split() == ["1", "False"], done.stderr

@@ -1,0 +1,215 @@
+"""Instructions each door's start costs, counted by valgrind: an A/B that this
+noisy machine cannot blur. Prints figures; never asserts.
+
+    .venv/bin/python bench/instructions.py                 # this tree
+    .venv/bin/python bench/instructions.py --src DIR       # beside another tree (DIR/appserver)
+    .venv/bin/python bench/instructions.py --only oneshot  # one figure (repeatable)
+
+Timing a ~300 ms start on this 2-core machine moves 10-20 % from one minute
+to the next, so a change worth 5 % needs dozens of alternated runs to show.
+The number of instructions a process executes barely moves (a few in ten
+thousand between runs): each figure here is valgrind's ``I refs``
+(``--tool=cachegrind --cache-sim=no``) for one whole process of the command,
+the Python interpreter included. Roughly 3.5-4 G instructions are a second of
+CPU here, so 10 M is ~3 ms. The process runs ~30x slower under valgrind, so
+only starts and short sessions are counted:
+
+- ``floor``: ``python -c pass``, the interpreter alone;
+- ``help``: ``appserver --help``;
+- ``oneshot``: a Zene one-shot (``appserver host --protocol v1 --bridge-compat
+  --single-request``), offline model, a new session on a workspace that a first,
+  uncounted run created;
+- ``dotcraft``: ``appserver app-server`` on a new workspace and home:
+  ``initialize``, ``thread/start`` and one offline turn, then end of input;
+- ``codex``: the same through ``appserver-codex app-server``.
+
+Each command runs once without valgrind first (bytecode, the dataclass
+methods' file). PYTHONDONTWRITEBYTECODE is removed from the children's
+environment, as users run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT = 600.0
+REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+FIGURES = ("floor", "help", "oneshot", "dotcraft", "codex")
+
+
+def child_env(src: Path, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("APPSERVER_", "PYTHON"))}
+    env.update(PYTHONPATH=str(src), HOME=str(home), APPSERVER_PROVIDER="offline")
+    return env
+
+
+def counted(command: list[str], scratch: Path) -> list[str]:
+    log = scratch / f"valgrind-{uuid.uuid4().hex}.log"
+    return [
+        "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+        f"--log-file={log}", *command,
+    ]  # fmt: skip
+
+
+def refs_of(command: list[str]) -> int:
+    log = Path(next(arg for arg in command if arg.startswith("--log-file="))[len("--log-file=") :])
+    found = REFS.search(log.read_text())
+    if found is None:
+        raise RuntimeError(f"no instruction count in {log}:\n{log.read_text()[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def oneshot_request() -> bytes:
+    body = {
+        "protocol_version": 1,
+        "type": "run",
+        "request_id": str(uuid.uuid4()),
+        "session_id": f"bench-{uuid.uuid4().hex[:8]}",
+        "channel_id": "bench",
+        "agent": "default",
+        "prompt": "hello",
+        "timeout_ms": 600000,
+    }
+    return json.dumps(body).encode() + b"\n"
+
+
+def run_plain(command: list[str], env: dict[str, str], cwd: Path, stdin: bytes) -> None:
+    done = subprocess.run(
+        command, input=stdin, capture_output=True, env=env, cwd=cwd, timeout=TIMEOUT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[:4]} exited {done.returncode}: {done.stderr[-2000:]!r}")
+
+
+def session(
+    command: list[str], env: dict[str, str], cwd: Path, thread_params: dict[str, object]
+) -> None:
+    """``initialize``, ``thread/start``, one turn, then end of input; waits for the exit."""
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env=env, cwd=cwd,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, process.stdout
+
+    def send(message: dict[str, object]) -> None:
+        stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        stdin.flush()
+
+    def wait_for(test: Callable[[dict[str, object]], bool]) -> dict[str, object]:
+        while line := stdout.readline():
+            message = json.loads(line)
+            if "id" in message and "method" in message:  # a server request: none expected
+                send({"id": message["id"], "error": {"code": -32601, "message": "bench"}})
+            elif test(message):
+                return dict(message)
+        raise RuntimeError(f"{command[:4]} closed its output")
+
+    try:
+        send(
+            {
+                "id": 1,
+                "method": "initialize",
+                "params": {"clientInfo": {"name": "bench", "version": "1"}},
+            }
+        )
+        wait_for(lambda message: message.get("id") == 1)
+        send({"method": "initialized"})
+        send({"id": 2, "method": "thread/start", "params": thread_params})
+        answer = wait_for(lambda message: message.get("id") == 2)
+        thread = answer["result"]["thread"]["id"]  # type: ignore[index]
+        text = [{"type": "text", "text": "hello"}]
+        send({"id": 3, "method": "turn/start", "params": {"threadId": thread, "input": text}})
+        wait_for(lambda message: message.get("method") in ("turn/completed", "turn/failed"))
+        stdin.close()
+        process.wait(TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def measure(figure: str, src: Path, scratch: Path) -> int:
+    """Instructions of one counted run of ``figure`` with ``src``'s appserver."""
+    python = sys.executable
+    tree = scratch / uuid.uuid4().hex
+    home, workspace = tree / "home", tree / "workspace"
+    home.mkdir(parents=True)
+    workspace.mkdir()
+    env = child_env(src, home)
+    appserver = [python, "-c", "import sys; from appserver.launch import main; sys.exit(main())"]
+    codex = [
+        python,
+        "-c",
+        "import sys; from appserver.launch import codex_main; sys.exit(codex_main())",
+    ]
+    run: Callable[[list[str]], None]
+    if figure in ("floor", "help", "oneshot"):
+        base, stdin = {
+            "floor": ([python, "-c", "pass"], b""),
+            "help": ([*appserver, "--help"], b""),
+            "oneshot": (
+                [*appserver, "host", "--protocol", "v1", "--bridge-compat", "--single-request"],
+                oneshot_request(),
+            ),
+        }[figure]
+
+        def run(prefix: list[str]) -> None:
+            run_plain([*prefix, *base], env, workspace, stdin)
+
+    elif figure in ("dotcraft", "codex"):
+        entry = appserver if figure == "dotcraft" else codex
+        params: dict[str, object] = (
+            {"identity": {"channelName": "bench", "userId": "u"}} if figure == "dotcraft" else {}
+        )
+
+        def run(prefix: list[str]) -> None:
+            # A new workspace and home each session, as bench/peer.py's.
+            where = scratch / uuid.uuid4().hex
+            (where / "home").mkdir(parents=True)
+            (where / "workspace").mkdir()
+            base = [*entry, "app-server", "--workspace", str(where / "workspace")]
+            session([*prefix, *base], child_env(src, where / "home"), where / "workspace", params)
+
+    else:
+        raise ValueError(figure)
+    run([])  # uncounted: bytecode, the dataclass methods' file, a workspace's database
+    command_prefix = counted([], scratch)
+    run(command_prefix)
+    return refs_of(command_prefix)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--src", type=Path, help="also count another tree (DIR/appserver)")
+    parser.add_argument("--only", action="append", choices=FIGURES, help="one figure (repeatable)")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed; nothing to count", file=sys.stderr)
+        raise SystemExit(2)
+    trees = [ROOT] + ([args.src.resolve()] if args.src else [])
+    print(f"python {sys.version.split()[0]}; instructions (valgrind I refs), millions")
+    header = f"{'figure':<10}" + "".join(f"{str(tree)[-24:]:>26}" for tree in trees)
+    print(header + ("   this/other" if len(trees) == 2 else ""))
+    with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
+        for figure in args.only or FIGURES:
+            counts = [measure(figure, tree, Path(scratch)) for tree in trees]
+            row = f"{figure:<10}" + "".join(f"{count / 1e6:>26,.1f}" for count in counts)
+            if len(counts) == 2:
+                row += f"   {counts[0] / counts[1]:>10.3f}"
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
