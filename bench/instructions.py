@@ -21,7 +21,11 @@ only starts and short sessions are counted:
   uncounted run created;
 - ``dotcraft``: ``appserver app-server`` on a new workspace and home:
   ``initialize``, ``thread/start`` and one offline turn, then end of input;
-- ``codex``: the same through ``appserver-codex app-server``.
+- ``codex``: the same through ``appserver-codex app-server``;
+- ``deltas``: the DotCraft door's session with the OpenAI provider pointed at
+  ``bench/peer_model.py`` (in its own process, not counted), one turn of 2,000
+  deltas: the cost of streaming, HTTP included (the start is ``dotcraft``'s,
+  plus the HTTP library).
 
 Each command runs once without valgrind first (bytecode, the dataclass
 methods' file). PYTHONDONTWRITEBYTECODE is removed from the children's
@@ -45,7 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 600.0
 REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
-FIGURES = ("floor", "help", "oneshot", "dotcraft", "codex")
+FIGURES = ("floor", "help", "oneshot", "dotcraft", "codex", "deltas")
+DELTAS = 2000
 
 
 def child_env(src: Path, home: Path) -> dict[str, str]:
@@ -93,7 +98,11 @@ def run_plain(command: list[str], env: dict[str, str], cwd: Path, stdin: bytes) 
 
 
 def session(
-    command: list[str], env: dict[str, str], cwd: Path, thread_params: dict[str, object]
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    thread_params: dict[str, object],
+    prompt: str = "hello",
 ) -> None:
     """``initialize``, ``thread/start``, one turn, then end of input; waits for the exit."""
     process = subprocess.Popen(
@@ -129,7 +138,7 @@ def session(
         send({"id": 2, "method": "thread/start", "params": thread_params})
         answer = wait_for(lambda message: message.get("id") == 2)
         thread = answer["result"]["thread"]["id"]  # type: ignore[index]
-        text = [{"type": "text", "text": "hello"}]
+        text = [{"type": "text", "text": prompt}]
         send({"id": 3, "method": "turn/start", "params": {"threadId": thread, "input": text}})
         wait_for(lambda message: message.get("method") in ("turn/completed", "turn/failed"))
         stdin.close()
@@ -140,7 +149,24 @@ def session(
             process.wait()
 
 
-def measure(figure: str, src: Path, scratch: Path) -> int:
+class Model:
+    """bench/peer_model.py in a process of its own (its port, once it listens)."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "peer_model.py"), "--port", "0"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        self.port = int(json.loads(self.process.stdout.readline())["port"])
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(30)
+
+
+def measure(figure: str, src: Path, scratch: Path, model: Model) -> int:
     """Instructions of one counted run of ``figure`` with ``src``'s appserver."""
     python = sys.executable
     tree = scratch / uuid.uuid4().hex
@@ -168,10 +194,16 @@ def measure(figure: str, src: Path, scratch: Path) -> int:
         def run(prefix: list[str]) -> None:
             run_plain([*prefix, *base], env, workspace, stdin)
 
-    elif figure in ("dotcraft", "codex"):
-        entry = appserver if figure == "dotcraft" else codex
+    elif figure in ("dotcraft", "codex", "deltas"):
+        entry = codex if figure == "codex" else appserver
+        provider = []
+        prompt = "hello"
+        if figure == "deltas":
+            base_url = f"http://127.0.0.1:{model.port}/v1"
+            provider = ["--provider", "openai", "--base-url", base_url, "--model", "fake-model"]
+            prompt = f"BENCH_STREAM {DELTAS}"
         params: dict[str, object] = (
-            {"identity": {"channelName": "bench", "userId": "u"}} if figure == "dotcraft" else {}
+            {} if figure == "codex" else {"identity": {"channelName": "bench", "userId": "u"}}
         )
 
         def run(prefix: list[str]) -> None:
@@ -179,8 +211,10 @@ def measure(figure: str, src: Path, scratch: Path) -> int:
             where = scratch / uuid.uuid4().hex
             (where / "home").mkdir(parents=True)
             (where / "workspace").mkdir()
-            base = [*entry, "app-server", "--workspace", str(where / "workspace")]
-            session([*prefix, *base], child_env(src, where / "home"), where / "workspace", params)
+            base = [*entry, "app-server", "--workspace", str(where / "workspace"), *provider]
+            env = child_env(src, where / "home")
+            env["OPENAI_API_KEY"] = "sk-bench"
+            session([*prefix, *base], env, where / "workspace", params, prompt)
 
     else:
         raise ValueError(figure)
@@ -202,13 +236,15 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}; instructions (valgrind I refs), millions")
     header = f"{'figure':<10}" + "".join(f"{str(tree)[-24:]:>26}" for tree in trees)
     print(header + ("   this/other" if len(trees) == 2 else ""))
+    model = Model()
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
         for figure in args.only or FIGURES:
-            counts = [measure(figure, tree, Path(scratch)) for tree in trees]
+            counts = [measure(figure, tree, Path(scratch), model) for tree in trees]
             row = f"{figure:<10}" + "".join(f"{count / 1e6:>26,.1f}" for count in counts)
             if len(counts) == 2:
                 row += f"   {counts[0] / counts[1]:>10.3f}"
             print(row, flush=True)
+    model.close()
 
 
 if __name__ == "__main__":
