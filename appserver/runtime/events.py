@@ -109,6 +109,14 @@ class Event:
             params = self._params = parsed
         return params
 
+    def delta(self) -> tuple[str, str]:
+        """A delta's item id and text: as the runtime handed them when it did
+        (no params parsed: this runs for every streamed delta), else from the params."""
+        if self.text is not None and self.stream is not None:
+            return self.stream, self.text
+        params = self.params
+        return str(getattr(params, "item_id", "")), str(getattr(params, "delta", ""))
+
     def params_json(self) -> str:
         """The params as compact JSON text (the form stored in the event log)."""
         if self._json is None:

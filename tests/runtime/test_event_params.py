@@ -39,3 +39,22 @@ def test_reading_a_delta_does_not_load_the_method_table() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_streamed_delta_gives_its_item_and_text_without_parsing() -> None:
+    # JSON that cannot be parsed: reading it would raise.
+    event = Event(
+        "item/agentMessage/delta", None, stream="item_002", params_json="{", text="pi\u00e8ce"
+    )
+    assert event.delta() == ("item_002", "pi\u00e8ce")
+    assert event._params is None  # never parsed
+
+
+def test_a_delta_read_back_gives_its_item_and_text_from_its_params() -> None:
+    event = Event(
+        "item/agentMessage/delta",
+        None,
+        stream="item_002",
+        params_json='{"threadId":"t","turnId":"u","itemId":"item_002","delta":"old"}',
+    )
+    assert event.delta() == ("item_002", "old")

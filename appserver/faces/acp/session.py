@@ -343,13 +343,10 @@ class PromptRun:
 
 
 def _translate(updates: TurnUpdates, event: Event) -> list[Any]:
-    params = event.params
     kind = event.kind
     if kind in DELTAS:
-        return updates.delta(
-            kind, str(getattr(params, "item_id", "")), str(getattr(params, "delta", ""))
-        )
-    item = getattr(params, "item", None)
+        return updates.delta(kind, *event.delta())
+    item = getattr(event.params, "item", None)
     if item is None:
         return []
     if kind == "item/started":

@@ -14,13 +14,18 @@ from typing import Any
 from appserver.faces.seat import Seat
 from appserver.protocol.threads import Item, TokenUsage
 from appserver.protocol.turns import (
-    DeltaNotification,
     ItemNotification,
     TurnCancelledNotification,
     TurnFailedNotification,
     TurnNotification,
 )
 from appserver.runtime.events import Event
+
+#: The streamed texts, by the router event that carries each.
+TEXT_DELTAS = {
+    "item/agentMessage/delta": "assistant_delta",
+    "item/reasoning/delta": "reasoning_delta",
+}
 
 #: Sends one event (name, data) to every connected client.
 Broadcast = Callable[[str, dict[str, Any]], None]
@@ -32,16 +37,17 @@ async def relay(seat: Seat, base: dict[str, Any], broadcast: Broadcast) -> None:
     error_code = "turn_failed"
     while True:
         event = await seat.next_event()
-        kind, params = event.kind, event.params
+        kind = event.kind
+        if kind in TEXT_DELTAS:
+            _item_id, text = event.delta()
+            broadcast(TEXT_DELTAS[kind], {**base, "content": text})
+            continue
+        params = event.params
         if kind == "turn/started" and isinstance(params, TurnNotification):
             broadcast(
                 "turn_started",
                 {**base, "thread_id": params.turn.thread_id, "turn_id": params.turn.id},
             )
-        elif kind == "item/agentMessage/delta" and isinstance(params, DeltaNotification):
-            broadcast("assistant_delta", {**base, "content": params.delta})
-        elif kind == "item/reasoning/delta" and isinstance(params, DeltaNotification):
-            broadcast("reasoning_delta", {**base, "content": params.delta})
         elif kind == "item/completed" and isinstance(params, ItemNotification):
             error_code = _item(params.item, base, broadcast) or error_code
         elif kind in ("turn/completed", "turn/failed", "turn/cancelled"):

@@ -220,8 +220,8 @@ class QwenSeat(Seat):
         if self.closed:
             return
         self.delivered += 1
-        item = getattr(event.params, "item", None)
-        if event.kind == "item/completed" and item is not None:
+        item = getattr(event.params, "item", None) if event.kind == "item/completed" else None
+        if item is not None:
             payload = item.payload
             if item.type == "toolCall":
                 arguments = payload.get("arguments")

@@ -121,14 +121,14 @@ class TurnStream:
     async def handle(self, event: Event) -> Frame | None:
         """Translate one event; the ``result`` message once the turn is over."""
         kind = event.kind
-        item = getattr(event.params, "item", None)
         if kind in ("item/agentMessage/delta", "item/reasoning/delta"):
             block = "text" if kind == "item/agentMessage/delta" else "thinking"
-            delta = str(getattr(event.params, "delta", ""))
-            item_id = str(getattr(event.params, "item_id", ""))
+            item_id, delta = event.delta()
             self.sent[item_id] = self.sent.get(item_id, "") + delta
             await self.block_text(block, delta)
-        elif kind == "item/usage/delta":
+            return None
+        item = getattr(event.params, "item", None)
+        if kind == "item/usage/delta":
             self.open_call()
             self.call_usage[0] += int(getattr(event.params, "input_tokens", 0))
             self.call_usage[1] += int(getattr(event.params, "output_tokens", 0))

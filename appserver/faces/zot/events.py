@@ -64,7 +64,7 @@ class PromptStream:
     async def handle(self, event: Event) -> bool:
         """Translate one event; ``True`` once the turn is over."""
         kind = event.kind
-        item = _item_of(event)
+        item = None if event.text is not None else _item_of(event)  # a text delta has none
         if kind == "item/completed" and item is not None and item.type == "userMessage":
             await self.emit(
                 {
@@ -134,14 +134,15 @@ class PromptStream:
     async def model_output(self, event: Event) -> None:
         if not self.open:
             await self.begin_step()
-        item = _item_of(event)
         if event.kind == "item/agentMessage/delta":
-            delta = str(getattr(event.params, "delta", ""))
+            _item_id, delta = event.delta()
             append_attribute(self, "text", delta)
             await self.emit({"type": "text_delta", "delta": delta})
-        elif item is None:
             return
-        elif event.kind == "item/started" and item.type in ("agentMessage", "toolCall"):
+        item = None if event.text is not None else _item_of(event)  # reasoning: no item
+        if item is None:
+            return
+        if event.kind == "item/started" and item.type in ("agentMessage", "toolCall"):
             self.step_time = self.step_time or item.created_at
         elif event.kind == "item/completed" and item.type == "agentMessage":
             self.text = str(item.payload.get("text", self.text))
