@@ -27,6 +27,11 @@ only starts and short sessions are counted:
   deltas: the cost of streaming, HTTP included (the start is ``dotcraft``'s,
   plus the HTTP library).
 
+A count compares only work whose amount does not depend on how fast the
+process runs. A start does not; a stream partly does (the shared log writes and
+delivers what queued meanwhile, and under valgrind much more queues), so an A/B
+of ``deltas`` is a hint, not a measure.
+
 Each command runs once without valgrind first (bytecode, the dataclass
 methods' file). PYTHONDONTWRITEBYTECODE is removed from the children's
 environment, as users run.
