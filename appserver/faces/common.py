@@ -33,6 +33,8 @@ def system_prompt(base: str, replace: str | None, append: list[str] | None) -> s
 
 def turn_id_of(event: Event) -> str | None:
     """The turn a runtime event is about (``None`` for thread-level events)."""
+    if event.turn_id is not None:  # a streamed text delta: no params parsed
+        return event.turn_id
     params = event.params
     turn = getattr(params, "turn", None)
     if turn is not None:

@@ -57,9 +57,9 @@ class Event:
     thread's event number). ``stream`` names the streaming item a delta
     belongs to (deltas of one stream may be merged for a lagging client).
     ``topic`` narrows delivery beyond the kind (``item:commandExecution``).
-    ``text`` is a text delta's text as the runtime streamed it (``None`` for
-    any other event, and for a delta read back from the log), so a front door
-    can frame it without parsing the params.
+    ``text`` is a text delta's text as the runtime streamed it and ``turn_id``
+    its turn (both ``None`` for any other event, and for a delta read back from
+    the log), so a front door can frame it without parsing the params.
     """
 
     __slots__ = (
@@ -72,6 +72,7 @@ class Event:
         "text",
         "thread_id",
         "topic",
+        "turn_id",
     )
 
     def __init__(
@@ -85,6 +86,7 @@ class Event:
         stream: str | None = None,
         params_json: str | None = None,
         text: str | None = None,
+        turn_id: str | None = None,
     ) -> None:
         self.kind = kind
         self._params = params
@@ -94,6 +96,7 @@ class Event:
         self.stream = stream
         self._json = params_json
         self.text = text
+        self.turn_id = turn_id
         self._memo: dict[object, Any] | None = None
 
     def __repr__(self) -> str:

@@ -221,7 +221,8 @@ class ThreadJournal:
         """Number and deliver a streaming delta (kept in memory until the item
         completes). ``params_json``: the params already encoded (then ``params``
         may be ``None``; they are parsed from it if a front door asks); ``text``:
-        a text delta's text (:attr:`Event.text`)."""
+        a text delta's text (:attr:`Event.text`, and ``turn_id`` becomes its
+        :attr:`Event.turn_id`)."""
         event = Event(
             kind,
             params,
@@ -230,6 +231,7 @@ class ThreadJournal:
             stream=item_id,
             params_json=params_json,
             text=text,
+            turn_id=turn_id if text is not None else None,
         )
         if self.shared is not None:
             await self.shared.append_delta(event, include, turn_id)

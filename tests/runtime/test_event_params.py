@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from appserver.faces.common import turn_id_of
 from appserver.protocol.methods import NOTIFICATIONS
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.events import DELTA_KINDS, Event, params_model
@@ -44,9 +45,15 @@ def test_reading_a_delta_does_not_load_the_method_table() -> None:
 def test_a_streamed_delta_gives_its_item_and_text_without_parsing() -> None:
     # JSON that cannot be parsed: reading it would raise.
     event = Event(
-        "item/agentMessage/delta", None, stream="item_002", params_json="{", text="pi\u00e8ce"
+        "item/agentMessage/delta",
+        None,
+        stream="item_002",
+        params_json="{",
+        text="pi\u00e8ce",
+        turn_id="turn_001",
     )
     assert event.delta() == ("item_002", "pi\u00e8ce")
+    assert turn_id_of(event) == "turn_001"  # what every face asks of each event
     assert event._params is None  # never parsed
 
 
@@ -58,3 +65,4 @@ def test_a_delta_read_back_gives_its_item_and_text_from_its_params() -> None:
         params_json='{"threadId":"t","turnId":"u","itemId":"item_002","delta":"old"}',
     )
     assert event.delta() == ("item_002", "old")
+    assert turn_id_of(event) == "u"

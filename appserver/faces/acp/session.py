@@ -307,13 +307,11 @@ class PromptRun:
                 return await self._finish(event)
             for update in _translate(updates, event):
                 await session.send(update)
+            if event.kind != "item/completed":
+                continue
             item = getattr(event.params, "item", None)
             # An approvalRequest item: its call's tool_call went out, the question may follow.
-            if (
-                event.kind == "item/completed"
-                and item is not None
-                and item.type == "approvalRequest"
-            ):
+            if item is not None and item.type == "approvalRequest":
                 self._gates.setdefault(item.id, anyio.Event()).set()
 
     async def _finish(self, event: Event) -> StopReason:

@@ -124,8 +124,6 @@ class ExecTurn:
 
     def feed(self, event: Event) -> None:
         """Translate one event of this turn (terminal ones are the caller's)."""
-        if event.text is not None:
-            return  # a text delta: exec reports an item once it completes
         kind, params = event.kind, event.params
         notes: list[tuple[str, Json]] = []
         if kind in ("item/started", "item/completed"):

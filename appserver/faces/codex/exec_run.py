@@ -245,8 +245,8 @@ async def _follow(
     turn_id = active.record.id
     translated = ExecTurn(runtime.threads.workspace, answer)
     async for event in seat.events():
-        if event.thread_id != thread_id:
-            continue
+        if event.thread_id != thread_id or event.text is not None:
+            continue  # a text delta: exec reports the item once it completes
         turn = getattr(event.params, "turn", None)
         if event.kind in TERMINAL and turn is not None and turn.id == turn_id:
             translated.finish()
