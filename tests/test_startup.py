@@ -231,3 +231,24 @@ def test_a_second_server_taking_the_lock_ahead_shares_the_workspace(tmp_path: Pa
     finally:
         first.communicate(timeout=30)  # closes its input: it exits
     assert first.returncode == 0
+
+
+def test_the_runtime_loads_no_wire_models_of_channels_editors_or_the_node_repl() -> None:
+    # Every door's start pays for what the runtime imports; these are used only
+    # when compacting, or when a client is an editor or a Node REPL host.
+    lazy = (
+        "appserver.protocol.channels",
+        "appserver.protocol.editor_fs",
+        "appserver.protocol.editor_terminal",
+        "appserver.protocol.node_repl",
+    )
+    code = (
+        "import sys\n"
+        "import appserver.hosting, appserver.runtime.host\n"
+        "import appserver.faces.zene.serving, appserver.faces.codex.session\n"
+        f"print([m for m in {lazy!r} if m in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=60
+    )
+    assert done.stdout.strip() == "[]", done.stderr

@@ -18,18 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 from pydantic import ValidationError
 
 from appserver.protocol.base import WireModel, first_error
-from appserver.protocol.editor_fs import ReadTextFileParams, WriteTextFileParams
-from appserver.protocol.editor_terminal import (
-    EditorTerminalCreateParams,
-    EditorTerminalOutputResult,
-    EditorTerminalParams,
-    EditorTerminalWaitParams,
-)
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import (
     EditorClient,
@@ -39,6 +33,12 @@ from appserver.runtime.events import (
 )
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import TerminalOutput, ToolError
+
+if TYPE_CHECKING:
+    from appserver.protocol.editor_terminal import EditorTerminalParams
+
+# The editor requests' wire models are imported at the first request: most
+# processes never have an editor, and they were ~3 ms of every start.
 
 log = logging.getLogger("appserver.turns")
 
@@ -238,6 +238,8 @@ class ClientEditor:
     # --- files -------------------------------------------------------------------------
 
     async def read_text_file(self, path: str, line: int | None, limit: int | None) -> str:
+        from appserver.protocol.editor_fs import ReadTextFileParams
+
         params = ReadTextFileParams(
             thread_id=self.thread_id, path=path, line=line, offset=line, limit=limit
         )
@@ -248,15 +250,21 @@ class ClientEditor:
         return content
 
     async def write_text_file(self, path: str, content: str) -> None:
+        from appserver.protocol.editor_fs import WriteTextFileParams
+
         params = WriteTextFileParams(thread_id=self.thread_id, path=path, content=content)
         await self._request("ext/acp/fs/writeTextFile", params)
 
     # --- terminals ---------------------------------------------------------------------
 
     def _terminal(self, terminal_id: str) -> EditorTerminalParams:
+        from appserver.protocol.editor_terminal import EditorTerminalParams
+
         return EditorTerminalParams(thread_id=self.thread_id, terminal_id=terminal_id)
 
     async def create_terminal(self, command: str, cwd: str) -> str:
+        from appserver.protocol.editor_terminal import EditorTerminalCreateParams
+
         params = EditorTerminalCreateParams(
             thread_id=self.thread_id,
             command=command,
@@ -272,6 +280,8 @@ class ClientEditor:
         return terminal_id
 
     async def wait_for_terminal_exit(self, terminal_id: str, timeout_s: float) -> TerminalOutput:
+        from appserver.protocol.editor_terminal import EditorTerminalWaitParams
+
         params = EditorTerminalWaitParams(
             thread_id=self.thread_id, terminal_id=terminal_id, timeout=max(1, round(timeout_s))
         )
@@ -312,6 +322,8 @@ class ClientEditor:
 def _terminal_output(answer: Mapping[str, object], method: str) -> TerminalOutput:
     """An answer to ``getOutput`` / ``waitForExit`` in DotCraft's shape
     (``{output, exitCode?}``) or ACP's (``exitStatus``, ``signal``, ``truncated``)."""
+    from appserver.protocol.editor_terminal import EditorTerminalOutputResult
+
     try:
         result = EditorTerminalOutputResult.model_validate(dict(answer))
     except ValidationError as exc:

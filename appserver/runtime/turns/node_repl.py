@@ -28,17 +28,12 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import ValidationError
 
 from appserver.protocol.base import WireModel, first_error
-from appserver.protocol.node_repl import (
-    NodeReplCancelParams,
-    NodeReplEvaluateParams,
-    NodeReplEvaluateResult,
-)
 from appserver.providers.base import ImagePart, ToolCall, ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import (
@@ -51,6 +46,16 @@ from appserver.runtime.history import client_tool_images, client_tool_text
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
+
+if TYPE_CHECKING:
+    from appserver.protocol.node_repl import (
+        NodeReplCancelParams,
+        NodeReplEvaluateParams,
+        NodeReplEvaluateResult,
+    )
+
+# The REPL's wire models are imported at the first evaluation: most processes
+# never have a Node REPL host, and they were ~1 ms of every start.
 
 log = logging.getLogger("appserver.turns")
 
@@ -249,6 +254,8 @@ class NodeRepl:
 
     async def _evaluate(self, active: ActiveTurn, code: str, timeout_s: int) -> dict[str, Any]:
         assert active.tg is not None
+        from appserver.protocol.node_repl import NodeReplEvaluateParams, NodeReplEvaluateResult
+
         params = NodeReplEvaluateParams(
             thread_id=active.thread_id,
             evaluation_id=f"node-repl-{secrets.token_hex(16)}",
@@ -294,6 +301,8 @@ class NodeRepl:
     async def _cancel(self, pending: PendingEvaluation, evaluated: NodeReplEvaluateParams) -> None:
         """``ext/nodeRepl/cancel`` to the clients still connected that were asked
         the evaluation; best effort, at most :data:`CANCEL_TIMEOUT_S`."""
+        from appserver.protocol.node_repl import NodeReplCancelParams
+
         params = NodeReplCancelParams(
             thread_id=evaluated.thread_id, evaluation_id=evaluated.evaluation_id
         )
