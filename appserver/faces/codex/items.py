@@ -237,8 +237,9 @@ class TurnItems:
         return []
 
     def delta(self, kind: str, item_id: str, text: str) -> list[tuple[str, Json]]:
-        if kind in ("item/agentMessage/delta", "item/reasoning/delta"):
-            return self.delta_shape(kind, item_id, text)
+        shaped = self.delta_shape(kind, item_id, text)
+        if shaped:
+            return shaped
         if kind == "item/commandExecution/outputDelta":
             call = self.commands.get(item_id)
             if call is not None:

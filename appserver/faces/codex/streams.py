@@ -163,7 +163,7 @@ class Streams:
             items = self._items(thread_id, params.turn_id)
             for method, body in items.delta(kind, params.item_id, params.delta):
                 self._emit(method, body, ids)
-            if kind in TEXT_DELTAS and event.text is not None:
+            if kind in TEXT_DELTAS and text is not None:
                 self._keep_delta_frame(kind, thread_id, params.item_id, ids)
             return
         if kind == "thread/runtimeChanged":

@@ -31,6 +31,8 @@ Send = Callable[[Frame], Awaitable[None]]
 
 
 def _item_of(event: Event) -> Any:
+    if event.text is not None:
+        return None  # a streamed text delta has no item (and its params are not parsed)
     return getattr(event.params, "item", None)
 
 
@@ -64,7 +66,7 @@ class PromptStream:
     async def handle(self, event: Event) -> bool:
         """Translate one event; ``True`` once the turn is over."""
         kind = event.kind
-        item = None if event.text is not None else _item_of(event)  # a text delta has none
+        item = _item_of(event)
         if kind == "item/completed" and item is not None and item.type == "userMessage":
             await self.emit(
                 {
@@ -139,7 +141,7 @@ class PromptStream:
             append_attribute(self, "text", delta)
             await self.emit({"type": "text_delta", "delta": delta})
             return
-        item = None if event.text is not None else _item_of(event)  # reasoning: no item
+        item = _item_of(event)
         if item is None:
             return
         if event.kind == "item/started" and item.type in ("agentMessage", "toolCall"):
