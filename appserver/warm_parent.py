@@ -61,6 +61,7 @@ CORE = (
     "appserver.providers.offline",
     "appserver.providers.openai_compat",
     "appserver.providers.anthropic_provider",
+    "appserver.providers.http_client",
     "appserver.runtime.cluster",
     "appserver.runtime.cluster_approvals",
     "appserver.runtime.recent_broadcasts",

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import json
-import ssl
+import sys
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,13 +136,14 @@ class ToolCallAssembler:
 
 def transport_error(exc: BaseException) -> tuple[ErrorKind, str] | None:
     """Classify a raw network error, or ``None`` if ``exc`` is not one."""
-    # Imported here: only the SDK providers (which load httpx2 anyway) call this,
-    # and the offline provider should not pay for the import.
-    import httpx2
-
-    if isinstance(exc, httpx2.TimeoutException):
+    if isinstance(exc, TimeoutError):
         return "timeout", f"the model API did not answer in time ({type(exc).__name__})"
-    if isinstance(exc, httpx2.RequestError | ssl.SSLError | OSError):
+    # httpx2's errors, only where it is loaded (the providers' own client does
+    # not load it for a plain-http endpoint).
+    httpx2 = sys.modules.get("httpx2")
+    if httpx2 is not None and isinstance(exc, httpx2.TimeoutException):
+        return "timeout", f"the model API did not answer in time ({type(exc).__name__})"
+    if isinstance(exc, OSError) or (httpx2 is not None and isinstance(exc, httpx2.RequestError)):
         return "unavailable", f"connection to the model API failed: {exc or type(exc).__name__}"
     if isinstance(exc, anyio.EndOfStream | anyio.BrokenResourceError):
         return "unavailable", "the connection to the model API closed unexpectedly"

@@ -1,6 +1,6 @@
-"""The HTTP side of the network providers: one pooled ``httpx2`` client per
-provider, requests retried the way the official SDKs retry them, and HTTP
-failures turned into error kinds.
+"""The HTTP side of the network providers: one pooled client per provider
+(:mod:`appserver.providers.http_client`), requests retried the way the
+official SDKs retry them, and HTTP failures turned into error kinds.
 
 Why not the SDKs themselves: ``import openai`` takes ~400 ms and ``import
 anthropic`` ~900 ms, which every first turn and every one-shot face would
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import random
-import ssl
 import threading
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -37,7 +36,7 @@ from appserver.providers._common import transport_error
 from appserver.providers.base import ErrorKind
 
 if TYPE_CHECKING:
-    import httpx2
+    from appserver.providers.http_client import HttpClient, HttpResponse
 
 INITIAL_RETRY_DELAY = 0.5
 MAX_RETRY_DELAY = 8.0
@@ -146,32 +145,30 @@ class HttpApi:
         self.headers = dict(headers)
         self.timeout = timeout
         self.max_retries = max_retries
-        self._client: httpx2.AsyncClient | None = None
+        self._client: HttpClient | None = None
         self._client_lock = threading.Lock()
 
     async def warm(self) -> None:
-        """Load the HTTP library and build the client (and TLS context) off
-        the event loop, ahead of the first call."""
+        """Build the client (and an https endpoint's TLS context) off the
+        event loop, ahead of the first call."""
         await anyio.to_thread.run_sync(self.client)
 
-    def client(self) -> httpx2.AsyncClient:
+    def client(self) -> HttpClient:
         """The pooled client, built on first use."""
         with self._client_lock:  # warm() builds it in a worker thread
             if self._client is None:
-                import httpx2
+                from appserver.providers.http_client import HttpClient, tls_context
 
+                # Loading the CA roots costs ~40 ms: only an https endpoint needs
+                # them. A plain-http endpoint follows no redirect, so it can never
+                # be led to an https host, nor to another host with its key.
                 secure = self.base_url.startswith("https:")
-                self._client = httpx2.AsyncClient(
-                    # Loading the CA bundle costs ~40 ms: only an https endpoint
-                    # needs it. A plain-http endpoint gets a context that trusts
-                    # nothing (and no redirects), so it can never be used to
-                    # reach an https host unverified.
-                    verify=httpx2.create_ssl_context()
-                    if secure
-                    else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT),
+                self._client = HttpClient(
+                    {"content-type": "application/json", **self.headers},
+                    timeout=self.timeout,
+                    connect_timeout=min(self.timeout, 10.0),
+                    tls=tls_context() if secure else None,
                     follow_redirects=secure,
-                    timeout=httpx2.Timeout(self.timeout, connect=min(self.timeout, 10.0)),
-                    headers={"content-type": "application/json", **self.headers},
                 )
             return self._client
 
@@ -183,7 +180,7 @@ class HttpApi:
             await client.aclose()
 
     @asynccontextmanager
-    async def stream(self, path: str, body: Any) -> AsyncIterator[httpx2.Response]:
+    async def stream(self, path: str, body: Any) -> AsyncIterator[HttpResponse]:
         """POST ``body`` as JSON and yield the successful response unread
         (retried as described above); raises :class:`ApiError` otherwise."""
         async with self._request("POST", path, json.dumps(body).encode()) as response:
@@ -203,12 +200,12 @@ class HttpApi:
     @asynccontextmanager
     async def _request(
         self, method: str, path: str, content: bytes | None
-    ) -> AsyncIterator[httpx2.Response]:
+    ) -> AsyncIterator[HttpResponse]:
         client = self.client()
-        request = client.build_request(method, self.base_url + path, content=content)
+        url = self.base_url + path
         attempt = 0
         while True:
-            response = await self._send(client, request, attempt)
+            response = await self._send(client, method, url, content, attempt)
             if response is None:
                 attempt += 1
                 continue
@@ -225,31 +222,32 @@ class HttpApi:
             await anyio.sleep(retry_delay(attempt, response.headers))
 
     async def _send(
-        self, client: httpx2.AsyncClient, request: httpx2.Request, attempt: int
-    ) -> httpx2.Response | None:
+        self, client: HttpClient, method: str, url: str, content: bytes | None, attempt: int
+    ) -> HttpResponse | None:
         """Send once; ``None`` means "a network failure worth retrying, already
         waited for"; the last failure raises :class:`ApiError`."""
-        import httpx2
+        from appserver.providers.http_client import InvalidUrl
 
         try:
-            return await client.send(request, stream=True)
-        except httpx2.TimeoutException as exc:
+            return await client.send(method, url, content)
+        except TimeoutError as exc:
             failure = ApiError(
                 "timeout",
-                f"the model API at {request.url} did not answer in time ({type(exc).__name__})",
+                f"the model API at {url} did not answer in time ({type(exc).__name__})",
             )
-        except (httpx2.TransportError, ssl.SSLError, OSError) as exc:
+        except InvalidUrl as exc:
+            raise ApiError("other", f"cannot request {method} {url}: {exc}") from None
+        except OSError as exc:  # ssl.SSLError and RemoteProtocolError too
             failure = ApiError(
                 "unavailable",
-                f"connection to the model API failed: {request.method} {request.url} "
-                f"({type(exc).__name__}: {exc})",
+                f"connection to the model API failed: {method} {url} ({type(exc).__name__}: {exc})",
             )
         if attempt >= self.max_retries:
             raise failure
         await anyio.sleep(retry_delay(attempt + 1, None))
         return None
 
-    def _should_retry(self, response: httpx2.Response, attempt: int) -> bool:
+    def _should_retry(self, response: HttpResponse, attempt: int) -> bool:
         if attempt >= self.max_retries:
             return False
         forced = response.headers.get("x-should-retry")
@@ -258,18 +256,13 @@ class HttpApi:
         return response.status_code in RETRY_STATUSES or response.status_code >= 500
 
 
-def body_chunks(response: httpx2.Response) -> AsyncIterator[bytes]:
-    """The streamed body's bytes as they come. Without a ``Content-Encoding``
-    (a model API's event stream is not compressed) they are the raw bytes:
-    ``aiter_bytes`` would pass each chunk through a decoder that returns it
-    unchanged and one more generator, at every streamed delta."""
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    if encoding in ("", "identity") and not response.is_stream_consumed:
-        return response.aiter_raw()
-    return response.aiter_bytes()  # also a body already read
+def body_chunks(response: HttpResponse) -> AsyncIterator[bytes]:
+    """The streamed body's bytes as they come: one piece per network read,
+    decoded only when the answer is compressed."""
+    return response.aiter_bytes()
 
 
-def _status_error(response: httpx2.Response) -> ApiStatusError:
+def _status_error(response: HttpResponse) -> ApiStatusError:
     try:
         body: Any = response.json()
     except ValueError:
@@ -278,7 +271,7 @@ def _status_error(response: httpx2.Response) -> ApiStatusError:
     message = api_message(body) or (body if isinstance(body, str) and body else None)
     # The URL tried: most failures of a new setup are a wrong --base-url.
     text = (
-        f"HTTP {status} from {response.request.method} {response.request.url}: "
+        f"HTTP {status} from {response.method} {response.url}: "
         f"{message or response.reason_phrase or 'error'}"
     )
     kind = status_kind(status)

@@ -105,13 +105,14 @@ def test_a_plain_http_endpoint_never_loads_the_ca_bundle_nor_follows_redirects()
     plain = api("http://127.0.0.1:1/v1", retries=0).client()
     secure = api("https://example.invalid/v1", retries=0).client()
     assert not plain.follow_redirects and secure.follow_redirects
+    assert plain.tls is None and secure.tls is not None
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_no_sdk_is_loaded_and_http_waits_for_warm(provider: str) -> None:
     """Building a network provider loads no HTTP library and no SDK; warm()
-    (run by the server after start-up, or the first call) loads the HTTP
-    library only."""
+    (run by the server after start-up, or the first call) builds the client and,
+    for an https endpoint (the default), loads httpx2 for its TLS context only."""
     import subprocess
     import sys
 
