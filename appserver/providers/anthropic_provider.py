@@ -28,7 +28,6 @@ import json
 import logging
 import re
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from datetime import datetime
 from typing import Any
 
@@ -115,12 +114,27 @@ class AnthropicProvider:
         if not self.api_key:
             yield ProviderError("auth", _missing_key_message())
             return
+        # One generator, not a wrapper around another: each streamed delta
+        # passes through every generator layer it is yielded from. If our
+        # consumer stops early, closing this generator closes the response.
+        reader = _EventReader()
         try:
-            # aclosing: if our consumer stops early, the SDK stream (and its HTTP
-            # response) is closed now rather than whenever the generator is collected.
-            async with aclosing(self._stream(request)) as events:
-                async for event in events:
-                    yield event
+            async with self.api.stream("/v1/messages", self.request_body(request)) as response:
+                async for name, data in server_sent_events(body_chunks(response)):
+                    if name == "error":
+                        yield _stream_error(data)
+                        return
+                    if not name or name == "ping":
+                        continue  # as the SDK does: unnamed events carry nothing for us
+                    event = json.loads(data)
+                    if isinstance(event, dict):
+                        for item in reader.read(event):
+                            yield item
+            for done in reader.assembler.finish_all():
+                yield done
+            if reader.input_tokens is not None or reader.output_tokens is not None:
+                yield Usage(reader.input_tokens or 0, reader.output_tokens or 0)
+            yield Stop(_stop_reason(reader.stop_reason, tool_calls=reader.assembler.started))
         except Exception as exc:
             kind, message = classify_error(exc)
             if kind == "other":
@@ -141,25 +155,6 @@ class AnthropicProvider:
         if request.tools:
             body["tools"] = [_tool_param(t) for t in request.tools]
         return body
-
-    async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        reader = _EventReader()
-        async with self.api.stream("/v1/messages", self.request_body(request)) as response:
-            async for name, data in server_sent_events(body_chunks(response)):
-                if name == "error":
-                    yield _stream_error(data)
-                    return
-                if not name or name == "ping":
-                    continue  # as the SDK does: unnamed events carry nothing for us
-                event = json.loads(data)
-                if isinstance(event, dict):
-                    for item in reader.read(event):
-                        yield item
-        for done in reader.assembler.finish_all():
-            yield done
-        if reader.input_tokens is not None or reader.output_tokens is not None:
-            yield Usage(reader.input_tokens or 0, reader.output_tokens or 0)
-        yield Stop(_stop_reason(reader.stop_reason, tool_calls=reader.assembler.started))
 
     async def list_models(self) -> list[ModelInfo]:
         """``GET /v1/models``; raises :class:`ProviderUnavailable` on any failure."""

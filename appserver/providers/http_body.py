@@ -14,6 +14,7 @@ READ_SIZE = 65536
 # Longest chunk-size line and trailer section we accept.
 MAX_CHUNK_LINE = 4096
 MAX_TRAILERS = 65536
+HEX_DIGITS = b"0123456789abcdefABCDEF"
 
 
 class RemoteProtocolError(ConnectionError):
@@ -60,35 +61,56 @@ async def _until_close(reader: asyncio.StreamReader, timeout: float) -> AsyncIte
 
 
 async def _chunked(reader: asyncio.StreamReader, timeout: float) -> AsyncIterator[bytes]:
-    """A chunked body, one joined piece per socket read (the hot path of a stream)."""
+    """A chunked body, one joined piece per socket read (the hot path of a
+    stream). A chunk longer than a read is handed up as it comes."""
     buffer = b""
+    remaining = -1  # of the current chunk's data; -1: its size line is next, 0: its CRLF
     while True:
         data = await _read(reader, timeout)
         if not data:
             raise RemoteProtocolError("the server closed the connection mid-body")
-        buffer += data
+        buffer = buffer + data if buffer else data
         pieces: list[bytes] = []
         position, size = 0, len(buffer)
         while True:
-            line_end = buffer.find(b"\r\n", position)
-            if line_end < 0:
-                if size - position > MAX_CHUNK_LINE:
-                    raise RemoteProtocolError("a chunk-size line is too long")
+            if remaining < 0:
+                line_end = buffer.find(b"\r\n", position)
+                if line_end < 0:
+                    if size - position > MAX_CHUNK_LINE:
+                        raise RemoteProtocolError("a chunk-size line is too long")
+                    break
+                size_line = buffer[position:line_end]
+                # Hex digits only (the usual line): no extension, sign, prefix or space.
+                if size_line and len(size_line) <= 16 and not size_line.strip(HEX_DIGITS):
+                    remaining = int(size_line, 16)
+                else:
+                    remaining = _chunk_size(size_line)
+                position = line_end + 2
+                if remaining == 0:
+                    if pieces:
+                        yield b"".join(pieces)
+                    await _trailers(reader, buffer[position:], timeout)
+                    return
+            if remaining > 0:
+                end = position + remaining
+                if end + 2 <= size:  # the chunk's data and CRLF are all here (the usual case)
+                    if buffer[end : end + 2] != b"\r\n":
+                        raise RemoteProtocolError("a chunk does not end with CRLF")
+                    pieces.append(buffer[position:end])
+                    position, remaining = end + 2, -1
+                    continue
+                end = min(end, size)
+                if end > position:
+                    pieces.append(buffer[position:end])
+                    remaining -= end - position
+                    position = end
+                if remaining:
+                    break
+            if size - position < 2:  # remaining == 0: the chunk's CRLF is next
                 break
-            chunk_size = _chunk_size(buffer[position:line_end])
-            start = line_end + 2
-            if chunk_size == 0:
-                if pieces:
-                    yield b"".join(pieces)
-                await _trailers(reader, buffer[start:], timeout)
-                return
-            end = start + chunk_size
-            if end + 2 > size:
-                break
-            if buffer[end : end + 2] != b"\r\n":
+            if buffer[position : position + 2] != b"\r\n":
                 raise RemoteProtocolError("a chunk does not end with CRLF")
-            pieces.append(buffer[start:end])
-            position = end + 2
+            position, remaining = position + 2, -1
         buffer = buffer[position:]
         if pieces:
             yield pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -131,12 +130,28 @@ class OpenAIProvider:
         if not self.api_key:
             yield ProviderError("auth", _missing_key_message())
             return
+        # One generator, not a wrapper around another: each streamed delta
+        # passes through every generator layer it is yielded from. If our
+        # consumer stops early, closing this generator closes the response.
+        reader = _ChunkReader()
         try:
-            # aclosing: if our consumer stops early, the HTTP response is
-            # closed now rather than whenever the generator is collected.
-            async with aclosing(self._stream(request)) as events:
-                async for event in events:
-                    yield event
+            async with self.api.stream("/chat/completions", self.request_body(request)) as response:
+                async for _event, data in server_sent_events(body_chunks(response)):
+                    if data.startswith("[DONE]"):
+                        break
+                    chunk = json.loads(data)
+                    if not isinstance(chunk, dict):
+                        continue
+                    if chunk.get("error"):
+                        yield _stream_error(chunk["error"])
+                        return
+                    for event in reader.read(chunk):
+                        yield event
+            for done in reader.assembler.finish_all():
+                yield done
+            if reader.usage is not None:
+                yield reader.usage
+            yield Stop(_stop_reason(reader.finish, tool_calls=reader.assembler.started))
         except Exception as exc:
             kind, message = classify_error(exc)
             if kind == "other":
@@ -158,26 +173,6 @@ class OpenAIProvider:
         official = _is_official_openai(self.base_url)
         body["max_completion_tokens" if official else "max_tokens"] = request.max_tokens
         return body
-
-    async def _stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        reader = _ChunkReader()
-        async with self.api.stream("/chat/completions", self.request_body(request)) as response:
-            async for _event, data in server_sent_events(body_chunks(response)):
-                if data.startswith("[DONE]"):
-                    break
-                chunk = json.loads(data)
-                if not isinstance(chunk, dict):
-                    continue
-                if chunk.get("error"):
-                    yield _stream_error(chunk["error"])
-                    return
-                for event in reader.read(chunk):
-                    yield event
-        for done in reader.assembler.finish_all():
-            yield done
-        if reader.usage is not None:
-            yield reader.usage
-        yield Stop(_stop_reason(reader.finish, tool_calls=reader.assembler.started))
 
     async def list_models(self) -> list[ModelInfo]:
         """``GET /models``; raises :class:`ProviderUnavailable` on any failure."""
