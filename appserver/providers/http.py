@@ -22,6 +22,8 @@ the SDKs' terms (docs/providers.md):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import random
 import threading
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from appserver.providers.http_client import HttpClient, HttpResponse
 
 INITIAL_RETRY_DELAY = 0.5
+# How long the end of a body may take once its answer is complete (finish_body).
+BODY_END_GRACE = 0.05
 MAX_RETRY_DELAY = 8.0
 MAX_RETRY_AFTER = 60.0
 RETRY_STATUSES = frozenset({408, 409, 429})
@@ -151,7 +155,10 @@ class HttpApi:
     async def warm(self) -> None:
         """Build the client (and an https endpoint's TLS context) off the
         event loop, ahead of the first call."""
-        await anyio.to_thread.run_sync(self.client)
+        from appserver.providers.http_client import InvalidUrl
+
+        with contextlib.suppress(InvalidUrl):  # the first call reports it
+            await anyio.to_thread.run_sync(self.client)
 
     def client(self) -> HttpClient:
         """The pooled client, built on first use."""
@@ -201,7 +208,13 @@ class HttpApi:
     async def _request(
         self, method: str, path: str, content: bytes | None
     ) -> AsyncIterator[HttpResponse]:
-        client = self.client()
+        from appserver.providers.http_client import InvalidUrl
+
+        try:
+            client = self.client()
+        except InvalidUrl as exc:
+            message = f"cannot call the model API at {self.base_url}: {exc}"
+            raise ApiError("other", message) from None
         url = self.base_url + path
         attempt = 0
         while True:
@@ -254,6 +267,17 @@ class HttpApi:
         if forced in ("true", "false"):
             return forced == "true"
         return response.status_code in RETRY_STATUSES or response.status_code >= 500
+
+
+async def finish_body(rest: AsyncIterator[object]) -> None:
+    """Read the rest of a streamed body whose answer is complete (OpenAI's
+    ``[DONE]``), normally just the chunked body's end, so its connection can
+    serve the next turn. A server that does not end the body at once has its
+    connection closed instead."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(BODY_END_GRACE):
+            async for _ignored in rest:
+                pass
 
 
 def body_chunks(response: HttpResponse) -> AsyncIterator[bytes]:

@@ -35,7 +35,8 @@ def body_pieces(
 
 
 def _length(value: str) -> int:
-    if not value.strip().isdigit():
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit()):
         raise RemoteProtocolError(f"bad content-length: {value!r}")
     return int(value)
 
@@ -117,13 +118,11 @@ async def _chunked(reader: asyncio.StreamReader, timeout: float) -> AsyncIterato
 
 
 def _chunk_size(line: bytes) -> int:
-    digits = line.split(b";", 1)[0].strip()
-    try:
-        if not digits or digits.startswith((b"-", b"+", b"0x", b"0X")):
-            raise ValueError
-        return int(digits, 16)
-    except ValueError:
-        raise RemoteProtocolError(f"bad chunk-size line: {line[:40]!r}") from None
+    """A size line with an extension (``5;name=value``) or spaces around the size."""
+    digits = line.split(b";", 1)[0].strip(b" \t")
+    if not digits or len(digits) > 16 or digits.strip(HEX_DIGITS):
+        raise RemoteProtocolError(f"bad chunk-size line: {line[:40]!r}")
+    return int(digits, 16)
 
 
 async def _trailers(reader: asyncio.StreamReader, rest: bytes, timeout: float) -> None:

@@ -20,6 +20,7 @@ import ssl
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -32,7 +33,15 @@ MAX_IDLE = 10
 # The longest status line and headers accepted.
 MAX_HEAD = 65536
 MAX_REDIRECTS = 20
+# What stays as it is in a request's path and query (RFC 3986, and "%" so an
+# already encoded URL is not encoded twice).
+PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+QUERY_SAFE = PATH_SAFE + "?"
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+class _ClosedUnanswered(Exception):
+    """The connection ended (EOF or reset) before a byte of the answer."""
 
 
 class InvalidUrl(ValueError):
@@ -65,7 +74,8 @@ def _proxy(url: urllib.parse.SplitResult) -> tuple[str, int, str | None] | None:
     ``HTTP_PROXY``, ``ALL_PROXY``, less ``NO_PROXY``), as ``httpx2`` reads them."""
     proxies = urllib.request.getproxies()
     proxy = proxies.get(url.scheme) or proxies.get("all")
-    if not proxy or urllib.request.proxy_bypass(url.hostname or ""):
+    # host:port, so a NO_PROXY entry with a port matches too.
+    if not proxy or urllib.request.proxy_bypass(url.netloc.rpartition("@")[2]):
         return None
     parsed = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
     if parsed.scheme != "http" or not parsed.hostname:
@@ -104,6 +114,10 @@ class Connection:
         return (
             not self.writer.is_closing()
             and not self.reader.at_eof()
+            # Bytes that came while it was idle belong to no request (httpcore
+            # checks the same by asking whether the socket is readable; here
+            # the event loop has already read them into the reader's buffer).
+            and not getattr(self.reader, "_buffer", None)
             and time.monotonic() - self.idle_since < KEEPALIVE_EXPIRY
         )
 
@@ -142,13 +156,16 @@ class HttpResponse:
             return
         pieces, reusable = body_pieces(connection.reader, self.headers, self._client.timeout)
         unpack = decoder(self.headers.get("content-encoding", ""))
-        async for piece in pieces:
-            if unpack is None:
-                yield piece
-            elif data := unpack.decompress(piece):
-                yield data
-        if unpack is not None and (rest := unpack.flush()):
-            yield rest
+        try:
+            async for piece in pieces:
+                if unpack is None:
+                    yield piece
+                elif data := unpack.decompress(piece):
+                    yield data
+            if unpack is not None and (rest := unpack.flush()):
+                yield rest
+        except zlib.error as exc:
+            raise RemoteProtocolError(f"a body that does not decompress: {exc}") from None
         self._end(connection, reusable)
 
     async def aread(self) -> bytes:
@@ -205,6 +222,7 @@ class HttpClient:
         self.tls = tls
         self.follow_redirects = follow_redirects
         self._idle: list[Connection] = []
+        self._closed = False
 
     async def send(self, method: str, url: str, content: bytes | None) -> HttpResponse:
         """Send a request and return once its status and headers are in."""
@@ -215,7 +233,10 @@ class HttpClient:
             location = response.headers.get("location")
             if not (self.follow_redirects and response.status_code in REDIRECTS and location):
                 return response
-            await response.aread()
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
             target = urllib.parse.urlsplit(urllib.parse.urljoin(url, location))
             if target.scheme != "https":
                 return response  # never from https to plain http
@@ -231,7 +252,7 @@ class HttpClient:
 
     def release(self, connection: Connection) -> None:
         """Keep a connection whose response was read to its end for the next request."""
-        if len(self._idle) >= MAX_IDLE or connection.writer.is_closing():
+        if self._closed or len(self._idle) >= MAX_IDLE or connection.writer.is_closing():
             connection.close()
             return
         connection.idle_since = time.monotonic()
@@ -239,7 +260,8 @@ class HttpClient:
         self._idle.append(connection)
 
     async def aclose(self) -> None:
-        """Close the idle connections."""
+        """Close the idle connections, and each busy one once its response ends."""
+        self._closed = True
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
@@ -253,23 +275,38 @@ class HttpClient:
     ) -> HttpResponse:
         route = Route.of(url)
         request = _request_bytes(method, url, route, headers, content)
-        while True:
-            connection = self._take(route) or await self._connect(route)
-            try:
-                connection.writer.write(request)
-                async with asyncio.timeout(self.timeout):
-                    await connection.writer.drain()
-                    head = await _read_head(connection.reader)
-            except BaseException as exc:
-                connection.close()
-                # A pooled connection the server closed while it was idle
-                # fails before any answer: the request never reached it.
-                if connection.reused and isinstance(exc, ConnectionError | EOFError):
-                    continue
-                if isinstance(exc, asyncio.IncompleteReadError):
-                    raise RemoteProtocolError("the server closed the connection") from None
-                raise
-            return HttpResponse(self, connection, method, url.geturl(), head)
+        connection = self._take(route) or await self._connect(route)
+        try:
+            return await self._exchange(connection, method, url, request)
+        except _ClosedUnanswered:
+            if not connection.reused:
+                raise RemoteProtocolError("the server closed the connection unanswered") from None
+        # A kept connection that the server closed as it went idle, just as the
+        # request was sent: once more, on a new connection (as Go's client does:
+        # a server closing an idle connection does not read what comes).
+        connection = await self._connect(route)
+        try:
+            return await self._exchange(connection, method, url, request)
+        except _ClosedUnanswered:
+            raise RemoteProtocolError("the server closed the connection unanswered") from None
+
+    async def _exchange(
+        self, connection: Connection, method: str, url: urllib.parse.SplitResult, request: bytes
+    ) -> HttpResponse:
+        try:
+            connection.writer.write(request)
+            async with asyncio.timeout(self.timeout):
+                await connection.writer.drain()
+                head = await _read_head(connection.reader)
+        except BaseException as exc:
+            connection.close()
+            nothing = isinstance(exc, asyncio.IncompleteReadError) and not exc.partial
+            if nothing or isinstance(exc, ConnectionResetError | BrokenPipeError):
+                raise _ClosedUnanswered from None
+            if isinstance(exc, asyncio.IncompleteReadError):
+                raise RemoteProtocolError("the server closed the connection mid-answer") from None
+            raise
+        return HttpResponse(self, connection, method, url.geturl(), head)
 
     def _take(self, route: Route) -> Connection | None:
         while self._idle:
@@ -295,15 +332,20 @@ class HttpClient:
                 )
             else:
                 reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD)
-                await _tunnel(reader, writer, route)
-                await writer.start_tls(self.tls, server_hostname=route.host)  # type: ignore[arg-type]
+                try:
+                    await _tunnel(reader, writer, route)
+                    await writer.start_tls(self.tls, server_hostname=route.host)  # type: ignore[arg-type]
+                except BaseException:
+                    writer.close()
+                    raise
         return Connection(reader, writer, route)
 
 
 async def _tunnel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, route: Route) -> None:
     """Ask an HTTP proxy for a tunnel to the origin (``CONNECT``)."""
     assert route.proxy is not None
-    authority = f"{_bracketed(route.host)}:{route.port}"
+    host = route.host if route.host.isascii() else route.host.encode("idna").decode("ascii")
+    authority = f"{_bracketed(host)}:{route.port}"
     lines = [f"CONNECT {authority} HTTP/1.1", f"host: {authority}"]
     if route.proxy[2]:
         lines.append(f"proxy-authorization: {route.proxy[2]}")
@@ -317,6 +359,11 @@ async def _tunnel(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ro
         raise RemoteProtocolError(f"the proxy refused the tunnel: {status} {reason}")
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only (``str.isdigit`` also takes "²")."""
+    return text.isascii() and text.isdigit()
+
+
 def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
@@ -328,8 +375,14 @@ def _request_bytes(
     headers: Mapping[str, str],
     content: bytes | None,
 ) -> bytes:
-    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+    # As httpx2 sends them: a path and query percent-encoded where they are not
+    # ASCII or hold a space, an international host name in its IDNA form.
+    path = urllib.parse.quote(url.path or "/", safe=PATH_SAFE) + (
+        "?" + urllib.parse.quote(url.query, safe=QUERY_SAFE) if url.query else ""
+    )
     authority = url.netloc.rpartition("@")[2]
+    if not authority.isascii():
+        authority = authority.encode("idna").decode("ascii")
     plain_proxy = route.proxy is not None and route.scheme == "http"
     target = f"http://{authority}{path}" if plain_proxy else path
     lines = [f"{method} {target} HTTP/1.1", f"host: {authority}"]
@@ -352,7 +405,7 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, 
         status_line, *lines = head[:-4].decode("latin-1").split("\r\n")
         version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+        if not version.startswith("HTTP/1.") or not _digits(code) or len(code) != 3:
             raise RemoteProtocolError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
         status = int(code)
         if 100 <= status < 200:

@@ -55,6 +55,7 @@ from appserver.providers.http import (
     HttpApi,
     body_chunks,
     classify_error,
+    finish_body,
 )
 
 log = logging.getLogger(__name__)
@@ -136,8 +137,10 @@ class OpenAIProvider:
         reader = _ChunkReader()
         try:
             async with self.api.stream("/chat/completions", self.request_body(request)) as response:
-                async for _event, data in server_sent_events(body_chunks(response)):
+                events = server_sent_events(body_chunks(response))
+                async for _event, data in events:
                     if data.startswith("[DONE]"):
+                        await finish_body(events)  # so the connection is kept
                         break
                     chunk = json.loads(data)
                     if not isinstance(chunk, dict):

@@ -214,6 +214,9 @@ async def test_a_response_closed_mid_body_closes_its_connection() -> None:
         (HEAD + chunked(b"hello") + b"junk", "bytes after the body"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort", "mid-body"),
         (b"HTTP/1.1 200 OK\r\ncontent-length: ten\r\n\r\nshort", "bad content-length"),
+        ("HTTP/1.1 200 OK\r\ncontent-length: ¹\r\n\r\nshort".encode(), "bad content-length"),
+        (HEAD + b"1_0\r\n" + b"x" * 16 + b"\r\n0\r\n\r\n", "bad chunk-size"),
+        (b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\n\r\nnot gzip", "does not decompress"),
         (b"HTTP/1.1 200 OK\r\ncontent-encoding: br\r\n\r\nxx", "unsupported content-encoding"),
     ],
 )
@@ -455,3 +458,83 @@ async def test_a_body_already_read_is_streamed_again() -> None:
         assert await response.aread() == b"data: 1\n\n"
         assert await pieces(response) == [b"data: 1\n\n"]
         await api.aclose()
+
+
+async def test_bytes_that_came_while_idle_keep_the_connection_from_being_reused() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nanswer%d" % n)
+        await writer.drain()
+        if n == 0:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nSTALE")
+            await writer.drain()
+        await reader.read()
+
+    async with serving(handle) as server:
+        api = client()
+        url = f"http://127.0.0.1:{server.port}/"
+        assert await (await api.send("GET", url, None)).aread() == b"answer0"
+        while server.connections < 1:
+            await asyncio.sleep(0)
+        # The stray answer reaches the idle connection's buffer before the next request.
+        idle = api._idle[0]
+        while not getattr(idle.reader, "_buffer", None):
+            await asyncio.sleep(0.01)
+        assert await (await api.send("GET", url, None)).aread() == b"answer1"
+        await api.aclose()
+
+
+@pytest.mark.parametrize(("answer", "sent"), [(b"", 2), (b"garbage\r\n\r\n", 1)])
+async def test_a_kept_connection_closed_unanswered_is_tried_once_more_only(
+    answer: bytes, sent: int
+) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await server.read_request(reader)
+        if n < 3:  # the first three: an answer, then keep the connection open
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            await writer.drain()
+            await server.read_request(reader)
+        # Then (and on every later connection) the request is read and left
+        # unanswered (closed, or answered with garbage).
+        writer.write(answer)
+        await writer.drain()
+
+    async with serving(handle) as server:
+        api = client()
+        url = f"http://127.0.0.1:{server.port}/"
+        first = await asyncio.gather(*(api.send("POST", url, b"{}") for _ in range(3)))
+        for response in first:
+            await response.aread()
+        assert len(api._idle) == 3
+        before = len(server.heads)
+        with pytest.raises(RemoteProtocolError):
+            await api.send("POST", url, b"{}")
+        assert len(server.heads) - before == sent
+        await api.aclose()
+
+
+async def test_a_path_and_host_are_sent_encoded() -> None:
+    async with serving(answering(b"HTTP/1.1 204 No Content\r\n\r\n")) as server:
+        api = client()
+        url = f"http://127.0.0.1:{server.port}/my models/模型?q=a b"
+        await (await api.send("POST", url, b"{}")).aread()
+        request_line = server.heads[0].split(b"\r\n")[0]
+        assert request_line == b"POST /my%20models/%E6%A8%A1%E5%9E%8B?q=a%20b HTTP/1.1"
+        await api.aclose()
+
+
+async def test_an_openai_stream_keeps_its_connection_for_the_next_turn() -> None:
+    from appserver.providers.base import Message, ModelRequest, Stop, TextDelta
+    from appserver.providers.openai_compat import OpenAIProvider
+
+    chunk = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+    stream = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n" + HEAD[17:]
+    answer = stream + chunked(chunk, b"data: [DONE]\n\n")
+    async with serving(answering(answer, answer, answer)) as server:
+        provider = OpenAIProvider(api_key="k", base_url=f"http://127.0.0.1:{server.port}/v1")
+        for _turn in range(3):
+            request = ModelRequest(model="fake-model", messages=[Message("user", "hello")])
+            events = [event async for event in provider.stream(request)]
+            assert events[0] == TextDelta("hi") and isinstance(events[-1], Stop)
+        assert server.connections == 1
+        await provider.aclose()
