@@ -218,6 +218,50 @@ async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> 
     assert needed <= set(first_use())
 
 
+def test_a_turn_builds_no_wire_model_the_background_did_not(tmp_path: Path) -> None:
+    """In a fresh process: once the background build is done, two turns build
+    no wire model's validator themselves (the first turn used to build four)."""
+    code = """
+import anyio, pathlib, sys
+from appserver.protocol.base import WireModel
+from appserver.server.background import build_wire_models
+from tests.support.servers import running_server
+from tests.support.turns import new_thread, run_turn
+
+def built():
+    models, todo = set(), [WireModel]
+    while todo:
+        model = todo.pop()
+        todo += model.__subclasses__()
+        if model.__pydantic_complete__:
+            models.add(model)
+    return models
+
+async def main():
+    workspace = pathlib.Path(sys.argv[1])
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        thread_id = await new_thread(client)
+        await build_wire_models()
+        before = built()
+        for text in ("hello", "hello again"):
+            _turn, terminal = await run_turn(client, thread_id, text)
+            assert terminal["method"] == "turn/completed", terminal
+    print(sorted(model.__qualname__ for model in built() - before))
+
+anyio.run(main)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize("provider", ["offline", "openai"])
 def test_a_stdio_session_imports_only_what_it_uses(provider: str, tmp_path: Path) -> None:
     """Answering `initialize` loads no provider SDK or HTTP stack, no MCP, no

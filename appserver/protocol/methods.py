@@ -467,6 +467,19 @@ _TURN_SENDS = (
 )
 
 
+# Models a turn builds directly (not only inside its notifications' params):
+# without their own validators built, the first turn of a session built them
+# (~2 ms before its first delta; tests/test_cli.py checks that a turn builds
+# no other).
+_TURN_BUILDS: tuple[type[BaseModel], ...] = (
+    turn_wire.TextPart,
+    thread_wire.Turn,
+    thread_wire.Item,
+    thread_wire.TokenUsage,
+    plugins.PluginInterface,  # the bundled plugins' manifests, read for a turn's tools
+)
+
+
 def models_in_first_use_order() -> list[type[BaseModel]]:
     """The wire models a session's turns need, in the order it first needs them:
     its first requests', then what a turn sends. The other methods' (the
@@ -481,4 +494,5 @@ def models_in_first_use_order() -> list[type[BaseModel]]:
             models += (request.params, request.result)
         else:
             models.append(NOTIFICATIONS[name].params)
+    models += _TURN_BUILDS
     return list(dict.fromkeys(models))
