@@ -269,11 +269,13 @@ class HttpApi:
         return response.status_code in RETRY_STATUSES or response.status_code >= 500
 
 
-async def finish_body(rest: AsyncIterator[object]) -> None:
+async def finish_body(response: HttpResponse, rest: AsyncIterator[object]) -> None:
     """Read the rest of a streamed body whose answer is complete (OpenAI's
     ``[DONE]``), normally just the chunked body's end, so its connection can
     serve the next turn. A server that does not end the body at once has its
-    connection closed instead."""
+    connection closed instead, and so has one that can never be kept."""
+    if not response.keepable:
+        return
     with contextlib.suppress(Exception):
         async with asyncio.timeout(BODY_END_GRACE):
             async for _ignored in rest:

@@ -38,6 +38,7 @@ MAX_REDIRECTS = 20
 PATH_SAFE = "/%:@!$&'()*+,;=-._~"
 QUERY_SAFE = PATH_SAFE + "?"
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class _ClosedUnanswered(Exception):
@@ -74,8 +75,13 @@ def _proxy(url: urllib.parse.SplitResult) -> tuple[str, int, str | None] | None:
     ``HTTP_PROXY``, ``ALL_PROXY``, less ``NO_PROXY``), as ``httpx2`` reads them."""
     proxies = urllib.request.getproxies()
     proxy = proxies.get(url.scheme) or proxies.get("all")
-    # host:port, so a NO_PROXY entry with a port matches too.
-    if not proxy or urllib.request.proxy_bypass(url.netloc.rpartition("@")[2]):
+    # The host alone (so "::1" matches "[::1]:8080") or with its port (so an
+    # entry with a port matches too).
+    if (
+        not proxy
+        or urllib.request.proxy_bypass(url.hostname or "")
+        or urllib.request.proxy_bypass(url.netloc.rpartition("@")[2])
+    ):
         return None
     parsed = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
     if parsed.scheme != "http" or not parsed.hostname:
@@ -142,6 +148,13 @@ class HttpResponse:
         self._client = client
         self._connection: Connection | None = connection
         self._content: bytes | None = None
+
+    @property
+    def keepable(self) -> bool:
+        """Whether its connection can serve another request once the body is read."""
+        framed = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        framed = framed or "content-length" in self.headers
+        return framed and self.headers.get("connection", "").lower() != "close"
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body, decoded, in the pieces the network delivers it."""
@@ -279,11 +292,12 @@ class HttpClient:
         try:
             return await self._exchange(connection, method, url, request)
         except _ClosedUnanswered:
-            if not connection.reused:
+            if not connection.reused or method not in IDEMPOTENT:
                 raise RemoteProtocolError("the server closed the connection unanswered") from None
         # A kept connection that the server closed as it went idle, just as the
-        # request was sent: once more, on a new connection (as Go's client does:
-        # a server closing an idle connection does not read what comes).
+        # request was sent: an idempotent request goes once more, on a new
+        # connection, as Go's client does. A model call (a POST) is not sent
+        # again here: the provider's retries decide, as they did with httpx2.
         connection = await self._connect(route)
         try:
             return await self._exchange(connection, method, url, request)
@@ -397,11 +411,16 @@ def _request_bytes(
 async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, str]]:
     """Status, reason and headers (names lower-cased, repeats joined with ", "),
     skipping informational (1xx) answers."""
+    informed = False  # an informational answer came: the server has answered
     while True:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
             raise RemoteProtocolError("the response's headers are too long") from None
+        except asyncio.IncompleteReadError:
+            if informed:
+                raise RemoteProtocolError("the server closed the connection mid-answer") from None
+            raise
         status_line, *lines = head[:-4].decode("latin-1").split("\r\n")
         version, _, rest = status_line.partition(" ")
         code, _, reason = rest.partition(" ")
@@ -409,6 +428,7 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, 
             raise RemoteProtocolError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
         status = int(code)
         if 100 <= status < 200:
+            informed = True
             continue
         headers: dict[str, str] = {}
         for line in lines:

@@ -140,7 +140,7 @@ class OpenAIProvider:
                 events = server_sent_events(body_chunks(response))
                 async for _event, data in events:
                     if data.startswith("[DONE]"):
-                        await finish_body(events)  # so the connection is kept
+                        await finish_body(response, events)  # so the connection is kept
                         break
                     chunk = json.loads(data)
                     if not isinstance(chunk, dict):

@@ -177,8 +177,8 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_unseen() -> Non
     async with serving(handle) as server:
         api = client()
         url = f"http://127.0.0.1:{server.port}/"
-        assert await (await api.send("POST", url, b"{}")).aread() == b"ok"
-        assert await (await api.send("POST", url, b"{}")).aread() == b"ok"
+        assert await (await api.send("GET", url, None)).aread() == b"ok"
+        assert await (await api.send("GET", url, None)).aread() == b"ok"
         assert server.connections == 2
         assert len(server.heads) == 2
         await api.aclose()
@@ -338,6 +338,18 @@ async def test_a_plain_http_proxy_gets_the_absolute_url_and_its_credentials(
         await api.aclose()
 
 
+def test_no_proxy_matches_an_ipv6_host_and_a_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    from urllib.parse import urlsplit
+
+    from appserver.providers.http_client import Route
+
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "::1,model.test:8443")
+    assert Route.of(urlsplit("http://[::1]:11434/v1")).proxy is None
+    assert Route.of(urlsplit("http://model.test:8443/v1")).proxy is None
+    assert Route.of(urlsplit("http://model.test:8080/v1")).proxy == ("proxy.test", 3128, None)
+
+
 async def test_no_proxy_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     async with serving(answering(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")) as server:
         monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:1")
@@ -484,9 +496,17 @@ async def test_bytes_that_came_while_idle_keep_the_connection_from_being_reused(
         await api.aclose()
 
 
-@pytest.mark.parametrize(("answer", "sent"), [(b"", 2), (b"garbage\r\n\r\n", 1)])
+@pytest.mark.parametrize(
+    ("answer", "method", "sent"),
+    [
+        (b"", "GET", 2),  # idempotent: once more, on a new connection
+        (b"", "POST", 1),  # a model call: the provider's retries decide
+        (b"garbage\r\n\r\n", "GET", 1),
+        (b"HTTP/1.1 100 Continue\r\n\r\n", "GET", 1),  # answered, then closed
+    ],
+)
 async def test_a_kept_connection_closed_unanswered_is_tried_once_more_only(
-    answer: bytes, sent: int
+    answer: bytes, method: str, sent: int
 ) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
         await server.read_request(reader)
@@ -502,13 +522,13 @@ async def test_a_kept_connection_closed_unanswered_is_tried_once_more_only(
     async with serving(handle) as server:
         api = client()
         url = f"http://127.0.0.1:{server.port}/"
-        first = await asyncio.gather(*(api.send("POST", url, b"{}") for _ in range(3)))
+        first = await asyncio.gather(*(api.send(method, url, None) for _ in range(3)))
         for response in first:
             await response.aread()
         assert len(api._idle) == 3
         before = len(server.heads)
         with pytest.raises(RemoteProtocolError):
-            await api.send("POST", url, b"{}")
+            await api.send(method, url, None)
         assert len(server.heads) - before == sent
         await api.aclose()
 
