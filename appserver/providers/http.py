@@ -16,8 +16,8 @@ the SDKs' terms (docs/providers.md):
 * error kinds: 401/403 ``auth``, 429 ``rate_limit``, 408 ``timeout``, 5xx
   ``unavailable``, other statuses ``other``, with the API's own error message
   and the URL tried;
-* the TLS context is built once per client (one CA bundle load), only for an
-  ``https`` endpoint, and shared by every connection.
+* the TLS context is built once per client, only for an ``https`` endpoint,
+  and shared by every connection (providers/http_tls.py).
 """
 
 from __future__ import annotations
@@ -164,18 +164,21 @@ class HttpApi:
         """The pooled client, built on first use."""
         with self._client_lock:  # warm() builds it in a worker thread
             if self._client is None:
-                from appserver.providers.http_client import HttpClient, tls_context
+                from appserver.providers.http_client import HttpClient
+                from appserver.providers.http_tls import verifying_context
 
-                # Loading the CA roots costs ~40 ms: only an https endpoint needs
-                # them. A plain-http endpoint follows no redirect, so it can never
-                # be led to an https host, nor to another host with its key.
+                # Only an https endpoint needs a TLS context. A plain-http endpoint
+                # follows no redirect, so it can never be led to an https host,
+                # nor to another host with its key.
                 secure = self.base_url.startswith("https:")
+                tls, fuller = verifying_context() if secure else (None, None)
                 self._client = HttpClient(
                     {"content-type": "application/json", **self.headers},
                     timeout=self.timeout,
                     connect_timeout=min(self.timeout, 10.0),
-                    tls=tls_context() if secure else None,
+                    tls=tls,
                     follow_redirects=secure,
+                    fuller_tls=fuller,
                 )
             return self._client
 

@@ -8,8 +8,8 @@ turns every chunk into an event object, and ``httpcore2`` and ``httpx2`` pass
 each one up through two more async generators: on a 2,000-delta turn that was
 ~40 % of the server's CPU. Here each socket read is un-chunked in one loop
 (:mod:`appserver.providers.http_body`) and handed up as one piece, however many
-events it holds. TLS trust is still ``httpx2``'s (:func:`tls_context`), so every
-part of the server trusts the same roots (docs/providers.md, "The HTTP client").
+events it holds. TLS trust is the system's (:mod:`appserver.providers.http_tls`),
+as for the fetch tool and MCP (docs/providers.md, "The HTTP client").
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 from appserver.providers.http_body import READ_SIZE, RemoteProtocolError, body_pieces, decoder
@@ -92,15 +92,6 @@ def _proxy(url: urllib.parse.SplitResult) -> tuple[str, int, str | None] | None:
         pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
         credentials = "Basic " + base64.b64encode(pair.encode()).decode()
     return parsed.hostname, parsed.port or 80, credentials
-
-
-def tls_context() -> ssl.SSLContext:
-    """The verifying TLS context ``httpx2`` builds (``SSL_CERT_FILE``,
-    ``SSL_CERT_DIR``, the system's store); loading the roots costs ~40 ms, so
-    a client builds it once."""
-    import httpx2
-
-    return httpx2.create_ssl_context()
 
 
 class Connection:
@@ -225,6 +216,7 @@ class HttpClient:
         connect_timeout: float,
         tls: ssl.SSLContext | None,
         follow_redirects: bool,
+        fuller_tls: Callable[[], ssl.SSLContext] | None = None,
     ) -> None:
         for name, value in headers.items():
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
@@ -233,6 +225,8 @@ class HttpClient:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.tls = tls
+        # Builds the context to verify with once ``tls`` has failed to.
+        self.fuller_tls = fuller_tls
         self.follow_redirects = follow_redirects
         self._idle: list[Connection] = []
         self._closed = False
@@ -331,6 +325,17 @@ class HttpClient:
         return None
 
     async def _connect(self, route: Route) -> Connection:
+        try:
+            return await self._open(route)
+        except ssl.SSLCertVerificationError:
+            if self.fuller_tls is None:
+                raise
+        # The quick trust (providers/http_tls.py) did not verify this server:
+        # from now on the full one, which loads every root the system has.
+        self.tls, self.fuller_tls = await asyncio.to_thread(self.fuller_tls), None
+        return await self._open(route)
+
+    async def _open(self, route: Route) -> Connection:
         secure = route.scheme == "https"
         if secure and self.tls is None:
             raise InvalidUrl("an https URL on a client built for plain http")

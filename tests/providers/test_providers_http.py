@@ -111,20 +111,29 @@ def test_a_plain_http_endpoint_never_loads_the_ca_bundle_nor_follows_redirects()
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 def test_no_sdk_is_loaded_and_http_waits_for_warm(provider: str) -> None:
     """Building a network provider loads no HTTP library and no SDK; warm()
-    (run by the server after start-up, or the first call) builds the client and,
-    for an https endpoint (the default), loads httpx2 for its TLS context only."""
+    (run by the server after start-up, or the first call) builds the client, and
+    loads httpx2 (for its TLS context) only where neither SSL_CERT_FILE nor
+    SSL_CERT_DIR chooses the roots and the system's CAs are not in a hashed
+    directory (providers/http_tls.py)."""
     import subprocess
     import sys
 
     code = (
         "import sys, anyio\n"
         "from appserver.providers import ProviderSettings, make_provider\n"
+        "import os\n"
+        "from appserver.providers.http_tls import quick_context\n"
         f"provider = make_provider(ProviderSettings(provider={provider!r}, api_key='k'))\n"
-        "print('httpx2' in sys.modules)\n"
+        "print('httpx2' in sys.modules, 'appserver.providers.http_client' in sys.modules)\n"
         "anyio.run(provider.warm)\n"
-        f"print('httpx2' in sys.modules, {provider!r} in sys.modules)\n"
+        "print('httpx2' in sys.modules, 'appserver.providers.http_client' in sys.modules)\n"
+        "chosen = os.environ.get('SSL_CERT_FILE') or os.environ.get('SSL_CERT_DIR')\n"
+        f"print({provider!r} in sys.modules, not chosen and quick_context() is None)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
-    assert done.stdout.split() == ["False", "True", "False"]
+    before, after, last = (line.split() for line in done.stdout.splitlines())
+    assert before == ["False", "False"]
+    assert last[0] == "False"  # no SDK
+    assert after == [last[1], "True"]  # httpx2 only without the quick trust
