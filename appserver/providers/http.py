@@ -157,7 +157,7 @@ class HttpApi:
         event loop, ahead of the first call."""
         from appserver.providers.http_client import InvalidUrl
 
-        with contextlib.suppress(InvalidUrl):  # the first call reports it
+        with contextlib.suppress(InvalidUrl, OSError):  # the first call reports it
             await anyio.to_thread.run_sync(self.client)
 
     def client(self) -> HttpClient:
@@ -215,7 +215,7 @@ class HttpApi:
 
         try:
             client = self.client()
-        except InvalidUrl as exc:
+        except (InvalidUrl, OSError) as exc:  # OSError: SSL_CERT_FILE names no file
             message = f"cannot call the model API at {self.base_url}: {exc}"
             raise ApiError("other", message) from None
         url = self.base_url + path

@@ -227,6 +227,7 @@ class HttpClient:
         self.tls = tls
         # Builds the context to verify with once ``tls`` has failed to.
         self.fuller_tls = fuller_tls
+        self._fuller_lock = asyncio.Lock()
         self.follow_redirects = follow_redirects
         self._idle: list[Connection] = []
         self._closed = False
@@ -325,19 +326,35 @@ class HttpClient:
         return None
 
     async def _connect(self, route: Route) -> Connection:
+        tls = self.tls
         try:
-            return await self._open(route)
-        except ssl.SSLCertVerificationError:
-            if self.fuller_tls is None:
-                raise
-        # The quick trust (providers/http_tls.py) did not verify this server:
-        # from now on the full one, which loads every root the system has.
-        self.tls, self.fuller_tls = await asyncio.to_thread(self.fuller_tls), None
-        return await self._open(route)
+            return await self._open(route, tls)
+        except ssl.SSLCertVerificationError as failure:
+            fuller = await self._fuller(tls, failure)
+        return await self._open(route, fuller)
 
-    async def _open(self, route: Route) -> Connection:
+    async def _fuller(
+        self, used: ssl.SSLContext | None, failure: ssl.SSLCertVerificationError
+    ) -> ssl.SSLContext:
+        """The context to try again with after ``used`` did not verify a server:
+        the quick trust (providers/http_tls.py) gives way to the full one, which
+        loads every root the system has, built once however many connects
+        failed; ``failure`` is raised if there is nothing fuller."""
+        async with self._fuller_lock:
+            if self.tls is used:
+                if self.fuller_tls is None:
+                    raise failure
+                try:
+                    self.tls = await asyncio.to_thread(self.fuller_tls)
+                except Exception as exc:
+                    raise failure from exc
+                self.fuller_tls = None
+        assert self.tls is not None
+        return self.tls
+
+    async def _open(self, route: Route, tls: ssl.SSLContext | None) -> Connection:
         secure = route.scheme == "https"
-        if secure and self.tls is None:
+        if secure and tls is None:
             raise InvalidUrl("an https URL on a client built for plain http")
         host, port = (route.proxy[0], route.proxy[1]) if route.proxy else (route.host, route.port)
         async with asyncio.timeout(self.connect_timeout):
@@ -345,7 +362,7 @@ class HttpClient:
                 reader, writer = await asyncio.open_connection(
                     host,
                     port,
-                    ssl=self.tls if secure else None,
+                    ssl=tls if secure else None,
                     server_hostname=route.host if secure else None,
                     limit=MAX_HEAD,
                 )
@@ -353,7 +370,7 @@ class HttpClient:
                 reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD)
                 try:
                     await _tunnel(reader, writer, route)
-                    await writer.start_tls(self.tls, server_hostname=route.host)  # type: ignore[arg-type]
+                    await writer.start_tls(tls, server_hostname=route.host)  # type: ignore[arg-type]
                 except BaseException:
                     writer.close()
                     raise

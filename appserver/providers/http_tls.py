@@ -22,8 +22,9 @@ import ssl
 import sys
 from collections.abc import Callable
 
-# The names OpenSSL looks certificates up by in a hashed directory.
-_HASHED_NAME = re.compile(r"[0-9a-f]{8}\.\d+")
+# The names OpenSSL looks certificates up by in a hashed directory (the test
+# httpcore2 makes of one).
+_HASHED_NAME = re.compile(r"[0-9a-fA-F]{8}\.\d")
 
 
 def verifying_context() -> tuple[ssl.SSLContext, Callable[[], ssl.SSLContext] | None]:

@@ -3,6 +3,7 @@ and the full context after a handshake the quick one could not verify."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import ssl
 import subprocess
@@ -123,3 +124,57 @@ def test_both_contexts_verify_the_host_and_its_certificate() -> None:
     for context in (http_tls.full_context(), http_tls.quick_context()):
         if context is not None:
             assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+
+
+async def test_connects_failing_at_once_build_the_full_trust_once(system_capath: Path) -> None:
+    authority = trustme.CA()
+    hashed(system_capath, trustme.CA())  # another CA only
+    quick = http_tls.quick_context()
+    assert quick is not None
+    builds: list[int] = []
+
+    def fuller() -> ssl.SSLContext:
+        builds.append(1)
+        return client_tls(authority)
+
+    async with serving(answering(OK), server_tls(authority)) as server:
+        api = HttpClient(
+            {}, timeout=5, connect_timeout=5, tls=quick, follow_redirects=True, fuller_tls=fuller
+        )
+        answers = await asyncio.gather(*(_get(api, server.port) for _ in range(4)))
+        assert answers == [b"ok"] * 4 and builds == [1]
+        await api.aclose()
+
+
+async def test_a_full_trust_that_cannot_be_built_leaves_the_verification_error(
+    system_capath: Path,
+) -> None:
+    authority = trustme.CA()
+    hashed(system_capath, trustme.CA())
+    quick = http_tls.quick_context()
+    assert quick is not None
+
+    def broken() -> ssl.SSLContext:
+        raise RuntimeError("no roots today")
+
+    async with serving(answering(OK), server_tls(authority)) as server:
+        api = HttpClient(
+            {}, timeout=5, connect_timeout=5, tls=quick, follow_redirects=True, fuller_tls=broken
+        )
+        with pytest.raises(ssl.SSLCertVerificationError) as raised:
+            await _get(api, server.port)
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        await api.aclose()
+
+
+async def test_an_ssl_cert_file_that_is_not_there_is_a_clear_provider_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from appserver.providers.http import ApiError, HttpApi
+
+    monkeypatch.setenv("SSL_CERT_FILE", "/nowhere/roots.pem")
+    api = HttpApi("https://model.test/v1", {}, timeout=5, max_retries=0)
+    await api.warm()  # reports nothing: the call does
+    with pytest.raises(ApiError, match="cannot call the model API") as raised:
+        await api.get_json("/models")
+    assert raised.value.kind == "other"
