@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from appserver import __version__, startup
+from appserver.protocol.turn_models import EVERY_TURN
 from appserver.providers import ProviderSettings, key_variables, make_provider, resolve_settings
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns import EngineConfig
-from appserver.server.background import warm_provider
+from appserver.server.background import build_models, warm_provider
 from appserver.storage.craft_ignore import write_craft_gitignore
 from appserver.storage.lock import WorkspaceLock
 from appserver.storage.opening import locked_database
@@ -168,6 +169,9 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
             startup.ready()
             if options.warm_provider:
                 warm_provider(tg, provider)
+                # What every turn builds, built ahead (a one-shot leaves it to
+                # its turn, as it does the provider).
+                tg.start_soon(build_models, EVERY_TURN)
             try:
                 yield runtime
             finally:

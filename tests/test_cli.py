@@ -262,6 +262,39 @@ anyio.run(main)
     assert done.stdout.strip() == "[]"
 
 
+def test_a_face_runtime_builds_the_turn_models_in_the_background(tmp_path: Path) -> None:
+    """A face's lean runtime (hosting.open_host) builds what every turn builds,
+    without the DotCraft method table, once it is up; TURN_MODELS holds them."""
+    from appserver.protocol.turn_models import EVERY_TURN, TURN_MODELS
+
+    assert set(EVERY_TURN) <= set(TURN_MODELS)
+    code = """
+import anyio, pathlib, sys
+from appserver.hosting import HostOptions, open_host
+from appserver.protocol.turn_models import EVERY_TURN
+
+async def main():
+    async with open_host(HostOptions(workspace=pathlib.Path(sys.argv[1]))):
+        for _ in range(100_000):
+            if all(model.__pydantic_complete__ for model in EVERY_TURN):
+                break
+            await anyio.sleep(0)
+        print(sorted(m.__qualname__ for m in EVERY_TURN if not m.__pydantic_complete__))
+        print("appserver.protocol.methods" in sys.modules)
+
+anyio.run(main)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[]", "False"]
+
+
 @pytest.mark.parametrize("provider", ["offline", "openai"])
 def test_a_stdio_session_imports_only_what_it_uses(provider: str, tmp_path: Path) -> None:
     """Answering `initialize` loads no provider SDK or HTTP stack, no MCP, no

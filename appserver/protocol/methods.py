@@ -37,6 +37,7 @@ from appserver.protocol.base import Empty
 from appserver.protocol.initialize import InitializeParams, InitializeResult
 from appserver.protocol.limits import LIST_PAGE_BYTES
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
+from appserver.protocol.turn_models import TURN_MODELS
 
 # Each method family beyond threads and turns declares its own entries in its
 # protocol module; they are merged here so there is still one table.
@@ -440,59 +441,18 @@ _FIRST_USED = (
     "turn/interrupt",
 )
 
-# What those requests and a turn send a client (a turn with tools: a command,
-# an approval, a diff); built in the background after the requests above. The
-# other notifications and server requests (the families', ACP's, editors')
-# build when first sent: a plain session needs 11 of the table's 68 models,
-# and building the rest cost ~8 ms of CPU a session (tests/test_cli.py
-# checks that a turn needs no other).
-_TURN_SENDS = (
-    "thread/started",
-    "thread/resumed",
-    "thread/renamed",
-    "thread/runtimeChanged",
-    "thread/statusChanged",
-    "turn/started",
-    "item/started",
-    "item/agentMessage/delta",
-    "item/usage/delta",
-    "item/completed",
-    "item/approval/request",
-    "item/approval/resolved",
-    "turn/diff/updated",
-    "plan/updated",
-    "turn/completed",
-    "turn/failed",
-    "turn/cancelled",
-)
-
-
-# Models a turn builds directly (not only inside its notifications' params):
-# without their own validators built, the first turn of a session built them
-# (~2 ms before its first delta; tests/test_cli.py checks that a turn builds
-# no other).
-_TURN_BUILDS: tuple[type[BaseModel], ...] = (
-    turn_wire.TextPart,
-    thread_wire.Turn,
-    thread_wire.Item,
-    thread_wire.TokenUsage,
-    plugins.PluginInterface,  # the bundled plugins' manifests, read for a turn's tools
-)
-
 
 def models_in_first_use_order() -> list[type[BaseModel]]:
     """The wire models a session's turns need, in the order it first needs them:
-    its first requests', then what a turn sends. The other methods' (the
+    its first requests', then what a turn sends and builds
+    (:data:`~appserver.protocol.turn_models.TURN_MODELS`), then the bundled
+    plugins' manifests (read for a turn's tools). The other methods' (the
     families') and notifications' build at first use: most sessions never
-    need them, and building them all cost ~60 ms of CPU a session."""
+    need them, and building them all cost ~60 ms of CPU a session
+    (tests/test_cli.py checks that a turn builds no other)."""
     models: list[type[BaseModel]] = []
     for name in _FIRST_USED:
         models += (METHODS[name].params, METHODS[name].result)
-    for name in _TURN_SENDS:
-        request = SERVER_REQUESTS.get(name)
-        if request is not None:
-            models += (request.params, request.result)
-        else:
-            models.append(NOTIFICATIONS[name].params)
-    models += _TURN_BUILDS
+    models += TURN_MODELS
+    models.append(plugins.PluginInterface)
     return list(dict.fromkeys(models))

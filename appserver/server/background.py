@@ -4,28 +4,37 @@ and background tasks whose failure is logged rather than ending the server."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
+    from pydantic import BaseModel
 
 log = logging.getLogger("appserver.server")
 
 
 async def build_wire_models(idle: Callable[[], Awaitable[None]] | None = None) -> None:
-    """Build the wire models' validators (deferred at import to keep start-up
-    short) one at a time between requests, in the order a session first
-    needs them; a request that comes first builds what it needs itself.
+    """Build the DotCraft door's wire models' validators (deferred at import to
+    keep start-up short) one at a time between requests, in the order a session
+    first needs them; a request that comes first builds what it needs itself.
 
     ``idle``: waits until no request is being handled, so the first requests
     of a session (``thread/start`` sent right after ``initialize``) are not
     slowed down by models they do not need."""
     from appserver.protocol.methods import models_in_first_use_order
 
-    for model in models_in_first_use_order():
+    await build_models(models_in_first_use_order(), idle)
+
+
+async def build_models(
+    models: Iterable[type[BaseModel]], idle: Callable[[], Awaitable[None]] | None = None
+) -> None:
+    """Build ``models``' validators one at a time, yielding to the event loop
+    between them (after ``idle``, if given, before each)."""
+    for model in models:
         if not model.__pydantic_complete__:
             if idle is not None:
                 await idle()
