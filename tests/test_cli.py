@@ -218,6 +218,21 @@ async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> 
     assert needed <= set(first_use())
 
 
+def _fresh_process(code: str, workspace: Path) -> str:
+    """What ``code`` prints, run in a new interpreter from the repository root
+    with ``workspace`` as its argument (no model built by another test)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(workspace)],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_turn_builds_no_wire_model_the_background_did_not(tmp_path: Path) -> None:
     """In a fresh process: once the background build is done, two turns build
     no wire model's validator themselves (the first turn used to build four)."""
@@ -250,16 +265,7 @@ async def main():
 
 anyio.run(main)
 """
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert _fresh_process(code, tmp_path).strip() == "[]"
 
 
 def test_a_face_runtime_builds_the_turn_models_in_the_background(tmp_path: Path) -> None:
@@ -284,15 +290,7 @@ async def main():
 
 anyio.run(main)
 """
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[]", "False"]
+    assert _fresh_process(code, tmp_path).split("\n")[:2] == ["[]", "False"]
 
 
 @pytest.mark.parametrize("provider", ["offline", "openai"])

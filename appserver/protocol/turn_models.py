@@ -13,30 +13,6 @@ from appserver.protocol import plans
 from appserver.protocol import threads as thread_wire
 from appserver.protocol import turns as turn_wire
 
-TURN_MODELS: tuple[type[BaseModel], ...] = (
-    thread_wire.ThreadStartedNotification,
-    thread_wire.ThreadResumedNotification,
-    thread_wire.ThreadRenamedNotification,
-    thread_wire.ThreadRuntimeChangedNotification,
-    thread_wire.ThreadStatusChangedNotification,
-    turn_wire.TurnNotification,  # turn/started, turn/completed
-    turn_wire.ItemNotification,  # item/started, item/completed
-    turn_wire.DeltaNotification,
-    turn_wire.UsageDeltaNotification,
-    turn_wire.ApprovalRequestParams,
-    turn_wire.ApprovalRequestResult,
-    turn_wire.ApprovalResolvedNotification,
-    turn_wire.TurnDiffUpdatedNotification,
-    plans.PlanUpdatedNotification,
-    turn_wire.TurnFailedNotification,
-    turn_wire.TurnCancelledNotification,
-    # Built by a turn directly, not only inside the notifications above.
-    turn_wire.TextPart,
-    thread_wire.Turn,
-    thread_wire.Item,
-    thread_wire.TokenUsage,
-)
-
 # The part every turn builds, whatever it does (a face builds only these ahead:
 # the rest, for tools, approvals and failures, would mostly go unused there).
 EVERY_TURN: tuple[type[BaseModel], ...] = (
@@ -44,10 +20,24 @@ EVERY_TURN: tuple[type[BaseModel], ...] = (
     thread_wire.ThreadRenamedNotification,
     thread_wire.ThreadRuntimeChangedNotification,
     thread_wire.Turn,
-    turn_wire.TurnNotification,
+    turn_wire.TurnNotification,  # turn/started, turn/completed
     thread_wire.Item,
-    turn_wire.ItemNotification,
+    turn_wire.ItemNotification,  # item/started, item/completed
     turn_wire.DeltaNotification,
     turn_wire.UsageDeltaNotification,
     thread_wire.TokenUsage,
+)
+
+TURN_MODELS: tuple[type[BaseModel], ...] = (
+    thread_wire.ThreadStartedNotification,
+    thread_wire.ThreadResumedNotification,
+    thread_wire.ThreadStatusChangedNotification,
+    *EVERY_TURN,
+    turn_wire.ApprovalRequestParams,
+    turn_wire.ApprovalRequestResult,
+    turn_wire.ApprovalResolvedNotification,
+    turn_wire.TurnDiffUpdatedNotification,
+    plans.PlanUpdatedNotification,
+    turn_wire.TurnFailedNotification,
+    turn_wire.TurnCancelledNotification,
 )

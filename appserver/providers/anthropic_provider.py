@@ -47,7 +47,7 @@ from appserver.providers.base import (
     ToolSpec,
     Usage,
 )
-from appserver.providers.http import ERROR_TYPES, HttpApi, body_chunks, classify_error
+from appserver.providers.http import ERROR_TYPES, HttpApi, classify_error
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class AnthropicProvider:
         reader = _EventReader()
         try:
             async with self.api.stream("/v1/messages", self.request_body(request)) as response:
-                async for name, data in server_sent_events(body_chunks(response)):
+                async for name, data in server_sent_events(response.aiter_bytes()):
                     if name == "error":
                         yield _stream_error(data)
                         return

@@ -285,12 +285,6 @@ async def finish_body(response: HttpResponse, rest: AsyncIterator[object]) -> No
                 pass
 
 
-def body_chunks(response: HttpResponse) -> AsyncIterator[bytes]:
-    """The streamed body's bytes as they come: one piece per network read,
-    decoded only when the answer is compressed."""
-    return response.aiter_bytes()
-
-
 def _status_error(response: HttpResponse) -> ApiStatusError:
     try:
         body: Any = response.json()

@@ -23,15 +23,14 @@ class RemoteProtocolError(ConnectionError):
 
 def body_pieces(
     reader: asyncio.StreamReader, headers: dict[str, str], timeout: float
-) -> tuple[AsyncIterator[bytes], bool]:
-    """The body's raw pieces, and whether the connection can serve another
-    request once they are all read (``False`` for a close-delimited body)."""
+) -> AsyncIterator[bytes]:
+    """The body's raw pieces: chunked, sized, or up to the connection's close."""
     if "chunked" in headers.get("transfer-encoding", "").lower():
-        return _chunked(reader, timeout), True
+        return _chunked(reader, timeout)
     length = headers.get("content-length")
     if length is not None:
-        return _sized(reader, _length(length), timeout), True
-    return _until_close(reader, timeout), False
+        return _sized(reader, _length(length), timeout)
+    return _until_close(reader, timeout)
 
 
 def _length(value: str) -> int:

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
-from appserver.providers.http_body import READ_SIZE, RemoteProtocolError, body_pieces, decoder
+from appserver.providers.http_body import RemoteProtocolError, body_pieces, decoder
 
 # A connection idle longer than this is closed rather than reused (httpx's
 # default): servers drop idle keep-alive connections, often after 5-60 s.
@@ -141,9 +141,16 @@ class HttpResponse:
         self._content: bytes | None = None
 
     @property
+    def bodiless(self) -> bool:
+        """An answer that has no body whatever its headers say."""
+        return self.status_code in (204, 304) or self.method == "HEAD"
+
+    @property
     def keepable(self) -> bool:
-        """Whether its connection can serve another request once the body is read."""
-        framed = "chunked" in self.headers.get("transfer-encoding", "").lower()
+        """Whether its connection can serve another request once the body is
+        read: the body's end is known (not the connection's close), and the
+        server did not say it closes."""
+        framed = self.bodiless or "chunked" in self.headers.get("transfer-encoding", "").lower()
         framed = framed or "content-length" in self.headers
         return framed and self.headers.get("connection", "").lower() != "close"
 
@@ -155,10 +162,10 @@ class HttpResponse:
         connection = self._connection
         if connection is None:
             raise RemoteProtocolError("the response was closed before its body was read")
-        if self.status_code in (204, 304) or self.method == "HEAD":
-            self._end(connection, reusable=True)
+        if self.bodiless:
+            self._end(connection)
             return
-        pieces, reusable = body_pieces(connection.reader, self.headers, self._client.timeout)
+        pieces = body_pieces(connection.reader, self.headers, self._client.timeout)
         unpack = decoder(self.headers.get("content-encoding", ""))
         try:
             async for piece in pieces:
@@ -170,7 +177,7 @@ class HttpResponse:
                 yield rest
         except zlib.error as exc:
             raise RemoteProtocolError(f"a body that does not decompress: {exc}") from None
-        self._end(connection, reusable)
+        self._end(connection)
 
     async def aread(self) -> bytes:
         """The whole body (read once, then kept)."""
@@ -196,9 +203,9 @@ class HttpResponse:
         if connection is not None:
             connection.close()
 
-    def _end(self, connection: Connection, reusable: bool) -> None:
+    def _end(self, connection: Connection) -> None:
         self._connection = None
-        if reusable and self.headers.get("connection", "").lower() != "close":
+        if self.keepable:
             self._client.release(connection)
         else:
             connection.close()
@@ -464,4 +471,4 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[int, str, dict[str, 
         return status, reason, headers
 
 
-__all__ = ["READ_SIZE", "HttpClient", "HttpResponse", "InvalidUrl", "RemoteProtocolError"]
+__all__ = ["HttpClient", "HttpResponse", "InvalidUrl", "RemoteProtocolError"]

@@ -53,7 +53,6 @@ from appserver.providers.http import (
     ERROR_TYPES,
     ApiStatusError,
     HttpApi,
-    body_chunks,
     classify_error,
     finish_body,
 )
@@ -137,7 +136,7 @@ class OpenAIProvider:
         reader = _ChunkReader()
         try:
             async with self.api.stream("/chat/completions", self.request_body(request)) as response:
-                events = server_sent_events(body_chunks(response))
+                events = server_sent_events(response.aiter_bytes())
                 async for _event, data in events:
                     if data.startswith("[DONE]"):
                         await finish_body(response, events)  # so the connection is kept

@@ -17,7 +17,7 @@ CHUNKED = {"transfer-encoding": "chunked"}
 async def _read_all(wire: bytes, cuts: list[int]) -> list[bytes]:
     """Feed ``wire`` to a reader in pieces cut at ``cuts``, one loop turn apart."""
     reader = asyncio.StreamReader()
-    pieces, _reusable = body_pieces(reader, CHUNKED, timeout=5)
+    pieces = body_pieces(reader, CHUNKED, timeout=5)
 
     async def feed() -> None:
         start = 0
@@ -58,7 +58,7 @@ def test_any_chunking_split_anywhere_reads_back_whole(
 
 async def test_a_chunk_longer_than_a_read_is_handed_up_as_it_comes() -> None:
     reader = asyncio.StreamReader()
-    pieces, _reusable = body_pieces(reader, CHUNKED, timeout=5)
+    pieces = body_pieces(reader, CHUNKED, timeout=5)
     reader.feed_data(b"%x\r\n" % 100_000 + b"a" * 30_000)
     first = await pieces.__anext__()
     assert first == b"a" * 30_000  # before the rest of the chunk exists
@@ -73,7 +73,7 @@ async def test_a_chunk_longer_than_a_read_is_handed_up_as_it_comes() -> None:
 )
 async def test_broken_framing_is_refused(wire: bytes) -> None:
     reader = asyncio.StreamReader()
-    pieces, _reusable = body_pieces(reader, CHUNKED, timeout=5)
+    pieces = body_pieces(reader, CHUNKED, timeout=5)
     reader.feed_data(wire)
     reader.feed_eof()
     with pytest.raises(RemoteProtocolError):
