@@ -15,6 +15,7 @@ from websockets.exceptions import InvalidStatus
 from appserver import __version__
 from appserver.cli import Listen, build_parser, main, parse_listen
 from tests.support.client import RpcClient
+from tests.support.fresh import fresh_process
 from tests.support.helpers import IDENTITY
 from tests.support.servers import WsStream, child_env, read_listening_url, server_command
 
@@ -186,7 +187,7 @@ def test_start_up_holds_the_collector_off_then_collects_young_objects_less_often
 
 
 async def test_the_wire_models_build_in_the_background() -> None:
-    from appserver.protocol.methods import models_in_first_use_order
+    from appserver.protocol.core_methods import models_in_first_use_order
     from appserver.server.background import build_wire_models
 
     await build_wire_models()
@@ -199,8 +200,8 @@ async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> 
     """Every notification and server request of turns with a command, an
     approval and a file write has its model in the background build's list
     (the rest build at first use)."""
+    from appserver.protocol.core_methods import models_in_first_use_order as first_use
     from appserver.protocol.methods import NOTIFICATIONS, SERVER_REQUESTS
-    from appserver.protocol.methods import models_in_first_use_order as first_use
     from tests.support.servers import running_server
     from tests.support.turns import Approver, new_thread, run_turn
 
@@ -216,21 +217,6 @@ async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> 
     needed |= {SERVER_REQUESTS[name].params for name in sent if name in SERVER_REQUESTS}
     assert {"item/approval/request", "turn/diff/updated", "turn/completed"} <= sent
     assert needed <= set(first_use())
-
-
-def _fresh_process(code: str, workspace: Path) -> str:
-    """What ``code`` prints, run in a new interpreter from the repository root
-    with ``workspace`` as its argument (no model built by another test)."""
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(workspace)],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
-        cwd=Path(__file__).resolve().parent.parent,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_a_turn_builds_no_wire_model_the_background_did_not(tmp_path: Path) -> None:
@@ -265,7 +251,7 @@ async def main():
 
 anyio.run(main)
 """
-    assert _fresh_process(code, tmp_path).strip() == "[]"
+    assert fresh_process(code, tmp_path).strip() == "[]"
 
 
 def test_a_face_runtime_builds_the_turn_models_in_the_background(tmp_path: Path) -> None:
@@ -290,7 +276,7 @@ async def main():
 
 anyio.run(main)
 """
-    assert _fresh_process(code, tmp_path).split("\n")[:2] == ["[]", "False"]
+    assert fresh_process(code, tmp_path).split("\n")[:2] == ["[]", "False"]
 
 
 @pytest.mark.parametrize("provider", ["offline", "openai"])

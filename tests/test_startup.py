@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ def write_config(workspace: Path, config: dict[str, Any]) -> None:
 
 
 def test_every_family_declares_what_initialize_advertises() -> None:
-    modules = [install.__module__ for install in families.FAMILIES]
+    modules = [family.module for family in families.FAMILIES]
     missing = [module for module in modules if module not in FAMILY_CAPABILITIES]
     assert not missing, f"declare these families in appserver/services/advertised.py: {missing}"
     assert sorted(FAMILY_CAPABILITIES) == sorted(modules)
@@ -61,23 +60,27 @@ async def test_each_family_serves_exactly_what_it_declares(
     added: dict[str, tuple[set[str], set[str]]] = {}
     extended: dict[str, set[str]] = {}
 
-    def recording(install: Callable[[FamilyContext], None]) -> Callable[[FamilyContext], None]:
-        def run(context: FamilyContext) -> None:
-            handlers, features = set(context.router.handlers), set(context.router.features)
-            extensions = set(context.router.extensions)
-            install(context)
-            added[install.__module__] = (
-                set(context.router.handlers) - handlers,
-                context.router.features - features,
-            )
-            extended[install.__module__] = set(context.router.extensions) - extensions
+    install = families.install_family
 
-        return run
+    def recording(family: families.Family, context: FamilyContext) -> None:
+        handlers, features = set(context.router.handlers), set(context.router.features)
+        extensions = set(context.router.extensions)
+        install(family, context)
+        added[family.module] = (
+            set(context.router.handlers) - handlers,
+            context.router.features - features,
+        )
+        extended[family.module] = set(context.router.extensions) - extensions
 
-    monkeypatch.setattr(families, "FAMILIES", [recording(i) for i in families.FAMILIES])
+    monkeypatch.setattr(families, "install_family", recording)
     async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
         served = server.router.capabilities()
         assert served == advertised_capabilities(server.workspace_config)
+        # Those installed at their first call: advertised before, the same after.
+        waiting = {f.module for f in families.FAMILIES if f.at_first_call} - set(added)
+        assert waiting == {f.module for f in families.FAMILIES if f.at_first_call}
+        server.router.install_pending()
+        assert server.router.capabilities() == served
         for module, (methods, features) in added.items():
             entry = declared(module, server.workspace_config)
             flags = {METHODS[name].capability for name in methods} - {None}

@@ -45,9 +45,12 @@ def params_model(kind: str) -> type[BaseModel]:
     front door's first delta cost a face's first turn 30-50 ms."""
     if kind in DELTA_KINDS:
         return DeltaNotification
-    from appserver.protocol.methods import NOTIFICATIONS  # the one table
+    from appserver.protocol.table import notification_spec  # the one table
 
-    return NOTIFICATIONS[kind].params
+    spec = notification_spec(kind)
+    if spec is None:
+        raise KeyError(kind)
+    return spec.params
 
 
 class Event:

@@ -128,7 +128,7 @@ class AppServer:
         every method family (synchronous: nothing is served meanwhile)."""
         from appserver.runtime.host import Runtime
         from appserver.services.context import FamilyContext
-        from appserver.services.families import FAMILIES
+        from appserver.services.families import install_families
         from appserver.services.threads import ThreadService
         from appserver.services.turns import TurnService
         from appserver.tools.registry import ToolRegistry
@@ -168,8 +168,7 @@ class AppServer:
             is_ready=lambda: self.ready,
             default_approval_policy=self._default_approval_policy,
         )
-        for install in FAMILIES:
-            install(self.families)
+        install_families(self.families)
         self._built = True
 
     # Short names for the parts tests and the CLI look at.

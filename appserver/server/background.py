@@ -24,7 +24,7 @@ async def build_wire_models(idle: Callable[[], Awaitable[None]] | None = None) -
     ``idle``: waits until no request is being handled, so the first requests
     of a session (``thread/start`` sent right after ``initialize``) are not
     slowed down by models they do not need."""
-    from appserver.protocol.methods import models_in_first_use_order
+    from appserver.protocol.core_methods import models_in_first_use_order
 
     await build_models(models_in_first_use_order(), idle)
 

@@ -1,49 +1,96 @@
-"""Every optional method family, installed in this order when a server opens.
+"""Every optional method family, installed in this order when a server opens,
+or at the first call of one of its methods.
 
 A family's ``install(server)`` registers its handlers on ``server.router``
 (so its capability is advertised only when it really works), may add agent
 tools to ``server.runtime.engine.tools``, input resolvers to ``server.runtime.materializer``,
 and background tasks through ``server.start_background``.
+
+A family that only serves methods (no tool, hook or background work a session
+may need before calling them) is installed at the first call of one of them
+instead, or when a turn's input first has a part it resolves: a server that is
+never asked for them never imports it nor its wire models (a few milliseconds
+of every session's start each).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from functools import partial
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from appserver.services import (
-    automations,
-    channels,
-    commands,
-    cron,
-    grants,
-    mcp,
-    plugins,
-    prompt,
-    skills,
-    subagent_profiles,
-    subagent_sessions,
-    suggestions,
-    terminals,
-    workspace,
-)
+from appserver.protocol.table import methods_declared_in
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from appserver.runtime.inputs import Resolved, Resolver
     from appserver.services.context import FamilyContext
 
-FAMILIES: list[Callable[[FamilyContext], None]] = [
-    workspace.install,
-    skills.install,
-    plugins.install,
-    mcp.install,
-    commands.install,
-    cron.install,
-    channels.install,
-    terminals.install,
-    prompt.install,
-    grants.install,
-    subagent_profiles.install,
-    subagent_sessions.install,
-    suggestions.install,
-    automations.install,
-]
+
+class Family(NamedTuple):
+    """One method family."""
+
+    module: str  # the module that holds its ``install(server)``
+    # None: installed when the server opens. Else the protocol module
+    # (``appserver.protocol.<name>``) whose methods it serves, the first call
+    # of any of which installs it.
+    at_first_call: str | None = None
+    # Input part types it resolves (``runtime.materializer.resolvers``): the
+    # first such part installs it too (only with ``at_first_call``).
+    resolves: tuple[str, ...] = ()
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("appserver.services.workspace", at_first_call="workspace"),
+    Family("appserver.services.skills"),
+    Family("appserver.services.plugins"),
+    Family("appserver.services.mcp"),
+    Family("appserver.services.commands", at_first_call="commands", resolves=("commandRef",)),
+    Family("appserver.services.cron"),
+    Family("appserver.services.channels"),
+    Family("appserver.services.terminals"),
+    Family("appserver.services.prompt", at_first_call="prompt"),
+    Family("appserver.services.grants", at_first_call="grants"),
+    Family("appserver.services.subagent_profiles", at_first_call="subagent_profiles"),
+    Family("appserver.services.subagent_sessions", at_first_call="subagent_sessions"),
+    Family("appserver.services.suggestions"),
+    Family("appserver.services.automations"),
+)
+
+
+def install_family(family: Family, server: FamilyContext) -> None:
+    """Import ``family`` and run its ``install`` on ``server``."""
+    import_module(family.module).install(server)
+
+
+def install_families(server: FamilyContext) -> None:
+    """Install every family now, or set it up to install at its first call."""
+    for family in FAMILIES:
+        if family.at_first_call is None:
+            install_family(family, server)
+        else:
+            install = server.router.register_at_first_call(
+                methods_declared_in(family.at_first_call),
+                partial(install_family, family, server),
+            )
+            for part_type in family.resolves:
+                server.runtime.materializer.resolvers[part_type] = _resolving_after(
+                    install, server, part_type
+                )
+
+
+def _resolving_after(
+    install: Callable[[], None], server: FamilyContext, part_type: str
+) -> Resolver:
+    """A resolver that installs its family (which sets the real resolver) and
+    hands the part to it."""
+
+    async def resolve(part: Any) -> Resolved:
+        install()
+        resolver = server.runtime.materializer.resolvers[part_type]
+        if resolver is resolve:
+            raise RuntimeError(f"installing its family did not set a {part_type} resolver")
+        return await resolver(part)
+
+    return resolve

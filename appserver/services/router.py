@@ -9,8 +9,10 @@ handler a service registered, and turns the runtime's refusals into
 DotCraft's error codes. Answers a handler marks cacheable are kept encoded
 until their key changes.
 
-The method table (every protocol model) is imported at first use, not with
-this module: a stdio server answers ``initialize`` before it loads it (see
+The method table is read one entry at a time (:mod:`appserver.protocol.table`):
+a method's wire models load when it is first called, and a family that only
+serves methods can be installed then too (:meth:`Router.register_at_first_call`).
+A stdio server answers ``initialize`` before it loads even the core's (see
 :meth:`Router.defer`).
 """
 
@@ -26,8 +28,10 @@ from pydantic import BaseModel, ValidationError
 
 from appserver import __version__
 from appserver.protocol import errors as rpc_errors
+from appserver.protocol import method_index
 from appserver.protocol.errors import RpcError
 from appserver.protocol.initialize import InitializeParams, InitializeResult, ServerInfo
+from appserver.protocol.table import method_spec
 from appserver.rpc import framing
 from appserver.rpc.connection import Connection, RequestContext
 from appserver.rpc.framing import RawJSON
@@ -37,7 +41,7 @@ from appserver.services.advertised import format_capabilities
 from appserver.services.peer import Handshake, Peer, peer_of
 
 if TYPE_CHECKING:
-    from appserver.protocol.spec import MethodSpec
+    from collections.abc import Iterable
 
 log = logging.getLogger("appserver.router")
 
@@ -94,13 +98,6 @@ _STREAMING_METHODS = (
 )
 
 
-def _methods() -> dict[str, MethodSpec]:
-    """The method table, imported on first use (all the wire models load with it)."""
-    from appserver.protocol.methods import METHODS
-
-    return METHODS
-
-
 def describe_validation_error(exc: ValidationError) -> str:
     """One short line naming the first bad field (never a pydantic dump)."""
     errors = exc.errors(include_url=False, include_context=False, include_input=False)
@@ -135,6 +132,8 @@ class Router:
         self.bus = bus
         self.server_name = server_name
         self.handlers: dict[str, Handler] = {}
+        # Methods whose family installs at their first call -> that install.
+        self._installs: dict[str, Callable[[], None]] = {}
         self.answer_keys: dict[str, AnswerKey] = {}
         self._answers: dict[tuple[str, Any], tuple[Any, RawJSON]] = {}
         self.features: set[str] = set()
@@ -188,13 +187,52 @@ class Router:
         is the same (and not ``None``), a repeated request gets the same bytes.
         The answer must not depend on who asks.
         """
-        if method not in _methods():
+        if method not in method_index.METHODS:
             raise KeyError(f"{method} is not in the method table")
-        if method in self.handlers:
+        if method in self.handlers or method in self._installs:
             raise KeyError(f"{method} already has a handler")
         self.handlers[method] = handler
         if answer_key is not None:
             self.answer_keys[method] = answer_key
+
+    def register_at_first_call(
+        self, methods: Iterable[str], install: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Serve ``methods`` by running ``install()`` when the first of them is
+        called: it registers their handlers. Until then they are advertised as
+        served, and nothing of their family is loaded. An ``install`` that
+        raises fails that call; the next call tries again. Returns a function
+        that installs now (once: later calls do nothing), for other first uses
+        of the family (an input part it resolves)."""
+        methods = tuple(methods)
+        for method in methods:
+            if method not in method_index.METHODS:
+                raise KeyError(f"{method} is not in the method table")
+            if method in self.handlers or method in self._installs:
+                raise KeyError(f"{method} already has a handler")
+        installed = False
+
+        def install_once() -> None:
+            nonlocal installed
+            if installed:
+                return
+            for method in methods:
+                self._installs.pop(method, None)
+            try:
+                install()
+            except BaseException:
+                self._installs.update(dict.fromkeys(methods, install_once))
+                raise
+            installed = True
+
+        self._installs.update(dict.fromkeys(methods, install_once))
+        return install_once
+
+    def install_pending(self) -> None:
+        """Run every install still waiting for its first call (tests, tools
+        that need every handler)."""
+        while self._installs:
+            next(iter(self._installs.values()))()
 
     def attach(self, connection: Connection) -> Peer:
         """The connection's peer, made on first use (the server attaches one
@@ -205,7 +243,7 @@ class Router:
         return peer
 
     def enable_feature(self, flag: str) -> None:
-        from appserver.protocol.methods import FEATURE_FLAGS
+        from appserver.protocol.core_methods import FEATURE_FLAGS
 
         if flag not in FEATURE_FLAGS:
             raise KeyError(flag)
@@ -221,10 +259,10 @@ class Router:
     def served_capabilities(self) -> dict[str, Any]:
         """Flags whose every method is served, plus enabled features."""
         by_flag: dict[str, bool] = {}
-        for spec in _methods().values():
-            if spec.capability:
-                served = spec.name in self.handlers
-                by_flag[spec.capability] = by_flag.get(spec.capability, True) and served
+        for name, (_, capability, _) in method_index.METHODS.items():
+            if capability:
+                served = name in self.handlers or name in self._installs
+                by_flag[capability] = by_flag.get(capability, True) and served
         served_flags = {flag for flag, ok in by_flag.items() if ok}
         return format_capabilities(served_flags, self.features, self.extensions)
 
@@ -252,8 +290,8 @@ class Router:
     def access(self, method: str) -> str:
         if method == "initialize":
             return "inline"
-        spec = _methods().get(method)
-        return spec.access if spec is not None else "read"
+        facts = method_index.METHODS.get(method)
+        return facts[2] if facts is not None else "read"
 
     def overloaded(self) -> RpcError:
         return RpcError(rpc_errors.SERVER_OVERLOADED, "Server overloaded; retry later.")
@@ -264,8 +302,11 @@ class Router:
     async def handle_request(self, ctx: RequestContext, params: Any) -> BaseModel | RawJSON:
         if ctx.method == "initialize":
             return await self.initialize(ctx, params)
-        spec = _methods().get(ctx.method)
+        spec = method_spec(ctx.method)
         handler = self.handlers.get(ctx.method)
+        if handler is None and ctx.method in self._installs:
+            self._installs[ctx.method]()
+            handler = self.handlers.get(ctx.method)
         if spec is None or handler is None:
             raise RpcError(rpc_errors.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
         # Long-running ("detached") requests, e.g. a terminal/read that waits, do not
