@@ -7,11 +7,14 @@ SDK type: the turn engine only sees these dataclasses.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 # --- conversation ----------------------------------------------------------
+
+log = logging.getLogger("appserver.providers")
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,18 @@ class ProviderUnavailable(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+async def close_providers(providers: list[Any]) -> None:
+    """Close each provider that has an ``aclose`` (its HTTP client); a failure
+    is logged, and the others are still closed."""
+    for provider in providers:
+        close = getattr(provider, "aclose", None)
+        if close is not None:
+            try:
+                await close()
+            except Exception:
+                log.warning("could not close provider %s", provider.name, exc_info=True)
 
 
 class Provider(Protocol):

@@ -14,6 +14,7 @@ import anyio
 from appserver import __version__, startup
 from appserver.protocol.errors import INTERNAL_ERROR, RpcError
 from appserver.providers import make_provider
+from appserver.providers.base import close_providers
 from appserver.rpc.connection import Connection
 from appserver.runtime.bus import EventBus
 from appserver.server.background import build_wire_models, run_logging_failure, warm_provider
@@ -354,6 +355,9 @@ class AppServer:
                 await hook()
             except Exception:
                 log.exception("shutdown hook failed")
+        provider = self.runtime.engine.provider
+        if provider is not self.config.provider:  # one injected is its owner's to close
+            await close_providers([provider])
 
     async def drain(self) -> None:
         """Cancel running turns, then close every connection once its queued

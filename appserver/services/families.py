@@ -68,16 +68,28 @@ def install_families(server: FamilyContext) -> None:
     """Install every family now, or set it up to install at its first call."""
     for family in FAMILIES:
         if family.at_first_call is None:
+            if family.resolves:
+                raise ValueError(f"{family.module}: resolves is for families installed later")
             install_family(family, server)
         else:
             install = server.router.register_at_first_call(
                 methods_declared_in(family.at_first_call),
-                partial(install_family, family, server),
+                partial(_install_later, family, server),
             )
             for part_type in family.resolves:
                 server.runtime.materializer.resolvers[part_type] = _resolving_after(
                     install, server, part_type
                 )
+
+
+def _install_later(family: Family, server: FamilyContext) -> None:
+    # Background work is started once, when the server opens: a family that
+    # has some cannot wait for its first call.
+    background = len(server.background)
+    install_family(family, server)
+    if len(server.background) != background:
+        del server.background[background:]
+        raise RuntimeError(f"{family.module} starts background work: install it at start")
 
 
 def _resolving_after(

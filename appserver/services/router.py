@@ -190,7 +190,7 @@ class Router:
         if method not in method_index.METHODS:
             raise KeyError(f"{method} is not in the method table")
         if method in self.handlers or method in self._installs:
-            raise KeyError(f"{method} already has a handler")
+            raise KeyError(f"{method} already has a handler (or installs at its first call)")
         self.handlers[method] = handler
         if answer_key is not None:
             self.answer_keys[method] = answer_key
@@ -201,15 +201,18 @@ class Router:
         """Serve ``methods`` by running ``install()`` when the first of them is
         called: it registers their handlers. Until then they are advertised as
         served, and nothing of their family is loaded. An ``install`` that
-        raises fails that call; the next call tries again. Returns a function
+        raises fails that call, what it registered is dropped, and the next
+        call tries again. Returns a function
         that installs now (once: later calls do nothing), for other first uses
         of the family (an input part it resolves)."""
         methods = tuple(methods)
+        if not methods:
+            raise ValueError("nothing to install at first call: no method given")
         for method in methods:
             if method not in method_index.METHODS:
                 raise KeyError(f"{method} is not in the method table")
             if method in self.handlers or method in self._installs:
-                raise KeyError(f"{method} already has a handler")
+                raise KeyError(f"{method} already has a handler (or installs at its first call)")
         installed = False
 
         def install_once() -> None:
@@ -218,9 +221,11 @@ class Router:
                 return
             for method in methods:
                 self._installs.pop(method, None)
+            handlers, answer_keys = dict(self.handlers), dict(self.answer_keys)
             try:
                 install()
             except BaseException:
+                self.handlers, self.answer_keys = handlers, answer_keys  # as before it ran
                 self._installs.update(dict.fromkeys(methods, install_once))
                 raise
             installed = True

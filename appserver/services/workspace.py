@@ -44,7 +44,7 @@ from appserver.protocol import workspace as workspace_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.providers import make_provider, resolve_settings
-from appserver.providers.base import Provider, ProviderUnavailable
+from appserver.providers.base import Provider, ProviderUnavailable, close_providers
 from appserver.rpc.connection import RequestContext
 from appserver.storage.user_settings import merged, user_home, workspace_home
 from appserver.storage.workspace import ConfigFileError, WorkspaceConfigFile, get_value, set_value
@@ -377,19 +377,10 @@ class WorkspaceService:
         )
 
     async def _close_providers(self) -> None:
-        """At shutdown: close replaced providers and the active one (their HTTP
-        clients), unless the active one was injected by whoever built the server."""
-        providers = list(self._retired)
-        if not self.server.provider_fixed:
-            providers.append(self.server.provider)
-        self._retired.clear()
-        for provider in providers:
-            close = getattr(provider, "aclose", None)
-            if close is not None:
-                try:
-                    await close()
-                except Exception:
-                    log.warning("could not close provider %s", provider.name, exc_info=True)
+        """At shutdown: close the providers ``workspace/config/update`` replaced
+        (their HTTP clients; the server closes the active one)."""
+        providers, self._retired = self._retired, []
+        await close_providers(providers)
 
 
 def install(server: FamilyContext) -> None:

@@ -5,14 +5,21 @@ works from that call on, and ``initialize`` advertised them all along."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import anyio
 import pytest
 
+from appserver.protocol.base import Empty
+from appserver.protocol.errors import INTERNAL_ERROR
+from appserver.providers.offline import OfflineProvider
 from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
 from appserver.services import families
+from appserver.services.context import FamilyContext
 from appserver.services.families import FAMILIES
 from tests.support.fresh import fresh_process
+from tests.support.servers import running_server
 
 WAITING = [family for family in FAMILIES if family.at_first_call]
 
@@ -68,23 +75,64 @@ anyio.run(main)
 async def test_a_failed_install_fails_that_call_and_the_next_tries_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The first call of a family whose install fails (after registering a
+    handler) is answered -32603; what it registered is dropped, and the next
+    call installs it and is answered."""
     install = families.install_family
     failures = [RuntimeError("not this time")]
 
-    def flaky(family: families.Family, server: object) -> None:
+    def flaky(family: families.Family, server: FamilyContext) -> None:
         if family.module == "appserver.services.grants" and failures:
+            server.router.register("grant/list", _never_called)
             raise failures.pop()
-        install(family, server)  # type: ignore[arg-type]
+        install(family, server)
 
     monkeypatch.setattr(families, "install_family", flaky)
+    with anyio.fail_after(15):
+        async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+            assert sut.app is not None
+            served = sut.app.router.capabilities()
+            assert served["approvalGrants"] is True
+            failure = await client.fail("grant/list", {})
+            assert failure.code == INTERNAL_ERROR
+            assert sut.app.router.capabilities() == served  # still waiting, still advertised
+            assert "grants" in await client.request("grant/list", {})
+            revoke = {"kind": "shell", "operation": "make test", "target": str(tmp_path)}
+            assert await client.request("grant/revoke", revoke) is not None
+            sut.app.router.install_pending()
+            assert {"model/list", "command/list"} <= set(sut.app.router.handlers)
+            sut.app.router.install_pending()  # nothing left: nothing happens
+
+
+async def _never_called(ctx: object, params: object) -> Empty:
+    raise AssertionError("a failed install's handler was kept")
+
+
+def test_a_family_installed_later_cannot_start_background_work(tmp_path: Path) -> None:
+    """Background work starts when the server opens: a family that adds some
+    at its first call is refused (it would never run)."""
+    context = SimpleNamespace(background=[])
+
+    def starts_work(family: families.Family, server: SimpleNamespace) -> None:
+        server.background.append(lambda: None)
+
+    family = families.Family("appserver.services.grants", at_first_call="grants")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(families, "install_family", starts_work)
+        with pytest.raises(RuntimeError, match="starts background work"):
+            families._install_later(family, context)  # type: ignore[arg-type]
+    assert context.background == []
+
+
+async def test_the_server_closes_its_provider_though_no_family_was_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[str] = []
+
+    async def aclose(self: OfflineProvider) -> None:
+        closed.append(self.name)
+
+    monkeypatch.setattr(OfflineProvider, "aclose", aclose)
     async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
-        router = server.router
-        assert "grant/list" not in router.handlers
-        served = router.capabilities()
-        assert served["approvalGrants"] is True
-        with pytest.raises(RuntimeError, match="not this time"):
-            router.install_pending()
-        assert router.capabilities() == served  # still waiting, still advertised
-        router.install_pending()
-        assert {"grant/list", "grant/revoke", "model/list", "command/list"} <= set(router.handlers)
-        router.install_pending()  # nothing left: nothing happens
+        assert "model/list" not in server.router.handlers  # the workspace family waits
+    assert closed == ["offline"]
