@@ -38,7 +38,7 @@ class Declared(NamedTuple):
     extensions: tuple[str, ...] = ()  # true under capabilities.extensions (Router.extensions)
 
 
-# The core methods (protocol/methods.py _CORE_METHODS), always served.
+# The core methods (protocol/core_methods.py METHOD_SPECS), always served.
 CORE = Declared(
     flags=(
         "configOverride",
