@@ -5,9 +5,9 @@ a deferred start to the drain."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import anyio
 
@@ -323,6 +323,11 @@ class AppServer:
             await tg.start(self.runtime.run)
             for run in self.families.background:
                 tg.start_soon(run_logging_failure, run)
+
+            def spawn(run: Callable[[], Awaitable[Any]]) -> None:
+                tg.start_soon(run_logging_failure, run)
+
+            self.families.spawn = spawn  # a family installed from now on starts its work at once
             self.ready = True
             startup.ready()
             warm_provider(tg, self.runtime.engine.provider)

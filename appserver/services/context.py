@@ -74,6 +74,8 @@ class FamilyContext:
             lambda: users_default_policy(user_settings)
         )
         self.background: list[Callable[[], Awaitable[Any]]] = []
+        # Set by the server once its background work runs: later work starts at once.
+        self.spawn: Callable[[Callable[[], Awaitable[Any]]], None] | None = None
         self.shutdown_hooks: list[Callable[[], Awaitable[Any]]] = []
         # Typed by what others use of them (services/shared_families.py): the
         # families import this module, so it imports none of them.
@@ -104,10 +106,14 @@ class FamilyContext:
     def start_background(self, run: Callable[[], Awaitable[Any]]) -> None:
         """Run ``run()`` for the server's lifetime (cancelled at shutdown).
 
-        The task starts once the server is open and never blocks start-up or
+        The task starts once the server is open (at once when it already is:
+        a family installed at its first call) and never blocks start-up or
         ``/readyz``.
         """
-        self.background.append(run)
+        if self.spawn is not None:
+            self.spawn(run)
+        else:
+            self.background.append(run)
 
     def announce_config_change(self, source: str, regions: list[str]) -> None:
         """``workspace/configChanged`` to every client that wants it."""

@@ -10,7 +10,10 @@ A family that only serves methods (no tool, hook or background work a session
 may need before calling them) is installed at the first call of one of them
 instead, or when a turn's input first has a part it resolves: a server that is
 never asked for them never imports it nor its wire models (a few milliseconds
-of every session's start each).
+of every session's start each). A family with work of its own that may come
+before any call (automations: tasks in ``.craft/tasks``) can still wait, with
+a light ``prepare`` that installs it at start when it has work, or later when
+work appears.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ class Family(NamedTuple):
     # Input part types it resolves (``runtime.materializer.resolvers``): the
     # first such part installs it too (only with ``at_first_call``).
     resolves: tuple[str, ...] = ()
+    # Only with ``at_first_call``: a light module whose ``prepare(server,
+    # wait)`` runs at start instead, for a family with work of its own that
+    # may come before any call (``wait()`` registers its methods for their
+    # first call and returns the function that installs it now, once): it
+    # calls ``wait()`` unless the family is switched off, then installs it
+    # at once when it has work, or watches for work in the background.
+    prepare: str | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -55,7 +65,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("appserver.services.subagent_profiles", at_first_call="subagent_profiles"),
     Family("appserver.services.subagent_sessions", at_first_call="subagent_sessions"),
     Family("appserver.services.suggestions"),
-    Family("appserver.services.automations"),
+    Family(
+        "appserver.services.automations",
+        at_first_call="automations",
+        prepare="appserver.services.automations_waiting",
+    ),
 )
 
 
@@ -68,28 +82,29 @@ def install_families(server: FamilyContext) -> None:
     """Install every family now, or set it up to install at its first call."""
     for family in FAMILIES:
         if family.at_first_call is None:
-            if family.resolves:
-                raise ValueError(f"{family.module}: resolves is for families installed later")
-            install_family(family, server)
-        else:
-            install = server.router.register_at_first_call(
-                methods_declared_in(family.at_first_call),
-                partial(_install_later, family, server),
-            )
-            for part_type in family.resolves:
-                server.runtime.materializer.resolvers[part_type] = _resolving_after(
-                    install, server, part_type
+            if family.resolves or family.prepare:
+                raise ValueError(
+                    f"{family.module}: resolves and prepare are for families that wait"
                 )
+            install_family(family, server)
+        elif family.prepare is None:
+            _wait(family, server)
+        else:
+            import_module(family.prepare).prepare(server, partial(_wait, family, server))
 
 
-def _install_later(family: Family, server: FamilyContext) -> None:
-    # Background work is started once, when the server opens: a family that
-    # has some cannot wait for its first call.
-    background = len(server.background)
-    install_family(family, server)
-    if len(server.background) != background:
-        del server.background[background:]
-        raise RuntimeError(f"{family.module} starts background work: install it at start")
+def _wait(family: Family, server: FamilyContext) -> Callable[[], None]:
+    """Register ``family`` to install at its first call; the function that
+    installs it now."""
+    assert family.at_first_call is not None
+    install = server.router.register_at_first_call(
+        methods_declared_in(family.at_first_call), partial(install_family, family, server)
+    )
+    for part_type in family.resolves:
+        server.runtime.materializer.resolvers[part_type] = _resolving_after(
+            install, server, part_type
+        )
+    return install
 
 
 def _resolving_after(

@@ -38,7 +38,9 @@ async def automation_server(
     if config is not None:
         write_config(workspace, config)
     async with running_server("memory", workspace, trust_workspace=True) as sut:
-        assert sut.app is not None and sut.app.families.automations is not None
+        assert sut.app is not None
+        sut.app.router.install_pending()  # the family waits for its first call
+        assert sut.app.families.automations is not None
         clock = FakeClock(T0)
         sut.app.families.automations.use_clock(clock)
         yield sut, clock

@@ -4,14 +4,14 @@ works from that call on, and ``initialize`` advertised them all along."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import anyio
 import pytest
 
 from appserver.protocol.base import Empty
-from appserver.protocol.errors import INTERNAL_ERROR
+from appserver.protocol.errors import INTERNAL_ERROR, METHOD_NOT_FOUND
 from appserver.providers.offline import OfflineProvider
 from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
@@ -28,6 +28,7 @@ def test_some_families_wait_for_their_first_call() -> None:
     assert {family.module for family in WAITING} >= {
         "appserver.services.workspace",
         "appserver.services.commands",
+        "appserver.services.automations",
     }
 
 
@@ -42,6 +43,7 @@ from tests.support.turns import new_thread, run_turn
 
 WATCHED = [
     "appserver.protocol.methods",
+    "appserver.services.automations", "appserver.protocol.automations",
     "appserver.services.workspace", "appserver.protocol.workspace",
     "appserver.services.commands", "appserver.protocol.commands",
     "appserver.services.grants", "appserver.protocol.grants",
@@ -108,20 +110,21 @@ async def _never_called(ctx: object, params: object) -> Empty:
     raise AssertionError("a failed install's handler was kept")
 
 
-def test_a_family_installed_later_cannot_start_background_work(tmp_path: Path) -> None:
-    """Background work starts when the server opens: a family that adds some
-    at its first call is refused (it would never run)."""
-    context = SimpleNamespace(background=[])
+async def test_background_work_of_a_family_installed_later_starts_at_once(
+    tmp_path: Path,
+) -> None:
+    """Background work starts when the server opens; a family installed after
+    that (at its first call) gets its work started at once."""
+    started = anyio.Event()
 
-    def starts_work(family: families.Family, server: SimpleNamespace) -> None:
-        server.background.append(lambda: None)
+    async def work() -> None:
+        started.set()
 
-    family = families.Family("appserver.services.grants", at_first_call="grants")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(families, "install_family", starts_work)
-        with pytest.raises(RuntimeError, match="starts background work"):
-            families._install_later(family, context)  # type: ignore[arg-type]
-    assert context.background == []
+    with anyio.fail_after(15):
+        async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
+            assert server.families.spawn is not None
+            server.families.start_background(work)
+            await started.wait()
 
 
 async def test_the_server_closes_its_provider_though_no_family_was_called(
@@ -136,3 +139,58 @@ async def test_the_server_closes_its_provider_though_no_family_was_called(
     async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
         assert "model/list" not in server.router.handlers  # the workspace family waits
     assert closed == ["offline"]
+
+
+def write_config(workspace: Path, config: dict[str, object]) -> None:
+    (workspace / ".craft").mkdir(exist_ok=True)
+    (workspace / ".craft" / "config.json").write_text(json.dumps(config))
+
+
+def write_task(workspace: Path, task_id: str) -> None:
+    folder = workspace / ".craft" / "tasks" / task_id
+    folder.mkdir(parents=True)
+    (folder / "task.md").write_text(f"---\nid: {task_id}\ntitle: By hand\n---\nDo it.\n")
+    (folder / "workflow.md").write_text("{{ task.description }}")
+
+
+async def test_automations_wait_for_a_call_while_there_is_no_task(tmp_path: Path) -> None:
+    with anyio.fail_after(15):
+        async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+            assert sut.app is not None
+            assert sut.app.families.automations is None
+            assert sut.app.router.capabilities()["automations"] is True
+            assert (await client.request("automation/task/list", {}))["tasks"] == []
+            assert sut.app.families.automations is not None  # the call installed it
+
+
+async def test_automations_install_at_start_when_a_task_is_there(tmp_path: Path) -> None:
+    write_task(tmp_path, "waiting")
+    async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
+        assert server.families.automations is not None
+
+
+async def test_a_task_written_later_installs_automations_at_the_next_poll(
+    tmp_path: Path,
+) -> None:
+    """The light poll (at ``PollingInterval``) installs the family once a task
+    directory appears; the runner then reads the task."""
+    write_config(tmp_path, {"Automations": {"PollingInterval": 1}})
+    with anyio.fail_after(15):
+        async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+            assert sut.app is not None
+            assert sut.app.families.automations is None
+            write_task(tmp_path, "by-hand")
+            while sut.app.families.automations is None:
+                await anyio.sleep(0.05)  # the poll is time-driven: nothing to wait on
+            listed = (await client.request("automation/task/list", {}))["tasks"]
+            assert [task["id"] for task in listed] == ["by-hand"]
+
+
+async def test_switched_off_automations_serve_nothing(tmp_path: Path) -> None:
+    write_config(tmp_path, {"Automations": {"Enabled": False}})
+    with anyio.fail_after(15):
+        async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+            assert sut.app is not None
+            assert "automations" not in sut.app.router.capabilities()
+            failure = await client.fail("automation/task/list", {})
+            assert failure.code == METHOD_NOT_FOUND
