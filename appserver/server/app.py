@@ -167,6 +167,7 @@ class AppServer:
             provider_options=config.provider_options,
             provider_fixed=config.provider is not None,
             is_ready=lambda: self.ready,
+            is_draining=lambda: self._draining,
             default_approval_policy=self._default_approval_policy,
         )
         install_families(self.families)

@@ -11,7 +11,7 @@ Switched off (``Automations.Enabled: false``), nothing is served.
 
 from __future__ import annotations
 
-import os
+import logging
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,9 +20,12 @@ from typing import TYPE_CHECKING
 import anyio
 
 from appserver.cron.automations.settings import enabled, read_settings
+from appserver.storage import craft_files
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
+
+log = logging.getLogger("appserver.automations")
 
 
 def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> None:
@@ -38,17 +41,28 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
 
 
 def has_tasks(craft_dir: Path) -> bool:
-    """Whether ``<craft_dir>/tasks`` holds any directory (a task, or what may be
-    one: the runner itself decides)."""
+    """Whether ``<craft_dir>/tasks`` holds a directory, listed as the runner
+    lists its tasks (never through a link): a task, or what may be one."""
     try:
-        with os.scandir(craft_dir / "tasks") as entries:
-            return any(entry.is_dir() for entry in entries)
+        with craft_files.directory(craft_dir, ("tasks",)) as root:
+            return bool(craft_files.subdirectories(root))
     except OSError:  # none yet, or unreadable: the runner would find no task either
         return False
 
 
 async def _watch(server: FamilyContext, interval: float, install: Callable[[], None]) -> None:
-    while server.automations is None:  # installed meanwhile by a call: done
-        await anyio.sleep(interval)
-        if await anyio.to_thread.run_sync(has_tasks, server.craft_dir):
+    # Until installed (by a call meanwhile, or here) or the server ends.
+    while server.automations is None and not server.is_draining():
+        cluster = server.runtime.cluster
+        if cluster is not None and cluster.peers:
+            # As the runner looks while other nodes live: a task one of them made,
+            # or left running when it died, is taken up as soon as it would be.
+            await anyio.sleep(min(interval, cluster.silence))
+        else:
+            await anyio.sleep(interval)
+        if server.is_draining() or not await anyio.to_thread.run_sync(has_tasks, server.craft_dir):
+            continue
+        try:
             install()
+        except Exception:  # logged; looked at again at the next poll
+            log.exception("could not start the automations")

@@ -52,6 +52,7 @@ class FamilyContext:
         provider_options: dict[str, Any],
         provider_fixed: bool,
         is_ready: Callable[[], bool],
+        is_draining: Callable[[], bool] = lambda: False,
         default_approval_policy: Callable[[], str] | None = None,
     ) -> None:
         self.router = router
@@ -69,6 +70,8 @@ class FamilyContext:
         self.provider_options = provider_options
         self.provider_fixed = provider_fixed  # a provider object was injected (tests)
         self.is_ready = is_ready
+        # True once the server began to drain: no new work starts.
+        self.is_draining = is_draining
         # The policy of threads that set none: --approval-policy, else the user's default.
         self.default_approval_policy = default_approval_policy or (
             lambda: users_default_policy(user_settings)
@@ -85,7 +88,8 @@ class FamilyContext:
         self.commands: SharedFamily | None = None
         self.cron: CronService | None = None
         self.heartbeat: HeartbeatService | None = None
-        self.automations: AutomationRunner | None = None  # None: Automations switched off
+        # None: Automations switched off, or not installed yet (no task, no call).
+        self.automations: AutomationRunner | None = None
 
     @property
     def db(self) -> Database:
@@ -110,10 +114,10 @@ class FamilyContext:
         a family installed at its first call) and never blocks start-up or
         ``/readyz``.
         """
-        if self.spawn is not None:
-            self.spawn(run)
-        else:
+        if self.spawn is None:
             self.background.append(run)
+        elif not self.is_draining():  # work that would start while the server ends: none
+            self.spawn(run)
 
     def announce_config_change(self, source: str, regions: list[str]) -> None:
         """``workspace/configChanged`` to every client that wants it."""

@@ -114,16 +114,10 @@ class CronHandlers:
 
 
 def not_draining(server: FamilyContext) -> Callable[[], bool]:
-    """False once the server, having been ready, began to drain (``ready`` went
-    back to false); true before start-up completes and while it serves."""
-    seen_ready = False
-
-    def accepting() -> bool:
-        nonlocal seen_ready
-        seen_ready = seen_ready or server.is_ready()
-        return server.is_ready() or not seen_ready
-
-    return accepting
+    """False once the server began to drain; true before start-up completes and
+    while it serves (also for a runner made after the drain began: a family
+    installed at its first call)."""
+    return lambda: not server.is_draining()
 
 
 def install(server: FamilyContext) -> None:

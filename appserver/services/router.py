@@ -233,6 +233,10 @@ class Router:
         self._installs.update(dict.fromkeys(methods, install_once))
         return install_once
 
+    def serves(self, method: str) -> bool:
+        """Whether ``method`` has a handler or installs one at its first call."""
+        return method in self.handlers or method in self._installs
+
     def install_pending(self) -> None:
         """Run every install still waiting for its first call (tests, tools
         that need every handler)."""
@@ -266,7 +270,7 @@ class Router:
         by_flag: dict[str, bool] = {}
         for name, (_, capability, _) in method_index.METHODS.items():
             if capability:
-                served = name in self.handlers or name in self._installs
+                served = self.serves(name)
                 by_flag[capability] = by_flag.get(capability, True) and served
         served_flags = {flag for flag, ok in by_flag.items() if ok}
         return format_capabilities(served_flags, self.features, self.extensions)

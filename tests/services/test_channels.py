@@ -190,11 +190,15 @@ async def test_channel_list_and_status(multi_server: ServerUnderTest) -> None:
 
 
 def sut_system_channels(sut: ServerUnderTest) -> set[str]:
-    """System channels the server under test should list (cron/heartbeat when served)."""
+    """System channels the server under test should list (cron, heartbeat and
+    automations when served, or waiting for their first call)."""
     assert sut.app is not None
-    handlers = sut.app.router.handlers
-    wanted = {"cron": "cron/list", "heartbeat": "heartbeat/trigger"}
-    return {name for name, method in wanted.items() if method in handlers}
+    wanted = {
+        "cron": "cron/list",
+        "heartbeat": "heartbeat/trigger",
+        "automations": "automation/task/list",
+    }
+    return {name for name, method in wanted.items() if sut.app.router.serves(method)}
 
 
 async def test_capabilities(server: ServerUnderTest) -> None:

@@ -194,3 +194,44 @@ async def test_switched_off_automations_serve_nothing(tmp_path: Path) -> None:
             assert "automations" not in sut.app.router.capabilities()
             failure = await client.fail("automation/task/list", {})
             assert failure.code == METHOD_NOT_FOUND
+
+
+async def test_automations_installed_while_the_server_drains_run_nothing(
+    tmp_path: Path,
+) -> None:
+    """A first call or a poll that installs the family once the drain began
+    starts no runner and lets no task start."""
+    server_cm = AppServer.open(ServerConfig(workspace=tmp_path))
+    server = await server_cm.__aenter__()
+    try:
+        await server.drain()
+        write_task(tmp_path, "late")
+        server.router.install_pending()
+        runner = server.families.automations
+        assert runner is not None
+        assert runner.job_runner.accepting() is False
+        assert not runner.active
+    finally:
+        await server_cm.__aexit__(None, None, None)
+
+
+async def test_the_poll_goes_on_after_a_failed_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    install = families.install_family
+    failures = [RuntimeError("not now")]
+
+    def flaky(family: families.Family, server: FamilyContext) -> None:
+        if family.module == "appserver.services.automations" and failures:
+            raise failures.pop()
+        install(family, server)
+
+    monkeypatch.setattr(families, "install_family", flaky)
+    write_config(tmp_path, {"Automations": {"PollingInterval": 1}})
+    with anyio.fail_after(15):
+        async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
+            write_task(tmp_path, "by-hand")
+            while server.families.automations is None:
+                await anyio.sleep(0.05)  # the poll is time-driven: nothing to wait on
+    assert not failures
+    assert "could not start the automations" in caplog.text

@@ -124,7 +124,7 @@ class ChannelManagement:
             channel_wire.ChannelInfo(name=name, category="builtin") for name in BUILTIN_CHANNELS
         ]
         for name, method in SYSTEM_CHANNELS:
-            if method in self.server.router.handlers:
+            if self.server.router.serves(method):
                 channels.append(channel_wire.ChannelInfo(name=name, category="system"))
         return channels
 
