@@ -58,7 +58,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("appserver.services.mcp"),
     Family("appserver.services.commands", at_first_call="commands", resolves=("commandRef",)),
     Family("appserver.services.cron"),
-    Family("appserver.services.channels"),
+    Family(
+        "appserver.services.channels",
+        at_first_call="channels",
+        prepare="appserver.services.channels_waiting",
+    ),
     Family("appserver.services.terminals"),
     Family("appserver.services.prompt", at_first_call="prompt"),
     Family("appserver.services.grants", at_first_call="grants"),

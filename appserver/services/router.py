@@ -383,7 +383,7 @@ class Router:
         peer.opt_out = frozenset(opt_out)
         complete = self._complete
         if complete is None:
-            for hook in self.initialize_hooks:
+            for hook in tuple(self.initialize_hooks):  # not those a hook adds
                 hook(ctx, request)
         else:
 
@@ -391,7 +391,7 @@ class Router:
                 await complete()
                 if self._failure is not None:
                     return  # nothing was started: the next request is told why
-                for hook in self.initialize_hooks:
+                for hook in tuple(self.initialize_hooks):  # not those a hook adds
                     hook(ctx, request)  # their after_response callbacks run next
 
             ctx.after_response(then_complete)
@@ -407,12 +407,12 @@ class Router:
         if method == "initialized" and peer.handshake is Handshake.INITIALIZING:
             peer.handshake = Handshake.READY
             self.bus.join(peer)
-            for hook in self.ready_hooks:
+            for hook in tuple(self.ready_hooks):
                 hook(peer)
         # Any other client notification is ignored, as the protocol says.
 
     def connection_closed(self, connection: Connection) -> None:
         peer = self.attach(connection)
         self.bus.leave(peer)
-        for hook in self.closed_hooks:
+        for hook in tuple(self.closed_hooks):
             hook(peer)

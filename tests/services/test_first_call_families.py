@@ -29,6 +29,7 @@ def test_some_families_wait_for_their_first_call() -> None:
         "appserver.services.workspace",
         "appserver.services.commands",
         "appserver.services.automations",
+        "appserver.services.channels",
     }
 
 
@@ -44,6 +45,7 @@ from tests.support.turns import new_thread, run_turn
 WATCHED = [
     "appserver.protocol.methods",
     "appserver.services.automations", "appserver.protocol.automations",
+    "appserver.services.channels", "appserver.protocol.channels",
     "appserver.services.workspace", "appserver.protocol.workspace",
     "appserver.services.commands", "appserver.protocol.commands",
     "appserver.services.grants", "appserver.protocol.grants",
