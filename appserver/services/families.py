@@ -68,7 +68,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("appserver.services.grants", at_first_call="grants"),
     Family("appserver.services.subagent_profiles", at_first_call="subagent_profiles"),
     Family("appserver.services.subagent_sessions", at_first_call="subagent_sessions"),
-    Family("appserver.services.suggestions"),
+    Family(
+        "appserver.services.suggestions",
+        at_first_call="suggestions",
+        prepare="appserver.services.suggestions_waiting",
+    ),
     Family(
         "appserver.services.automations",
         at_first_call="automations",
@@ -94,7 +98,14 @@ def install_families(server: FamilyContext) -> None:
         elif family.prepare is None:
             _wait(family, server)
         else:
-            import_module(family.prepare).prepare(server, partial(_wait, family, server))
+            prepare_family(family, server)
+
+
+def prepare_family(family: Family, server: FamilyContext) -> None:
+    """Run ``family``'s light ``prepare`` on ``server`` (it registers the family
+    to wait, or installs it, or neither when it is switched off)."""
+    assert family.prepare is not None
+    import_module(family.prepare).prepare(server, partial(_wait, family, server))
 
 
 def _wait(family: Family, server: FamilyContext) -> Callable[[], None]:

@@ -18,12 +18,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from appserver.protocol.suggestions import WelcomeSuggestion, WelcomeSuggestionsResult
 from appserver.storage.workspace import write_private
+
+if TYPE_CHECKING:
+    from appserver.protocol.suggestions import WelcomeSuggestionsResult
 
 log = logging.getLogger("appserver.storage")
 
@@ -47,6 +49,8 @@ def _field(node: Any, name: str) -> Any:
 
 def read_snapshot(craft_dir: Path) -> WelcomeSuggestionsResult | None:
     """The stored suggestions, or ``None`` (see the module docstring)."""
+    from appserver.protocol.suggestions import WelcomeSuggestion, WelcomeSuggestionsResult
+
     path = cache_path(craft_dir)
     try:
         if path.parent.is_symlink() or path.is_symlink():

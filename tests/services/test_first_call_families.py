@@ -30,6 +30,7 @@ def test_some_families_wait_for_their_first_call() -> None:
         "appserver.services.commands",
         "appserver.services.automations",
         "appserver.services.channels",
+        "appserver.services.suggestions",
     }
 
 
@@ -46,6 +47,7 @@ WATCHED = [
     "appserver.protocol.methods",
     "appserver.services.automations", "appserver.protocol.automations",
     "appserver.services.channels", "appserver.protocol.channels",
+    "appserver.services.suggestions", "appserver.protocol.suggestions",
     "appserver.services.workspace", "appserver.protocol.workspace",
     "appserver.services.commands", "appserver.protocol.commands",
     "appserver.services.grants", "appserver.protocol.grants",

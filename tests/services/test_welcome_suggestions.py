@@ -111,3 +111,38 @@ async def test_turns_refresh_the_cache_requests_only_read_it_and_the_setting_sto
         assert (off["source"], off["items"]) == ("none", [])
         await client.request(UPDATE, {"welcomeSuggestionsEnabled": None})
         assert (await client.request(WELCOME, {"identity": IDENTITY}))["items"] == ITEMS
+
+
+async def test_a_snapshot_on_disk_keeps_turns_refreshing_it_unasked(
+    server: ServerUnderTest, workspace: Path
+) -> None:
+    """After a restart nobody has asked yet, but the snapshot an earlier run
+    kept is there: completed turns refresh it (the family, waiting for its
+    first call, installs at the first such turn)."""
+    from appserver.protocol.suggestions import WelcomeSuggestionsResult
+    from appserver.storage.welcome_cache import write_snapshot
+
+    stale = WelcomeSuggestionsResult(
+        items=[], source="none", generated_at="2026-01-01T00:00:00Z", fingerprint="old"
+    )
+    write_snapshot(workspace / ".craft", stale)
+    async with fake_model_server() as fake, server.connect() as client:
+        fake.script(
+            CHAT,
+            openai_text_reply(["On it."]),
+            openai_text_reply(["Done."]),
+            tool_call("EmitWelcomeSuggestions", {"items": ITEMS}),  # the helper turn
+            openai_text_reply(["Recorded."]),
+        )
+        await client.request(
+            UPDATE, {"provider": "openai", "endPoint": fake.openai_base_url, "apiKey": "sk-test"}
+        )
+        mark = client.mark()
+        thread_id = await new_thread(client)
+        for said in (FIRST, SECOND):
+            await run_turn(client, thread_id, said)
+        with anyio.fail_after(20):
+            updated = await client.notification("welcome/suggestionsUpdated", start=mark)
+        assert updated["items"] == ITEMS
+        stored = json.loads((workspace / ".craft/cache/welcome-suggestions.json").read_text())
+        assert stored["Result"]["Items"][0]["Title"] == "Step 1"

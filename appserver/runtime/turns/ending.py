@@ -125,7 +125,7 @@ class TurnEnding:
             active.done.set()
             if active.record.status == "completed":
                 self.spawn(partial(self.next_input, active.thread_id))
-            for listener in self.listeners:
+            for listener in tuple(self.listeners):  # not those a listener adds
                 try:
                     outcome = listener(active)
                     if outcome is not None:

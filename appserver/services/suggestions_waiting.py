@@ -1,0 +1,55 @@
+"""The suggestions family at start: installed when it has something to do.
+
+The family (welcome suggestions, commit messages, their helper turns and wire
+models: ~5 ms of a server's start) waits for the first call of one of its
+methods. Until then a turn that ends asks nothing of it unless a welcome
+snapshot from an earlier run is on disk (``.craft/cache/welcome-suggestions.json``:
+the refresh keeps it current): the first completed turn then installs it and
+hands it that turn. The suggestion tools (offered only to the family's helper
+turns, by profile) and the ``welcomeSuggestions`` extension are set at start,
+as the family sets them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from appserver.storage.welcome_cache import cache_path
+from appserver.tools.suggestion_tools import suggestion_tools
+
+if TYPE_CHECKING:
+    from appserver.runtime.turns.model import ActiveTurn
+    from appserver.services.context import FamilyContext
+
+
+def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> None:
+    """Set the family up on ``server`` (see the module's docstring)."""
+    tools = server.runtime.engine.tools
+    for tool in suggestion_tools():
+        if tools.admits(tool.name):
+            tools.register(tool, replace=True)
+    server.router.extensions["welcomeSuggestions"] = True
+    install = wait()
+    listeners = server.runtime.engine.turn_listeners
+    snapshot = cache_path(server.craft_dir)
+
+    def turn_ended(active: ActiveTurn) -> Awaitable[None] | None:
+        if "welcome/suggestions" in server.router.handlers:  # installed: it listens itself
+            return None
+        if active.record.status != "completed" or active.thread.is_internal:
+            return None
+        if not snapshot.is_file():
+            return None
+        before = len(listeners)
+        install()
+        outcomes = [listener(active) for listener in listeners[before:]]
+        waits = [outcome for outcome in outcomes if outcome is not None]
+        return _all(waits) if waits else None
+
+    listeners.append(turn_ended)
+
+
+async def _all(outcomes: list[Any]) -> None:
+    for outcome in outcomes:
+        await outcome
