@@ -10,13 +10,19 @@ none, as with a hub that has no adapter.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from appserver.services.peer import Peer, peer_of
 
 if TYPE_CHECKING:
     from appserver.protocol.initialize import InitializeParams
     from appserver.rpc.connection import RequestContext
     from appserver.services.context import FamilyContext
+
+log = logging.getLogger("appserver.channels")
+REJECT_CLOSE_CODE = 1008  # as the family rejects an adapter (services/channels/adapters.py)
 
 
 def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> None:
@@ -25,11 +31,27 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
     hooks = server.router.initialize_hooks
 
     def on_initialize(ctx: RequestContext, request: InitializeParams) -> None:
-        if request.capabilities.channel_adapter is None:
+        raw = request.capabilities.channel_adapter
+        if raw is None:
             return
         before = len(hooks)
-        install()
+        try:
+            install()
+        except Exception as exc:  # the adapter is told, as a rejected one is
+            log.exception("could not load the channels family for an adapter")
+            peer, message = peer_of(ctx), f"channels are not available: {exc}"
+            ctx.after_response(lambda: _reject(peer, raw, message))
+            return
         for hook in hooks[before:]:  # the family's own: this client is its first
             hook(ctx, request)
 
     hooks.append(on_initialize)
+
+
+def _reject(peer: Peer, raw: Any, message: str) -> None:
+    """``system/event channelRejected``, then close: the family's own answer to
+    an adapter it does not admit, without its wire models."""
+    name = str(raw.get("channelName", "")) if isinstance(raw, dict) else ""
+    event = {"kind": "channelRejected", "channelName": name, "message": message}
+    peer.connection.notify("system/event", event)
+    peer.connection.close(message, code=REJECT_CLOSE_CODE)

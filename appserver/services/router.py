@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -125,6 +125,18 @@ def parse_params(model: type[P], params: Any) -> P:
         raise rpc_errors.invalid_params(describe_validation_error(exc)) from None
 
 
+class _Registrations(NamedTuple):
+    """What a router holds that a family's install adds to."""
+
+    handlers: dict[str, Handler]
+    answer_keys: dict[str, AnswerKey]
+    initialize_hooks: list[Callable[[RequestContext, InitializeParams], None]]
+    ready_hooks: list[Callable[[Peer], None]]
+    closed_hooks: list[Callable[[Peer], None]]
+    features: set[str]
+    extensions: dict[str, Any]
+
+
 class Router:
     """Method name -> handler, plus what every connection negotiated."""
 
@@ -201,8 +213,8 @@ class Router:
         """Serve ``methods`` by running ``install()`` when the first of them is
         called: it registers their handlers. Until then they are advertised as
         served, and nothing of their family is loaded. An ``install`` that
-        raises fails that call, what it registered is dropped, and the next
-        call tries again. Returns a function
+        raises fails that call, what it registered on the router is dropped,
+        and the next call tries again. Returns a function
         that installs now (once: later calls do nothing), for other first uses
         of the family (an input part it resolves)."""
         methods = tuple(methods)
@@ -221,17 +233,42 @@ class Router:
                 return
             for method in methods:
                 self._installs.pop(method, None)
-            handlers, answer_keys = dict(self.handlers), dict(self.answer_keys)
+            before = self._registrations()
             try:
                 install()
             except BaseException:
-                self.handlers, self.answer_keys = handlers, answer_keys  # as before it ran
+                self._restore(before)  # what it registered here, as before it ran
                 self._installs.update(dict.fromkeys(methods, install_once))
                 raise
             installed = True
 
         self._installs.update(dict.fromkeys(methods, install_once))
         return install_once
+
+    def _registrations(self) -> _Registrations:
+        return _Registrations(
+            dict(self.handlers),
+            dict(self.answer_keys),
+            list(self.initialize_hooks),
+            list(self.ready_hooks),
+            list(self.closed_hooks),
+            set(self.features),
+            dict(self.extensions),
+        )
+
+    def _restore(self, saved: _Registrations) -> None:
+        # In place: others hold these (a family's light part keeps the hook list).
+        self.handlers.clear()
+        self.handlers.update(saved.handlers)
+        self.answer_keys.clear()
+        self.answer_keys.update(saved.answer_keys)
+        self.initialize_hooks[:] = saved.initialize_hooks
+        self.ready_hooks[:] = saved.ready_hooks
+        self.closed_hooks[:] = saved.closed_hooks
+        self.features.clear()
+        self.features.update(saved.features)
+        self.extensions.clear()
+        self.extensions.update(saved.extensions)
 
     def serves(self, method: str) -> bool:
         """Whether ``method`` has a handler or installs one at its first call."""

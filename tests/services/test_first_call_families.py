@@ -82,14 +82,15 @@ async def test_a_failed_install_fails_that_call_and_the_next_tries_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first call of a family whose install fails (after registering a
-    handler) is answered -32603; what it registered is dropped, and the next
-    call installs it and is answered."""
+    handler and a hook) is answered -32603; what it registered is dropped, and
+    the next call installs it and is answered."""
     install = families.install_family
     failures = [RuntimeError("not this time")]
 
     def flaky(family: families.Family, server: FamilyContext) -> None:
         if family.module == "appserver.services.grants" and failures:
             server.router.register("grant/list", _never_called)
+            server.router.initialize_hooks.append(_never_called_hook)
             raise failures.pop()
         install(family, server)
 
@@ -102,6 +103,7 @@ async def test_a_failed_install_fails_that_call_and_the_next_tries_again(
             failure = await client.fail("grant/list", {})
             assert failure.code == INTERNAL_ERROR
             assert sut.app.router.capabilities() == served  # still waiting, still advertised
+            assert _never_called_hook not in sut.app.router.initialize_hooks
             assert "grants" in await client.request("grant/list", {})
             revoke = {"kind": "shell", "operation": "make test", "target": str(tmp_path)}
             assert await client.request("grant/revoke", revoke) is not None
@@ -112,6 +114,10 @@ async def test_a_failed_install_fails_that_call_and_the_next_tries_again(
 
 async def _never_called(ctx: object, params: object) -> Empty:
     raise AssertionError("a failed install's handler was kept")
+
+
+def _never_called_hook(ctx: object, params: object) -> None:
+    raise AssertionError("a failed install's hook was kept")
 
 
 async def test_background_work_of_a_family_installed_later_starts_at_once(

@@ -18,5 +18,7 @@ def install(server: FamilyContext) -> None:
     """Register the family's handlers and hooks on ``server``."""
     repo = ExternalChannelRepository(server.db)
     hub = AdapterHub(server, repo)
-    hub.install()
+    # The handlers first: a family installed at its first use that fails to
+    # register leaves no hook behind.
     ChannelManagement(server, repo, hub).register()
+    hub.install()
