@@ -5,9 +5,15 @@ models: ~5 ms of a server's start) waits for the first call of one of its
 methods. Until then a turn that ends asks nothing of it unless a welcome
 snapshot from an earlier run is on disk (``.craft/cache/welcome-suggestions.json``:
 the refresh keeps it current): the first completed turn then installs it and
-hands it that turn. The suggestion tools (offered only to the family's helper
-turns, by profile) and the ``welcomeSuggestions`` extension are set at start,
-as the family sets them.
+hands it that turn (not while the setting, :func:`welcome_enabled`, is off).
+The suggestion tools (offered only to the family's helper turns, by profile)
+and the ``welcomeSuggestions`` extension are set at start, as the family sets
+them.
+
+One difference: in a workspace with no snapshot yet, a turn that ended less
+than the refresh's debounce (1 s) before the first ``welcome/suggestions``
+request did not wake a refresh (the family was not listening yet); the next
+completed turn does.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from appserver.storage.welcome_cache import cache_path
+from appserver.storage.workspace_config import lookup
 from appserver.tools.suggestion_tools import suggestion_tools
 
 if TYPE_CHECKING:
@@ -39,6 +46,8 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
             return None
         if active.record.status != "completed" or active.thread.is_internal:
             return None
+        if not welcome_enabled(server):  # switched off: the family would do nothing
+            return None
         if not snapshot.is_file():
             return None
         before = len(listeners)
@@ -48,6 +57,19 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
         return _all(waits) if waits else None
 
     listeners.append(turn_ended)
+
+
+SETTING = ("WelcomeSuggestions", "Enabled")
+
+
+def welcome_enabled(server: FamilyContext) -> bool:
+    """The setting: the user's settings for this workspace, else the workspace's
+    ``.craft/config.json``, else on."""
+    for config in (server.user_settings, server.workspace_config):
+        value = lookup(config, *SETTING)
+        if isinstance(value, bool):
+            return value
+    return True
 
 
 async def _all(outcomes: list[Any]) -> None:

@@ -47,8 +47,8 @@ from appserver.rpc.connection import RequestContext
 from appserver.runtime.helper_threads import HelperRequest, HelperThreads
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.services.suggestions import evidence as welcome_evidence
+from appserver.services.suggestions_waiting import welcome_enabled
 from appserver.storage.welcome_cache import cache_path, read_snapshot, write_snapshot
-from appserver.storage.workspace_config import lookup
 from appserver.tools.profiles import EMIT_WELCOME, WELCOME_PROFILE
 
 if TYPE_CHECKING:
@@ -60,17 +60,6 @@ MEMORY_SECONDS = 5 * 60
 DEBOUNCE_SECONDS = 1.0
 MIN_INTERVAL_SECONDS = 2 * 60
 HELPER_SECONDS = 2 * 60
-SETTING = ("WelcomeSuggestions", "Enabled")
-
-
-def welcome_enabled(server: FamilyContext) -> bool:
-    """The setting: the user's settings for this workspace, else the workspace's
-    ``.craft/config.json``, else on."""
-    for config in (server.user_settings, server.workspace_config):
-        value = lookup(config, *SETTING)
-        if isinstance(value, bool):
-            return value
-    return True
 
 
 def nothing() -> WelcomeSuggestionsResult:
