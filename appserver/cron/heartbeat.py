@@ -21,9 +21,8 @@ interval after start, each next one an interval after the previous ended.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -32,13 +31,10 @@ from appserver.cron.runner import JobRunner, RunOutcome, ShuttingDown, ThreadSpe
 from appserver.protocol.cron import JobResultNotification
 from appserver.runtime.bus import EventBus
 from appserver.storage.cron import CronRepository, HeartbeatState
-from appserver.storage.workspace_config import lookup
 
 log = logging.getLogger("appserver.heartbeat")
 
 HEARTBEAT_FILE = "HEARTBEAT.md"
-INTERVAL_ENV = "APPSERVER_HEARTBEAT_INTERVAL"
-DEFAULT_INTERVAL_S = 1800.0
 HEARTBEAT_OK = "HEARTBEAT_OK"
 
 _THREAD = ThreadSpec(
@@ -79,27 +75,6 @@ def is_empty(content: str) -> bool:
             else:
                 return False
     return True
-
-
-def configured_interval(env: Mapping[str, str], workspace_config: dict[str, Any]) -> float | None:
-    """Seconds between periodic heartbeats, or ``None`` when the timer is off."""
-    raw = env.get(INTERVAL_ENV, "").strip()
-    if raw:
-        try:
-            seconds = float(raw)
-        except ValueError:
-            log.warning("ignoring %s=%r: not a number of seconds", INTERVAL_ENV, raw)
-        else:
-            return seconds if seconds > 0 else None
-    if lookup(workspace_config, "Heartbeat", "Enabled") is not True:
-        return None
-    interval = lookup(workspace_config, "Heartbeat", "IntervalSeconds")
-    if interval is None:
-        return DEFAULT_INTERVAL_S
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or interval <= 0:
-        log.warning("ignoring Heartbeat.IntervalSeconds=%r; using %g", interval, DEFAULT_INTERVAL_S)
-        return DEFAULT_INTERVAL_S
-    return float(interval)
 
 
 class HeartbeatService:

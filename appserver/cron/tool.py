@@ -32,11 +32,11 @@ from typing import Any
 
 from appserver.cron.schedule import Schedule, ScheduleError, validate
 from appserver.cron.service import CronService, job_info
+from appserver.cron.tool_spec import ACTIONS, DESCRIPTION, NAME, SCHEMA
 from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_TEXT_CHARS
 from appserver.tools.args import check_keys, get_int, get_str, require_str
 from appserver.tools.base import ToolContext, ToolError, ToolOutcome, ToolPlan
 
-_ACTIONS = ("add", "list", "remove")
 _DAILY_TIME = re.compile(r"^(\d{1,2}):(\d{2})$")
 _NAME_FROM_MESSAGE = 30
 # Tool argument each schedule field comes from, for error messages.
@@ -66,61 +66,13 @@ _KEYS = {
     "remove": ("action", "jobId"),
 }
 
-_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "action": {
-            "type": "string",
-            "enum": list(_ACTIONS),
-            "description": "add (create a job), list (show this thread's jobs), remove (delete "
-            "one of them).",
-        },
-        "message": {
-            "type": "string",
-            "description": "add: the prompt the agent runs each time the job fires.",
-        },
-        "name": {"type": "string", "description": "add: a short name for the job."},
-        "everySeconds": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "add: run every N seconds (recurring).",
-        },
-        "delaySeconds": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "add: alone, run once after N seconds; with everySeconds, "
-            "the first run comes after N seconds.",
-        },
-        "dailyHour": {"type": "integer", "minimum": 0, "maximum": 23},
-        "dailyMinute": {"type": "integer", "minimum": 0, "maximum": 59},
-        "dailyTime": {"type": "string", "description": "add: daily at HH:mm."},
-        "timeZone": {
-            "type": "string",
-            "description": "IANA time zone for daily and cronExpr jobs (default UTC).",
-        },
-        "cronExpr": {
-            "type": "string",
-            "description": "add: a 5-field cron expression, e.g. '0 9 * * 1-5'.",
-        },
-        "jobId": {"type": "string", "description": "remove: the job's id (see list)."},
-    },
-    "required": ["action"],
-    "additionalProperties": False,
-}
-
 
 class CronTool:
     """``cron``: add, list or remove scheduled jobs."""
 
-    name = "cron"
-    description = (
-        "Schedule work for later. action=add with message and one of: everySeconds "
-        "(recurring, optionally delaySeconds before the first run), delaySeconds alone (once), "
-        "dailyHour/dailyMinute or dailyTime 'HH:mm' (daily), cronExpr (5-field cron); "
-        "timeZone applies to daily and cron jobs. Each run is a turn in this thread. "
-        "action=list shows this thread's jobs; action=remove deletes one of them by jobId."
-    )
-    input_schema = _SCHEMA
+    name = NAME
+    description = DESCRIPTION
+    input_schema = SCHEMA
 
     def __init__(self, service: CronService) -> None:
         self.service = service
@@ -128,8 +80,8 @@ class CronTool:
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
         """Validate the call; ``add`` builds its schedule now so errors reach the model."""
         action = require_str(arguments, "action").strip().lower()
-        if action not in _ACTIONS:
-            raise ToolError(f"unknown action '{action}'; use one of: {', '.join(_ACTIONS)}")
+        if action not in ACTIONS:
+            raise ToolError(f"unknown action '{action}'; use one of: {', '.join(ACTIONS)}")
         check_keys(arguments, _KEYS[action])
         plan = ToolPlan(tool=self.name, arguments=arguments, resolved={"action": action})
         if action == "add":

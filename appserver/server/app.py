@@ -196,6 +196,7 @@ class AppServer:
 
     @property
     def cron(self) -> CronService | None:
+        self.router.load("cron/list")  # a family that waits for its first use loads now
         return self.families.cron
 
     @property
@@ -224,6 +225,7 @@ class AppServer:
 
     @property
     def heartbeat(self) -> HeartbeatService | None:
+        self.router.load("heartbeat/trigger")  # as for cron
         return self.families.heartbeat
 
     def _default_approval_policy(self) -> str:

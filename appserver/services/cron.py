@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from appserver.cron.heartbeat import HeartbeatService, configured_interval
+from appserver.cron.heartbeat import HeartbeatService
+from appserver.cron.heartbeat_timer import configured_interval
 from appserver.cron.runner import JobRunner
 from appserver.cron.schedule import ScheduleError, validate
 from appserver.cron.service import CronService
@@ -161,5 +162,6 @@ def install(server: FamilyContext) -> None:
 
     server.trust.on_trusted.append(wake_cron)
     CronHandlers(server, cron).register()
-    server.runtime.engine.tools.register(CronTool(cron))
+    # In place of the one offered while the family waited (services/cron_waiting.py).
+    server.runtime.engine.tools.register(CronTool(cron), replace=True)
     server.start_background(cron.run)

@@ -57,7 +57,11 @@ FAMILIES: tuple[Family, ...] = (
     Family("appserver.services.plugins"),
     Family("appserver.services.mcp"),
     Family("appserver.services.commands", at_first_call="commands", resolves=("commandRef",)),
-    Family("appserver.services.cron"),
+    Family(
+        "appserver.services.cron",
+        at_first_call="cron",
+        prepare="appserver.services.cron_waiting",
+    ),
     Family(
         "appserver.services.channels",
         at_first_call="channels",
@@ -108,13 +112,16 @@ def prepare_family(family: Family, server: FamilyContext) -> None:
     import_module(family.prepare).prepare(server, partial(_wait, family, server))
 
 
-def _wait(family: Family, server: FamilyContext) -> Callable[[], None]:
-    """Register ``family`` to install at its first call; the function that
-    installs it now."""
+def _wait(
+    family: Family, server: FamilyContext, methods: list[str] | None = None
+) -> Callable[[], None]:
+    """Register ``family`` to install at the first call of ``methods`` (default:
+    every method its protocol module declares; fewer when a setting switches some
+    off); the function that installs it now."""
     assert family.at_first_call is not None
-    install = server.router.register_at_first_call(
-        methods_declared_in(family.at_first_call), partial(install_family, family, server)
-    )
+    if methods is None:
+        methods = methods_declared_in(family.at_first_call)
+    install = server.router.register_at_first_call(methods, partial(install_family, family, server))
     for part_type in family.resolves:
         server.runtime.materializer.resolvers[part_type] = _resolving_after(
             install, server, part_type

@@ -274,6 +274,13 @@ class Router:
         """Whether ``method`` has a handler or installs one at its first call."""
         return method in self.handlers or method in self._installs
 
+    def load(self, method: str) -> None:
+        """Install the family that serves ``method`` if it waits for its first
+        call (for a caller that needs what the family holds, not a call)."""
+        install = self._installs.get(method)
+        if install is not None:
+            install()
+
     def install_pending(self) -> None:
         """Run every install still waiting for its first call (tests, tools
         that need every handler)."""

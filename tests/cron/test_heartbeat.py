@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from appserver.cron.heartbeat import configured_interval, heartbeat_prompt, is_empty
+from appserver.cron.heartbeat import heartbeat_prompt, is_empty
+from appserver.cron.heartbeat_timer import configured_interval
 from tests.support.client import RpcClient
 from tests.support.cron_servers import T0, clocked_server, write_config
 from tests.support.helpers import identity

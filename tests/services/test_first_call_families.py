@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from appserver.cron.tool import CronTool
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import INTERNAL_ERROR, METHOD_NOT_FOUND
 from appserver.providers.offline import OfflineProvider
@@ -20,6 +21,7 @@ from appserver.services.context import FamilyContext
 from appserver.services.families import FAMILIES
 from tests.support.fresh import fresh_process
 from tests.support.servers import running_server
+from tests.support.turns import new_thread, run_turn
 
 WAITING = [family for family in FAMILIES if family.at_first_call]
 
@@ -31,6 +33,7 @@ def test_some_families_wait_for_their_first_call() -> None:
         "appserver.services.automations",
         "appserver.services.channels",
         "appserver.services.suggestions",
+        "appserver.services.cron",
     }
 
 
@@ -42,12 +45,14 @@ def test_a_session_loads_no_family_it_does_not_call(tmp_path: Path) -> None:
 import anyio, pathlib, sys
 from tests.support.servers import running_server
 from tests.support.turns import new_thread, run_turn
+from tests.support.turns import new_thread, run_turn
 
 WATCHED = [
     "appserver.protocol.methods",
     "appserver.services.automations", "appserver.protocol.automations",
     "appserver.services.channels", "appserver.protocol.channels",
     "appserver.services.suggestions", "appserver.protocol.suggestions",
+    "appserver.services.cron", "appserver.protocol.cron", "appserver.cron.service",
     "appserver.services.workspace", "appserver.protocol.workspace",
     "appserver.services.commands", "appserver.protocol.commands",
     "appserver.services.grants", "appserver.protocol.grants",
@@ -245,3 +250,52 @@ async def test_the_poll_goes_on_after_a_failed_install(
                 await anyio.sleep(0.05)  # the poll is time-driven: nothing to wait on
     assert not failures
     assert "could not start the automations" in caplog.text
+
+
+async def test_the_cron_tool_offered_while_cron_waits_installs_it(tmp_path: Path) -> None:
+    """The agent sees the same ``cron`` tool; its first use installs the family,
+    and the call is the family's tool's."""
+    with anyio.fail_after(20):
+        async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+            assert sut.app is not None and sut.app.families.cron is None
+            tools = sut.app.runtime.engine.tools
+            waiting = tools.get("cron")
+            assert waiting is not None
+            assert (waiting.name, waiting.description, waiting.input_schema) == (
+                CronTool.name,
+                CronTool.description,
+                CronTool.input_schema,
+            )
+            thread_id = await new_thread(client)
+            call = {"action": "add", "everySeconds": 60, "message": "tick"}
+            _, terminal = await run_turn(client, thread_id, f"?tool cron {json.dumps(call)}")
+            assert terminal["method"] == "turn/completed"
+            assert sut.app.families.cron is not None
+            assert isinstance(tools.get("cron"), CronTool)
+            (job,) = (await client.request("cron/list", {}))["jobs"]
+            assert job["name"] == "tick"  # from the message (which clients never see)
+
+
+async def test_cron_installs_at_start_with_a_job_from_an_earlier_run(tmp_path: Path) -> None:
+    async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+        schedule = {"kind": "every", "everyMs": 3_600_000}
+        await client.request("cron/add", {"name": "n", "message": "m", "schedule": schedule})
+    with anyio.fail_after(15):
+        async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
+            while server.families.cron is None:  # looked for in the background at open
+                await anyio.sleep(0.01)
+
+
+async def test_cron_installs_at_start_when_the_heartbeat_has_a_timer(tmp_path: Path) -> None:
+    write_config(tmp_path, {"Heartbeat": {"Enabled": True, "IntervalSeconds": 3600}})
+    async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
+        assert server.families.heartbeat is not None and server.families.cron is not None
+
+
+async def test_switched_off_cron_waits_with_the_heartbeat_only(tmp_path: Path) -> None:
+    write_config(tmp_path, {"Cron": {"Enabled": False}})
+    async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
+        router = server.router
+        assert router.serves("heartbeat/trigger") and not router.serves("cron/list")
+        assert server.runtime.engine.tools.get("cron") is None
+        assert server.heartbeat is not None and server.cron is None

@@ -41,8 +41,12 @@ from appserver.storage.records import ThreadRecord
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
 
-# Which server attribute backs each capability-gated built-in.
-_SERVICE_ATTRIBUTES = {"cronManagement": "cron", "heartbeatManagement": "heartbeat"}
+# Which server attribute backs each capability-gated built-in, and a method of
+# its family (which loads the family when it waits for its first use).
+_SERVICE_ATTRIBUTES = {
+    "cronManagement": ("cron", "cron/list"),
+    "heartbeatManagement": ("heartbeat", "heartbeat/trigger"),
+}
 
 BuiltinHandler = Callable[
     [RequestContext, ThreadRecord, list[str]], Awaitable[command_wire.CommandExecuteResult]
@@ -93,18 +97,27 @@ class CommandsService:
 
     # --- catalogue ----------------------------------------------------------------
 
+    def available(self, command: BuiltinCommand) -> bool:
+        """Whether the service a built-in drives is on (served, or waiting for
+        its first use)."""
+        capability = command.capability
+        return capability is None or bool(self.server.router.capabilities().get(capability))
+
     def service(self, command: BuiltinCommand) -> Any:
         """The service object a built-in drives (``True`` when it needs none),
-        or ``None`` while that service is off."""
+        or ``None`` while that service is off; a family that waits for its first
+        use is installed now."""
         if command.capability is None:
             return True
-        if not self.server.router.capabilities().get(command.capability):
+        if not self.available(command):
             return None
-        return getattr(self.server, _SERVICE_ATTRIBUTES[command.capability], None)
+        attribute, method = _SERVICE_ATTRIBUTES[command.capability]
+        self.server.router.load(method)
+        return getattr(self.server, attribute, None)
 
     def visible_builtins(self) -> list[BuiltinCommand]:
-        """Built-ins whose backing service is running."""
-        return [command for command in catalog.BUILTINS if self.service(command) is not None]
+        """Built-ins whose backing service is on."""
+        return [command for command in catalog.BUILTINS if self.available(command)]
 
     async def custom_commands(self) -> list[CustomCommand]:
         """Custom commands (a custom command never shadows a built-in), by name."""
