@@ -38,6 +38,7 @@ from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
+from appserver.services.cron_waiting import WaitingCronTool
 from appserver.storage.cron import CronRepository
 from appserver.storage.workspace_config import lookup
 
@@ -163,5 +164,6 @@ def install(server: FamilyContext) -> None:
     server.trust.on_trusted.append(wake_cron)
     CronHandlers(server, cron).register()
     # In place of the one offered while the family waited (services/cron_waiting.py).
-    server.runtime.engine.tools.register(CronTool(cron), replace=True)
+    tools = server.runtime.engine.tools
+    tools.register(CronTool(cron), replace=isinstance(tools.get("cron"), WaitingCronTool))
     server.start_background(cron.run)

@@ -7,8 +7,9 @@ timer. Otherwise it waits for the first call of one of its methods (only
 the ``cron`` tool (offered meanwhile with the same name, description and schema,
 see :mod:`appserver.cron.tool_spec`), or for a job in the database: there is one
 at start (from an earlier run), or, while other processes or nodes share the
-database, one that they added (looked for once a lease, as the scheduler itself
-looks then: a node running a job may die, and its job is then due here).
+database, one that they added (looked for once a lease, an indexed read: a
+process may add a job and leave between two sweeps of the live nodes, and a node
+running a job may die, its job then due here).
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import anyio
 from appserver.cron import tool_spec
 from appserver.cron.heartbeat_timer import configured_interval
 from appserver.storage.workspace_config import lookup
-from appserver.tools.base import ToolContext, ToolOutcome, ToolPlan
+from appserver.tools.base import ToolContext, ToolError, ToolOutcome, ToolPlan
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
     from appserver.tools.registry import ToolRegistry
 
 log = logging.getLogger("appserver.cron")
+_RETRY_S = 5.0  # after a failed look without a cluster to pace it
 
 
 def prepare(server: FamilyContext, wait: Callable[..., Callable[[], None]]) -> None:
@@ -53,20 +55,19 @@ async def has_jobs(server: FamilyContext) -> bool:
 
 async def _watch(server: FamilyContext, install: Callable[[], None]) -> None:
     cluster = server.runtime.cluster
-    first = True
     while server.cron is None and not server.is_draining():
-        if not first:
-            if cluster is None:
-                return  # nobody else adds jobs here: only our own methods or tool
-            await anyio.sleep(cluster.silence)
-            if not cluster.peers:
-                continue  # alone, only our own methods and tool add jobs
-        first = False
+        looked = False
         try:
             if await has_jobs(server) and not server.is_draining():
                 install()
+            looked = True
         except Exception:  # logged; looked at again a lease later
             log.exception("could not look for cron jobs")
+        if cluster is None and looked:
+            return  # nobody else adds jobs here: only our own methods and tool
+        # Once a lease, whoever else is alive now: another process may add a
+        # job and leave between two sweeps of the live nodes (one indexed read).
+        await anyio.sleep(_RETRY_S if cluster is None else cluster.silence)
 
 
 class WaitingCronTool:
@@ -82,10 +83,14 @@ class WaitingCronTool:
         self._tools = tools
 
     def _tool(self) -> Any:
-        self._install()
+        try:
+            self._install()
+        except Exception as exc:  # the model is told; the turn goes on
+            log.exception("could not load the cron family for its tool")
+            raise ToolError(f"the cron service could not start: {exc}") from None
         tool = self._tools.get(self.name)
         if tool is None or tool is self:
-            raise RuntimeError("installing the cron family did not register its tool")
+            raise ToolError("the cron service could not start")
         return tool
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:

@@ -14,6 +14,7 @@ from appserver.cron.tool import CronTool
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import INTERNAL_ERROR, METHOD_NOT_FOUND
 from appserver.providers.offline import OfflineProvider
+from appserver.runtime.engine_config import EngineConfig
 from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
 from appserver.services import families
@@ -44,7 +45,6 @@ def test_a_session_loads_no_family_it_does_not_call(tmp_path: Path) -> None:
     code = """
 import anyio, pathlib, sys
 from tests.support.servers import running_server
-from tests.support.turns import new_thread, run_turn
 from tests.support.turns import new_thread, run_turn
 
 WATCHED = [
@@ -299,3 +299,43 @@ async def test_switched_off_cron_waits_with_the_heartbeat_only(tmp_path: Path) -
         assert router.serves("heartbeat/trigger") and not router.serves("cron/list")
         assert server.runtime.engine.tools.get("cron") is None
         assert server.heartbeat is not None and server.cron is None
+
+
+async def test_a_job_another_process_adds_and_leaves_is_found(tmp_path: Path) -> None:
+    """Two processes on one workspace: the second adds a job and leaves at
+    once; the first, whose cron family waited, finds it within a lease."""
+    engine = EngineConfig(node_lease=0.4)
+    with anyio.fail_after(30):
+        async with running_server("memory", tmp_path, engine=engine) as first:
+            assert first.app is not None and first.app.families.cron is None
+            cluster = first.app.runtime.cluster
+            assert cluster is not None
+            async with running_server("memory", tmp_path, engine=engine) as second:
+                while not cluster.peers:  # the first has seen the second
+                    await anyio.sleep(0.02)
+                async with second.connect() as client:
+                    schedule = {"kind": "every", "everyMs": 3_600_000}
+                    await client.request(
+                        "cron/add", {"name": "n", "message": "m", "schedule": schedule}
+                    )
+            while first.app.families.cron is None:  # a lease-paced look: no event to await
+                await anyio.sleep(0.02)
+
+
+async def test_the_cron_tool_tells_the_model_when_cron_cannot_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    install = families.install_family
+
+    def broken(family: families.Family, server: FamilyContext) -> None:
+        if family.module == "appserver.services.cron":
+            raise RuntimeError("broken install")
+        install(family, server)
+
+    monkeypatch.setattr(families, "install_family", broken)
+    with anyio.fail_after(20):
+        async with running_server("memory", tmp_path) as sut, sut.connect() as client:
+            thread_id = await new_thread(client)
+            call = json.dumps({"action": "list"})
+            _, terminal = await run_turn(client, thread_id, f"?tool cron {call}")
+            assert terminal["method"] == "turn/completed"  # the turn goes on
