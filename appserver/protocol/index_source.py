@@ -2,8 +2,8 @@
 
     .venv/bin/python -m appserver.protocol.index_source
 
-Run it after adding, removing or moving a method, notification or server
-request (tests/protocol/test_method_index.py fails until the file is current).
+Run it after adding, removing or moving a method or a notification
+(tests/protocol/test_method_index.py fails until the file is current).
 """
 
 import json

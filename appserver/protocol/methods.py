@@ -1,8 +1,10 @@
 """The one method table: every client->server method, server->client
 notification and server->client request, with its wire models.
 
-It drives params validation, the ``initialize`` capability block, the docs
-and the JSON Schema. Add a method here first: to the core
+It is the source of the docs, the JSON Schema and the light index a server
+routes, validates params and advertises capabilities with
+(:mod:`~appserver.protocol.method_index`, :mod:`~appserver.protocol.table`).
+Add a method here first: to the core
 (``protocol/core_methods.py``) or to its family's protocol module, then
 regenerate :mod:`~appserver.protocol.method_index` (the light index a server
 routes with; a test says when it is stale).

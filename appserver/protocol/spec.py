@@ -10,7 +10,8 @@ class MethodSpec:
     """A client->server request.
 
     ``capability`` names the ``initialize`` flag that gates the method; the
-    flag is advertised only when every method carrying it has a handler.
+    flag is advertised only when every method carrying it has a handler or
+    installs one at its first call.
     """
 
     name: str

@@ -45,7 +45,7 @@ def params_model(kind: str) -> type[BaseModel]:
     front door's first delta cost a face's first turn 30-50 ms."""
     if kind in DELTA_KINDS:
         return DeltaNotification
-    from appserver.protocol.table import notification_spec  # the one table
+    from appserver.protocol.table import notification_spec  # one entry of the table
 
     spec = notification_spec(kind)
     if spec is None:

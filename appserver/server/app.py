@@ -37,9 +37,10 @@ from appserver.storage.workspace_config import (
 from appserver.transport.base import Transport
 from appserver.transport.stdio import StdioTransport
 
-# The runtime, the thread and turn services and the method families are
-# imported when the server is built (AppServer._build), not with this module:
-# a stdio server answers `initialize` first (see AppServer.open).
+# The runtime, the thread and turn services and the method families installed
+# at start are imported when the server is built (AppServer._build), not with
+# this module: a stdio server answers `initialize` first (see AppServer.open).
+# The other families load at their first use (services/families.py).
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
     from websockets.asyncio.server import Server
@@ -125,8 +126,9 @@ class AppServer:
             self._build()
 
     def _build(self) -> None:
-        """Import and compose the runtime, the thread and turn handlers and
-        every method family (synchronous: nothing is served meanwhile)."""
+        """Import and compose the runtime, the thread and turn handlers and the
+        method families (those that wait for their first use are only set up;
+        synchronous: nothing is served meanwhile)."""
         from appserver.runtime.host import Runtime
         from appserver.services.context import FamilyContext
         from appserver.services.families import install_families
@@ -166,7 +168,6 @@ class AppServer:
             trust=self.trust,
             provider_options=config.provider_options,
             provider_fixed=config.provider is not None,
-            is_ready=lambda: self.ready,
             is_draining=lambda: self._draining,
             default_approval_policy=self._default_approval_policy,
         )
@@ -219,6 +220,7 @@ class AppServer:
 
     @property
     def commands(self) -> CommandsService | None:
+        self.router.load("command/list")  # a family that waits for its first use loads now
         from appserver.services.commands import commands_of
 
         return commands_of(self.families)

@@ -9,8 +9,9 @@ runtime and the method families (see ``AppServer.open``), so the capability
 block it sends then comes from here: the flags of the core methods (threads
 and turns, served by ``ThreadService`` and ``TurnService``) and, for every
 family in ``FAMILIES`` (appserver/services/families.py), the flags and
-features its ``install`` turns on. Once the server is complete, ``initialize``
-answers from the registered handlers again (``Router.capabilities``), and the
+features its ``install`` (or its light ``prepare``) turns on. Once the server is
+complete, ``initialize`` answers from the registered handlers, and those waiting
+for their first call, again (``Router.capabilities``), and the
 server logs an error if the two ever differ; tests/test_startup.py installs
 each family and checks its declaration, so a family that is added to
 ``FAMILIES`` without one here fails the tests.
@@ -33,7 +34,7 @@ from appserver.storage.workspace_config import lookup
 class Declared(NamedTuple):
     """What one family's ``install`` adds to the capability block."""
 
-    flags: tuple[str, ...] = ()  # every method with this capability is registered
+    flags: tuple[str, ...] = ()  # every method with this capability is served (or waits)
     features: tuple[str, ...] = ()  # Router.enable_feature
     extensions: tuple[str, ...] = ()  # true under capabilities.extensions (Router.extensions)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from appserver.services.peer import Peer, peer_of
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
 
 log = logging.getLogger("appserver.channels")
-REJECT_CLOSE_CODE = 1008  # as the family rejects an adapter (services/channels/adapters.py)
+REJECT_CLOSE_CODE = 1008  # policy violation
 
 
 def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> None:
@@ -40,7 +40,8 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
         except Exception as exc:  # the adapter is told, as a rejected one is
             log.exception("could not load the channels family for an adapter")
             peer, message = peer_of(ctx), f"channels are not available: {exc}"
-            ctx.after_response(lambda: _reject(peer, raw, message))
+            name = str(raw.get("channelName", "")) if isinstance(raw, dict) else ""
+            ctx.after_response(lambda: reject_adapter(peer, name, message))
             return
         for hook in hooks[before:]:  # the family's own: this client is its first
             hook(ctx, request)
@@ -48,10 +49,10 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
     hooks.append(on_initialize)
 
 
-def _reject(peer: Peer, raw: Any, message: str) -> None:
-    """``system/event channelRejected``, then close: the family's own answer to
-    an adapter it does not admit, without its wire models."""
-    name = str(raw.get("channelName", "")) if isinstance(raw, dict) else ""
+def reject_adapter(peer: Peer, name: str, message: str) -> None:
+    """``system/event channelRejected``, then close (code 1008): how an adapter
+    is refused, by the family or here when the family cannot load."""
+    log.warning("rejected channel adapter %r: %s", name, message)
     event = {"kind": "channelRejected", "channelName": name, "message": message}
     peer.connection.notify("system/event", event)
     peer.connection.close(message, code=REJECT_CLOSE_CODE)

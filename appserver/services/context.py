@@ -6,7 +6,8 @@ the runtime's use cases, may add agent tools (``runtime.engine.tools``) and
 input resolvers (``runtime.materializer.resolvers``), and runs background
 work with ``start_background``. Families that others use are kept here
 (``skills``, ``plugins``, ``mcp``, ``commands``, ``cron``, ``heartbeat``), set by
-their own ``install``; nothing is attached to the server object. The context
+their own ``install``: ``None`` while the family waits for its first use
+(``router.load(method)`` installs it); nothing is attached to the server object. The context
 imports none of the families: it holds the first four by the protocols of
 ``services/shared_families.py`` (each family's ``<family>_of`` gives its class).
 """
@@ -51,8 +52,7 @@ class FamilyContext:
         trust: WorkspaceTrust,
         provider_options: dict[str, Any],
         provider_fixed: bool,
-        is_ready: Callable[[], bool],
-        is_draining: Callable[[], bool] = lambda: False,
+        is_draining: Callable[[], bool],
         default_approval_policy: Callable[[], str] | None = None,
     ) -> None:
         self.router = router
@@ -69,7 +69,6 @@ class FamilyContext:
         self.trust = trust
         self.provider_options = provider_options
         self.provider_fixed = provider_fixed  # a provider object was injected (tests)
-        self.is_ready = is_ready
         # True once the server began to drain: no new work starts.
         self.is_draining = is_draining
         # The policy of threads that set none: --approval-policy, else the user's default.
@@ -106,6 +105,11 @@ class FamilyContext:
     @provider.setter
     def provider(self, provider: Provider) -> None:
         self.runtime.engine.provider = provider
+
+    def accepting(self) -> bool:
+        """Whether new work may start (false once the server began to drain;
+        a job runner's ``accepting``)."""
+        return not self.is_draining()
 
     def start_background(self, run: Callable[[], Awaitable[Any]]) -> None:
         """Run ``run()`` for the server's lifetime (cancelled at shutdown).

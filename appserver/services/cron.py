@@ -22,7 +22,6 @@ Deliberate differences from DotCraft (reference §3.5, §3.6):
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
@@ -115,13 +114,6 @@ class CronHandlers:
         return cron_wire.CronRunResult(queued=True, job=job)
 
 
-def not_draining(server: FamilyContext) -> Callable[[], bool]:
-    """False once the server began to drain; true before start-up completes and
-    while it serves (also for a runner made after the drain began: a family
-    installed at its first call)."""
-    return lambda: not server.is_draining()
-
-
 def install(server: FamilyContext) -> None:
     """Install the heartbeat and (unless switched off) cron on ``server``."""
     repo = CronRepository(server.db)
@@ -133,7 +125,7 @@ def install(server: FamilyContext) -> None:
             # single-node timing (PostgreSQL nodes always claim).
             node = cluster
             repo.peers = lambda: node.peers
-    runner = JobRunner(server.runtime.engine, server.threads, accepting=not_draining(server))
+    runner = JobRunner(server.runtime.engine, server.threads, accepting=server.accepting)
 
     heartbeat = HeartbeatService(
         server.craft_dir,
@@ -142,28 +134,30 @@ def install(server: FamilyContext) -> None:
         server.runtime.bus,
         interval_s=configured_interval(os.environ, server.workspace_config),
     )
-    server.heartbeat = heartbeat
     heartbeat.may_run = lambda: server.trust.trusted
 
     async def trigger(ctx: RequestContext, params: Empty) -> BaseModel:
         return cron_wire.HeartbeatTriggerResult.model_validate(await heartbeat.trigger())
 
     server.router.register("heartbeat/trigger", trigger)
+    cron = None
+    if lookup(server.workspace_config, "Cron", "Enabled") is not False:
+        cron = CronService(repo, runner, server.runtime.bus)
+        cron.may_run = lambda: server.trust.trusted
+        CronHandlers(server, cron).register()
+        # In place of the one offered while the family waited (services/cron_waiting.py).
+        tools = server.runtime.engine.tools
+        tools.register(CronTool(cron), replace=isinstance(tools.get("cron"), WaitingCronTool))
+
+        async def wake_cron() -> None:
+            cron.wake()
+
+        server.trust.on_trusted.append(wake_cron)
+    # Last, when nothing can fail any more: the family counts as installed once
+    # these are set (services/cron_waiting.py looks at server.cron).
+    server.heartbeat = heartbeat
     if heartbeat.interval_s is not None:
         server.start_background(heartbeat.run_periodic)
-
-    if lookup(server.workspace_config, "Cron", "Enabled") is False:
-        return
-    cron = CronService(repo, runner, server.runtime.bus)
-    server.cron = cron
-    cron.may_run = lambda: server.trust.trusted
-
-    async def wake_cron() -> None:
-        cron.wake()
-
-    server.trust.on_trusted.append(wake_cron)
-    CronHandlers(server, cron).register()
-    # In place of the one offered while the family waited (services/cron_waiting.py).
-    tools = server.runtime.engine.tools
-    tools.register(CronTool(cron), replace=isinstance(tools.get("cron"), WaitingCronTool))
-    server.start_background(cron.run)
+    if cron is not None:
+        server.cron = cron
+        server.start_background(cron.run)

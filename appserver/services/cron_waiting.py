@@ -58,11 +58,17 @@ async def _watch(server: FamilyContext, install: Callable[[], None]) -> None:
     while server.cron is None and not server.is_draining():
         looked = False
         try:
-            if await has_jobs(server) and not server.is_draining():
-                install()
+            found = await has_jobs(server)
             looked = True
         except Exception:  # logged; looked at again a lease later
             log.exception("could not look for cron jobs")
+            found = False
+        if found and not server.is_draining():
+            try:
+                install()
+            except Exception:  # logged; tried again a lease later
+                log.exception("could not load the cron family for its jobs")
+                looked = False
         if cluster is None and looked:
             return  # nobody else adds jobs here: only our own methods and tool
         # Once a lease, whoever else is alive now: another process may add a

@@ -1,8 +1,9 @@
-"""Every optional method family, installed in this order when a server opens,
-or at the first call of one of its methods.
+"""Every optional method family: installed, in this order, when a server opens,
+or set up there to install when it is first needed.
 
 A family's ``install(server)`` registers its handlers on ``server.router``
-(so its capability is advertised only when it really works), may add agent
+(its capability is advertised while every method carrying it is served or waits
+for its first call), may add agent
 tools to ``server.runtime.engine.tools``, input resolvers to ``server.runtime.materializer``,
 and background tasks through ``server.start_background``.
 
@@ -44,10 +45,11 @@ class Family(NamedTuple):
     resolves: tuple[str, ...] = ()
     # Only with ``at_first_call``: a light module whose ``prepare(server,
     # wait)`` runs at start instead, for a family with work of its own that
-    # may come before any call (``wait()`` registers its methods for their
-    # first call and returns the function that installs it now, once): it
-    # calls ``wait()`` unless the family is switched off, then installs it
-    # at once when it has work, or watches for work in the background.
+    # may come before any call. ``wait(methods=None)`` registers its methods
+    # (all, or those a setting leaves on) for their first call and returns the
+    # function that installs it now, once. ``prepare`` does not call it when
+    # the family is switched off, may install at once when there is work, and
+    # may watch for work (a hook, a listener, a background poll).
     prepare: str | None = None
 
 

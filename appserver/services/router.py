@@ -241,6 +241,9 @@ class Router:
                 self._installs.update(dict.fromkeys(methods, install_once))
                 raise
             installed = True
+            missing = [method for method in methods if method not in self.handlers]
+            if missing:  # advertised, and now answered -32601: the family's bug
+                log.error("installing the family of %s served none of %s", methods[0], missing)
 
         self._installs.update(dict.fromkeys(methods, install_once))
         return install_once

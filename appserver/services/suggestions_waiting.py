@@ -18,6 +18,7 @@ completed turn does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,9 @@ from appserver.tools.suggestion_tools import suggestion_tools
 if TYPE_CHECKING:
     from appserver.runtime.turns.model import ActiveTurn
     from appserver.services.context import FamilyContext
+
+
+log = logging.getLogger("appserver.suggestions")
 
 
 def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> None:
@@ -51,7 +55,11 @@ def prepare(server: FamilyContext, wait: Callable[[], Callable[[], None]]) -> No
         if not snapshot.is_file():
             return None
         before = len(listeners)
-        install()
+        try:
+            install()
+        except Exception:  # logged; tried again at the next completed turn
+            log.exception("could not load the suggestions family")
+            return None
         outcomes = [listener(active) for listener in listeners[before:]]
         waits = [outcome for outcome in outcomes if outcome is not None]
         return _all(waits) if waits else None

@@ -19,7 +19,6 @@ from appserver.cron.automations.tool import CompleteLocalTaskTool
 from appserver.cron.runner import JobRunner
 from appserver.services.automations.tasks import TaskHandlers
 from appserver.services.automations.templates import TemplateHandlers
-from appserver.services.cron import not_draining
 from appserver.storage.automation_runs import AutomationRunRepository
 from appserver.storage.automation_tasks import TaskFiles
 
@@ -34,25 +33,27 @@ def install(server: FamilyContext) -> None:
     runner = AutomationRunner(
         TaskFiles(server.craft_dir),
         AutomationRunRepository(server.db),
-        JobRunner(server.runtime.engine, server.threads, accepting=not_draining(server)),
+        JobRunner(server.runtime.engine, server.threads, accepting=server.accepting),
         server.threads,
         server.runtime.bus,
         read_settings(server.workspace_config),
         server.runtime.cluster,
     )
-    server.automations = runner
     runner.may_run = lambda: server.trust.trusted
+    templates = TemplateHandlers(server, runner)
+    templates.register()
+    TaskHandlers(server, runner, templates).register()
+    tools = server.runtime.engine.tools
+    tool = CompleteLocalTaskTool(runner.files, runner.task_of_turn)
+    if tools.admits(tool.name):
+        tools.register(tool)
 
     async def wake() -> None:
         runner.wake()
 
     server.trust.on_trusted.append(wake)
-    tools = server.runtime.engine.tools
-    tool = CompleteLocalTaskTool(runner.files, runner.task_of_turn)
-    if tools.admits(tool.name):
-        tools.register(tool)
-    templates = TemplateHandlers(server, runner)
-    templates.register()
-    TaskHandlers(server, runner, templates).register()
+    # Last: the family counts as installed once this is set
+    # (services/automations_waiting.py looks at it).
+    server.automations = runner
     server.start_background(runner.run)
     server.shutdown_hooks.append(runner.drain)

@@ -51,6 +51,7 @@ from appserver.rpc.server_requests import ServerRequestError
 from appserver.runtime.events import Participant
 from appserver.runtime.turns import ActiveTurn, UserInput
 from appserver.runtime.turns.client_tools import ClientTool
+from appserver.services.channels_waiting import reject_adapter
 from appserver.services.peer import Peer, peer_of
 from appserver.storage.channels import ExternalChannelRecord, ExternalChannelRepository
 
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("appserver.channels")
 
 ATTR = "channelAdapter"  # key of the binding in Peer.attrs
-REJECT_CLOSE_CODE = 1008  # policy violation
 
 
 @dataclass
@@ -198,12 +198,7 @@ class AdapterHub:
 
     def reject(self, connection: Peer, name: str, message: str) -> None:
         """``system/event channelRejected``, then close (code 1008)."""
-        log.warning("rejected channel adapter %r: %s", name, message)
-        event = channel_wire.SystemEventNotification(
-            kind="channelRejected", channel_name=name, message=message
-        )
-        connection.notify("system/event", event)
-        connection.connection.close(message, code=REJECT_CLOSE_CODE)
+        reject_adapter(connection, name, message)
 
     def on_closed(self, connection: Peer) -> None:
         binding = binding_of(connection)

@@ -19,6 +19,7 @@ admin-only (DotCraft marks /stop admin-only; turn/interrupt needs no role).
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ from appserver.storage.records import ThreadRecord
 
 if TYPE_CHECKING:
     from appserver.services.context import FamilyContext
+
+log = logging.getLogger("appserver.commands")
 
 # Which server attribute backs each capability-gated built-in, and a method of
 # its family (which loads the family when it waits for its first use).
@@ -112,7 +115,11 @@ class CommandsService:
         if not self.available(command):
             return None
         attribute, method = _SERVICE_ATTRIBUTES[command.capability]
-        self.server.router.load(method)
+        try:
+            self.server.router.load(method)
+        except Exception:  # answered as a service that is off
+            log.exception("could not load the service of %s", command.name)
+            return None
         return getattr(self.server, attribute, None)
 
     def visible_builtins(self) -> list[BuiltinCommand]:
