@@ -102,17 +102,11 @@ def preload(entry: str, argv: Sequence[str]) -> None:
         package = importlib.import_module(f"appserver.faces.{face}")
         for module in pkgutil.iter_modules(package.__path__, f"{package.__name__}."):
             importlib.import_module(module.name)
-    else:
-        # The DotCraft door's families, those that wait for their first use too:
-        # loaded here, they cost a forked server nothing (shared memory), and the
-        # whole method table with them.
-        from appserver.services.families import FAMILIES
+    else:  # the DotCraft door: every family (shared with the servers it forks)
+        from appserver.services.families import every_module
 
-        for family in FAMILIES:
-            importlib.import_module(family.module)
-            if family.prepare is not None:
-                importlib.import_module(family.prepare)
-        importlib.import_module("appserver.protocol.methods")
+        for name in every_module():
+            importlib.import_module(name)
     from pydantic import BaseModel
 
     # Every model loaded, the method table's and the faces' own: a validator

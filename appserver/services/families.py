@@ -87,6 +87,13 @@ FAMILIES: tuple[Family, ...] = (
 )
 
 
+def every_module() -> list[str]:
+    """Every family's modules, waiting ones too, and the whole method table:
+    what a warm parent preloads (appserver/warm_parent.py)."""
+    names = [name for family in FAMILIES for name in (family.module, family.prepare) if name]
+    return [*names, "appserver.protocol.methods"]
+
+
 def install_family(family: Family, server: FamilyContext) -> None:
     """Import ``family`` and run its ``install`` on ``server``."""
     import_module(family.module).install(server)
