@@ -20,6 +20,7 @@ import pytest
 
 from appserver import warm_common, warm_launch, warm_parent
 from appserver.tools.environment import tool_environment
+from tests.support.fresh import fresh_process
 from tests.test_warm_start import (
     IDENTITY,
     WAIT,
@@ -338,3 +339,32 @@ def test_a_warm_process_writes_no_bytecode_when_its_launcher_would_not(
     assert warm_common.python_flags() == ["-P", "-B"]
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
     assert warm_common.python_flags() == ["-P"]
+
+
+def test_a_warm_parent_preloads_what_a_dotcraft_session_loads(tmp_path: Path) -> None:
+    """A DotCraft door's warm parent loads every family, those that wait for
+    their first use too: a session forked from it (a thread, a turn, a call to
+    each waiting family) imports nothing of appserver's itself but the test's
+    own transport."""
+    code = """
+import anyio, pathlib, sys
+from appserver.warm_parent import preload
+preload("appserver", ["app-server"])
+before = {name for name in sys.modules if name.startswith("appserver.")}
+from tests.support.servers import running_server
+from tests.support.turns import new_thread, run_turn
+
+async def main():
+    workspace = pathlib.Path(sys.argv[1])
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        await run_turn(client, await new_thread(client), "hello")
+        for method in ("model/list", "command/list", "grant/list", "prompt/read",
+                       "automation/task/list", "channel/list", "cron/list",
+                       "subagent/profiles/list"):
+            await client.request(method, {})
+
+anyio.run(main)
+print(sorted(name for name in sys.modules if name.startswith("appserver.") and name not in before))
+"""
+    loaded = fresh_process(code, tmp_path).strip()
+    assert loaded == "['appserver.transport.listen_options', 'appserver.transport.memory']"
