@@ -9,10 +9,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from appserver.services import families
-from appserver.services.context import FamilyContext
 from tests.services.test_channels import TELEGRAM, upsert, wait_closed, wait_running
 from tests.support.channels_adapter import websocket_adapter
+from tests.support.families import fail_install
 from tests.support.servers import running_server
 
 
@@ -39,14 +38,7 @@ async def test_an_adapter_first_after_a_restart_is_admitted(tmp_path: Path) -> N
 async def test_an_adapter_is_rejected_when_channels_cannot_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    install = families.install_family
-
-    def broken(family: families.Family, server: FamilyContext) -> None:
-        if family.module == "appserver.services.channels":
-            raise RuntimeError("broken install")
-        install(family, server)
-
-    monkeypatch.setattr(families, "install_family", broken)
+    fail_install(monkeypatch, "appserver.services.channels", "broken install")
     with anyio.fail_after(15):
         async with (
             running_server("memory", tmp_path) as sut,

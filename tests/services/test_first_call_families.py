@@ -17,9 +17,9 @@ from appserver.providers.offline import OfflineProvider
 from appserver.runtime.engine_config import EngineConfig
 from appserver.server.app import AppServer
 from appserver.server.config import ServerConfig
-from appserver.services import families
 from appserver.services.context import FamilyContext
 from appserver.services.families import FAMILIES
+from tests.support.families import fail_install
 from tests.support.fresh import fresh_process
 from tests.support.servers import running_server
 from tests.support.turns import new_thread, run_turn
@@ -89,17 +89,18 @@ async def test_a_failed_install_fails_that_call_and_the_next_tries_again(
     """The first call of a family whose install fails (after registering a
     handler and a hook) is answered -32603; what it registered is dropped, and
     the next call installs it and is answered."""
-    install = families.install_family
-    failures = [RuntimeError("not this time")]
 
-    def flaky(family: families.Family, server: FamilyContext) -> None:
-        if family.module == "appserver.services.grants" and failures:
-            server.router.register("grant/list", _never_called)
-            server.router.initialize_hooks.append(_never_called_hook)
-            raise failures.pop()
-        install(family, server)
+    def registers_then_fails(server: FamilyContext) -> None:
+        server.router.register("grant/list", _never_called)
+        server.router.initialize_hooks.append(_never_called_hook)
 
-    monkeypatch.setattr(families, "install_family", flaky)
+    fail_install(
+        monkeypatch,
+        "appserver.services.grants",
+        "not this time",
+        times=1,
+        first=registers_then_fails,
+    )
     with anyio.fail_after(15):
         async with running_server("memory", tmp_path) as sut, sut.connect() as client:
             assert sut.app is not None
@@ -233,22 +234,14 @@ async def test_automations_installed_while_the_server_drains_run_nothing(
 async def test_the_poll_goes_on_after_a_failed_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    install = families.install_family
-    failures = [RuntimeError("not now")]
-
-    def flaky(family: families.Family, server: FamilyContext) -> None:
-        if family.module == "appserver.services.automations" and failures:
-            raise failures.pop()
-        install(family, server)
-
-    monkeypatch.setattr(families, "install_family", flaky)
+    failures = fail_install(monkeypatch, "appserver.services.automations", "not now", times=1)
     write_config(tmp_path, {"Automations": {"PollingInterval": 1}})
     with anyio.fail_after(15):
         async with AppServer.open(ServerConfig(workspace=tmp_path)) as server:
             write_task(tmp_path, "by-hand")
             while server.families.automations is None:
                 await anyio.sleep(0.05)  # the poll is time-driven: nothing to wait on
-    assert not failures
+    assert failures == [0]
     assert "could not start the automations" in caplog.text
 
 
@@ -325,14 +318,7 @@ async def test_a_job_another_process_adds_and_leaves_is_found(tmp_path: Path) ->
 async def test_the_cron_tool_tells_the_model_when_cron_cannot_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    install = families.install_family
-
-    def broken(family: families.Family, server: FamilyContext) -> None:
-        if family.module == "appserver.services.cron":
-            raise RuntimeError("broken install")
-        install(family, server)
-
-    monkeypatch.setattr(families, "install_family", broken)
+    fail_install(monkeypatch, "appserver.services.cron", "broken install")
     with anyio.fail_after(20):
         async with running_server("memory", tmp_path) as sut, sut.connect() as client:
             thread_id = await new_thread(client)

@@ -11,7 +11,9 @@ from typing import Any
 
 import anyio
 
+from tests.support.client import RpcClient
 from tests.support.fake_models import (
+    FakeModelServer,
     Reply,
     fake_model_server,
     openai_chunk,
@@ -51,30 +53,44 @@ def tool_call(name: str, arguments: dict[str, Any]) -> Reply:
     )
 
 
+def script_two_turns_and_the_helper(fake: FakeModelServer) -> None:
+    """Two turns' answers, then the helper turn's suggestions."""
+    fake.script(
+        CHAT,
+        openai_text_reply(["On it."]),
+        openai_text_reply(["Done."]),
+        tool_call("EmitWelcomeSuggestions", {"items": ITEMS}),  # the helper turn
+        openai_text_reply(["Recorded."]),
+    )
+
+
+async def two_turns_until_updated(
+    client: RpcClient, fake: FakeModelServer
+) -> tuple[str, dict[str, Any]]:
+    """Point the server at ``fake``, run two turns on a new thread, and wait for
+    ``welcome/suggestionsUpdated``: (the thread, its params)."""
+    await client.request(
+        UPDATE, {"provider": "openai", "endPoint": fake.openai_base_url, "apiKey": "sk-test"}
+    )
+    mark = client.mark()
+    thread_id = await new_thread(client)
+    for said in (FIRST, SECOND):
+        await run_turn(client, thread_id, said)
+    with anyio.fail_after(20):
+        updated = await client.notification("welcome/suggestionsUpdated", start=mark)
+    return thread_id, updated
+
+
 async def test_turns_refresh_the_cache_requests_only_read_it_and_the_setting_stops_it(
     server: ServerUnderTest, workspace: Path
 ) -> None:
     async with fake_model_server() as fake, server.connect(initialize=False) as client:
-        fake.script(
-            CHAT,
-            openai_text_reply(["On it."]),
-            openai_text_reply(["Done."]),
-            tool_call("EmitWelcomeSuggestions", {"items": ITEMS}),  # the helper turn
-            openai_text_reply(["Recorded."]),
-        )
+        script_two_turns_and_the_helper(fake)
         initialized = await client.initialize()
         assert initialized["capabilities"]["extensions"] == {"welcomeSuggestions": True}
         before = await client.request(WELCOME, {"identity": IDENTITY})
         assert (before["source"], before["items"], before["fingerprint"]) == ("none", [], "")
-        await client.request(
-            UPDATE, {"provider": "openai", "endPoint": fake.openai_base_url, "apiKey": "sk-test"}
-        )
-        mark = client.mark()
-        thread_id = await new_thread(client)
-        for said in (FIRST, SECOND):
-            await run_turn(client, thread_id, said)
-        with anyio.fail_after(20):
-            updated = await client.notification("welcome/suggestionsUpdated", start=mark)
+        thread_id, updated = await two_turns_until_updated(client, fake)
         assert updated["items"] == ITEMS and updated["source"] == "dynamic"
 
         helper = fake.bodies(CHAT)[2]
@@ -127,22 +143,8 @@ async def test_a_snapshot_on_disk_keeps_turns_refreshing_it_unasked(
     )
     write_snapshot(workspace / ".craft", stale)
     async with fake_model_server() as fake, server.connect() as client:
-        fake.script(
-            CHAT,
-            openai_text_reply(["On it."]),
-            openai_text_reply(["Done."]),
-            tool_call("EmitWelcomeSuggestions", {"items": ITEMS}),  # the helper turn
-            openai_text_reply(["Recorded."]),
-        )
-        await client.request(
-            UPDATE, {"provider": "openai", "endPoint": fake.openai_base_url, "apiKey": "sk-test"}
-        )
-        mark = client.mark()
-        thread_id = await new_thread(client)
-        for said in (FIRST, SECOND):
-            await run_turn(client, thread_id, said)
-        with anyio.fail_after(20):
-            updated = await client.notification("welcome/suggestionsUpdated", start=mark)
+        script_two_turns_and_the_helper(fake)
+        _, updated = await two_turns_until_updated(client, fake)
         assert updated["items"] == ITEMS
         stored = json.loads((workspace / ".craft/cache/welcome-suggestions.json").read_text())
         assert stored["Result"]["Items"][0]["Title"] == "Step 1"
