@@ -15,6 +15,20 @@ import sys
 
 def main() -> int:
     """Run the ``appserver`` command; returns the process exit status."""
+    from appserver import quick_exit
+
+    return quick_exit.run(_run)
+
+
+def codex_main() -> int:
+    """Run the ``appserver-codex`` command (Codex's command line); returns the
+    process exit status."""
+    from appserver import quick_exit
+
+    return quick_exit.run(_run_codex)
+
+
+def _run() -> int:
     from appserver import startup
 
     startup.note_launch()
@@ -35,9 +49,7 @@ def main() -> int:
     return cli_main()
 
 
-def codex_main() -> int:
-    """Run the ``appserver-codex`` command (Codex's command line); returns the
-    process exit status."""
+def _run_codex() -> int:
     code = _warm_start("appserver-codex", sys.argv[1:])
     if code is not None:
         return code

@@ -278,6 +278,7 @@ async def test_a_warm_launch_loads_only_the_standard_library(tmp_path: Path, run
         "appserver",
         "appserver.launch",
         "appserver.process_secrets",
+        "appserver.quick_exit",
         "appserver.startup",
         "appserver.tools",
         "appserver.tools.environment",
