@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import field_validator
 
+from appserver.protocol.acp_names import acp_method
 from appserver.protocol.base import OpenWireModel, WireModel
-from appserver.protocol.editor_families import acp_method
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 

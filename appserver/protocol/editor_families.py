@@ -9,36 +9,16 @@ server's own tools for ``_unity`` (DotCraft's Unity module: ``unity_scene_query`
 ``unity_get_selection``, ``unity_get_console_logs``, ``unity_get_project_info``),
 and tools a client declares in ``thread/start.dynamicTools`` with an
 ``acpMethod`` (``_family/method``): a call sends the model's arguments as that
-method's params. See docs/tools.md.
+method's params. See docs/tools.md. The names' rules are in
+:mod:`appserver.protocol.acp_names` (no models: what a turn without such
+tools needs of them).
 """
-
-import re
 
 from pydantic import Field
 
 from appserver.protocol.base import OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
-
-# `_family/method[/more]`: ACP reserves names starting with `_` for custom methods;
-# `fs` and `terminal` are the server's own (ext/acp/fs/*, ext/acp/terminal/*).
-_ACP_METHOD = re.compile(r"^_[A-Za-z0-9_.-]{1,63}(/[A-Za-z0-9_.-]{1,64}){1,4}$")
-
-
-def acp_method(value: str) -> str:
-    """A declared ``acpMethod`` as ``_family/method`` (a leading ``ext/acp/`` is
-    dropped); ``ValueError`` unless it names a custom (``_``) family and a method."""
-    method = value.strip().removeprefix("ext/acp/").strip("/")
-    if not _ACP_METHOD.match(method):
-        raise ValueError(
-            "acpMethod must be `_family/method` (a custom ACP family, starting with `_`)"
-        )
-    return method
-
-
-def family_of(method: str) -> str:
-    """The family of a ``_family/method`` (``_unity``)."""
-    return method.split("/", 1)[0]
 
 
 class AcpFamilyParams(OpenWireModel):

@@ -12,10 +12,14 @@ workspace-wide broadcasts, not thread events: not numbered, stored or replayed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from appserver.protocol.terminals import BackgroundTerminal, TerminalNotification
 from appserver.runtime.bus import EventBus
 from appserver.runtime.events import Participant
+
+if TYPE_CHECKING:
+    # The terminals' wire models load with the first terminal (a plain turn runs none).
+    from appserver.protocol.terminals import BackgroundTerminal
 
 
 class TerminalEvents:
@@ -28,6 +32,8 @@ class TerminalEvents:
     def __call__(self, event: str, terminal: BackgroundTerminal, delta: str | None) -> None:
         targets = [p for p in self.bus.targets(broadcast=True) if self.wants_terminals(p)]
         if targets:
+            from appserver.protocol.terminals import TerminalNotification
+
             self.bus.publish(
                 f"terminal/{event}",
                 TerminalNotification(terminal=terminal, delta=delta),

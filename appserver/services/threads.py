@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from appserver.protocol import fork as fork_wire
 from appserver.protocol import threads as thread_wire
+from appserver.protocol.acp_names import family_of
 from appserver.protocol.base import Empty
 from appserver.protocol.dynamic_tools import DynamicToolSpec
-from appserver.protocol.editor_families import family_of
 from appserver.protocol.encoding import model_json
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size, utf8_size
 from appserver.rpc.connection import RequestContext

@@ -8,8 +8,23 @@ is removed. Implements :class:`appserver.tools.terminals.TerminalStore`.
 
 from __future__ import annotations
 
-from appserver.protocol.terminals import BackgroundTerminal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from appserver.storage.db import Database
+
+if TYPE_CHECKING:
+    from appserver.protocol.terminals import BackgroundTerminal
+
+
+def _terminals(rows: Sequence[Any]) -> list[BackgroundTerminal]:
+    """The terminals stored in ``rows`` (their wire model loads with the first one:
+    a workspace whose agent never ran one never imports it)."""
+    if not rows:
+        return []
+    from appserver.protocol.terminals import BackgroundTerminal
+
+    return [BackgroundTerminal.model_validate_json(row[0]) for row in rows]
 
 
 class TerminalRepository:
@@ -45,7 +60,8 @@ class TerminalRepository:
         rows = await self.db.lookup_or_fetch(
             "SELECT terminal_json FROM terminals WHERE session_id = ?", (session_id,)
         )
-        return BackgroundTerminal.model_validate_json(rows[0][0]) if rows else None
+        found = _terminals(rows)
+        return found[0] if found else None
 
     async def list_terminals(self, thread_id: str | None = None) -> list[BackgroundTerminal]:
         """Stored terminals (of ``thread_id``), newest first."""
@@ -59,11 +75,11 @@ class TerminalRepository:
                 " ORDER BY started_at DESC, session_id",
                 (thread_id,),
             )
-        return [BackgroundTerminal.model_validate_json(row[0]) for row in rows]
+        return _terminals(rows)
 
     async def running(self) -> list[BackgroundTerminal]:
         """Terminals stored as ``running`` (after a restart: the lost ones)."""
         rows = await self.db.fetch(
             "SELECT terminal_json FROM terminals WHERE status = 'running' ORDER BY started_at"
         )
-        return [BackgroundTerminal.model_validate_json(row[0]) for row in rows]
+        return _terminals(rows)

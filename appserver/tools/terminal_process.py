@@ -20,17 +20,20 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import anyio
 from anyio.abc import Process, TaskGroup
 
 from appserver.protocol.ids import now_iso
-from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.groups import kill_process_group, open_group_process
 from appserver.tools.reaper import REAPER, group_alive
 from appserver.tools.terminal_files import KEPT_CHARS, TerminalFiles
 from appserver.tools.terminal_snapshots import DEFAULT_MAX_OUTPUT_CHARS, limit_output
+
+if TYPE_CHECKING:
+    # The terminals' wire model loads with the first terminal (a plain turn runs none).
+    from appserver.protocol.terminals import BackgroundTerminal
 
 LIVE_LIMIT_CHARS = 1024 * 1024  # outputDelta text per terminal; the file keeps the rest
 DRAIN_GRACE_S = 0.5
@@ -106,6 +109,8 @@ class RunningTerminal:
         else:
             shown, total, truncated = "", self.tail.total - self.tail.trailing_newlines(), False
         ended = self.ended if self.ended is not None else time.monotonic()
+        from appserver.protocol.terminals import BackgroundTerminal
+
         return BackgroundTerminal(
             session_id=self.session_id,
             thread_id=self.thread_id,

@@ -15,12 +15,16 @@ from its ids (:func:`stored_snapshot`).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import anyio
 
 from appserver.protocol.ids import now_iso
-from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.terminal_files import KEPT_CHARS, TerminalFiles
+
+if TYPE_CHECKING:
+    # The terminals' wire model loads with the first terminal (a plain turn runs none).
+    from appserver.protocol.terminals import BackgroundTerminal
 
 DEFAULT_MAX_OUTPUT_CHARS = 10_000
 

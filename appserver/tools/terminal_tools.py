@@ -21,9 +21,8 @@ grant covers that input to that terminal (``exact``) or any input to it
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.args import check_keys, get_int, get_str, require_str
 from appserver.tools.base import (
     ApprovalNeed,
@@ -41,6 +40,10 @@ from appserver.tools.terminals import (
     TerminalError,
     TerminalManager,
 )
+
+if TYPE_CHECKING:
+    # The terminals' wire model loads with the first terminal (a plain turn runs none).
+    from appserver.protocol.terminals import BackgroundTerminal
 
 
 def format_terminal(terminal: BackgroundTerminal) -> str:

@@ -37,12 +37,11 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol.terminals import BackgroundTerminal
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group
 from appserver.tools.reaper import REAPER, group_alive
 from appserver.tools.terminal_files import TerminalFiles
@@ -59,6 +58,10 @@ from appserver.tools.terminal_snapshots import (
     stored_snapshot,
 )
 
+if TYPE_CHECKING:
+    # The terminals' wire model loads with the first terminal (a plain turn runs none).
+    from appserver.protocol.terminals import BackgroundTerminal
+
 log = logging.getLogger("appserver.tools")
 
 DEFAULT_YIELD_MS = 1000
@@ -67,7 +70,7 @@ MAX_RUNNING_PER_THREAD = 16
 MAX_RUNNING = 64
 WRITE = "not_writable"  # the TerminalError kind of a write that cannot be done
 
-TerminalListener = Callable[[str, BackgroundTerminal, "str | None"], None]
+TerminalListener = Callable[[str, "BackgroundTerminal", "str | None"], None]
 """``(event, terminal, delta)``: ``started``, ``outputDelta``, ``completed`` or ``cleaned``."""
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from appserver.protocol.editor_families import acp_method
+from appserver.protocol.acp_names import acp_method
 from appserver.providers.base import ModelEvent, ModelRequest
 from appserver.providers.offline import OfflineProvider
 from appserver.runtime.turns import EngineConfig

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from appserver.protocol.acp_names import family_of
 from appserver.protocol.base import WireModel, first_error
-from appserver.protocol.editor_families import AcpFamilyParams, AcpFamilyResult, family_of
 from appserver.providers.base import ToolSpec
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.editor_proxy import (
@@ -37,7 +37,12 @@ from appserver.runtime.turns.editor_proxy import (
 )
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import ToolError, ToolOutcome
-from appserver.tools.editor_families import FAMILY_TOOLS, FamilyTool
+
+if TYPE_CHECKING:
+    # The families' wire models and tools load when a turn's editor serves a
+    # family (most never do: a plain turn imports neither).
+    from appserver.protocol.editor_families import AcpFamilyResult
+    from appserver.tools.editor_families import FamilyTool
 
 _ROUTING = ("threadId", "thread_id")
 
@@ -56,13 +61,17 @@ async def ask_family(
     method: str,
     params: WireModel,
     timeout: float,
-    result: type[AcpFamilyResult] = AcpFamilyResult,
+    result: type[AcpFamilyResult] | None = None,
 ) -> dict[str, Any]:
     """Send ``ext/acp/<method>`` (``method``: ``_family/name``) to the turn's
     editor; its answer. A :class:`ToolError` when it did not answer in time,
     left for good or refused (the editor proxy's), when the answer does not
-    fit ``result`` (:class:`InvalidAnswer`), or when it says ``{error}``
-    (:class:`MethodFailed`)."""
+    fit ``result`` (default: any object; :class:`InvalidAnswer`), or when it
+    says ``{error}`` (:class:`MethodFailed`)."""
+    if result is None:
+        from appserver.protocol.editor_families import AcpFamilyResult
+
+        result = AcpFamilyResult
     wire_method = f"ext/acp/{method}"
     answered, _ = await proxy.ask(active, wire_method, params, timeout)
     answer = dict(answered)
@@ -95,6 +104,8 @@ async def declared_tool_result(
     """The result fields of a call of a client-declared tool with ``acpMethod``
     (``{success, structuredResult}``, or ``{success: false, errorCode,
     errorMessage}``): the model's arguments and ``threadId`` are the params."""
+    from appserver.protocol.editor_families import AcpFamilyParams
+
     fields = {
         key: value for key, value in arguments.items() if key not in ("threadId", "thread_id")
     }
@@ -114,9 +125,18 @@ def declared_tool_served(proxy: EditorProxy, active: ActiveTurn, method: str) ->
 class EditorFamilyTools:
     """The server's family tools (``tools.editor_families``), offered per turn."""
 
-    def __init__(self, proxy: EditorProxy, catalog: tuple[FamilyTool, ...] = FAMILY_TOOLS) -> None:
+    def __init__(self, proxy: EditorProxy, catalog: tuple[FamilyTool, ...] | None = None) -> None:
         self.proxy = proxy
-        self.catalog = catalog
+        self._catalog = catalog  # None: tools.editor_families's, loaded at first need
+
+    @property
+    def catalog(self) -> tuple[FamilyTool, ...]:
+        """The family tools there are (loaded when a turn's editor first serves a family)."""
+        if self._catalog is None:
+            from appserver.tools.editor_families import FAMILY_TOOLS
+
+            self._catalog = FAMILY_TOOLS
+        return self._catalog
 
     def offered(self, active: ActiveTurn) -> list[FamilyTool]:
         """The family tools of this turn: their family is served by the thread's

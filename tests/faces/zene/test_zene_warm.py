@@ -124,7 +124,8 @@ async def test_later_one_shots_are_answered_by_the_warm_process(
 # before the process ends (appserver/quick_exit.py).
 PROBE = (
     "import atexit, sys\n"
-    "atexit.register(lambda: sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)) + '\\n'))\n"
+    "atexit.register(lambda: sys.stderr.write(\n"
+    "    'MODULES ' + ' '.join(sorted(sys.modules)) + '\\n'))\n"
     "from appserver.launch import main\n"
     "raise SystemExit(main())\n"
 )

@@ -1,0 +1,43 @@
+"""A cold Zene one-shot loads what its turn uses. The wire models and tools of
+what a plain turn never touches load with their first use: background
+terminals with the first terminal, an editor's request families with the
+first editor that serves one (tests/runtime/test_editor_families.py and the
+terminal tests run those)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import anyio
+
+from tests.faces.zene.test_face_zene import (
+    ONE_SHOT,
+    clawbridge_request,
+    env,
+    host_command,
+    line,
+)
+from tests.faces.zene.test_zene_warm import PROBE
+
+LOADED_AT_FIRST_USE = {
+    "appserver.protocol.editor_families",
+    "appserver.protocol.terminals",
+    "appserver.tools.editor_families",
+}
+
+
+async def test_a_plain_one_shot_loads_no_terminal_or_editor_family_models(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-c", PROBE, *host_command(tmp_path, *ONE_SHOT)[3:]]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(
+            command, input=line(clawbridge_request()), check=False, env=env()
+        )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    modules = set(done.stderr.decode().split("MODULES ")[1].split())
+    assert "appserver.runtime.host" in modules  # a turn ran here, cold
+    assert not modules & LOADED_AT_FIRST_USE
