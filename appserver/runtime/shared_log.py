@@ -18,6 +18,7 @@ one node), and writes it itself when no flusher runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import weakref
@@ -114,7 +115,7 @@ class SharedLog:
             tuple(exclude),
             statements,
             turn_id,
-            anyio.Event(),
+            asyncio.Event(),
             created_at=created_at,
         )
         feed = self._enqueue(event.thread_id, pending, spawn=False)
@@ -123,7 +124,7 @@ class SharedLog:
                 # Nothing flushes the thread: this caller does, up to its own event
                 # (a flusher task for each lifecycle event was ~11 spawns a turn).
                 self._start_flush(feed)
-                await self._flush(event.thread_id, feed, until=pending)
+                await self._flush(event.thread_id, feed, until=pending, shielded=True)
             assert pending.done is not None
             await pending.done.wait()
         if pending.error is not None:
@@ -166,11 +167,14 @@ class SharedLog:
     @staticmethod
     def _start_flush(feed: ThreadFeed) -> None:
         feed.flushing = True
-        feed.drained = anyio.Event()
+        feed.drained = asyncio.Event()
 
-    async def _flush(self, thread_id: str, feed: ThreadFeed, until: Pending | None = None) -> None:
+    async def _flush(
+        self, thread_id: str, feed: ThreadFeed, until: Pending | None = None, shielded: bool = False
+    ) -> None:
         """Write the feed's queue; with ``until`` (a caller's lifecycle event),
-        only until that is written: a task goes on with the rest."""
+        only until that is written: a task goes on with the rest. ``shielded``:
+        the caller is already shielded from cancellation (no scope per batch)."""
         handed_over = False
         try:
             while feed.queue:
@@ -190,11 +194,11 @@ class SharedLog:
                     feed.queue.insert(0, batch.pop())  # one owner check per commit
                 # Shielded: a caller waits for each lifecycle event, so a batch
                 # once taken is written even while the server shuts down.
-                with anyio.CancelScope(shield=True):
-                    if not await self._commit(thread_id, feed, batch) and len(batch) > 1:
-                        # Refused: the deltas alone, then the event alone, for its answer.
-                        for part in (batch[:-1], batch[-1:]):
-                            await self._commit(thread_id, feed, part)
+                if shielded:
+                    await self._write(thread_id, feed, batch)
+                else:
+                    with anyio.CancelScope(shield=True):
+                        await self._write(thread_id, feed, batch)
         finally:
             if not handed_over:
                 feed.flushing = False
@@ -202,6 +206,12 @@ class SharedLog:
                     self._fail(feed.queue, RuntimeError("the shared log stopped"))
                     feed.queue.clear()
                 feed.drained.set()
+
+    async def _write(self, thread_id: str, feed: ThreadFeed, batch: list[Pending]) -> None:
+        if not await self._commit(thread_id, feed, batch) and len(batch) > 1:
+            # Refused: the deltas alone, then the event alone, for its answer.
+            for part in (batch[:-1], batch[-1:]):
+                await self._commit(thread_id, feed, part)
 
     def _fail(self, batch: list[Pending], error: BaseException) -> None:
         for pending in batch:

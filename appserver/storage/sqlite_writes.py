@@ -24,14 +24,13 @@ this process is under way. It does not wait there:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
-
-import anyio
 
 from appserver.storage.sqlite_setup import PRAGMAS
 
@@ -72,7 +71,8 @@ class Write:
         self.args = args
         self.rows = rows
         self.text = text
-        self.done = anyio.Event()
+        # asyncio's: one a write, and anyio's costs several calls more to make.
+        self.done = asyncio.Event()
         self.error: BaseException | None = None
         self.result: Any = None
 
