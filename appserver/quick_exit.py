@@ -16,8 +16,10 @@ that are not daemons, runs the ``atexit`` handlers and flushes Python's
 standard streams; then it ends with ``os._exit`` and that status. The
 interpreter finishes as usual when the command raised anything else (a
 traceback, Ctrl-C), when a standard stream cannot be flushed (a closed pipe:
-reported, exit status 120, as always), and under ``-X dev`` or ``-W``, which
-ask for what finalization reports (an unclosed file, a child left running).
+reported, exit status 120, as always), under ``-X dev`` or ``-W``, which ask
+for what finalization reports (an unclosed file, a child left running), and
+under a profiler or tracer (``python -m cProfile``, ``coverage run``, a
+debugger), which writes its results after the command returns.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def run(command: Callable[[], int]) -> int:
 def end(status: int) -> None:
     """End the process now with ``status``, as finalization would but without
     tearing down the interpreter; returns when it should finish as usual."""
-    if sys.flags.dev_mode or sys.warnoptions:
-        return
+    if sys.flags.dev_mode or sys.warnoptions or sys.getprofile() or sys.gettrace():
+        return  # asked for what finalization reports, or a profiler or tracer runs us
     # What Py_FinalizeEx does first: wait for the threads (none ran unless
     # `threading` was imported), then run the handlers.
     threading = sys.modules.get("threading")

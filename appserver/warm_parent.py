@@ -69,6 +69,11 @@ CORE = (
     "appserver.services.context",
     "appserver.services.handshake",
     "appserver.storage.cluster_sqlite",
+    # Loaded at their first use by a cold process (a terminal, an editor's family):
+    # a warm parent has them ready for every server it forks.
+    "appserver.protocol.terminals",
+    "appserver.protocol.editor_families",
+    "appserver.tools.editor_families",
     "anyio._backends._asyncio",
     "anyio._core._signals",
     "anyio._core._sockets",

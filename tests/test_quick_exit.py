@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,8 @@ PROGRAM = textwrap.dedent(
             raise SystemExit(0)
         if how == "message":
             raise SystemExit("a message")
+        if how == "raise":
+            raise RuntimeError("the command failed")
         return 3
 
     sys.exit(quick_exit.run(command))
@@ -50,9 +53,9 @@ ENV = {
 }
 
 
-def run(how: str) -> subprocess.CompletedProcess[str]:
+def run(how: str, *flags: str, program: str = PROGRAM) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", PROGRAM, how],
+        [sys.executable, *flags, "-c", program, how],
         capture_output=True,
         text=True,
         timeout=60,
@@ -80,18 +83,39 @@ def test_an_exit_message_is_printed_as_usual() -> None:
     assert "handler registered before the command" in done.stdout
 
 
-def test_a_process_asking_for_finalization_warnings_finishes_as_usual() -> None:
-    """Under -X dev an unclosed file is reported when the interpreter tears down."""
+def test_a_command_that_raises_ends_as_usual() -> None:
+    done = run("raise")
+    assert done.returncode == 1
+    assert "RuntimeError: the command failed" in done.stderr
+    assert "handler registered before the command" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "flags", [("-W", "default"), ("-X", "dev")], ids=["warnings-option", "dev-mode"]
+)
+def test_a_process_run_for_its_warnings_finishes_as_usual(flags: tuple[str, ...]) -> None:
+    """The interpreter's teardown reports what was left open (here a file)."""
     leak = PROGRAM.replace("return 3", "globals()['leak'] = open(sys.executable, 'rb'); return 3")
+    done = run("return", *flags, program=leak)
+    assert done.returncode == 3
+    assert "ResourceWarning" in done.stderr
+
+
+def test_a_profiled_command_leaves_its_profile(tmp_path: Path) -> None:
+    """`python -m cProfile -o FILE` writes FILE after the command returns."""
+    script = tmp_path / "command.py"
+    script.write_text(PROGRAM)
+    profile = tmp_path / "profile.out"
     done = subprocess.run(
-        [sys.executable, "-X", "dev", "-c", leak, "return"],
+        [sys.executable, "-m", "cProfile", "-o", str(profile), str(script), "return"],
         capture_output=True,
         text=True,
         timeout=60,
         env=ENV,
     )
-    assert done.returncode == 3
-    assert "ResourceWarning" in done.stderr
+    # (cProfile itself swallows the command's SystemExit: its status is 0.)
+    assert "handler registered before the command" in done.stdout, done.stderr
+    assert profile.stat().st_size > 0
 
 
 def test_a_stdout_nobody_reads_is_reported_as_usual() -> None:

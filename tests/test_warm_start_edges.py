@@ -368,3 +368,24 @@ print(sorted(name for name in sys.modules if name.startswith("appserver.") and n
 """
     loaded = fresh_process(code, tmp_path).strip()
     assert loaded == "['appserver.transport.listen_options', 'appserver.transport.memory']"
+
+
+@pytest.mark.parametrize("argv", [["app-server"], ["host", "--single-request"], ["acp"]])
+def test_a_warm_parent_preloads_what_a_cold_process_loads_at_first_use(
+    argv: list[str], tmp_path: Path
+) -> None:
+    """Background terminals' and editor families' models, which a cold process
+    loads with its first terminal or family request: every forked server has
+    them ready, and the parent's stamps cover their files."""
+    code = f"""
+import sys
+from appserver.warm_parent import module_stamps, preload
+preload("appserver", {argv!r})
+stamps = module_stamps()
+print(all(sys.modules[name].__file__ in stamps for name in (
+    "appserver.protocol.terminals",
+    "appserver.protocol.editor_families",
+    "appserver.tools.editor_families",
+)))
+"""
+    assert fresh_process(code, tmp_path).strip() == "True"

@@ -24,4 +24,3 @@ def acp_method(value: str) -> str:
 def family_of(method: str) -> str:
     """The family of a ``_family/method`` (``_unity``)."""
     return method.split("/", 1)[0]
-
