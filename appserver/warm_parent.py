@@ -7,8 +7,7 @@ launcher in its directory, with the command (``[ARGV0, ENTRY, *ARGS]``) and the
 launcher's environment as JSON on stdin. It holds ``SOCKET``'s lock while it
 takes launches (one parent a command), preloads, listens, and for each launch
 forks a child that takes the launcher's descriptors as its 0, 1 and 2, its
-directory and its environment, and runs ``ENTRY`` (``appserver`` or
-``appserver-codex``) with ``ARGS`` exactly as a cold process would. The parent
+directory and environment, and runs ``ENTRY`` with ``ARGS`` as a cold process would. The parent
 never runs an event loop or a thread, so forking is safe; it reaps its
 children and tells each launcher how its server ended. A server watches its
 launcher's connection and ends at once (SIGKILL) when it closes: the launcher
@@ -69,9 +68,7 @@ CORE = (
     "appserver.services.context",
     "appserver.services.handshake",
     "appserver.storage.cluster_sqlite",
-    # Loaded at their first use by a cold process (a terminal, an editor's family):
-    # a warm parent has them ready for every server it forks.
-    "appserver.protocol.terminals",
+    "appserver.protocol.terminals",  # these three: a cold process's at first use
     "appserver.protocol.editor_families",
     "appserver.tools.editor_families",
     "anyio._backends._asyncio",
