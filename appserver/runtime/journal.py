@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import weakref
 from collections import deque
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -29,7 +29,9 @@ from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.bus import EventBus
+from appserver.runtime.emissions import Emission, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
+from appserver.runtime.shared_feed import Pending
 from appserver.storage.events import EventRepository, companion_statements
 from appserver.storage.records import ItemRecord, TurnRecord
 
@@ -204,6 +206,46 @@ class ThreadJournal:
                 self._streaming.get(thread_id, {}).pop(item.id, None)
             self._deliver(event, broadcast, include, exclude)
         return seq
+
+    async def emit_all(self, thread_id: str, group: Sequence[Emission]) -> None:
+        """:meth:`emit` of lifecycle events that nothing may come between, of one
+        turn at most: with the shared log, one commit (all stored or none), then
+        each delivered in order (:mod:`appserver.runtime.emissions`)."""
+        shared = self.shared
+        owners = {emission.owner() for emission in group} - {None} if len(group) > 1 else set()
+        if shared is None or len(group) < 2 or len(owners) > 1:
+            for emission in group:
+                await self.emit(
+                    thread_id,
+                    emission.kind,
+                    emission.params,
+                    broadcast=emission.broadcast,
+                    include=emission.include,
+                    topic=emission.topic,
+                    turn=emission.turn,
+                    new_turn=emission.new_turn,
+                    item=emission.item,
+                )
+            return
+        created_at = now_iso()
+        owner = next(iter(owners), None)
+        statements = group_statements(thread_id, group, shared.node_id)
+        pending = [
+            Pending(
+                Event(emission.kind, emission.params, thread_id=thread_id, topic=emission.topic),
+                emission.broadcast and thread_id not in self.internal,
+                emission.include,
+                (),
+                rows,
+                owner,
+                created_at=created_at,
+            )
+            for emission, rows in zip(group, statements, strict=True)
+        ]
+        await shared.append_all(pending)
+        for emission in group:
+            if emission.turn is not None and emission.new_turn:
+                shared.watch_turn(thread_id, emission.turn.id, emission.include)
 
     async def emit_delta(
         self,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appserver.runtime.events import Event, Participant
+from appserver.storage.cluster_common import SharedEvent
 
 
 @dataclass(eq=False)
@@ -27,6 +28,20 @@ class Pending:
     done: asyncio.Event | None = None
     error: BaseException | None = None
     created_at: str = ""  # empty (a delta): the time of the commit that stores it
+    together: bool = False  # one of lifecycle events emitted together (one commit)
+
+
+def next_batch(queue: list[Pending]) -> list[Pending]:
+    """Take one commit's worth off the front of ``queue``: the deltas queued and
+    the first lifecycle event after them (with the events emitted together with
+    it, queued before it without a ``done`` of their own: one group is one
+    commit), all of one turn (one owner check a commit). Lifecycle events
+    emitted apart never share a commit: each one's rows may be refused."""
+    count = next((i + 1 for i, p in enumerate(queue) if p.done is not None), len(queue))
+    owner = next((p.turn_id for p in queue[:count] if p.turn_id is not None), None)
+    cut = next((i for i, p in enumerate(queue[:count]) if p.turn_id not in (None, owner)), count)
+    batch, queue[:cut] = queue[:cut], []
+    return batch
 
 
 @dataclass
@@ -46,3 +61,25 @@ class ThreadFeed:
     followed_from: int = 0
     remote_seen: int = 0  # highest seq of another node's delivered here
     local: dict[int, Pending] = field(default_factory=dict)  # committed here, not yet delivered
+
+
+def turn_id_of(params: Any) -> str | None:
+    """The turn an event's params are about (``turnId``, or ``turn.id``)."""
+    if not isinstance(params, dict):
+        return None
+    turn = params.get("turn")
+    found = params.get("turnId") or (turn.get("id") if isinstance(turn, dict) else None)
+    return found if isinstance(found, str) else None
+
+
+def stored_event(thread_id: str, row: SharedEvent) -> Event:
+    """An event read back from the log (its params as stored)."""
+    return Event(
+        row.method,
+        None,
+        thread_id=thread_id,
+        seq=row.seq,
+        topic=row.topic,
+        stream=row.stream,
+        params_json=row.params_json,
+    )

@@ -31,7 +31,13 @@ import anyio.abc
 from appserver.protocol.ids import now_iso
 from appserver.runtime.events import Event, Participant
 from appserver.runtime.recent_broadcasts import RecentBroadcasts
-from appserver.runtime.shared_feed import Pending, ThreadFeed
+from appserver.runtime.shared_feed import (
+    Pending,
+    ThreadFeed,
+    next_batch,
+    stored_event,
+    turn_id_of,
+)
 from appserver.storage.cluster_common import LogEntry, NodeStore, SharedEvent
 
 log = logging.getLogger("appserver.cluster")
@@ -107,7 +113,6 @@ class SharedLog:
         """Store, announce and deliver a lifecycle event; returns its seq.
         ``turn_id``: the turn whose rows it writes; refused (:class:`TurnTakenOver`)
         once another node has taken the turn over (this node was taken for dead)."""
-        assert event.thread_id is not None
         pending = Pending(
             event,
             broadcast,
@@ -115,22 +120,32 @@ class SharedLog:
             tuple(exclude),
             statements,
             turn_id,
-            asyncio.Event(),
             created_at=created_at,
         )
-        feed = self._enqueue(event.thread_id, pending, spawn=False)
+        await self.append_all([pending])
+        assert event.seq is not None
+        return event.seq
+
+    async def append_all(self, group: list[Pending]) -> None:
+        """:meth:`append` of lifecycle events emitted together, of one thread and
+        one turn: one commit (all or none), then delivered in order."""
+        thread_id = group[0].event.thread_id
+        assert thread_id is not None
+        last = group[-1]
+        last.done = asyncio.Event()  # the group's end: the others ride with it
+        feed: ThreadFeed | None = None
+        for pending in group:
+            pending.together = len(group) > 1
+            feed = self._enqueue(thread_id, pending, spawn=False)
         with anyio.CancelScope(shield=True):  # once queued it is written; wait for it
             if feed is not None and not feed.flushing:
                 # Nothing flushes the thread: this caller does, up to its own event
                 # (a flusher task for each lifecycle event was ~11 spawns a turn).
                 self._start_flush(feed)
-                await self._flush(event.thread_id, feed, until=pending, shielded=True)
-            assert pending.done is not None
-            await pending.done.wait()
-        if pending.error is not None:
-            raise pending.error
-        assert event.seq is not None
-        return event.seq
+                await self._flush(thread_id, feed, until=last, shielded=True)
+            await last.done.wait()
+        if last.error is not None:
+            raise last.error
 
     async def append_delta(
         self,
@@ -183,15 +198,7 @@ class SharedLog:
                     self._tg.start_soon(self._flush, thread_id, feed)
                     handed_over = True
                     return
-                # The deltas queued and the first lifecycle event after them are one
-                # commit; lifecycle events never share one (each one's rows may be refused).
-                count = next(
-                    (i + 1 for i, p in enumerate(feed.queue) if p.done is not None),
-                    len(feed.queue),
-                )
-                batch, feed.queue[:count] = feed.queue[:count], []
-                if len({p.turn_id for p in batch if p.turn_id is not None}) > 1:
-                    feed.queue.insert(0, batch.pop())  # one owner check per commit
+                batch = next_batch(feed.queue)
                 # Shielded: a caller waits for each lifecycle event, so a batch
                 # once taken is written even while the server shuts down.
                 if shielded:
@@ -208,10 +215,16 @@ class SharedLog:
                 feed.drained.set()
 
     async def _write(self, thread_id: str, feed: ThreadFeed, batch: list[Pending]) -> None:
-        if not await self._commit(thread_id, feed, batch) and len(batch) > 1:
-            # Refused: the deltas alone, then the event alone, for its answer.
-            for part in (batch[:-1], batch[-1:]):
-                await self._commit(thread_id, feed, part)
+        # Deltas queued before a lifecycle event (and those emitted with it).
+        split = len(batch) > 1 and batch[-1].done is not None and not batch[0].together
+        if await self._commit(thread_id, feed, batch, refusable=split) or not split:
+            return
+        # Refused: the deltas queued before the lifecycle event alone, then the
+        # event (with those emitted together with it) alone, for its answer.
+        start = next((i for i, p in enumerate(batch) if p.together), len(batch) - 1)
+        if start:
+            await self._commit(thread_id, feed, batch[:start])
+        await self._commit(thread_id, feed, batch[start:])
 
     def _fail(self, batch: list[Pending], error: BaseException) -> None:
         for pending in batch:
@@ -219,9 +232,11 @@ class SharedLog:
             if pending.done is not None:
                 pending.done.set()
 
-    async def _commit(self, thread_id: str, feed: ThreadFeed, batch: list[Pending]) -> bool:
-        """Store, announce and deliver ``batch``; ``False`` if refused (a batch of
-        deltas and a lifecycle event is left unfailed, for the caller to split)."""
+    async def _commit(
+        self, thread_id: str, feed: ThreadFeed, batch: list[Pending], refusable: bool = False
+    ) -> bool:
+        """Store, announce and deliver ``batch``; ``False`` if refused (and, when
+        ``refusable``, left unfailed for the caller to split)."""
         now = now_iso()
         entries = [
             LogEntry(
@@ -250,7 +265,7 @@ class SharedLog:
                     feed.delivered = last - len(batch)
                     feed.followed_from = feed.delivered + 1
         except Exception as exc:
-            if len(batch) > 1 and batch[-1].done is not None:
+            if refusable:
                 return False
             self._fail(batch, exc)
             if not any(p.done is not None for p in batch):
@@ -304,7 +319,7 @@ class SharedLog:
                         # Not shown to on_remote: flags it carries are older than
                         # what this node has written since.
                         self.recent.note(thread_id, row.seq)
-                        self._deliver(_event(thread_id, row), True, (), ())
+                        self._deliver(stored_event(thread_id, row), True, (), ())
         except Exception as exc:
             log.warning("event feed: cannot read %s: %s", thread_id, exc)
 
@@ -319,7 +334,7 @@ class SharedLog:
             for row in rows:
                 if self.recent.seen(thread_id, row.seq):
                     continue
-                event = _event(thread_id, row)
+                event = stored_event(thread_id, row)
                 if self.on_remote is not None and row.seq > self.recent.latest(thread_id):
                     self.on_remote(event)
                 self.recent.note(thread_id, row.seq)
@@ -371,7 +386,7 @@ class SharedLog:
                             feed.remote_seen = max(feed.remote_seen, row.seq)
                             if row.broadcast:
                                 self.recent.note(thread_id, row.seq)
-                        event = _event(thread_id, row)
+                        event = stored_event(thread_id, row)
                         if self.on_remote is not None and row.node_id != self.node_id:
                             self.on_remote(event)
                         self._deliver(event, row.broadcast, self._watchers_of(row, event), ())
@@ -419,7 +434,7 @@ class SharedLog:
         self._deliver(event, pending.broadcast, pending.include, pending.exclude)
         if event.kind in TERMINAL:
             assert event.thread_id is not None
-            self._turn_ended(event.thread_id, _turn_id(json.loads(event.params_json())))
+            self._turn_ended(event.thread_id, turn_id_of(json.loads(event.params_json())))
 
     def _watchers_of(self, row: SharedEvent, event: Event) -> tuple[Participant, ...]:
         """The watchers of a turn started here that another node's ``row`` is about."""
@@ -427,7 +442,7 @@ class SharedLog:
         turns = self._turn_watchers.get(event.thread_id)
         if turns is None or row.broadcast or row.stream is not None:
             return ()
-        turn_id = _turn_id(json.loads(row.params_json))
+        turn_id = turn_id_of(json.loads(row.params_json))
         watchers = turns.get(turn_id or "", ())
         if row.method in TERMINAL:
             self._turn_ended(event.thread_id, turn_id)
@@ -467,7 +482,7 @@ class SharedLog:
         if feed.delivered is None and not feed.local and not feed.queue:
             feed.delivered = last
             feed.followed_from = last + 1
-        return [_event(thread_id, row) for row in stored]
+        return [stored_event(thread_id, row) for row in stored]
 
     async def last_seq(self, thread_id: str) -> int:
         return await self.store.last_seq(thread_id)
@@ -477,24 +492,3 @@ class SharedLog:
         feed = self._feeds.get(thread_id)
         if feed is not None and not feed.queue and not feed.local:
             del self._feeds[thread_id]
-
-
-def _turn_id(params: Any) -> str | None:
-    """The turn an event's params are about (``turnId``, or ``turn.id``)."""
-    if not isinstance(params, dict):
-        return None
-    turn = params.get("turn")
-    found = params.get("turnId") or (turn.get("id") if isinstance(turn, dict) else None)
-    return found if isinstance(found, str) else None
-
-
-def _event(thread_id: str, row: SharedEvent) -> Event:
-    return Event(
-        row.method,
-        None,
-        thread_id=thread_id,
-        seq=row.seq,
-        topic=row.topic,
-        stream=row.stream,
-        params_json=row.params_json,
-    )

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from appserver.protocol.threads import ThreadRuntimeChangedNotification, ThreadRuntimeState
+from appserver.runtime.emissions import Emission
 from appserver.runtime.journal import ThreadJournal
 
 
@@ -49,6 +50,15 @@ class RuntimeStates:
         return (flags.running, flags.pending_approvals, flags.waiting_on_plan_confirmation)
 
     async def set_running(self, thread_id: str, running: bool) -> None:
+        changed = self.running_changed(thread_id, running)
+        if changed is not None:
+            await self._journal.emit_all(thread_id, [changed])
+
+    def running_changed(self, thread_id: str, running: bool) -> Emission | None:
+        """Set the thread's running flag now; the ``thread/runtimeChanged`` that
+        says so (``None``: nothing changed), for the caller to emit together with
+        the turn's own event (:meth:`ThreadJournal.emit_all`)."""
+
         def change(flags: _Flags) -> None:
             flags.running = running
             if running:
@@ -56,7 +66,11 @@ class RuntimeStates:
             else:
                 flags.pending_approvals = 0
 
-        await self._change(thread_id, change)
+        after = self._mutate(thread_id, change)
+        if after is None:
+            return None
+        params = ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after)
+        return Emission("thread/runtimeChanged", params, broadcast=True)
 
     async def approval_pending(self, thread_id: str, delta: int) -> None:
         def change(flags: _Flags) -> None:
@@ -90,14 +104,21 @@ class RuntimeStates:
         self._flags.pop(thread_id, None)
 
     async def _change(self, thread_id: str, mutate: Callable[[_Flags], None]) -> None:
-        flags = self._flags.setdefault(thread_id, _Flags())
-        before = flags.snapshot()
-        mutate(flags)
-        after = flags.snapshot()
-        if after != before:
+        after = self._mutate(thread_id, mutate)
+        if after is not None:
             await self._journal.emit(
                 thread_id,
                 "thread/runtimeChanged",
                 ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after),
                 broadcast=True,
             )
+
+    def _mutate(
+        self, thread_id: str, mutate: Callable[[_Flags], None]
+    ) -> ThreadRuntimeState | None:
+        """Apply ``mutate``; the new snapshot if it changed the thread's flags."""
+        flags = self._flags.setdefault(thread_id, _Flags())
+        before = flags.snapshot()
+        mutate(flags)
+        after = flags.snapshot()
+        return after if after != before else None

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from appserver.runtime.events import Event, Participant
+from appserver.runtime.shared_feed import Pending
 from appserver.runtime.shared_log import SharedLog
 from appserver.storage.cluster import ClusterStore
 from appserver.storage.postgres import PostgresDatabase
@@ -117,3 +118,49 @@ async def test_refused_rows_of_the_event_leave_the_deltas_stored(postgres_url: s
         assert [row.seq for row in await store.events_after("t1", 0)] == [1, 2, 3]
         # The next event follows on: no seq was spent on the refused one.
         assert await append_completed(log) == 4
+
+
+def lifecycle(kind: str) -> Pending:
+    """A lifecycle event of the turn, for :meth:`SharedLog.append_all`."""
+    event = Event(kind, None, thread_id="t1", params_json='{"turnId": "turn_001"}')
+    return Pending(event, False, (), (), (), "turn_001", created_at=NOW)
+
+
+async def test_events_emitted_together_are_one_commit_with_the_deltas_before_them(
+    postgres_url: str,
+) -> None:
+    async with shared_log(postgres_url) as (log, store, delivered):
+        await queue_deltas(log, 2)
+        await log.append_all([lifecycle("item/started"), lifecycle("item/completed")])
+        assert store.appends == 1
+        assert [(event.kind, event.seq) for event in delivered] == [
+            ("item/agentMessage/delta", 1),
+            ("item/agentMessage/delta", 2),
+            ("item/started", 3),
+            ("item/completed", 4),
+        ]
+        assert [row.seq for row in await store.events_after("t1", 0)] == [1, 2, 3, 4]
+
+
+async def test_events_emitted_together_are_stored_all_or_none(postgres_url: str) -> None:
+    """The last one's rows are refused: the deltas queued before the group are
+    stored and delivered, no event of the group is; alone, the group is tried once."""
+    duplicate = (
+        "INSERT INTO turns (thread_id, id, seq, status, started_at) VALUES (?, ?, 1, 'running', ?)",
+        ("t1", "turn_001", NOW),
+    )
+    async with shared_log(postgres_url) as (log, store, delivered):
+        await queue_deltas(log, 2)
+        refused = lifecycle("item/completed")
+        refused.statements = [duplicate]
+        with pytest.raises(sqlite3.IntegrityError):
+            await log.append_all([lifecycle("item/started"), refused])
+        assert [event.seq for event in delivered] == [1, 2]
+        assert [row.seq for row in await store.events_after("t1", 0)] == [1, 2]
+        before = store.appends
+        alone = lifecycle("item/completed")
+        alone.statements = [duplicate]
+        with pytest.raises(sqlite3.IntegrityError):
+            await log.append_all([lifecycle("item/started"), alone])
+        assert store.appends == before + 1
+        assert await append_completed(log) == 3  # no seq was spent on either group

@@ -23,6 +23,7 @@ import anyio
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
+from appserver.runtime.emissions import Emission
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.items import ItemLog
@@ -110,15 +111,23 @@ class TurnEnding:
 
     async def finish(self, active: ActiveTurn) -> None:
         """Close open items, persist, emit the one terminal event, free the thread."""
+        idle: Emission | None = None
         try:
-            await self._emit_end(active)
+            end = await self._end_of(active)
+            # The terminal event and the thread's idle flags: one commit.
+            idle = self.runtimes.running_changed(active.thread_id, False)
+            await self.journal.emit_all(active.thread_id, [end, idle] if idle else [end])
+            idle = None  # said with the end
         except Exception:
             log.exception("could not finish turn %s", active.record.id)
         finally:
             self.reservations.release(active)
             try:
                 await self.journal.flush_seq(active.thread_id)
-                await self.runtimes.set_running(active.thread_id, False)
+                if idle is not None:  # the end was not stored: the flags on their own
+                    await self.journal.emit_all(active.thread_id, [idle])
+                else:  # (already idle when they were said with the end)
+                    await self.runtimes.set_running(active.thread_id, False)
                 await self.inputs.after_turn(active)  # steered inputs back; a paused queue said
             except Exception:
                 log.exception("could not clear runtime state of %s", active.thread_id)
@@ -133,7 +142,8 @@ class TurnEnding:
                 except Exception:
                     log.exception("turn listener failed")
 
-    async def _emit_end(self, active: ActiveTurn) -> None:
+    async def _end_of(self, active: ActiveTurn) -> Emission:
+        """Close the turn's open items; its terminal event, to emit."""
         record = active.record
         if record.status == "running":
             record.status = "cancelled"  # the scope was cancelled (interrupt, shutdown)
@@ -172,9 +182,7 @@ class TurnEnding:
                 listener(active)
             except Exception:
                 log.exception("turn closing listener failed")
-        await self.journal.emit(
-            active.thread_id, kind, params, include=active.watchers, turn=record
-        )
+        return Emission(kind, params, include=tuple(active.watchers), turn=record)
 
 
 def log_turn_end(active: ActiveTurn, started: float, error_kind: str | None) -> None:

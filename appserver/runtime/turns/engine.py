@@ -38,6 +38,7 @@ from appserver.protocol import threads as thread_wire
 from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Provider
 from appserver.runtime.approvals import ApprovalBroker
+from appserver.runtime.emissions import Emission
 from appserver.runtime.errors import TurnInProgress
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
@@ -282,15 +283,17 @@ class TurnEngine:
         return turn_to_wire(active.record, active.items if include_items else [])
 
     async def _start(self, active: ActiveTurn) -> None:
-        await self.runtimes.set_running(active.thread_id, True)
-        await self.journal.emit(
-            active.thread_id,
+        started = Emission(
             "turn/started",
             turn_wire.TurnNotification(thread_id=active.thread_id, turn=self.turn_wire(active)),
-            include=active.watchers,
+            include=tuple(active.watchers),
             turn=active.record,
             new_turn=True,
         )
+        # The running flags and the turn: one commit (refused together when
+        # another node started a turn on the thread first).
+        running = self.runtimes.running_changed(active.thread_id, True)
+        await self.journal.emit_all(active.thread_id, [running, started] if running else [started])
 
     # --- interrupt, queue ----------------------------------------------------------------
 

@@ -8,12 +8,14 @@ numbered events that are never stored.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.encoding import dumps_text, model_json
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolCallDelta, Usage
+from appserver.runtime.emissions import Emission
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.streamed_text import append_text
 from appserver.runtime.turns.model import ActiveTurn, UserInput
@@ -73,13 +75,16 @@ class ItemLog:
 
     async def _announce(self, active: ActiveTurn, kind: str, item: ItemRecord) -> None:
         """Store the item and announce it (stored first: read-your-writes)."""
-        await self.journal.emit(
-            active.thread_id,
+        await self.journal.emit_all(active.thread_id, [self._emission(active, kind, item)])
+
+    @staticmethod
+    def _emission(active: ActiveTurn, kind: str, item: ItemRecord) -> Emission:
+        return Emission(
             kind,
             turn_wire.ItemNotification(
                 thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
             ),
-            include=active.watchers,
+            include=tuple(active.watchers),
             topic=COMMAND_TOPIC if item.type == "commandExecution" else None,
             item=item,
         )
@@ -91,9 +96,13 @@ class ItemLog:
         item = self.new(active, kind, payload)
         item.status = "completed"
         item.completed_at = item.created_at
+        if between is None:  # nothing comes between: its two events are one commit
+            started = self._emission(active, "item/started", item)
+            completed = replace(started, kind="item/completed")
+            await self.journal.emit_all(active.thread_id, [started, completed])
+            return item
         await self.start(active, item)
-        if between is not None:
-            await between(item)
+        await between(item)
         await self.complete(active, item)
         return item
 
