@@ -131,6 +131,8 @@ class SharedLog:
         one turn: one commit (all or none), then delivered in order."""
         thread_id = group[0].event.thread_id
         assert thread_id is not None
+        # One turn's (one owner check a commit): else next_batch would split it.
+        assert len({pending.turn_id for pending in group}) == 1
         last = group[-1]
         last.done = asyncio.Event()  # the group's end: the others ride with it
         feed: ThreadFeed | None = None

@@ -7,7 +7,7 @@ broadcast as ``thread/runtimeChanged`` only when it actually changes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from appserver.protocol.threads import ThreadRuntimeChangedNotification, ThreadRuntimeState
 from appserver.runtime.emissions import Emission
@@ -26,6 +26,14 @@ class _Flags:
             waiting_on_approval=self.pending_approvals > 0,
             waiting_on_plan_confirmation=self.waiting_on_plan_confirmation,
         )
+
+
+def _set_running(flags: _Flags, running: bool) -> None:
+    flags.running = running
+    if running:
+        flags.waiting_on_plan_confirmation = False
+    else:
+        flags.pending_approvals = 0
 
 
 _IDLE = ThreadRuntimeState()  # shared: wire models are never mutated after creation
@@ -50,27 +58,39 @@ class RuntimeStates:
         return (flags.running, flags.pending_approvals, flags.waiting_on_plan_confirmation)
 
     async def set_running(self, thread_id: str, running: bool) -> None:
-        changed = self.running_changed(thread_id, running)
-        if changed is not None:
-            await self._journal.emit_all(thread_id, [changed])
+        await self.settle_running(thread_id, running, None)
 
     def running_changed(self, thread_id: str, running: bool) -> Emission | None:
-        """Set the thread's running flag now; the ``thread/runtimeChanged`` that
-        says so (``None``: nothing changed), for the caller to emit together with
-        the turn's own event (:meth:`ThreadJournal.emit_all`)."""
-
-        def change(flags: _Flags) -> None:
-            flags.running = running
-            if running:
-                flags.waiting_on_plan_confirmation = False
-            else:
-                flags.pending_approvals = 0
-
-        after = self._mutate(thread_id, change)
-        if after is None:
+        """The ``thread/runtimeChanged`` that setting the running flag would
+        announce (``None``: nothing would change), for the caller to emit with
+        the turn's own event (:meth:`ThreadJournal.emit_all`); the flags change
+        only once that is stored (:meth:`settle_running`), so a refused start
+        leaves them as they were and a turn is said idle no sooner than its end."""
+        flags = self._flags.get(thread_id) or _Flags()
+        trial = replace(flags)
+        _set_running(trial, running)
+        after = trial.snapshot()
+        if after == flags.snapshot():
             return None
         params = ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after)
         return Emission("thread/runtimeChanged", params, broadcast=True)
+
+    async def settle_running(
+        self, thread_id: str, running: bool, announced: Emission | None
+    ) -> None:
+        """Set the running flag (``announced``: the change, stored already);
+        announce whatever the flags now are if that differs from it."""
+        after = self._mutate(thread_id, lambda flags: _set_running(flags, running))
+        if after is None:
+            return
+        said = announced.params if announced is not None else None
+        if not isinstance(said, ThreadRuntimeChangedNotification) or said.runtime != after:
+            await self._journal.emit(
+                thread_id,
+                "thread/runtimeChanged",
+                ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after),
+                broadcast=True,
+            )
 
     async def approval_pending(self, thread_id: str, delta: int) -> None:
         def change(flags: _Flags) -> None:

@@ -111,22 +111,21 @@ class TurnEnding:
 
     async def finish(self, active: ActiveTurn) -> None:
         """Close open items, persist, emit the one terminal event, free the thread."""
-        idle: Emission | None = None
+        settled = False
         try:
             end = await self._end_of(active)
             # The terminal event and the thread's idle flags: one commit.
             idle = self.runtimes.running_changed(active.thread_id, False)
             await self.journal.emit_all(active.thread_id, [end, idle] if idle else [end])
-            idle = None  # said with the end
+            await self.runtimes.settle_running(active.thread_id, False, idle)
+            settled = True
         except Exception:
             log.exception("could not finish turn %s", active.record.id)
         finally:
             self.reservations.release(active)
             try:
                 await self.journal.flush_seq(active.thread_id)
-                if idle is not None:  # the end was not stored: the flags on their own
-                    await self.journal.emit_all(active.thread_id, [idle])
-                else:  # (already idle when they were said with the end)
+                if not settled:  # the end was not stored: the flags on their own
                     await self.runtimes.set_running(active.thread_id, False)
                 await self.inputs.after_turn(active)  # steered inputs back; a paused queue said
             except Exception:

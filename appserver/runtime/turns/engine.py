@@ -294,6 +294,7 @@ class TurnEngine:
         # another node started a turn on the thread first).
         running = self.runtimes.running_changed(active.thread_id, True)
         await self.journal.emit_all(active.thread_id, [running, started] if running else [started])
+        await self.runtimes.settle_running(active.thread_id, True, running)
 
     # --- interrupt, queue ----------------------------------------------------------------
 

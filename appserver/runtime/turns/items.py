@@ -8,7 +8,6 @@ numbered events that are never stored.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 from appserver.protocol import turns as turn_wire
@@ -98,7 +97,8 @@ class ItemLog:
         item.completed_at = item.created_at
         if between is None:  # nothing comes between: its two events are one commit
             started = self._emission(active, "item/started", item)
-            completed = replace(started, kind="item/completed")
+            item.completed_at = now_iso()  # as complete() stamps it
+            completed = self._emission(active, "item/completed", item)
             await self.journal.emit_all(active.thread_id, [started, completed])
             return item
         await self.start(active, item)
