@@ -36,6 +36,7 @@ class Emission:
     turn: TurnRecord | None = None
     new_turn: bool = False
     item: ItemRecord | None = None
+    rows: tuple[tuple[str, Sequence[Any]], ...] = ()  # other statements it stands for
 
     def owner(self) -> str | None:
         """The turn whose rows it writes and that this node must still run
@@ -59,9 +60,8 @@ def group_statements(
         item = emission.item
         if item is not None and any(e.item is item for e in later):
             item = None
-        written.append(
-            companion_statements(
-                thread_id, turn=turn, new_turn=emission.new_turn, item=item, node_id=node_id
-            )
+        rows = companion_statements(
+            thread_id, turn=turn, new_turn=emission.new_turn, item=item, node_id=node_id
         )
+        written.append([*rows, *emission.rows])
     return written

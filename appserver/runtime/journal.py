@@ -21,7 +21,7 @@ import bisect
 import weakref
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -155,11 +155,11 @@ class ThreadJournal:
         turn: TurnRecord | None = None,
         new_turn: bool = False,
         item: ItemRecord | None = None,
+        rows: Sequence[tuple[str, Sequence[Any]]] = (),
     ) -> int:
-        """Persist (with ``turn``/``item`` rows) then deliver a lifecycle event.
-
-        ``topic`` narrows delivery beyond the kind: a participant receives the
-        event only if it wants both (see ``Participant.wants``).
+        """Persist (with ``turn``/``item`` rows, and ``rows``: other statements the
+        event stands for) then deliver a lifecycle event. ``topic`` narrows delivery
+        beyond the kind: a participant receives the event only if it wants both.
         """
         event = Event(kind, params, thread_id=thread_id, topic=topic)
         if broadcast and thread_id in self.internal:
@@ -168,6 +168,7 @@ class ThreadJournal:
             statements = companion_statements(
                 thread_id, turn=turn, new_turn=new_turn, item=item, node_id=self.shared.node_id
             )
+            statements.extend(rows)
             owned = None
             if turn is not None and not new_turn:
                 owned = turn.id
@@ -201,6 +202,7 @@ class ThreadJournal:
                 turn=turn,
                 new_turn=new_turn,
                 item=item,
+                rows=rows,
             )
             if item is not None and item.status == "completed":
                 self._streaming.get(thread_id, {}).pop(item.id, None)
@@ -225,6 +227,7 @@ class ThreadJournal:
                     turn=emission.turn,
                     new_turn=emission.new_turn,
                     item=emission.item,
+                    rows=emission.rows,
                 )
             return
         created_at = now_iso()

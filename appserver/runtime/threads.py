@@ -1,11 +1,10 @@
 """Thread use cases: create, look up, view, list, resume, subscribe, change
 status, rename, configure, roll back and delete threads.
 
-Callable in-process by any front door (and by cron): no connection, no
-request context, no wire encoding. Refusals are :mod:`runtime.errors`
-exceptions; events go out through the journal and the bus. The participant
-a call is made "by" is only used to address events (who gets ``thread/resumed``,
-who does not get ``thread/deleted``).
+Callable in-process by any front door (and by cron): no connection, no request
+context, no wire encoding. Refusals are :mod:`runtime.errors` exceptions; events go
+out through the journal and the bus. The participant a call is made "by" only
+addresses events (who gets ``thread/resumed``, who does not get ``thread/deleted``).
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from appserver.storage.cursors import turns_cursor as thread_turns_cursor
 from appserver.storage.plans import PlanRepository
 from appserver.storage.records import ThreadRecord
 from appserver.storage.spawn_edges import SpawnEdgeRepository
-from appserver.storage.threads import ThreadQuery, ThreadRepository
+from appserver.storage.threads import ThreadQuery, ThreadRepository, update_statement
 from appserver.tools.plans import attach_plan_store
 
 # `replayRecent` replays the events among the thread's last N seqs.
@@ -406,11 +405,13 @@ class Threads:
 
     async def rename(self, thread_id: str, display_name: str) -> None:
         thread = await self.get(thread_id)
-        await self.repo.update(thread.id, display_name=display_name)
-        renamed = thread_wire.ThreadRenamedNotification(
-            thread_id=thread.id, display_name=display_name
-        )
-        await self.journal.emit(thread.id, "thread/renamed", renamed, broadcast=True)
+        await self._announce_name(thread.id, display_name)
+
+    async def _announce_name(self, thread_id: str, name: str) -> None:
+        """Store the name with its ``thread/renamed``: one commit."""
+        renamed = thread_wire.ThreadRenamedNotification(thread_id=thread_id, display_name=name)
+        rows = [update_statement(thread_id, display_name=name)]
+        await self.journal.emit(thread_id, "thread/renamed", renamed, broadcast=True, rows=rows)
 
     async def _name_untitled(self, active: ActiveTurn, user: UserInput) -> None:
         """A thread without a ``displayName`` is named from the first message a
@@ -425,7 +426,7 @@ class Threads:
         if current is None or current.display_name:
             return
         active.thread.display_name = title
-        await self.rename(active.thread_id, title)
+        await self._announce_name(active.thread_id, title)
 
     async def set_mode(self, thread_id: str, mode: str) -> None:
         thread = await self.get(thread_id)

@@ -51,9 +51,10 @@ class EventRepository:
         turn: TurnRecord | None = None,
         new_turn: bool = False,
         item: ItemRecord | None = None,
+        rows: Sequence[tuple[str, Sequence[Any]]] = (),
     ) -> None:
         """One transaction: the event (if ``params_json``), the thread's
-        ``last_seq``, and the turn/item rows the event announces."""
+        ``last_seq``, the turn/item rows the event announces and ``rows``."""
         statements: list[tuple[str, Sequence[Any]]] = []
         if params_json is not None:
             statements.append(
@@ -67,6 +68,7 @@ class EventRepository:
             ("UPDATE threads SET last_seq = MAX(last_seq, ?) WHERE id = ?", (seq, thread_id))
         )
         statements.extend(companion_statements(thread_id, turn=turn, new_turn=new_turn, item=item))
+        statements.extend(rows)
         await self.db.write(statements)
 
     async def set_last_seq(self, thread_id: str, seq: int) -> None:

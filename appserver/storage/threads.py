@@ -90,6 +90,17 @@ def thread_row(thread: ThreadRecord) -> tuple[Any, ...]:
     )
 
 
+def update_statement(thread_id: str, **changes: Any) -> tuple[str, tuple[Any, ...]]:
+    """The ``UPDATE`` that :meth:`ThreadRepository.update` runs (at least one
+    change), for an event that writes it with itself (``thread/renamed``)."""
+    columns, values = [], []
+    for name, value in changes.items():
+        column = _UPDATABLE[name]
+        columns.append(f"{column} = ?")
+        values.append(dumps_json(value) if column.endswith("_json") else value)
+    return f"UPDATE threads SET {', '.join(columns)} WHERE id = ?", (*values, thread_id)
+
+
 class ThreadRepository:
     """Threads and their turns and items.
 
@@ -129,15 +140,8 @@ class ThreadRepository:
 
     async def update(self, thread_id: str, **changes: Any) -> None:
         """Set columns of one thread (``status``, ``display_name``, ...)."""
-        columns, values = [], []
-        for name, value in changes.items():
-            column = _UPDATABLE[name]
-            columns.append(f"{column} = ?")
-            values.append(dumps_json(value) if column.endswith("_json") else value)
-        if not columns:
-            return
-        sql = f"UPDATE threads SET {', '.join(columns)} WHERE id = ?"
-        await self.db.write([(sql, (*values, thread_id))])  # one grouped write, as create
+        if changes:
+            await self.db.write([update_statement(thread_id, **changes)])  # grouped, as create
 
     async def delete(self, thread_id: str) -> bool:
         """Delete a thread with its turns and items; ``False`` if it did not exist."""
