@@ -93,6 +93,8 @@ def thread_row(thread: ThreadRecord) -> tuple[Any, ...]:
 def update_statement(thread_id: str, **changes: Any) -> tuple[str, tuple[Any, ...]]:
     """The ``UPDATE`` that :meth:`ThreadRepository.update` runs (at least one
     change), for an event that writes it with itself (``thread/renamed``)."""
+    if not changes:
+        raise ValueError("no column to set")
     columns, values = [], []
     for name, value in changes.items():
         column = _UPDATABLE[name]
