@@ -4,6 +4,7 @@ turn at once. Prints figures; never asserts.
     .venv/bin/python bench/turn_burst.py               # 200 clients, 3 bursts
     .venv/bin/python bench/turn_burst.py --clients 50 --bursts 5
     .venv/bin/python bench/turn_burst.py --src DIR     # bench another tree (DIR/appserver)
+    .venv/bin/python bench/turn_burst.py --against DIR --pairs 5   # this tree A/B another
 
 One server (``--listen ws://127.0.0.1:0``, offline model) and one light
 client process: N raw WebSocket connections (bench/turns_client.py's
@@ -78,45 +79,78 @@ async def burst(peers: list[WsPeer]) -> dict[str, float]:
     }
 
 
+async def measure(src: Path, clients: int, bursts: int) -> dict[str, float]:
+    """One server of tree ``src`` and its clients: the medians of ``bursts`` bursts."""
+    bench_turns.SOURCE = src.resolve()
+    workspace = Path(tempfile.mkdtemp(prefix="turn-burst-"))
+    command = bench_turns.appserver_command(workspace, "--listen", "ws://127.0.0.1:0")
+    command += ["--max-in-flight", "64"]
+    async with bench_turns.ws_server(command) as server:
+        peers = list(await asyncio.gather(*(WsPeer.open(server.url) for _ in range(clients))))
+        await asyncio.gather(*(peer.initialize() for peer in peers))
+        await burst(peers[: max(1, clients // 10)])  # warm-up
+        runs = []
+        for _ in range(bursts):
+            cpu = bench_turns.cpu_seconds(server.process.pid)
+            figures = await burst(peers)
+            figures["cpu_ms_per_turn"] = (
+                (bench_turns.cpu_seconds(server.process.pid) - cpu) / clients * 1000
+            )
+            runs.append(figures)
+        await asyncio.gather(*(peer.aclose() for peer in peers))
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def report(figures: dict[str, float]) -> None:
+    print(f"first request -> last turn/completed  {figures['span'] * 1000:7.0f} ms")
+    print(f"turns per second                      {figures['turns_per_s']:7.0f}")
+    print(
+        f"turn latency p50 / p95                {figures['turn_p50'] * 1000:7.0f} / "
+        f"{figures['turn_p95'] * 1000:.0f} ms"
+    )
+    print(
+        f"thread/start p50 / p95                {figures['thread_start_p50'] * 1000:7.1f} / "
+        f"{figures['thread_start_p95'] * 1000:.1f} ms"
+    )
+    print(f"server CPU per turn                   {figures['cpu_ms_per_turn']:7.2f} ms")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=200)
     parser.add_argument("--bursts", type=int, default=3)
     parser.add_argument("--src", type=Path, default=HERE.parent)
+    parser.add_argument(
+        "--against", type=Path, help="alternate with another tree (DIR/appserver): an A/B"
+    )
+    parser.add_argument("--pairs", type=int, default=5, help="with --against: runs of each")
     args = parser.parse_args()
-    bench_turns.SOURCE = args.src.resolve()
-    workspace = Path(tempfile.mkdtemp(prefix="turn-burst-"))
-    command = bench_turns.appserver_command(workspace, "--listen", "ws://127.0.0.1:0")
-    command += ["--max-in-flight", "64"]
-    async with bench_turns.ws_server(command) as server:
-        peers = list(await asyncio.gather(*(WsPeer.open(server.url) for _ in range(args.clients))))
-        await asyncio.gather(*(peer.initialize() for peer in peers))
-        await burst(peers[: max(1, args.clients // 10)])  # warm-up
-        runs = []
-        for _ in range(args.bursts):
-            cpu = bench_turns.cpu_seconds(server.process.pid)
-            figures = await burst(peers)
-            figures["cpu_ms_per_turn"] = (
-                (bench_turns.cpu_seconds(server.process.pid) - cpu) / args.clients * 1000
-            )
-            runs.append(figures)
-        await asyncio.gather(*(peer.aclose() for peer in peers))
-
-    def median(key: str) -> float:
-        return statistics.median(run[key] for run in runs)
-
-    print(f"# {time.strftime('%Y-%m-%d')} {args.clients} clients, {args.bursts} bursts, medians")
-    print(f"first request -> last turn/completed  {median('span') * 1000:7.0f} ms")
-    print(f"turns per second                      {median('turns_per_s'):7.0f}")
+    day = time.strftime("%Y-%m-%d")
+    if args.against is None:
+        figures = await measure(args.src, args.clients, args.bursts)
+        print(f"# {day} {args.clients} clients, {args.bursts} bursts, medians")
+        report(figures)
+        return
+    # This machine's speed drifts by 10-20 % within minutes: the trees take turns
+    # (A B A B ...), and each pair's ratio is taken before the median.
+    print(f"# {day} {args.clients} clients, {args.bursts} bursts a run, A = {args.src}")
+    print(f"# B = {args.against}; A/B of each pair's medians")
+    print("pair  turns/s A    B   A/B   CPU a turn A     B   A/B")
+    speed, cpu = [], []
+    for pair in range(1, args.pairs + 1):
+        first = await measure(args.src, args.clients, args.bursts)
+        second = await measure(args.against, args.clients, args.bursts)
+        speed.append(first["turns_per_s"] / second["turns_per_s"])
+        cpu.append(first["cpu_ms_per_turn"] / second["cpu_ms_per_turn"])
+        print(
+            f"{pair:4d}  {first['turns_per_s']:9.0f} {second['turns_per_s']:4.0f} "
+            f"{speed[-1]:5.2f}  {first['cpu_ms_per_turn']:10.2f} "
+            f"{second['cpu_ms_per_turn']:5.2f} {cpu[-1]:5.2f}"
+        )
     print(
-        f"turn latency p50 / p95                {median('turn_p50') * 1000:7.0f} / "
-        f"{median('turn_p95') * 1000:.0f} ms"
+        f"median of the pairs' ratios: turns/s {statistics.median(speed):.2f}, "
+        f"CPU a turn {statistics.median(cpu):.2f}"
     )
-    print(
-        f"thread/start p50 / p95                {median('thread_start_p50') * 1000:7.1f} / "
-        f"{median('thread_start_p95') * 1000:.1f} ms"
-    )
-    print(f"server CPU per turn                   {median('cpu_ms_per_turn'):7.2f} ms")
 
 
 if __name__ == "__main__":
