@@ -1,20 +1,19 @@
-"""The warm parent: one command's modules imported and its wire models built
-once, then a fork per launch onto the launcher's own streams
-(:mod:`appserver.warm_launch` has the why, the wire and the client side).
+"""The warm parent: a command's modules imported and wire models built once, then a
+fork per launch onto the launcher's streams (why, wire, client: :mod:`appserver.warm_launch`).
 
 ``python -P -m appserver.warm_parent SOCKET IDLE SLOT``, started detached by a
 launcher in its directory, with the command (``[ARGV0, ENTRY, *ARGS]``) and the
 launcher's environment as JSON on stdin. It holds ``SOCKET``'s lock while it
 takes launches (one parent a command), preloads, listens, and for each launch
 forks a child that takes the launcher's descriptors as its 0, 1 and 2, its
-directory and environment, and runs ``ENTRY`` with ``ARGS`` as a cold process would. The parent
-never runs an event loop or a thread, so forking is safe; it reaps its
-children and tells each launcher how its server ended. A server watches its
-launcher's connection and ends at once (SIGKILL) when it closes: the launcher
-was killed. The parent ends once it has had no server for IDLE seconds, when
-asked to stop, or when a module it loaded changed on disk (it would fork stale
-code): then it lets go of its socket and lock at once (a new parent may start;
-launches meanwhile run cold) and ends when its last server has.
+directory and environment, and runs ``ENTRY`` with ``ARGS`` as a cold process
+would. The parent never runs an event loop or a thread, so forking is safe; it
+reaps its children and tells each launcher how its server ended. A server
+watches its launcher's connection and ends at once (SIGKILL) when it closes.
+The parent ends once it has had no server for IDLE seconds, when asked to stop,
+or when a module it loaded changed on disk (it would fork stale code): then it
+lets go of its socket and lock at once (launches run cold until a new parent
+starts) and ends with its last server.
 """
 
 from __future__ import annotations
@@ -68,9 +67,10 @@ CORE = (
     "appserver.services.context",
     "appserver.services.handshake",
     "appserver.storage.cluster_sqlite",
-    "appserver.protocol.terminals",  # these three: a cold process's at first use
+    "appserver.protocol.terminals",  # these four: a cold process's at first use
     "appserver.protocol.editor_families",
     "appserver.tools.editor_families",
+    "appserver.runtime.subagents",
     "anyio._backends._asyncio",
     "anyio._core._signals",
     "anyio._core._sockets",

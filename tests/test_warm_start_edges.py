@@ -374,9 +374,9 @@ print(sorted(name for name in sys.modules if name.startswith("appserver.") and n
 def test_a_warm_parent_preloads_what_a_cold_process_loads_at_first_use(
     argv: list[str], tmp_path: Path
 ) -> None:
-    """Background terminals' and editor families' models, which a cold process
-    loads with its first terminal or family request: every forked server has
-    them ready, and the parent's stamps cover their files."""
+    """Background terminals' and editor families' models and the SubAgents'
+    runtime, which a cold process loads at their first use: every forked server
+    has them ready, and the parent's stamps cover their files."""
     code = f"""
 import sys
 from appserver.warm_parent import module_stamps, preload
@@ -386,6 +386,8 @@ print(all(sys.modules[name].__file__ in stamps for name in (
     "appserver.protocol.terminals",
     "appserver.protocol.editor_families",
     "appserver.tools.editor_families",
+    "appserver.runtime.subagents",
+    "appserver.runtime.subagent_external",
 )))
 """
     assert fresh_process(code, tmp_path).strip() == "True"

@@ -24,7 +24,6 @@ from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.subagent_roles import subagent_max_depth
 from appserver.runtime.subagent_tools import control_tools
-from appserver.runtime.subagents import SubAgents
 from appserver.runtime.threads import Threads
 from appserver.runtime.turn_cases import Turns
 from appserver.runtime.turns import EngineConfig, TurnEngine
@@ -35,6 +34,7 @@ from appserver.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from appserver.runtime.cluster import ClusterNode
+    from appserver.runtime.subagents import SubAgents
     from appserver.storage.cluster_common import NodeStore
 
 
@@ -90,9 +90,11 @@ class Runtime:
             self.repo, self.bus, self.journal, self.states, self.engine, self.approvals, workspace
         )
         self.turns = Turns(self.threads, self.engine, self.materializer)
-        # Child threads and the agent-control tools that make them.
-        self.subagents = SubAgents(self.threads, self.turns, lambda: subagent_max_depth(workspace))
-        for tool in control_tools(self.subagents):
+        # Child threads and the agent-control tools that make them (the children's
+        # runtime, external CLIs included, is made at its first use: see subagents).
+        self._subagents: SubAgents | None = None
+        self._workspace = workspace
+        for tool in control_tools(lambda: self.subagents, workspace):
             if self.engine.tools.admits(tool.name):
                 self.engine.tools.register(tool, replace=True)
         # Processes sharing the database (PostgreSQL nodes, or every process
@@ -126,6 +128,21 @@ class Runtime:
             self.cluster.wire_approvals(self.approvals)
             self.cluster.on_presumed_dead = self.engine.shutdown
             self.cluster.runs_turn = self._runs_turn
+
+    @property
+    def subagents(self) -> SubAgents:
+        """The workspace's child threads and their runs: made, with their modules
+        (external agent CLIs among them), at the first use (a control tool's call,
+        a parent's archive or delete), not at every start. Their turn listeners
+        act only on runs made here, so none is missed before that."""
+        if self._subagents is None:
+            from appserver.runtime.subagents import SubAgents
+
+            workspace = self._workspace
+            self._subagents = SubAgents(
+                self.threads, self.turns, lambda: subagent_max_depth(workspace)
+            )
+        return self._subagents
 
     def _runs_turn(self, thread_id: str, turn_id: str) -> bool:
         active = self.engine.active.get(thread_id)

@@ -12,13 +12,17 @@ a failed tool result, never a failed turn.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from appserver.runtime.errors import Refusal
 from appserver.runtime.subagent_prompt import profile_description
 from appserver.runtime.subagent_roles import agent_control_tools
-from appserver.runtime.subagents import SubAgents
 from appserver.tools.base import Tool, ToolContext, ToolError, ToolOutcome, ToolPlan
+
+if TYPE_CHECKING:
+    from appserver.runtime.subagents import SubAgents
 
 _CHILD = {"childThreadId": {"type": "string", "description": "The child thread's id."}}
 
@@ -73,10 +77,11 @@ _TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
 class ControlTool:
     """One agent-control tool, run by the runtime's :class:`SubAgents`."""
 
-    def __init__(self, name: str, subagents: SubAgents) -> None:
+    def __init__(self, name: str, subagents: Callable[[], SubAgents], workspace: Path) -> None:
         self.name = name
         self.description, self._schema = _TOOLS[name]
-        self.subagents = subagents
+        self._subagents = subagents  # made at the first call (Runtime.subagents)
+        self.workspace = workspace
         # SpawnAgent's schema for the profiles last described (built again when they change).
         self._spawn_schema: tuple[str, dict[str, Any]] | None = None
 
@@ -85,7 +90,7 @@ class ControlTool:
         """The arguments; ``SpawnAgent``'s ``profile`` names the profiles offered."""
         if self.name != "SpawnAgent":
             return self._schema
-        described = profile_description(self.subagents.external.workspace)
+        described = profile_description(self.workspace)
         if self._spawn_schema is None or self._spawn_schema[0] != described:
             properties = dict(self._schema["properties"])
             properties["profile"] = {"type": "string", "description": described}
@@ -98,7 +103,7 @@ class ControlTool:
 
     async def run(self, plan: ToolPlan, ctx: ToolContext) -> ToolOutcome:
         """Do it; the answer is the control result as JSON."""
-        thread = await self.subagents.threads.get(ctx.thread_id)
+        thread = await self._subagents().threads.get(ctx.thread_id)
         if self.name not in agent_control_tools(thread):
             raise ToolError(f"{self.name} is not available in this thread.")
         try:
@@ -109,7 +114,7 @@ class ControlTool:
         return ToolOutcome(True, json.dumps(answer, separators=(",", ":")))
 
     async def _call(self, arguments: dict[str, Any], ctx: ToolContext) -> Any:
-        subagents = self.subagents
+        subagents = self._subagents()
         if self.name == "SpawnAgent":
             return await subagents.spawn(ctx.thread_id, ctx.turn_id, arguments)
         child = str(arguments.get("childThreadId") or "").strip()
@@ -129,6 +134,6 @@ class ControlTool:
 CONTROL_TOOL_NAMES: tuple[str, ...] = tuple(_TOOLS)
 
 
-def control_tools(subagents: SubAgents) -> list[Tool]:
-    """The five control tools."""
-    return [ControlTool(name, subagents) for name in _TOOLS]
+def control_tools(subagents: Callable[[], SubAgents], workspace: Path) -> list[Tool]:
+    """The five control tools of ``workspace``'s runtime (``subagents``: its children)."""
+    return [ControlTool(name, subagents, workspace) for name in _TOOLS]

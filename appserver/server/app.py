@@ -154,7 +154,8 @@ class AppServer:
             bus=self._bus,
             node_id=config.node_id,
         )
-        ThreadService(self.runtime.threads, self.runtime.subagents).register(self.router)
+        runtime = self.runtime
+        ThreadService(runtime.threads, lambda: runtime.subagents).register(self.router)
         turn_service = TurnService(self.runtime.turns)
         turn_service.register(self.router)
         self.families = FamilyContext(

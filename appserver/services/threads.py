@@ -10,8 +10,8 @@ after its response (the JSON-RPC core holds them while the request runs).
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -26,12 +26,14 @@ from appserver.rpc.connection import RequestContext
 from appserver.rpc.framing import RawJSON
 from appserver.runtime.errors import InvalidInput
 from appserver.runtime.fork import ForkSpec, fork_thread
-from appserver.runtime.subagents import SubAgents
 from appserver.runtime.threads import NewThread, Threads
 from appserver.services.peer import Peer, peer_of
 from appserver.services.router import Router
 from appserver.storage.records import ThreadRecord
 from appserver.storage.threads import ThreadQuery
+
+if TYPE_CHECKING:
+    from appserver.runtime.subagents import SubAgents
 
 # Room for `{"data":[`, `],"nextCursor":"<cursor>"}` around the summaries.
 _LIST_ENVELOPE_BYTES = 256
@@ -47,10 +49,11 @@ def hidden_item_types(viewer: Peer | None) -> frozenset[str]:
 class ThreadService:
     """Handlers of the thread family."""
 
-    def __init__(self, threads: Threads, subagents: SubAgents) -> None:
+    def __init__(self, threads: Threads, subagents: Callable[[], SubAgents]) -> None:
         self.threads = threads
         # Archive, unarchive and delete go through it: a SubAgent child is managed
-        # through its parent, and a parent takes its subtree along.
+        # through its parent, and a parent takes its subtree along (made at the
+        # first of them: Runtime.subagents).
         self.subagents = subagents
 
     def register(self, router: Router) -> None:
@@ -253,15 +256,15 @@ class ThreadService:
         return Empty()
 
     async def archive(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
-        await self.subagents.archive(params.thread_id)
+        await self.subagents().archive(params.thread_id)
         return Empty()
 
     async def unarchive(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
-        await self.subagents.unarchive(params.thread_id)
+        await self.subagents().unarchive(params.thread_id)
         return Empty()
 
     async def delete(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
-        await self.subagents.delete(params.thread_id, by=peer_of(ctx))
+        await self.subagents().delete(params.thread_id, by=peer_of(ctx))
         return Empty()
 
     async def rename(

@@ -1,8 +1,9 @@
 """A cold Zene one-shot loads what its turn uses. The wire models and tools of
 what a plain turn never touches load with their first use: background
 terminals with the first terminal, an editor's request families with the
-first editor that serves one (tests/runtime/test_editor_families.py and the
-terminal tests run those)."""
+first editor that serves one, SubAgents' runtime with the first control tool
+call (tests/runtime/test_editor_families.py, the terminal and SubAgent tests
+run those)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,15 @@ LOADED_AT_FIRST_USE = {
     "appserver.protocol.editor_families",
     "appserver.protocol.terminals",
     "appserver.tools.editor_families",
+    # The SubAgents' runtime, external agent CLIs and all (Runtime.subagents).
+    "appserver.runtime.subagents",
+    "appserver.runtime.subagent_external",
+    "appserver.runtime.subagent_cli_run",
+    "appserver.protocol.subagent_sessions",
 }
 
 
-async def test_a_plain_one_shot_loads_no_terminal_or_editor_family_models(
+async def test_a_plain_one_shot_loads_nothing_it_does_not_use(
     tmp_path: Path,
 ) -> None:
     command = [sys.executable, "-c", PROBE, *host_command(tmp_path, *ONE_SHOT)[3:]]
