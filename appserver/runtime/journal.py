@@ -32,7 +32,7 @@ from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
 from appserver.runtime.shared_feed import Pending
-from appserver.storage.events import EventRepository, companion_statements
+from appserver.storage.events import EventRepository
 from appserver.storage.records import ItemRecord, TurnRecord
 
 if TYPE_CHECKING:
@@ -161,34 +161,24 @@ class ThreadJournal:
         event stands for) then deliver a lifecycle event. ``topic`` narrows delivery
         beyond the kind: a participant receives the event only if it wants both.
         """
+        if self.shared is not None:
+            emission = Emission(
+                kind,
+                params,
+                broadcast=broadcast,
+                include=tuple(include),
+                topic=topic,
+                turn=turn,
+                new_turn=new_turn,
+                item=item,
+                rows=tuple(rows),
+            )
+            (stored,) = await self._append(self.shared, thread_id, [emission], tuple(exclude))
+            assert stored.seq is not None
+            return stored.seq
         event = Event(kind, params, thread_id=thread_id, topic=topic)
         if broadcast and thread_id in self.internal:
             broadcast = False
-        if self.shared is not None:
-            statements = companion_statements(
-                thread_id, turn=turn, new_turn=new_turn, item=item, node_id=self.shared.node_id
-            )
-            statements.extend(rows)
-            owned = None
-            if turn is not None and not new_turn:
-                owned = turn.id
-            elif item is not None:
-                owned = item.turn_id
-            include = tuple(include)
-            seq = await self.shared.append(
-                event,
-                now_iso(),
-                broadcast=broadcast,
-                include=include,
-                exclude=exclude,
-                statements=statements,
-                turn_id=owned,
-            )
-            if turn is not None and new_turn:
-                # Started here (not refused): its watchers get its end even if
-                # another node writes it.
-                self.shared.watch_turn(thread_id, turn.id, include)
-            return seq
         body = event.params_json()
         async with self.lock(thread_id):
             seq = event.seq = await self._next_seq(thread_id)
@@ -214,8 +204,7 @@ class ThreadJournal:
         turn at most: with the shared log, one commit (all stored or none), then
         each delivered in order (:mod:`appserver.runtime.emissions`)."""
         shared = self.shared
-        owners = {emission.owner() for emission in group} - {None} if len(group) > 1 else set()
-        if shared is None or len(group) < 2 or len(owners) > 1:
+        if shared is None or len({emission.owner() for emission in group} - {None}) > 1:
             for emission in group:
                 await self.emit(
                     thread_id,
@@ -230,15 +219,25 @@ class ThreadJournal:
                     rows=emission.rows,
                 )
             return
+        await self._append(shared, thread_id, group)
+
+    async def _append(
+        self,
+        shared: SharedLog,
+        thread_id: str,
+        group: Sequence[Emission],
+        exclude: tuple[Participant, ...] = (),
+    ) -> list[Event]:
+        """Store, number and deliver ``group`` through the shared log: one commit."""
+        owner = next((o for o in (emission.owner() for emission in group) if o), None)
         created_at = now_iso()
-        owner = next(iter(owners), None)
         statements = group_statements(thread_id, group, shared.node_id)
         pending = [
             Pending(
                 Event(emission.kind, emission.params, thread_id=thread_id, topic=emission.topic),
                 emission.broadcast and thread_id not in self.internal,
                 emission.include,
-                (),
+                exclude,
                 rows,
                 owner,
                 created_at=created_at,
@@ -248,7 +247,9 @@ class ThreadJournal:
         await shared.append_all(pending)
         for emission in group:
             if emission.turn is not None and emission.new_turn:
+                # Started here: its watchers get its end even if another node writes it.
                 shared.watch_turn(thread_id, emission.turn.id, emission.include)
+        return [each.event for each in pending]
 
     async def emit_delta(
         self,

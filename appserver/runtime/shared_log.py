@@ -22,8 +22,7 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import anyio
 import anyio.abc
@@ -99,36 +98,12 @@ class SharedLog:
 
     # --- writing -------------------------------------------------------------------
 
-    async def append(
-        self,
-        event: Event,
-        created_at: str,
-        *,
-        broadcast: bool,
-        include: Iterable[Participant],
-        exclude: Iterable[Participant],
-        statements: Sequence[tuple[str, Sequence[Any]]],
-        turn_id: str | None = None,
-    ) -> int:
-        """Store, announce and deliver a lifecycle event; returns its seq.
-        ``turn_id``: the turn whose rows it writes; refused (:class:`TurnTakenOver`)
-        once another node has taken the turn over (this node was taken for dead)."""
-        pending = Pending(
-            event,
-            broadcast,
-            tuple(include),
-            tuple(exclude),
-            statements,
-            turn_id,
-            created_at=created_at,
-        )
-        await self.append_all([pending])
-        assert event.seq is not None
-        return event.seq
-
     async def append_all(self, group: list[Pending]) -> None:
-        """:meth:`append` of lifecycle events emitted together, of one thread and
-        one turn: one commit (all or none), then delivered in order."""
+        """Store, announce and deliver lifecycle events emitted together (one, or
+        several of one turn): one commit, all stored or none, then delivered in
+        order; each gets its seq. Their ``turn_id``: the turn whose rows they
+        write; refused (:class:`TurnTakenOver`) once another node has taken it over
+        (this node was taken for dead)."""
         thread_id = group[0].event.thread_id
         assert thread_id is not None
         # One turn's (one owner check a commit): else next_batch would split it.

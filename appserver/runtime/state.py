@@ -36,6 +36,12 @@ def _set_running(flags: _Flags, running: bool) -> None:
         flags.pending_approvals = 0
 
 
+def _changed(thread_id: str, runtime: ThreadRuntimeState) -> Emission:
+    """The ``thread/runtimeChanged`` saying ``runtime`` (to everyone)."""
+    params = ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=runtime)
+    return Emission("thread/runtimeChanged", params, broadcast=True)
+
+
 _IDLE = ThreadRuntimeState()  # shared: wire models are never mutated after creation
 
 
@@ -70,10 +76,7 @@ class RuntimeStates:
         trial = replace(flags)
         _set_running(trial, running)
         after = trial.snapshot()
-        if after == flags.snapshot():
-            return None
-        params = ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after)
-        return Emission("thread/runtimeChanged", params, broadcast=True)
+        return None if after == flags.snapshot() else _changed(thread_id, after)
 
     async def settle_running(
         self, thread_id: str, running: bool, announced: Emission | None
@@ -85,12 +88,7 @@ class RuntimeStates:
             return
         said = announced.params if announced is not None else None
         if not isinstance(said, ThreadRuntimeChangedNotification) or said.runtime != after:
-            await self._journal.emit(
-                thread_id,
-                "thread/runtimeChanged",
-                ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after),
-                broadcast=True,
-            )
+            await self._announce(thread_id, after)
 
     async def approval_pending(self, thread_id: str, delta: int) -> None:
         def change(flags: _Flags) -> None:
@@ -113,12 +111,7 @@ class RuntimeStates:
         """Say the thread is idle even if this node thought so already (a dead
         node's turn was failed here: the others still think it runs)."""
         self._flags.pop(thread_id, None)
-        await self._journal.emit(
-            thread_id,
-            "thread/runtimeChanged",
-            ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=_IDLE),
-            broadcast=True,
-        )
+        await self._announce(thread_id, _IDLE)
 
     def forget(self, thread_id: str) -> None:
         self._flags.pop(thread_id, None)
@@ -126,12 +119,10 @@ class RuntimeStates:
     async def _change(self, thread_id: str, mutate: Callable[[_Flags], None]) -> None:
         after = self._mutate(thread_id, mutate)
         if after is not None:
-            await self._journal.emit(
-                thread_id,
-                "thread/runtimeChanged",
-                ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=after),
-                broadcast=True,
-            )
+            await self._announce(thread_id, after)
+
+    async def _announce(self, thread_id: str, runtime: ThreadRuntimeState) -> None:
+        await self._journal.emit_all(thread_id, [_changed(thread_id, runtime)])
 
     def _mutate(
         self, thread_id: str, mutate: Callable[[_Flags], None]

@@ -77,16 +77,11 @@ def completed() -> Event:
 async def append_completed(
     log: SharedLog, statements: Sequence[tuple[str, Sequence[Any]]] = ()
 ) -> int:
-    """The turn's ``item/completed``, with ``statements`` as its rows."""
-    return await log.append(
-        completed(),
-        NOW,
-        broadcast=False,
-        include=(),
-        exclude=(),
-        statements=statements,
-        turn_id="turn_001",
-    )
+    """The turn's ``item/completed``, with ``statements`` as its rows; its seq."""
+    event = completed()
+    await log.append_all([Pending(event, False, (), (), statements, "turn_001", created_at=NOW)])
+    assert event.seq is not None
+    return event.seq
 
 
 async def queue_deltas(log: SharedLog, count: int) -> None:
