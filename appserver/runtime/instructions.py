@@ -162,8 +162,8 @@ class ProjectInstructions:
         """``AGENTS.md`` in the workspace root and each directory down to ``cwd``."""
         directory = self.workspace
         yield directory / INSTRUCTIONS_FILE
-        if cwd is None:
-            return
+        if cwd is None or cwd == directory:
+            return  # the root itself (already resolved): no lstat of each part
         try:
             relative = cwd.resolve().relative_to(self.workspace)
         except ValueError:

@@ -259,6 +259,23 @@ class Threads:
     async def create(self, spec: NewThread, *, announce: bool = True) -> ThreadRecord:
         """Make a thread and announce ``thread/started`` to everyone (unless
         ``announce`` is false: then call :meth:`announce_started`)."""
+        if announce:
+            return (await self.create_viewed(spec))[0]
+        with anyio.CancelScope(shield=True):
+            thread = await self._store_new(spec)
+        return thread
+
+    async def create_viewed(self, spec: NewThread) -> tuple[ThreadRecord, thread_wire.ThreadResult]:
+        """:meth:`create`, announced, and the view it announced (``thread/start``
+        answers with it: a new thread is not viewed twice)."""
+        # Announced once stored, even if the caller is cancelled meanwhile (its client
+        # left during thread/start), so other clients hear of what they can list.
+        with anyio.CancelScope(shield=True):
+            thread = await self._store_new(spec)
+            view = await self.announce_started(thread)
+        return thread, view
+
+    async def _store_new(self, spec: NewThread) -> ThreadRecord:
         reject_lone_surrogates(
             spec.user_id,
             spec.channel_name,
@@ -268,15 +285,6 @@ class Threads:
             spec.configuration,
             what="the thread's identity or configuration",
         )
-        # Announced once stored, even if the caller is cancelled meanwhile (its client
-        # left during thread/start), so other clients hear of what they can list.
-        with anyio.CancelScope(shield=True):
-            thread = await self._store_new(spec)
-            if announce:
-                await self.announce_started(thread)
-        return thread
-
-    async def _store_new(self, spec: NewThread) -> ThreadRecord:
         now = now_iso()
         for _ in range(5):
             thread = ThreadRecord(
@@ -303,11 +311,12 @@ class Threads:
             raise RuntimeError("could not allocate a unique thread id")
         return thread
 
-    async def announce_started(self, thread: ThreadRecord) -> None:
-        started = thread_wire.ThreadStartedNotification(
-            thread_id=thread.id, thread=(await self.view(thread)).thread
-        )
+    async def announce_started(self, thread: ThreadRecord) -> thread_wire.ThreadResult:
+        """Broadcast ``thread/started``; returns the view it carried."""
+        view = await self.view(thread)
+        started = thread_wire.ThreadStartedNotification(thread_id=thread.id, thread=view.thread)
         await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
+        return view
 
     async def resume(
         self,

@@ -84,7 +84,7 @@ class ThreadService:
         identity = params.identity
         _check_acp_methods(params.dynamic_tools or [], peer_of(ctx))
         display_name = params.display_name.strip() if params.display_name else None
-        thread = await self.threads.create(
+        thread, view = await self.threads.create_viewed(
             NewThread(
                 user_id=identity.user_id,
                 channel_name=identity.channel_name,
@@ -108,7 +108,7 @@ class ThreadService:
         else:
             # The starting connection is bound to the thread (ext/acp/* go to it).
             self.threads.engine.agent.tools.client_tools.claim(thread.id, peer_of(ctx))
-        return await self.threads.view(thread)
+        return view  # as announced: binding its tools changes nothing of it
 
     async def resume(
         self, ctx: RequestContext, params: thread_wire.ThreadResumeParams

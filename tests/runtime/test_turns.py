@@ -874,3 +874,35 @@ async def test_every_thread_notification_names_its_thread_at_the_top(
             }
             for message in notifications:
                 assert message["params"].get("threadId") == thread_id, message["method"]
+
+
+async def test_only_a_later_turn_reads_the_earlier_ones(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread's first turn has nothing earlier to read (no trip to the
+    database for it); its second reads the first, and the model gets it."""
+    from appserver.storage.threads import ThreadRepository
+
+    reads: list[str] = []
+    original = ThreadRepository.turns
+
+    async def counted(self: ThreadRepository, thread_id: str, *args: Any, **kw: Any) -> Any:
+        reads.append(thread_id)
+        return await original(self, thread_id, *args, **kw)
+
+    monkeypatch.setattr(ThreadRepository, "turns", counted)
+    with anyio.fail_after(15):
+        async with running_server("memory", workspace) as sut, sut.connect() as client:
+            thread_id = await new_thread(client)
+            mark = client.mark()
+            await run_turn(client, thread_id, "one")
+            assert reads == []
+            await run_turn(client, thread_id, "two")
+            assert reads == [thread_id]
+            usage = [
+                message["params"]
+                for message in client.messages[mark:]
+                if message.get("method") == "item/usage/delta"
+            ]
+            # The second request carried the first turn too.
+            assert usage[-1]["inputTokens"] > usage[0]["inputTokens"]

@@ -4,6 +4,8 @@ items, run the tools it calls, repeat until it answers without tools."""
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -36,6 +38,7 @@ from appserver.runtime.instructions import (
     compose,
     system_text,
 )
+from appserver.runtime.shared_runs import SharedRuns
 from appserver.runtime.subagent_prompt import environment_line
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.compaction import Compactor
@@ -74,6 +77,7 @@ class AgentLoop:
         self.project_instructions = ProjectInstructions(
             tools.workspace, self._user_instructions, project=config.project_instructions
         )
+        self._section_runs: SharedRuns[list[PromptSection]] = SharedRuns()
 
     def _user_instructions(self) -> Path | None:
         if not self.config.user_instructions:
@@ -103,6 +107,19 @@ class AgentLoop:
             turn_instructions,
             str(role_instructions) if role_instructions else None,
         )
+
+    async def _sections(
+        self, configuration: Mapping[str, Any], instructions: list[str]
+    ) -> list[PromptSection]:
+        """:meth:`system_sections` off the event loop (it stats, and on a change
+        reads, the AGENTS.md files), one run shared by the turns that ask for
+        the same sections together (a burst of new threads)."""
+        work = functools.partial(self.system_sections, configuration, instructions)
+        try:
+            key = (json.dumps(configuration, sort_keys=True), *instructions)
+        except (TypeError, ValueError):  # not JSON (never from the wire): not shared
+            return await anyio.to_thread.run_sync(work)
+        return list(await self._section_runs.run(key, work))
 
     async def run(self, active: ActiveTurn, user: UserInput) -> None:
         active.instructions = list(user.instructions)
@@ -144,6 +161,10 @@ class AgentLoop:
         return history, earlier
 
     async def _earlier_messages(self, active: ActiveTurn) -> list[Message]:
+        if active.record.seq == 1:
+            # The thread's first turn (numbers only grow, and turn_001 could not
+            # have been stored beside an earlier one): nothing earlier to read.
+            return []
         turns, _ = await self.repo.turns(active.thread_id)
         prior = [turn.id for turn in turns if turn.id != active.record.id]
         stored = await self.repo.items(active.thread_id, prior)
@@ -173,11 +194,7 @@ class AgentLoop:
     async def _model_call(self, active: ActiveTurn, history: list[Message]) -> list[ToolCall]:
         provider = self.provider()
         config = active.thread.configuration or {}
-        # Off the event loop: it stats (and on a change reads) the AGENTS.md files.
-        sections = await anyio.to_thread.run_sync(
-            self.system_sections, config, list(active.instructions)
-        )
-        system = system_text(sections)
+        system = system_text(await self._sections(config, list(active.instructions)))
         await self.tools.client_tools.load(active.thread_id)
         request = ModelRequest(
             model=str(config.get("model") or provider.default_model),
