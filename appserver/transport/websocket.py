@@ -88,6 +88,18 @@ class WebSocketTransport:
         return message
 
     def try_send(self, frame: str) -> bool:
+        pending = self._pending
+        if pending:
+            # Already taking frames this iteration: what allowed the first
+            # still holds (the socket is written, and may pause, only at the
+            # flush; a connection closed meanwhile drops them there), so only
+            # the size is checked: a burst of broadcasts costs less a frame.
+            size = self._pending_size + len(frame)
+            if size > _PENDING_LIMIT:
+                return False
+            pending.append(frame)
+            self._pending_size = size
+            return True
         if self._answered.answer is not None:
             self._answered.drop([frame])
             return True
@@ -100,16 +112,15 @@ class WebSocketTransport:
         # iteration: a burst (a replayed history) goes on to the connection's
         # bounded outbox, whose limit then applies, not piling up here.
         size = len(frame)
-        if self._pending_size + size > _PENDING_LIMIT:
+        if size > _PENDING_LIMIT:
             return False
         # Frames accepted in one event-loop iteration leave in one socket write
         # at its end (a burst of broadcasts to many connections costs one
         # syscall per connection, not one per frame); a single frame is not
         # delayed.
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._pending.append(frame)
-        self._pending_size += size
+        asyncio.get_running_loop().call_soon(self._flush)
+        pending.append(frame)
+        self._pending_size = size
         return True
 
     def _flush(self) -> None:
