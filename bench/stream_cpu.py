@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -174,6 +175,7 @@ async def main() -> None:
         await peer.aclose(30)
         if model.server is not None:
             model.server.close()
+        shutil.rmtree(workspace, ignore_errors=True)
 
     def us(values: list[float]) -> str:
         return f"{statistics.median(values) * 1e6:6.1f} µs (min {min(values) * 1e6:.1f})"

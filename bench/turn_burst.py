@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -85,19 +86,22 @@ async def measure(src: Path, clients: int, bursts: int) -> dict[str, float]:
     workspace = Path(tempfile.mkdtemp(prefix="turn-burst-"))
     command = bench_turns.appserver_command(workspace, "--listen", "ws://127.0.0.1:0")
     command += ["--max-in-flight", "64"]
-    async with bench_turns.ws_server(command) as server:
-        peers = list(await asyncio.gather(*(WsPeer.open(server.url) for _ in range(clients))))
-        await asyncio.gather(*(peer.initialize() for peer in peers))
-        await burst(peers[: max(1, clients // 10)])  # warm-up
-        runs = []
-        for _ in range(bursts):
-            cpu = bench_turns.cpu_seconds(server.process.pid)
-            figures = await burst(peers)
-            figures["cpu_ms_per_turn"] = (
-                (bench_turns.cpu_seconds(server.process.pid) - cpu) / clients * 1000
-            )
-            runs.append(figures)
-        await asyncio.gather(*(peer.aclose() for peer in peers))
+    try:
+        async with bench_turns.ws_server(command) as server:
+            peers = list(await asyncio.gather(*(WsPeer.open(server.url) for _ in range(clients))))
+            await asyncio.gather(*(peer.initialize() for peer in peers))
+            await burst(peers[: max(1, clients // 10)])  # warm-up
+            runs = []
+            for _ in range(bursts):
+                cpu = bench_turns.cpu_seconds(server.process.pid)
+                figures = await burst(peers)
+                figures["cpu_ms_per_turn"] = (
+                    (bench_turns.cpu_seconds(server.process.pid) - cpu) / clients * 1000
+                )
+                runs.append(figures)
+            await asyncio.gather(*(peer.aclose() for peer in peers))
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)  # a run's database is ~10-15 MB
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
