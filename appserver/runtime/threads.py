@@ -167,7 +167,7 @@ class Threads:
                 if kept < len(turns):
                     turns = turns[len(turns) - kept :]
                     next_cursor = thread_turns_cursor(records[len(records) - kept].seq)
-        queue = await self.engine.inputs.load(thread.id)
+        queue = await self.engine.inputs.look(thread.id)
         wire = thread_wire.Thread(
             id=thread.id,
             workspace_path=thread.workspace_path,

@@ -355,6 +355,13 @@ class TurnEngine:
     async def _after_success(self, thread_id: str) -> None:
         """A completed turn hands the thread to the next queued input."""
         try:
+            # Most turns leave nothing queued: then no lock is taken (across nodes,
+            # a lock file) and the thread is not read. An input queued after this
+            # look is started by whoever queued it: this turn was released, and its
+            # end stored, before we looked, so they find the thread idle.
+            queue = await self.inputs.look(thread_id)
+            if not any(entry.wire.status == "queued" for entry in queue):
+                return
             thread = await self.repo.get(thread_id)
             if thread is not None:
                 await self.start_next(thread)

@@ -39,24 +39,37 @@ class InputQueues:
         return self.queues.get(thread_id)
 
     async def load(self, thread_id: str) -> list[QueuedInput]:
+        """The queue to change (under :attr:`lock`): what :meth:`changed` saves."""
         queue = None if self.reload else self.queues.get(thread_id)
         if queue is None:
-            # Who queued an input is not stored: a reload keeps the origins of
-            # the inputs this process queued, so their turns still reach them.
-            origins = {e.wire.id: e.origin for e in self.queues.get(thread_id, ())}
-            queue = []
-            for row in await self.journal.events.queue(thread_id):
-                wire = turn_wire.QueuedTurnInput.model_validate(row["wire"])
-                queue.append(
-                    QueuedInput(
-                        wire=wire,
-                        images=list(row.get("images") or []),
-                        materialized=list(row.get("materialized") or []),
-                        instructions=list(row.get("instructions") or []),
-                        origin=origins.get(wire.id),
-                    )
+            queue = self.queues[thread_id] = await self._read(thread_id)
+        return queue
+
+    async def look(self, thread_id: str) -> list[QueuedInput]:
+        """The queue to read without the lock (not to change). Nodes sharing a
+        database read it again and keep nothing: replacing the kept queue would
+        undo what a holder of the lock removed from it and has not saved yet
+        (an input started as a turn, saved back as still queued, ran twice)."""
+        if self.reload:
+            return await self._read(thread_id)
+        return await self.load(thread_id)
+
+    async def _read(self, thread_id: str) -> list[QueuedInput]:
+        # Who queued an input is not stored: a reload keeps the origins of
+        # the inputs this process queued, so their turns still reach them.
+        origins = {e.wire.id: e.origin for e in self.queues.get(thread_id, ())}
+        queue = []
+        for row in await self.journal.events.queue(thread_id):
+            wire = turn_wire.QueuedTurnInput.model_validate(row["wire"])
+            queue.append(
+                QueuedInput(
+                    wire=wire,
+                    images=list(row.get("images") or []),
+                    materialized=list(row.get("materialized") or []),
+                    instructions=list(row.get("instructions") or []),
+                    origin=origins.get(wire.id),
                 )
-            self.queues[thread_id] = queue
+            )
         return queue
 
     def find(self, thread_id: str, entry_id: str) -> QueuedInput | None:
