@@ -46,6 +46,15 @@ class Emission:
         return self.item.turn_id if self.item is not None else None
 
 
+def group_owner(group: Sequence[Emission]) -> str | None:
+    """The turn whose rows the group writes and that this node must still run:
+    none when the group starts the turn (its row is inserted, and refused when
+    another node has the thread's running turn), whatever else it holds."""
+    if any(emission.new_turn for emission in group):
+        return None
+    return next((owner for owner in (emission.owner() for emission in group) if owner), None)
+
+
 def group_statements(
     thread_id: str, group: Sequence[Emission], node_id: str
 ) -> list[list[tuple[str, Sequence[Any]]]]:

@@ -29,7 +29,7 @@ from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.bus import EventBus
-from appserver.runtime.emissions import Emission, group_statements
+from appserver.runtime.emissions import Emission, group_owner, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
 from appserver.runtime.shared_feed import Pending
 from appserver.storage.events import EventRepository
@@ -229,7 +229,7 @@ class ThreadJournal:
         exclude: tuple[Participant, ...] = (),
     ) -> list[Event]:
         """Store, number and deliver ``group`` through the shared log: one commit."""
-        owner = next((o for o in (emission.owner() for emission in group) if o), None)
+        owner = group_owner(group)
         created_at = now_iso()
         statements = group_statements(thread_id, group, shared.node_id)
         pending = [

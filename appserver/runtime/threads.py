@@ -13,6 +13,7 @@ import os
 import sqlite3
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,16 +35,15 @@ from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.plans import ThreadPlans
 from appserver.runtime.state import RuntimeStates
-from appserver.runtime.titles import title_from
+from appserver.runtime.titles import name_untitled, renamed
 from appserver.runtime.turns import TurnEngine
-from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.runtime.wire import turn_to_wire
 from appserver.storage.cursors import BadCursor, list_cursor
 from appserver.storage.cursors import turns_cursor as thread_turns_cursor
 from appserver.storage.plans import PlanRepository
 from appserver.storage.records import ThreadRecord
 from appserver.storage.spawn_edges import SpawnEdgeRepository
-from appserver.storage.threads import ThreadQuery, ThreadRepository, update_statement
+from appserver.storage.threads import ThreadQuery, ThreadRepository
 from appserver.tools.plans import attach_plan_store
 
 # `replayRecent` replays the events among the thread's last N seqs.
@@ -90,7 +90,7 @@ class Threads:
         self.workspace = str(workspace)
         # Set when nodes share a database: turns may run on another node.
         self.cluster: ClusterNode | None = None
-        engine.start_listeners.append(self._name_untitled)
+        engine.start_listeners.append(partial(name_untitled, repo))
         # The plan tools (CreatePlan, UpdateTodos) write through this.
         self.plans = ThreadPlans(PlanRepository(repo.db), journal, engine)
         self.edges = SpawnEdgeRepository(repo.db)  # the SubAgent tree
@@ -418,24 +418,7 @@ class Threads:
 
     async def _announce_name(self, thread_id: str, name: str) -> None:
         """Store the name with its ``thread/renamed``: one commit."""
-        renamed = thread_wire.ThreadRenamedNotification(thread_id=thread_id, display_name=name)
-        rows = [update_statement(thread_id, display_name=name)]
-        await self.journal.emit(thread_id, "thread/renamed", renamed, broadcast=True, rows=rows)
-
-    async def _name_untitled(self, active: ActiveTurn, user: UserInput) -> None:
-        """A thread without a ``displayName`` is named from the first message a
-        turn starts with (``thread/renamed`` as for ``thread/rename``); a name
-        the client chose is never replaced."""
-        if active.thread.display_name:
-            return
-        title = title_from(user.display_text)
-        if title is None:
-            return
-        current = await self.repo.get(active.thread_id)
-        if current is None or current.display_name:
-            return
-        active.thread.display_name = title
-        await self._announce_name(active.thread_id, title)
+        await self.journal.emit_all(thread_id, [renamed(thread_id, name)])
 
     async def set_mode(self, thread_id: str, mode: str) -> None:
         thread = await self.get(thread_id)

@@ -234,7 +234,9 @@ class Turns:
         active = self.engine.active.get(thread_id)
         if active is None or active.record.id != turn_id:
             return
-        await self.engine.inputs.load(thread_id)  # read again: the entry is new here
+        # Not loaded here: the turn reads the queue again, under its lock, when it
+        # takes its guidance (a load without the lock would replace the queue the
+        # turn is changing and bring back what it took).
         if entry_id not in active.guidance:
             active.guidance.append(entry_id)
 

@@ -71,19 +71,16 @@ class TurnEnding:
         self,
         active: ActiveTurn,
         work: Callable[[ActiveTurn], Awaitable[None]],
-        failure: Exception | None,
         started: float,
     ) -> None:
-        """Run ``work`` (or fail with the launch's ``failure``), then finish the
-        turn; ``started`` is when it started (``time.monotonic``)."""
+        """Run ``work``, then finish the turn; ``started`` is when it started
+        (``time.monotonic``)."""
         error_kind: str | None = None
         try:
             async with anyio.create_task_group() as tg:
                 active.tg = tg  # approval questions run here
                 try:
                     with active.scope:
-                        if failure is not None:
-                            raise failure
                         await work(active)
                         active.record.status = "completed"
                 except TurnFailure as exc:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +134,10 @@ class TurnEngine:
         )
         # Called with every user turn about to start, and its input (the thread
         # use cases name an untitled thread from it), before turn/started.
-        self.start_listeners: list[Callable[[ActiveTurn, UserInput], Awaitable[None]]] = []
+        # Each returns what it announces with a turn's start (a new thread name).
+        self.start_listeners: list[
+            Callable[[ActiveTurn, UserInput], Awaitable[Sequence[Emission]]]
+        ] = []
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -192,7 +195,7 @@ class TurnEngine:
             origin,
             user.sender,
             prepare,
-            opening=lambda active: self.items.user_message(active, user),
+            opening=lambda active: self.items.user_message_emissions(active, user),
             work=lambda active: run(active, user),
             user=user,
         )
@@ -212,24 +215,22 @@ class TurnEngine:
         sender: turn_wire.SenderContext | None,
         prepare: Callable[[ActiveTurn], None] | None,
         *,
-        opening: Callable[[ActiveTurn], Awaitable[None]] | None,
+        opening: Callable[[ActiveTurn], list[Emission]] | None,
         work: Callable[[ActiveTurn], Awaitable[None]],
         user: UserInput | None = None,
     ) -> ActiveTurn:
         assert self._tg is not None, "engine is not running"
         active = self.reservations.reserve(thread, origin, sender)
-        failure: Exception | None = None
         # Shielded: a caller that goes away mid-way must not leave a stored
         # turn with no task to finish it.
         with anyio.CancelScope(shield=True):
             try:
                 if prepare is not None:
                     prepare(active)
-                if user is not None:
-                    # Before turn/started: what they announce (a new thread
-                    # name) comes before the turn, never among its events.
-                    await self._announce_start(active, user)
-                await self._start(active)
+                # Before turn/started: what they announce (a new thread name)
+                # comes before the turn, never among its events.
+                before = await self._announce_start(active, user) if user is not None else []
+                await self._start(active, before, opening)
             except BaseException as exc:
                 # Nothing was acknowledged: free the thread (its numbers stay used).
                 self.reservations.withdraw(thread.id)
@@ -249,20 +250,18 @@ class TurnEngine:
                 active.thread_id,
                 extra={"threadId": active.thread_id, "turnId": active.record.id},
             )
-            try:
-                if opening is not None:
-                    await opening(active)  # the userMessage: committed with the turn
-            except Exception as exc:
-                failure = exc  # stored and announced: the turn ends as failed
-        self._tg.start_soon(self.ending.run, active, work, failure, started)
+        self._tg.start_soon(self.ending.run, active, work, started)
         return active
 
-    async def _announce_start(self, active: ActiveTurn, user: UserInput) -> None:
+    async def _announce_start(self, active: ActiveTurn, user: UserInput) -> list[Emission]:
+        """What the start listeners announce with the turn (before its events)."""
+        before: list[Emission] = []
         for listener in self.start_listeners:
             try:
-                await listener(active, user)
+                before.extend(await listener(active, user))
             except Exception:
                 log.exception("turn start listener failed on %s", active.thread_id)
+        return before
 
     async def run_turn(
         self,
@@ -282,7 +281,12 @@ class TurnEngine:
     def turn_wire(self, active: ActiveTurn, include_items: bool = True) -> thread_wire.Turn:
         return turn_to_wire(active.record, active.items if include_items else [])
 
-    async def _start(self, active: ActiveTurn) -> None:
+    async def _start(
+        self,
+        active: ActiveTurn,
+        before: list[Emission],
+        opening: Callable[[ActiveTurn], list[Emission]] | None,
+    ) -> None:
         started = Emission(
             "turn/started",
             turn_wire.TurnNotification(thread_id=active.thread_id, turn=self.turn_wire(active)),
@@ -290,10 +294,13 @@ class TurnEngine:
             turn=active.record,
             new_turn=True,
         )
-        # The running flags and the turn: one commit (refused together when
-        # another node started a turn on the thread first).
+        opened = opening(active) if opening is not None else []  # after: not in turn/started
+        # What the listeners announce, the running flags, the turn and its opening
+        # item (the userMessage): one commit, refused together when another node
+        # started a turn on the thread first.
         running = self.runtimes.running_changed(active.thread_id, True)
-        await self.journal.emit_all(active.thread_id, [running, started] if running else [started])
+        flags = [running] if running else []
+        await self.journal.emit_all(active.thread_id, [*before, *flags, started, *opened])
         await self.runtimes.settle_running(active.thread_id, True, running)
 
     # --- interrupt, queue ----------------------------------------------------------------

@@ -92,24 +92,38 @@ class ItemLog:
         self, active: ActiveTurn, kind: str, payload: dict[str, Any], between: Any = None
     ) -> ItemRecord:
         """An item created already complete (user message, approvals, errors)."""
+        if between is None:  # nothing comes between: its two events are one commit
+            item, emissions = self.instant_emissions(active, kind, payload)
+            await self.journal.emit_all(active.thread_id, emissions)
+            return item
         item = self.new(active, kind, payload)
         item.status = "completed"
         item.completed_at = item.created_at
-        if between is None:  # nothing comes between: its two events are one commit
-            started = self._emission(active, "item/started", item)
-            item.completed_at = now_iso()  # as complete() stamps it
-            completed = self._emission(active, "item/completed", item)
-            await self.journal.emit_all(active.thread_id, [started, completed])
-            return item
         await self.start(active, item)
         await between(item)
         await self.complete(active, item)
         return item
 
+    def instant_emissions(
+        self, active: ActiveTurn, kind: str, payload: dict[str, Any]
+    ) -> tuple[ItemRecord, list[Emission]]:
+        """A complete item and its ``item/started`` and ``item/completed``, to emit
+        (its own commit, or with others: a turn's opening)."""
+        item = self.new(active, kind, payload)
+        item.status = "completed"
+        item.completed_at = item.created_at
+        started = self._emission(active, "item/started", item)
+        item.completed_at = now_iso()  # as complete() stamps it
+        return item, [started, self._emission(active, "item/completed", item)]
+
     async def error(self, active: ActiveTurn, message: str, code: str, fatal: bool) -> None:
         await self.instant(active, "error", {"message": message, "code": code, "fatal": fatal})
 
     async def user_message(self, active: ActiveTurn, user: UserInput) -> None:
+        await self.journal.emit_all(active.thread_id, self.user_message_emissions(active, user))
+
+    def user_message_emissions(self, active: ActiveTurn, user: UserInput) -> list[Emission]:
+        """The ``userMessage`` item of ``user``'s input, to emit."""
         payload: dict[str, Any] = {
             "text": user.display_text,
             "deliveryMode": user.delivery_mode,
@@ -129,7 +143,7 @@ class ItemLog:
                 }
             )
             payload = {key: value for key, value in payload.items() if value is not None}
-        await self.instant(active, "userMessage", payload)
+        return self.instant_emissions(active, "userMessage", payload)[1]
 
     async def text_delta(self, active: ActiveTurn, item: ItemRecord, text: str) -> None:
         """Append streamed text to an open item and send the delta."""
