@@ -288,7 +288,8 @@ class ExternalRuns:
             on_stage=lambda text: stage(active, text),
         )
         if result.input_tokens or result.output_tokens:
-            await engine.items.usage(active, Usage(result.input_tokens, result.output_tokens))
+            engine.items.usage(active, Usage(result.input_tokens, result.output_tokens))
+            await engine.items.flush(active)
             if parent_turn is not None and parent_turn.record.completed_at is None:
                 # The parent turn that started it still runs: it counts them too.
                 parent_turn.input_tokens += result.input_tokens

@@ -906,3 +906,47 @@ async def test_only_a_later_turn_reads_the_earlier_ones(
             ]
             # The second request carried the first turn too.
             assert usage[-1]["inputTokens"] > usage[0]["inputTokens"]
+
+
+async def test_usage_keeps_its_place_among_the_turns_events(workspace: Path) -> None:
+    """A model call's usage goes out with what follows it (the response's items
+    closing, the turn's end: one commit), never after text streamed later, and
+    its totals are the turn's."""
+    from appserver.providers.base import ModelRequest, Stop, TextDelta, Usage
+
+    class UsageMidway:
+        default_model = "midway"
+
+        async def stream(self, request: ModelRequest) -> Any:
+            yield TextDelta("before ")
+            yield Usage(5, 1)  # reported mid-stream (as some providers do)
+            yield TextDelta("after")
+            yield Usage(0, 2)
+            yield Stop("end_turn")
+
+    with anyio.fail_after(15):
+        async with (
+            running_server("memory", workspace, provider=UsageMidway()) as sut,
+            sut.connect() as client,
+        ):
+            thread_id = await new_thread(client)
+            mark = client.mark()
+            turn_id = await start_turn(client, thread_id, "hello")
+            terminal = await wait_terminal(client, turn_id, start=mark)
+            methods = [m.get("method") for m in client.messages[mark:] if "method" in m]
+            events = [
+                m
+                for m in methods
+                if m in ("item/usage/delta", "item/agentMessage/delta", "item/completed")
+                or (m or "").startswith("turn/")
+            ]
+            assert events[-6:] == [
+                "item/agentMessage/delta",  # "before "
+                "item/usage/delta",  # the first report, before the text after it
+                "item/agentMessage/delta",  # "after"
+                "item/usage/delta",
+                "item/completed",  # the agentMessage
+                "turn/completed",
+            ]
+            usage = terminal["params"]["turn"]["tokenUsage"]
+            assert (usage["inputTokens"], usage["outputTokens"]) == (5, 3)

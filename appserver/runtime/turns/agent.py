@@ -264,7 +264,7 @@ class AgentLoop:
                     await items.complete(active, item)
                     calls.append(event.call)
                 elif isinstance(event, Usage):
-                    await items.usage(active, event)
+                    items.usage(active, event)
                 elif isinstance(event, ProviderError):
                     raise TurnFailure(
                         f"model provider error ({event.kind}): {event.message}",
@@ -274,7 +274,10 @@ class AgentLoop:
                     break
         for open_item in (reasoning_item, text_item):
             if open_item is not None and open_item.id in active.open_items:
-                await items.complete(active, open_item)
+                active.held.append(items.completion(active, open_item))
+        if calls:
+            await items.flush(active)  # before the tools: what they announce comes after
+        # (No call: the turn ends now, and these close with it, in one commit.)
         text = str(text_item.payload.get("text", "")) if text_item is not None else ""
         if text or calls:
             # Text and tool calls of one response are one assistant message.

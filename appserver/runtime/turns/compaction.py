@@ -90,7 +90,8 @@ class Compactor:
                 if isinstance(event, TextDelta):
                     parts.append(event.text)
                 elif isinstance(event, Usage):
-                    await self.items.usage(active, event)
+                    self.items.usage(active, event)
+                    await self.items.flush(active)
                 elif isinstance(event, ProviderError):
                     await self._event(active, "compactFailed", message=event.message)
                     raise TurnFailure(

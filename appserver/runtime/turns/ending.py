@@ -110,10 +110,11 @@ class TurnEnding:
         """Close open items, persist, emit the one terminal event, free the thread."""
         settled = False
         try:
-            end = await self._end_of(active)
-            # The terminal event and the thread's idle flags: one commit.
+            end = self._end_of(active)
+            # What the turn held, the items it leaves open, its terminal event and
+            # the thread's idle flags: one commit.
             idle = self.runtimes.running_changed(active.thread_id, False)
-            await self.journal.emit_all(active.thread_id, [end, idle] if idle else [end])
+            await self.journal.emit_all(active.thread_id, [*end, idle] if idle else end)
             await self.runtimes.settle_running(active.thread_id, False, idle)
             settled = True
         except Exception:
@@ -138,13 +139,14 @@ class TurnEnding:
                 except Exception:
                     log.exception("turn listener failed")
 
-    async def _end_of(self, active: ActiveTurn) -> Emission:
-        """Close the turn's open items; its terminal event, to emit."""
+    def _end_of(self, active: ActiveTurn) -> list[Emission]:
+        """What the turn held, its open items closed, and its terminal event: to emit."""
         record = active.record
         if record.status == "running":
             record.status = "cancelled"  # the scope was cancelled (interrupt, shutdown)
+        closing = self.items.take_held(active)
         for item in list(active.open_items.values()):
-            await self.items.complete(active, item)  # keep the text streamed so far
+            closing.append(self.items.completion(active, item))  # the text streamed so far
         record.completed_at = now_iso()
         record.token_usage = {
             "inputTokens": active.input_tokens,
@@ -178,7 +180,7 @@ class TurnEnding:
                 listener(active)
             except Exception:
                 log.exception("turn closing listener failed")
-        return Emission(kind, params, include=tuple(active.watchers), turn=record)
+        return [*closing, Emission(kind, params, include=tuple(active.watchers), turn=record)]
 
 
 def log_turn_end(active: ActiveTurn, started: float, error_kind: str | None) -> None:

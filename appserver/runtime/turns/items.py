@@ -67,14 +67,37 @@ class ItemLog:
         return item
 
     async def complete(self, active: ActiveTurn, item: ItemRecord) -> None:
+        await self._commit(active, [self.completion(active, item)])
+
+    def completion(self, active: ActiveTurn, item: ItemRecord) -> Emission:
+        """Close ``item``; its ``item/completed``, to emit."""
         item.status = "completed"
         item.completed_at = now_iso()
         active.open_items.pop(item.id, None)
-        await self._announce(active, "item/completed", item)
+        return self._emission(active, "item/completed", item)
 
     async def _announce(self, active: ActiveTurn, kind: str, item: ItemRecord) -> None:
         """Store the item and announce it (stored first: read-your-writes)."""
-        await self.journal.emit_all(active.thread_id, [self._emission(active, kind, item)])
+        await self._commit(active, [self._emission(active, kind, item)])
+
+    async def _commit(self, active: ActiveTurn, emissions: list[Emission]) -> None:
+        """Emit ``emissions`` after what the turn holds (:attr:`ActiveTurn.held`),
+        in one commit: nothing overtakes what is held."""
+        group = [*active.held, *emissions]
+        active.held.clear()
+        if group:
+            await self.journal.emit_all(active.thread_id, group)
+
+    async def flush(self, active: ActiveTurn) -> None:
+        """Emit what the turn holds, if anything."""
+        await self._commit(active, [])
+
+    @staticmethod
+    def take_held(active: ActiveTurn) -> list[Emission]:
+        """What the turn holds, to emit with its end."""
+        held = list(active.held)
+        active.held.clear()
+        return held
 
     @staticmethod
     def _emission(active: ActiveTurn, kind: str, item: ItemRecord) -> Emission:
@@ -94,7 +117,7 @@ class ItemLog:
         """An item created already complete (user message, approvals, errors)."""
         if between is None:  # nothing comes between: its two events are one commit
             item, emissions = self.instant_emissions(active, kind, payload)
-            await self.journal.emit_all(active.thread_id, emissions)
+            await self._commit(active, emissions)
             return item
         item = self.new(active, kind, payload)
         item.status = "completed"
@@ -120,7 +143,7 @@ class ItemLog:
         await self.instant(active, "error", {"message": message, "code": code, "fatal": fatal})
 
     async def user_message(self, active: ActiveTurn, user: UserInput) -> None:
-        await self.journal.emit_all(active.thread_id, self.user_message_emissions(active, user))
+        await self._commit(active, self.user_message_emissions(active, user))
 
     def user_message_emissions(self, active: ActiveTurn, user: UserInput) -> list[Emission]:
         """The ``userMessage`` item of ``user``'s input, to emit."""
@@ -149,6 +172,8 @@ class ItemLog:
         """Append streamed text to an open item and send the delta."""
         if not text:
             return  # empty deltas are never sent
+        if active.held:  # (a usage reported before more text) goes first
+            await self.flush(active)
         append_text(item.payload, "text", text)
         item.status = "streaming"
         kind, delta_kind = DELTA_KINDS[item.type]
@@ -224,6 +249,8 @@ class ItemLog:
         **fields: str | None,
     ) -> None:
         """Number and send one delta of ``item`` (``fields``: the delta's extras)."""
+        if active.held:
+            await self.flush(active)
         await self.journal.emit_delta(
             active.thread_id,
             item.id,
@@ -240,19 +267,23 @@ class ItemLog:
             turn_id=active.record.id,
         )
 
-    async def usage(self, active: ActiveTurn, usage: Usage) -> None:
+    def usage(self, active: ActiveTurn, usage: Usage) -> None:
+        """Count a model call's usage; its ``item/usage/delta`` is held for the
+        turn's next commit (a provider reports usage as its response ends, and
+        what comes next is the response's items closing, or the turn's end)."""
         active.input_tokens += usage.input_tokens
         active.output_tokens += usage.output_tokens
-        await self.journal.emit(
-            active.thread_id,
-            "item/usage/delta",
-            turn_wire.UsageDeltaNotification(
-                thread_id=active.thread_id,
-                turn_id=active.record.id,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                total_input_tokens=active.input_tokens,
-                total_output_tokens=active.output_tokens,
-            ),
-            include=active.watchers,
+        active.held.append(
+            Emission(
+                "item/usage/delta",
+                turn_wire.UsageDeltaNotification(
+                    thread_id=active.thread_id,
+                    turn_id=active.record.id,
+                    input_tokens=usage.input_tokens,
+                    output_tokens=usage.output_tokens,
+                    total_input_tokens=active.input_tokens,
+                    total_output_tokens=active.output_tokens,
+                ),
+                include=tuple(active.watchers),
+            )
         )

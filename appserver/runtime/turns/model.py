@@ -10,6 +10,7 @@ from anyio.abc import TaskGroup
 
 from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message
+from appserver.runtime.emissions import Emission
 from appserver.runtime.engine_config import EngineConfig as EngineConfig  # (its home)
 from appserver.runtime.events import Participant
 from appserver.runtime.turns.turn_diff import TurnDiff
@@ -85,6 +86,9 @@ class ActiveTurn:
     instructions: list[str] = field(default_factory=list)  # extra system text for this turn
     # What the turn's file tools changed (turn/diff/updated); made at the first change.
     file_changes: TurnDiff | None = None
+    # Lifecycle events held for the turn's next commit (turns/items.py): a model
+    # call's usage, and the items its last response closes, go with the turn's end.
+    held: list[Emission] = field(default_factory=list)
 
     @property
     def thread_id(self) -> str:
