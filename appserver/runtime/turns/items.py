@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import anyio
+
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.encoding import dumps_text, model_json
 from appserver.protocol.ids import now_iso
@@ -83,9 +85,16 @@ class ItemLog:
     async def _commit(self, active: ActiveTurn, emissions: list[Emission]) -> None:
         """Emit ``emissions`` after what the turn holds (:attr:`ActiveTurn.held`),
         in one commit: nothing overtakes what is held."""
+        if not active.held:
+            if emissions:
+                await self.journal.emit_all(active.thread_id, emissions)
+            return
         group = [*active.held, *emissions]
         active.held.clear()
-        if group:
+        # Shielded: what was held is out of the turn's open items already (an
+        # interrupt here would lose an item's completion, which the turn's end
+        # could no longer close).
+        with anyio.CancelScope(shield=True):
             await self.journal.emit_all(active.thread_id, group)
 
     async def flush(self, active: ActiveTurn) -> None:
