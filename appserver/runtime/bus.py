@@ -36,11 +36,15 @@ class EventBus:
         self.on_oldest_left: list[Callable[[int | None], None]] = []
         self._subscribers: dict[str, set[Participant]] = {}
         self._subscriptions: dict[Participant, set[str]] = {}
+        # (kind, topic) -> the joined participants that want it, and the marks of
+        # those that do not: until someone joins or leaves (see ``joined_receivers``).
+        self._wanting: dict[tuple[str, str | None], tuple[list[Participant], list[int]]] = {}
 
     def join(self, participant: Participant) -> None:
         """``participant`` receives broadcasts from now on."""
         if participant not in self.marks:
             self.marks[participant] = next(self._next_mark)
+            self._wanting.clear()
 
     def mark_now(self) -> int:
         """A mark above every participant joined so far (and below later ones)."""
@@ -49,7 +53,8 @@ class EventBus:
     def leave(self, participant: Participant) -> None:
         """Forget a participant that left and cancel its subscriptions."""
         oldest = next(iter(self.marks), None) is participant
-        self.marks.pop(participant, None)
+        if self.marks.pop(participant, None) is not None:
+            self._wanting.clear()
         if oldest:
             now_oldest = next(iter(self.marks.values()), None)
             for forget in self.on_oldest_left:
@@ -88,6 +93,31 @@ class EventBus:
         """Drop a deleted thread's subscriptions."""
         for participant in self._subscribers.pop(thread_id, set()):
             self._subscriptions.get(participant, set()).discard(thread_id)
+
+    def joined_receivers(
+        self, kind: str, topic: str | None, skip: Set[Participant]
+    ) -> tuple[list[Participant], list[int]]:
+        """The joined participants outside ``skip`` that want a broadcast of
+        ``kind`` (and ``topic``), and the join marks of every joined participant
+        that does not.
+
+        Asked once per kind and topic until someone joins or leaves, not once
+        per event and participant: a broadcast to 200 connections filters a
+        cached list. So a participant's ``wants`` must not change while it is
+        joined (a connection's opt-outs are fixed at ``initialize``, before it
+        joins; a face's hidden topics when it is made)."""
+        found = self._wanting.get((kind, topic))
+        if found is None:
+            wanting: list[Participant] = []
+            unwanting: list[int] = []
+            for participant, mark in self.marks.items():
+                if participant.wants(kind, topic):
+                    wanting.append(participant)
+                else:
+                    unwanting.append(mark)
+            found = self._wanting[(kind, topic)] = (wanting, unwanting)
+        wanting, unwanting = found
+        return [p for p in wanting if p not in skip] if skip else list(wanting), list(unwanting)
 
     def targets(
         self,

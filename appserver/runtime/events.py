@@ -161,7 +161,10 @@ class Participant(Protocol):
         """The client is gone; nothing more reaches it."""
 
     def wants(self, kind: str, topic: str | None) -> bool:
-        """Whether an event of ``kind`` (and ``topic``) should reach this client."""
+        """Whether an event of ``kind`` (and ``topic``) should reach this client.
+        Fixed while the participant is joined to the bus, which keeps the
+        answers for broadcasts (:meth:`EventBus.joined_receivers
+        <appserver.runtime.bus.EventBus.joined_receivers>`)."""
 
     def deliver(self, event: Event) -> None:
         """Queue ``event`` for the client (never blocks)."""

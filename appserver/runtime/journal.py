@@ -17,7 +17,6 @@ encoded is each front door's business.
 
 from __future__ import annotations
 
-import bisect
 import weakref
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Sequence
@@ -31,6 +30,7 @@ from appserver.protocol.turns import DeltaNotification
 from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_owner, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
+from appserver.runtime.seq_ranges import SeqRanges
 from appserver.runtime.shared_feed import Pending
 from appserver.storage.events import EventRepository
 from appserver.storage.records import ItemRecord, TurnRecord
@@ -38,46 +38,8 @@ from appserver.storage.records import ItemRecord, TurnRecord
 if TYPE_CHECKING:
     from appserver.runtime.shared_log import SharedLog
 
-SEEN_RANGES = 256  # separate runs of seqs remembered per (connection, thread)
 SEEN_BROADCASTS = 1024  # broadcasts per thread whose recipients are remembered
 _SMALL_SEEN = 8  # up to this many seen seqs per (connection, thread) are a plain tuple
-
-
-class SeqRanges:
-    """A set of seqs stored as sorted, merged ``[first, last]`` runs.
-
-    A connection that watches a turn receives long unbroken runs of seqs, so
-    this stays tiny however long the turn; only the oldest runs are dropped
-    past :data:`SEEN_RANGES`.
-    """
-
-    __slots__ = ("_firsts", "_lasts")
-
-    def __init__(self) -> None:
-        self._firsts: list[int] = []
-        self._lasts: list[int] = []
-
-    def add(self, seq: int) -> None:
-        if self._lasts and seq == self._lasts[-1] + 1:
-            self._lasts[-1] = seq  # the common case: the next seq of a run
-            return
-        if self._lasts and seq > self._lasts[-1]:
-            self._firsts.append(seq)
-            self._lasts.append(seq)
-        elif seq not in self:
-            index = bisect.bisect_left(self._firsts, seq)
-            self._firsts.insert(index, seq)
-            self._lasts.insert(index, seq)
-        else:
-            return
-        if len(self._firsts) > SEEN_RANGES:
-            del self._firsts[0], self._lasts[0]
-
-    def __contains__(self, seq: object) -> bool:
-        if not isinstance(seq, int):
-            return False
-        index = bisect.bisect_right(self._firsts, seq) - 1
-        return index >= 0 and seq <= self._lasts[index]
 
 
 class ThreadJournal:
@@ -327,23 +289,24 @@ class ThreadJournal:
         seq = event.seq
         assert thread_id is not None and seq is not None
         bus = self.bus
-        if broadcast:
-            exclude = tuple(exclude)
-        targets = bus.targets(
-            thread_id=thread_id, broadcast=broadcast, include=include, exclude=exclude
-        )
-        if not targets:
-            return
-        floors = self.shared.floors if self.shared is not None else None
         kind, topic = event.kind, event.topic
         marks = bus.marks
         subscribed = bus.subscribed(thread_id)
-        # Joined participants that did not get this broadcast while unsubscribed
-        # (excluded, not wanting it, or subscribed: a replay repeats what came
-        # while subscribed, as it always did); every other participant joined
-        # now got it. One record for the event, not one per connection.
-        missed = [marks[each] for each in exclude if each in marks] if broadcast else []
+        missed: list[int] = []  # (see the record below)
         receivers: list[Participant] = []
+        if broadcast:
+            exclude = tuple(exclude)
+            # One by one below: the thread's subscribers (a subscribe replay may have
+            # sent them this event: nodes sharing a database) and those named; every
+            # other joined participant as the bus keeps them, filtered once.
+            targets = {*subscribed, *include}.difference(exclude)
+            receivers, missed = bus.joined_receivers(kind, topic, targets.union(exclude))
+            missed += [marks[each] for each in exclude if each in marks]
+        else:
+            targets = bus.targets(thread_id=thread_id, include=include, exclude=exclude)
+            if not targets:
+                return
+        floors = self.shared.floors if self.shared is not None else None
         for participant in targets:
             # Only a broadcast to a joined participant is remembered by its mark.
             mark = marks.get(participant) if broadcast else None
@@ -362,7 +325,12 @@ class ThreadJournal:
             elif mark is None:
                 self._remember(participant, thread_id, seq)
         deliver_to(event, receivers)
-        if broadcast and marks:  # with nobody joined there is nobody to remember it for
+        # Joined participants that did not get this broadcast while unsubscribed
+        # (excluded, not wanting it, or subscribed: a replay repeats what came
+        # while subscribed, as it always did); every other participant joined
+        # now got it. One record for the event, not one per connection (with
+        # nobody joined there is nobody to remember it for).
+        if broadcast and marks:
             records = self._broadcasts.get(thread_id)
             if records is None:
                 records = self._broadcasts[thread_id] = deque(maxlen=SEEN_BROADCASTS)
