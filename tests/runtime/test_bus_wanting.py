@@ -34,8 +34,8 @@ def names(participants: Any) -> list[str]:
 def test_asked_once_per_kind_until_someone_joins_or_leaves() -> None:
     bus = EventBus()
     a, b, quiet = client("a"), client("b"), client("quiet", frozenset({"thread/renamed"}))
-    for client in (a, b, quiet):
-        bus.join(client)
+    for each in (a, b, quiet):
+        bus.join(each)
     for _ in range(3):
         receivers, unwanting = bus.joined_receivers("thread/renamed", None, set())
         assert names(receivers) == ["a", "b"]
