@@ -141,9 +141,12 @@ class Threads:
         turns_cursor: str | None = None,
         hidden_item_types: Collection[str] = (),
         byte_budget: int | None = None,
+        fresh: bool = False,
     ) -> thread_wire.ThreadResult:
         """The thread as a typed ``Thread`` (with turns and items on request,
-        leaving out ``hidden_item_types``).
+        leaving out ``hidden_item_types``). ``fresh``: a thread just made here
+        and not announced yet, so nothing can be queued, planned or spawned on
+        it (no other node knows its id): those are not read.
 
         With ``byte_budget``, the page of turns ends early (newest turns kept,
         at least one, ``next_turns_cursor`` set) once its encoded turns would
@@ -167,7 +170,7 @@ class Threads:
                 if kept < len(turns):
                     turns = turns[len(turns) - kept :]
                     next_cursor = thread_turns_cursor(records[len(records) - kept].seq)
-        queue = await self.engine.inputs.look(thread.id)
+        queue = [] if fresh else await self.engine.inputs.look(thread.id)
         wire = thread_wire.Thread(
             id=thread.id,
             workspace_path=thread.workspace_path,
@@ -193,6 +196,8 @@ class Threads:
             queued_inputs=[entry.wire.to_wire() for entry in queue],
             turns=turns,
         )
+        if fresh:
+            return thread_wire.ThreadResult(thread=wire, next_turns_cursor=next_cursor)
         plan = await self.plans.load(thread.id)
         return thread_wire.ThreadResult(
             thread=wire,
@@ -272,7 +277,7 @@ class Threads:
         # left during thread/start), so other clients hear of what they can list.
         with anyio.CancelScope(shield=True):
             thread = await self._store_new(spec)
-            view = await self.announce_started(thread)
+            view = await self.announce_started(thread, fresh=True)
         return thread, view
 
     async def _store_new(self, spec: NewThread) -> ThreadRecord:
@@ -311,9 +316,12 @@ class Threads:
             raise RuntimeError("could not allocate a unique thread id")
         return thread
 
-    async def announce_started(self, thread: ThreadRecord) -> thread_wire.ThreadResult:
-        """Broadcast ``thread/started``; returns the view it carried."""
-        view = await self.view(thread)
+    async def announce_started(
+        self, thread: ThreadRecord, *, fresh: bool = False
+    ) -> thread_wire.ThreadResult:
+        """Broadcast ``thread/started``; returns the view it carried (``fresh``:
+        see :meth:`view`)."""
+        view = await self.view(thread, fresh=fresh)
         started = thread_wire.ThreadStartedNotification(thread_id=thread.id, thread=view.thread)
         await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
         return view

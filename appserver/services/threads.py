@@ -95,19 +95,17 @@ class ThreadService:
                 configuration=params.config.to_wire() if params.config is not None else None,
             )
         )
-        if params.dynamic_tools:
-            # This connection owns the thread's tools (item/tool/call goes to it).
-            await self.threads.engine.agent.tools.client_tools.declare(
-                thread.id,
-                [
-                    tool.model_dump(by_alias=True, exclude_none=True)
-                    for tool in params.dynamic_tools
-                ],
-                peer_of(ctx),
-            )
-        else:
-            # The starting connection is bound to the thread (ext/acp/* go to it).
-            self.threads.engine.agent.tools.client_tools.claim(thread.id, peer_of(ctx))
+        # This connection owns the thread's tools (item/tool/call goes to it) and
+        # is its bound client (ext/acp/* go to it). A new thread has no others
+        # stored: its first turn does not read them.
+        await self.threads.engine.agent.tools.client_tools.declare(
+            thread.id,
+            [
+                tool.model_dump(by_alias=True, exclude_none=True)
+                for tool in params.dynamic_tools or []
+            ],
+            peer_of(ctx),
+        )
         return view  # as announced: binding its tools changes nothing of it
 
     async def resume(

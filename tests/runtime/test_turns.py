@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from appserver.runtime.turns import EngineConfig
-from tests.conftest import BOTH_STORES
+from tests.conftest import BOTH_STORES, IDENTITY
 from tests.support.helpers import start_thread
 from tests.support.servers import ServerUnderTest, running_server
 from tests.support.turns import (
@@ -950,3 +950,41 @@ async def test_usage_keeps_its_place_among_the_turns_events(workspace: Path) -> 
             ]
             usage = terminal["params"]["turn"]["tokenUsage"]
             assert (usage["inputTokens"], usage["outputTokens"]) == (5, 3)
+
+
+async def test_a_new_thread_and_its_first_turn_read_nothing_they_cannot_have(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``thread/start`` answers with the view it announced, made without reading
+    a queue, a plan, SubAgent children or client tools that no one can have
+    given a thread nobody knows yet; ``thread/read`` still reads them."""
+    from appserver.storage.events import EventRepository
+    from appserver.storage.plans import PlanRepository
+    from appserver.storage.spawn_edges import SpawnEdgeRepository
+    from appserver.storage.threads import ThreadRepository
+
+    reads: list[str] = []
+
+    def counting(cls: Any, name: str) -> None:
+        original = getattr(cls, name)
+
+        async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            reads.append(name)
+            return await original(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, name, counted)
+
+    counting(EventRepository, "queue")
+    counting(PlanRepository, "get")
+    counting(SpawnEdgeRepository, "children")
+    counting(ThreadRepository, "dynamic_tools")
+    with anyio.fail_after(15):
+        async with running_server("memory", workspace) as sut, sut.connect() as client:
+            started = await client.request("thread/start", {"identity": IDENTITY})
+            assert started["thread"]["queuedInputs"] == []
+            assert "plan" not in started or started["plan"] is None
+            await run_turn(client, started["thread"]["id"], "one")
+            assert "dynamic_tools" not in reads
+            assert "get" not in reads and "children" not in reads
+            await client.request("thread/read", {"threadId": started["thread"]["id"]})
+            assert "get" in reads and "children" in reads
