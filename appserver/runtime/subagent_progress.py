@@ -113,6 +113,7 @@ class SubAgentProgress:
         tracked = self._turns.get(id(parent))
         if tracked is None:
             tracked = self._turns[id(parent)] = _ParentTurn(parent)
+            parent.announced_at_end = True  # its last snapshot (closing) after its items
         tracked.children[child_id] = _Child(child_id, label, run)
         if not tracked.ticking and parent.tg is not None:
             # In the parent turn's own task group: the ticks stop with its work.

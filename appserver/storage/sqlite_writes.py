@@ -40,7 +40,7 @@ log = logging.getLogger("appserver.storage")
 # short rows are mostly Python (~9 µs each here, ~37 ms for the largest), and on
 # the thread that Python holds the interpreter lock the loop needs all the same,
 # plus the trip and more checkpoints. A burst of 200 turns (batches of up to
-# ~1,400 rows) used ~11 % less CPU a turn than with 256, ~8 % less than with 1,024.
+# ~1,400 rows) used ~11 % less CPU a turn than with 256, ~3 % less than with 1,024.
 INLINE_MAX_ROWS = 4096
 INLINE_MAX_BYTES = 64 * 1024  # so does one carrying more text (an image, a long output)
 THREAD_EVERY = 64  # two batches in this many go to the thread (and its checkpoint)

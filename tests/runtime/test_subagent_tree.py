@@ -69,6 +69,15 @@ async def test_progress_the_parents_view_and_the_explorer_role(server: ServerUnd
             assert entry["label"] == "scout" and entry["childThreadId"] == child
             assert progress_of(client, turn_id)[-1]["threadId"] == parent
             assert last_progress_index(client, turn_id) < terminal_index(client, parent, turn_id)
+            # ... and after the parent's last answer (its usage and items come first).
+            answered = max(
+                index
+                for index, m in enumerate(client.messages)
+                if m.get("method") == "item/completed"
+                and (m["params"]["threadId"], m["params"]["turnId"]) == (parent, turn_id)
+                and m["params"]["item"]["type"] == "agentMessage"
+            )
+            assert answered < last_progress_index(client, turn_id)
 
             # A turn waiting on the child follows it to its end.
             wait_id, _ = await run_turn(client, parent, call("WaitAgent", childThreadId=child))

@@ -110,6 +110,10 @@ class TurnEnding:
         """Close open items, persist, emit the one terminal event, free the thread."""
         settled = False
         try:
+            if active.announced_at_end and (active.held or active.open_items):
+                # The closing listeners speak below: what the turn holds and the
+                # items it leaves open go out before them, as their own commit.
+                await self.journal.emit_all(active.thread_id, self._closing(active))
             end = self._end_of(active)
             # What the turn held, the items it leaves open, its terminal event and
             # the thread's idle flags: one commit.
@@ -139,14 +143,19 @@ class TurnEnding:
                 except Exception:
                     log.exception("turn listener failed")
 
+    def _closing(self, active: ActiveTurn) -> list[Emission]:
+        """What the turn held, and its open items closed (with the text streamed so far)."""
+        closing = self.items.take_held(active)
+        for item in list(active.open_items.values()):
+            closing.append(self.items.completion(active, item))
+        return closing
+
     def _end_of(self, active: ActiveTurn) -> list[Emission]:
         """What the turn held, its open items closed, and its terminal event: to emit."""
         record = active.record
         if record.status == "running":
             record.status = "cancelled"  # the scope was cancelled (interrupt, shutdown)
-        closing = self.items.take_held(active)
-        for item in list(active.open_items.values()):
-            closing.append(self.items.completion(active, item))  # the text streamed so far
+        closing = self._closing(active)
         record.completed_at = now_iso()
         record.token_usage = {
             "inputTokens": active.input_tokens,

@@ -89,6 +89,9 @@ class ActiveTurn:
     # Lifecycle events held for the turn's next commit (turns/items.py): a model
     # call's usage, and the items its last response closes, go with the turn's end.
     held: list[Emission] = field(default_factory=list)
+    # Something announces its own last word on this turn as it ends (SubAgent
+    # progress): what the turn holds goes out first, in a commit of its own.
+    announced_at_end: bool = False
 
     @property
     def thread_id(self) -> str:
