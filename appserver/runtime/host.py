@@ -123,6 +123,7 @@ class Runtime:
             self.engine.inputs.reload = True
             self.engine.busy_elsewhere = self.threads.running_anywhere
             self.engine.inputs.lock = self.cluster.store.thread_lock
+            self.engine.inputs.forget_lock = self.cluster.store.forget_thread_lock
             self.cluster.commands["interrupt"] = self.turns.on_interrupt
             self.cluster.commands["steer"] = self.turns.on_steer
             self.cluster.wire_approvals(self.approvals)

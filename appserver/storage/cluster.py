@@ -338,6 +338,9 @@ class ClusterStore:
         )
         return None if row is None else (row[0], row[1])
 
+    def forget_thread_lock(self, thread_id: str) -> None:
+        """Nothing to remove: advisory locks leave no trace."""
+
     @asynccontextmanager
     async def thread_lock(self, thread_id: str) -> AsyncIterator[None]:
         """Hold the thread's advisory lock: one node at a time changes its queue.

@@ -18,6 +18,7 @@ of several sweepers exactly one claims each orphaned turn.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -264,8 +265,13 @@ class SqliteClusterStore:
 
     def _lock_file(self, thread_id: str) -> int:
         """The thread's lock file (a plain file of its own, never through a link)."""
-        name = hashlib.sha256(thread_id.encode()).hexdigest()[:32] + ".lock"
-        return open_lock_file(self.locks_dir, name)
+        return open_lock_file(self.locks_dir, _lock_name(thread_id))
+
+    def forget_thread_lock(self, thread_id: str) -> None:
+        """Remove a deleted thread's lock file, if it has one (a process still
+        holding it keeps an unlinked file: nothing is left to guard)."""
+        with contextlib.suppress(OSError):
+            (self.locks_dir / _lock_name(thread_id)).unlink()
 
     # --- commands between processes ----------------------------------------------------
 
@@ -463,3 +469,7 @@ def _take_commands(conn: sqlite3.Connection, node_id: str) -> list[tuple[str, di
         (node_id,),
     ).fetchall()
     return [(row[1], json.loads(row[2])) for row in sorted(rows, key=lambda row: row[0])]
+
+
+def _lock_name(thread_id: str) -> str:
+    return hashlib.sha256(thread_id.encode()).hexdigest()[:32] + ".lock"

@@ -318,3 +318,33 @@ async def test_interrupted_turn_does_not_consume_the_queue(server: ServerUnderTe
                 "turn/queue/remove", {"threadId": thread_id, "queuedInputId": queued["id"]}
             )
             assert result["queuedInputs"] == []
+
+
+async def test_a_deleted_threads_lock_file_goes_with_it(server: ServerUnderTest) -> None:
+    """A thread whose queue was used has a lock file (processes sharing the
+    workspace take turns on its queue); deleting the thread removes it, and a
+    turn that leaves nothing queued makes none."""
+    locks = server.workspace / ".craft" / "locks"
+
+    def lock_files() -> set[str]:
+        return {path.name for path in locks.glob("*.lock")} if locks.exists() else set()
+
+    with anyio.fail_after(15):
+        async with server.connect() as client:
+            quiet = await new_thread(client)
+            mark = client.mark()
+            await wait_terminal(client, await start_turn(client, quiet, "hello"), start=mark)
+            before = lock_files()  # nothing queued: no lock was taken for it
+
+            thread_id = await new_thread(client)
+            mark = client.mark()
+            first = await start_turn(client, thread_id, SLOW)
+            await enqueue(client, thread_id, "next")
+            await wait_terminal(client, first, start=mark)
+            second = await client.notification(
+                "turn/started", start=mark, where=lambda p: p["turn"]["id"] != first
+            )
+            await wait_terminal(client, second["turn"]["id"], start=mark)
+            assert len(lock_files() - before) == 1
+            await client.request("thread/delete", {"threadId": thread_id})
+            assert lock_files() - before == set()

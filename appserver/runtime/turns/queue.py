@@ -33,6 +33,8 @@ class InputQueues:
         # across nodes (set to ClusterStore.thread_lock).
         self.reload = False
         self.lock: Callable[[str], AbstractAsyncContextManager[None]] = _no_lock
+        # And what a deleted thread's lock leaves behind (a lock file) is removed.
+        self.forget_lock: Callable[[str], None] = _nothing_left
 
     def loaded(self, thread_id: str) -> list[QueuedInput] | None:
         """The queue if it is in memory (``None``: not loaded yet)."""
@@ -131,7 +133,9 @@ class InputQueues:
         )
 
     def forget(self, thread_id: str) -> None:
+        """A deleted thread: its queue, and its lock's file if it has one."""
         self.queues.pop(thread_id, None)
+        self.forget_lock(thread_id)
 
 
 def pause_after(active: ActiveTurn) -> turn_wire.QueuePause | None:
@@ -152,3 +156,7 @@ def pause_after(active: ActiveTurn) -> turn_wire.QueuePause | None:
 async def _no_lock(thread_id: str) -> AsyncIterator[None]:
     """One node: the callers' own sequencing is enough."""
     yield
+
+
+def _nothing_left(thread_id: str) -> None:
+    """One node: its lock leaves nothing behind."""
