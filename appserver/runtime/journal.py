@@ -31,7 +31,7 @@ from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_owner, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
 from appserver.runtime.seq_ranges import SeqRanges
-from appserver.runtime.shared_feed import Pending
+from appserver.runtime.shared_feed import Pending, stored_event
 from appserver.storage.events import EventRepository
 from appserver.storage.records import ItemRecord, TurnRecord
 
@@ -419,14 +419,7 @@ class ThreadJournal:
         Call under :meth:`lock` to keep live delivery from interleaving.
         """
         entries: list[Event] = [
-            Event(
-                stored.method,
-                None,
-                thread_id=thread_id,
-                seq=stored.seq,
-                topic=stored.topic,
-                params_json=stored.params_json,
-            )
+            stored_event(thread_id, stored)
             for stored in await self.events.events_after(thread_id, after_seq)
         ]
         for deltas in self._streaming.get(thread_id, {}).values():

@@ -10,6 +10,7 @@ from typing import Any
 
 from appserver.runtime.events import Event, Participant
 from appserver.storage.cluster_common import SharedEvent
+from appserver.storage.events import StoredEvent
 
 
 @dataclass(eq=False)
@@ -72,14 +73,15 @@ def turn_id_of(params: Any) -> str | None:
     return found if isinstance(found, str) else None
 
 
-def stored_event(thread_id: str, row: SharedEvent) -> Event:
-    """An event read back from the log (its params as stored)."""
+def stored_event(thread_id: str, row: SharedEvent | StoredEvent) -> Event:
+    """An event read back from the shared log or one node's event log (its
+    params as stored)."""
     return Event(
         row.method,
         None,
         thread_id=thread_id,
         seq=row.seq,
         topic=row.topic,
-        stream=row.stream,
+        stream=getattr(row, "stream", None),
         params_json=row.params_json,
     )

@@ -89,8 +89,7 @@ class ItemLog:
             if emissions:
                 await self.journal.emit_all(active.thread_id, emissions)
             return
-        group = [*active.held, *emissions]
-        active.held.clear()
+        group = [*self.take_held(active), *emissions]
         # Shielded: what was held is out of the turn's open items already (an
         # interrupt here would lose an item's completion, which the turn's end
         # could no longer close).
@@ -128,9 +127,7 @@ class ItemLog:
             item, emissions = self.instant_emissions(active, kind, payload)
             await self._commit(active, emissions)
             return item
-        item = self.new(active, kind, payload)
-        item.status = "completed"
-        item.completed_at = item.created_at
+        item = self._new_complete(active, kind, payload)
         await self.start(active, item)
         await between(item)
         await self.complete(active, item)
@@ -141,12 +138,16 @@ class ItemLog:
     ) -> tuple[ItemRecord, list[Emission]]:
         """A complete item and its ``item/started`` and ``item/completed``, to emit
         (its own commit, or with others: a turn's opening)."""
-        item = self.new(active, kind, payload)
-        item.status = "completed"
-        item.completed_at = item.created_at
+        item = self._new_complete(active, kind, payload)
         started = self._emission(active, "item/started", item)
         item.completed_at = now_iso()  # as complete() stamps it
         return item, [started, self._emission(active, "item/completed", item)]
+
+    def _new_complete(self, active: ActiveTurn, kind: str, payload: dict[str, Any]) -> ItemRecord:
+        item = self.new(active, kind, payload)
+        item.status = "completed"
+        item.completed_at = item.created_at
+        return item
 
     async def error(self, active: ActiveTurn, message: str, code: str, fatal: bool) -> None:
         await self.instant(active, "error", {"message": message, "code": code, "fatal": fatal})
