@@ -23,12 +23,17 @@ import sys
 import time
 
 # Net container allocations between two young-generation collections once the
-# process serves (CPython's default: 700). A request or a streamed event makes
-# and drops many short-lived containers; at 700, a burst of 200 clients' turns
-# spent ~9 % of the server's CPU in the collector (perf, 2026-11-29), ~2.5 %
-# at 10,000. The cost: at most ~10,000 more objects waiting for a collection
-# (a few MB); the older generations keep their defaults.
-YOUNG_THRESHOLD = 10_000
+# process serves (CPython's default: 700). A turn leaves no cyclic garbage (a
+# server kept 200 turns' collections with DEBUG_SAVEALL: none), so what a young
+# collection walks is the live objects of the requests and turns in flight,
+# which it only moves on. A burst of 200 clients' turns holds ~70,000 of them:
+# at 700 it spent ~9 % of the server's CPU in the collector, at 10,000 ~5 %
+# (24 collections a 600-turn run, 2-17 ms each), at 100,000 none.
+# What it costs: cyclic garbage (a failure's traceback, a closed connection's
+# tasks) waits longer to be freed, at most this many objects (~10-20 MB), and
+# one collection, when it comes, walks more (~25 ms); the older generations
+# keep their defaults.
+YOUNG_THRESHOLD = 100_000
 
 # Where a clock without /proc starts: the first import of this module, early in
 # the entry point (only the interpreter's own start-up comes before it).
