@@ -18,7 +18,6 @@ encoded is each front door's business.
 from __future__ import annotations
 
 import weakref
-from collections import deque
 from collections.abc import Callable, Container, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +26,7 @@ import anyio
 from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
+from appserver.runtime.broadcast_records import REMEMBERED_THREADS, BroadcastRecords
 from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_owner, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
@@ -38,8 +38,8 @@ from appserver.storage.records import ItemRecord, TurnRecord
 if TYPE_CHECKING:
     from appserver.runtime.shared_log import SharedLog
 
-SEEN_BROADCASTS = 1024  # broadcasts per thread whose recipients are remembered
 _SMALL_SEEN = 8  # up to this many seen seqs per (connection, thread) are a plain tuple
+_NO_FLOORS: dict[str, int] = {}  # a participant's subscribe floors when it has none (never changed)
 
 
 class ThreadJournal:
@@ -59,15 +59,14 @@ class ThreadJournal:
         # Keyed by id(participant) (a weak-keyed dictionary cost a weakref per
         # lookup, once per broadcast per connection); an entry goes when its
         # participant does.
+        # The threads of each participant are bounded as the broadcasts' are
+        # (REMEMBERED_THREADS, least recent dropped: a later replay may repeat).
         self._seen: dict[int, dict[str, tuple[int, ...] | SeqRanges]] = {}
-        # Broadcasts, one record each: (seq, a join mark above everyone joined
-        # then, the marks of those joined then that did not get it). A
-        # participant joined now got it if its mark is below the second and not
-        # in the third (runtime/bus.py, ``marks``). Bounded per thread.
-        # When the oldest participant leaves, records older than everyone
-        # still joined go (nobody left can ask for them).
-        self._broadcasts: dict[str, deque[tuple[int, int, frozenset[int]]]] = {}
-        bus.on_oldest_left.append(self._forget_broadcasts)
+        # Who got each broadcast (runtime/broadcast_records.py). When the oldest
+        # participant leaves, records older than everyone still joined go
+        # (nobody left can ask for them).
+        self._broadcasts = BroadcastRecords()
+        bus.on_oldest_left.append(self._broadcasts.forget_before)
         # Set when nodes share a PostgreSQL database: the log numbers, stores
         # and delivers instead (runtime/shared_log.py).
         self.shared: SharedLog | None = None
@@ -274,7 +273,7 @@ class ThreadJournal:
         self._seq.pop(thread_id, None)
         self._locks.pop(thread_id, None)
         self._streaming.pop(thread_id, None)
-        self._broadcasts.pop(thread_id, None)
+        self._broadcasts.forget_thread(thread_id)
         if self.shared is not None:
             self.shared.forget_thread(thread_id)
 
@@ -310,7 +309,7 @@ class ThreadJournal:
         for participant in targets:
             # Only a broadcast to a joined participant is remembered by its mark.
             mark = marks.get(participant) if broadcast else None
-            if (floors and floors.get((id(participant), thread_id), 0) >= seq) or (
+            if (floors and floors.get(id(participant), _NO_FLOORS).get(thread_id, 0) >= seq) or (
                 not participant.wants(kind, topic)
             ):
                 # Not sent (a subscribe replay already sent it: nodes sharing a
@@ -331,20 +330,7 @@ class ThreadJournal:
         # now got it. One record for the event, not one per connection (with
         # nobody joined there is nobody to remember it for).
         if broadcast and marks:
-            records = self._broadcasts.get(thread_id)
-            if records is None:
-                records = self._broadcasts[thread_id] = deque(maxlen=SEEN_BROADCASTS)
-            records.append((seq, bus.mark_now(), frozenset(missed)))
-
-    def _forget_broadcasts(self, oldest: int | None) -> None:
-        """Drop the records of broadcasts sent before anyone still joined
-        (``oldest``: the oldest join mark still there; ``None``: nobody is)."""
-        for thread_id in list(self._broadcasts):
-            records = self._broadcasts[thread_id]
-            while records and (oldest is None or records[0][1] <= oldest):
-                records.popleft()
-            if not records:
-                del self._broadcasts[thread_id]
+            self._broadcasts.note(thread_id, seq, bus.mark_now(), missed)
 
     def _remember(self, participant: Participant, thread_id: str, seq: int) -> None:
         threads = self._seen.get(id(participant))
@@ -355,6 +341,8 @@ class ThreadJournal:
         # Most (participant, thread) pairs get a handful of events this way: a
         # tuple holds those without a SeqRanges (and its two lists) per pair.
         if seen is None:
+            if len(threads) >= REMEMBERED_THREADS:
+                del threads[next(iter(threads))]  # the thread it heard of first
             threads[thread_id] = (seq,)
         elif isinstance(seen, tuple):
             if len(seen) < _SMALL_SEEN:
@@ -371,13 +359,7 @@ class ThreadJournal:
         subscribed: a broadcast (while joined) or an event sent to it alone."""
         alone: Container[int] = self._seen.get(id(participant), {}).pop(thread_id, ())
         mark = self.bus.marks.get(participant)
-        got: set[int] = set()
-        if mark is not None:
-            got = {
-                seq
-                for seq, later, missed in self._broadcasts.get(thread_id, ())
-                if mark < later and mark not in missed
-            }
+        got = self._broadcasts.got(thread_id, mark) if mark is not None else set()
         return lambda seq: seq in got or seq in alone
 
     async def subscribe(

@@ -66,9 +66,10 @@ class SharedLog:
         self._forget_lock = forget_lock  # drops that lock while nobody holds it
         self._subscribers = subscribers
         self._feeds: dict[str, ThreadFeed] = {}
-        # Per (participant, thread): the last seq a subscribe replay covered;
-        # live delivery skips what it already sent.
-        self.floors: dict[tuple[int, str], int] = {}
+        # Per participant (by id) and thread: the last seq a subscribe replay
+        # covered; live delivery skips what it already sent. A participant's
+        # entry goes with it (one finalizer each, not one per thread).
+        self.floors: dict[int, dict[str, int]] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
         # Sees each event another node wrote before it is delivered here.
@@ -452,10 +453,11 @@ class SharedLog:
                 stored, last = await self.store.replay(thread_id, after_seq)
         finally:
             feed.subscribing -= 1
-        key = (id(participant), thread_id)
-        if key not in self.floors:
-            weakref.finalize(participant, self.floors.pop, key, None)
-        self.floors[key] = last
+        floors = self.floors.get(id(participant))
+        if floors is None:
+            floors = self.floors[id(participant)] = {}
+            weakref.finalize(participant, self.floors.pop, id(participant), None)
+        floors[thread_id] = last
         if feed.delivered is None and not feed.local and not feed.queue:
             feed.delivered = last
             feed.followed_from = last + 1

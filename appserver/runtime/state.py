@@ -46,7 +46,9 @@ _IDLE = ThreadRuntimeState()  # shared: wire models are never mutated after crea
 
 
 class RuntimeStates:
-    """Runtime flags of every thread that has (had) live work in this process."""
+    """Runtime flags of the threads with live work in this process. Idle is
+    every thread's default and is not kept: a server that ran a turn on each
+    of a million threads keeps the flags of those still busy only."""
 
     def __init__(self, journal: ThreadJournal) -> None:
         self._journal = journal
@@ -132,4 +134,6 @@ class RuntimeStates:
         before = flags.snapshot()
         mutate(flags)
         after = flags.snapshot()
+        if after == _IDLE:
+            del self._flags[thread_id]  # the default: keep nothing
         return after if after != before else None

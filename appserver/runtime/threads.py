@@ -389,7 +389,7 @@ class Threads:
     def unsubscribe(self, thread_id: str, participant: Participant) -> None:
         self.bus.unsubscribe(thread_id, participant)
         if self.journal.shared is not None:
-            self.journal.shared.floors.pop((id(participant), thread_id), None)
+            self.journal.shared.floors.get(id(participant), {}).pop(thread_id, None)
 
     async def _set_status(self, thread: ThreadRecord, status: str) -> None:
         previous = thread.status

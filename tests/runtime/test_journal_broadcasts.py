@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from appserver.protocol.base import WireModel
+from appserver.runtime import broadcast_records
 from appserver.runtime.bus import EventBus
 from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
@@ -26,18 +27,20 @@ class MemoryEvents:
     """The journal's event store, in a list."""
 
     def __init__(self) -> None:
-        self.stored: list[StoredEvent] = []
+        self.stored: dict[str, list[StoredEvent]] = {}
 
     async def last_seq(self, thread_id: str) -> int:
-        return self.stored[-1].seq if self.stored else 0
+        stored = self.stored.get(thread_id)
+        return stored[-1].seq if stored else 0
 
     async def record(
         self, thread_id: str, seq: int, method: str, params_json: str | None, *_: Any, **__: Any
     ) -> None:
-        self.stored.append(StoredEvent(seq, method, None, params_json or "{}"))
+        event = StoredEvent(seq, method, None, params_json or "{}")
+        self.stored.setdefault(thread_id, []).append(event)
 
     async def events_after(self, thread_id: str, after_seq: int) -> list[StoredEvent]:
-        return [event for event in self.stored if event.seq > after_seq]
+        return [event for event in self.stored.get(thread_id, []) if event.seq > after_seq]
 
 
 class Client:
@@ -108,10 +111,10 @@ async def test_records_go_once_nobody_joined_then_is_left() -> None:
     first = await rename(log, "one")
     log.bus.join(newer)
     second = await rename(log, "two")
-    assert len(log._broadcasts[THREAD]) == 2
+    assert len(log._broadcasts.records(THREAD)) == 2
     log.bus.leave(oldest)
     # Only the second can matter to anyone still joined.
-    assert [record[0] for record in log._broadcasts[THREAD]] == [second]
+    assert [record[0] for record in log._broadcasts.records(THREAD)] == [second]
     assert await replay_to(log, newer) == [first]
     log.bus.leave(newer)
     assert THREAD not in log._broadcasts
@@ -124,7 +127,7 @@ async def test_a_participant_that_is_not_the_oldest_leaving_keeps_the_records() 
     log.bus.join(newer)
     first = await rename(log, "one")
     log.bus.leave(newer)
-    assert [record[0] for record in log._broadcasts[THREAD]] == [first]
+    assert [record[0] for record in log._broadcasts.records(THREAD)] == [first]
     assert await replay_to(log, oldest) == []
 
 
@@ -135,3 +138,41 @@ async def test_a_broadcast_with_nobody_joined_is_not_recorded() -> None:
     seq = await rename(log, "one")
     assert subscriber.got == [seq]
     assert THREAD not in log._broadcasts
+
+
+async def test_records_are_bounded_by_thread_and_a_dropped_one_repeats_never_misses(
+    monkeypatch: Any,
+) -> None:
+    """A server whose clients stay connected keeps the records of the most
+    recently broadcast threads only: an older thread's replay then repeats the
+    broadcasts the participant got (a duplicate, never a gap)."""
+    monkeypatch.setattr(broadcast_records, "REMEMBERED_THREADS", 2)
+    log = journal()
+    client = Client("client")
+    log.bus.join(client)
+    first = await rename(log, "one")  # on THREAD
+    for other in ("thread_2", "thread_3"):
+        await log.emit(other, "thread/renamed", Renamed(display_name=other), broadcast=True)
+    assert THREAD not in log._broadcasts and len(log._broadcasts) == 2
+    assert await replay_to(log, client) == [first]  # got it live; repeated, not lost
+
+
+async def test_records_of_a_thread_are_bounded(monkeypatch: Any) -> None:
+    monkeypatch.setattr(broadcast_records, "SEEN_BROADCASTS", 2)
+    log = journal()
+    client = Client("client")
+    log.bus.join(client)
+    seqs = [await rename(log, name) for name in ("one", "two", "three")]
+    assert [record[0] for record in log._broadcasts.records(THREAD)] == seqs[1:]
+    assert await replay_to(log, client) == seqs[:1]
+
+
+async def test_a_busy_thread_is_the_last_dropped(monkeypatch: Any) -> None:
+    monkeypatch.setattr(broadcast_records, "REMEMBERED_THREADS", 2)
+    log = journal()
+    log.bus.join(Client("client"))
+    await rename(log, "one")
+    await log.emit("thread_2", "thread/renamed", Renamed(display_name="x"), broadcast=True)
+    await rename(log, "two")  # THREAD is the most recent again
+    await log.emit("thread_3", "thread/renamed", Renamed(display_name="y"), broadcast=True)
+    assert THREAD in log._broadcasts and "thread_2" not in log._broadcasts

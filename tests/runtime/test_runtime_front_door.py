@@ -177,9 +177,13 @@ async def test_an_approval_answered_out_of_band(tmp_path: Path) -> None:
 
 
 @asynccontextmanager
-async def watched_runtime(tmp_path: Path) -> AsyncIterator[tuple[Runtime, RecordingDoor]]:
-    """A running runtime and a door that receives its broadcasts."""
+async def watched_runtime(
+    tmp_path: Path, shared: bool = False
+) -> AsyncIterator[tuple[Runtime, RecordingDoor]]:
+    """A running runtime and a door that receives its broadcasts (``shared``: as
+    a server runs, a node of the workspace's shared event log)."""
     db = await Database.open(tmp_path / ".craft" / "appserver.db")
+    db.cluster = shared
     door = RecordingDoor("watching-door", answers=[])
     try:
         runtime = Runtime(db, tmp_path, OfflineProvider())
@@ -269,3 +273,16 @@ async def test_a_subagent_child_stored_for_a_cancelled_spawn_is_placed_and_annou
         assert caller.cancel_called
         started = await door.wait_for("thread/started", mark)
     assert [started.thread_id] == [edge.child_thread_id for edge in edges]
+
+
+async def test_an_idle_thread_keeps_no_runtime_flags(tmp_path: Path) -> None:
+    """Idle is every thread's default: once its turn ends a thread keeps no
+    flags here (a server that ran turns on a million threads keeps nothing
+    for them), and still reads as idle."""
+    async with watched_runtime(tmp_path, shared=True) as (runtime, door):
+        runtimes = runtime.threads.runtimes
+        thread_id, _turn_id = await finished_turn(runtime, door)
+        view = await runtime.threads.view(await runtime.threads.get(thread_id))
+    assert runtimes.key(thread_id) is None
+    assert runtimes._flags == {}
+    assert view.thread.runtime.running is False
