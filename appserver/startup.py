@@ -30,9 +30,10 @@ import time
 # at 700 it spent ~9 % of the server's CPU in the collector, at 10,000 ~5 %
 # (24 collections a 600-turn run, 2-17 ms each), at 100,000 none.
 # What it costs: cyclic garbage (a failure's traceback, a closed connection's
-# tasks) waits longer to be freed, at most this many objects (~10-20 MB), and
-# one collection, when it comes, walks more (~25 ms); the older generations
-# keep their defaults.
+# tasks) waits longer to be freed: up to this many container objects, and
+# whatever they hold (a traceback's frames may hold large strings); and one
+# collection, when it comes, walks more (~25 ms). The older generations keep
+# their defaults.
 YOUNG_THRESHOLD = 100_000
 
 # Where a clock without /proc starts: the first import of this module, early in

@@ -8,13 +8,15 @@ the third (runtime/bus.py, ``marks``).
 
 Bounded both ways, so that a server whose clients stay connected for days
 does not keep a record of every thread it ever broadcast about (~2 KB a
-thread before): the newest :data:`SEEN_BROADCASTS` of a thread, and the
-threads of the newest :data:`REMEMBERED_THREADS` broadcasts. A replay of a
+thread, before): the newest :data:`SEEN_BROADCASTS` of a thread, and the
+:data:`REMEMBERED_THREADS` most recently broadcast threads. A replay of a
 thread whose records were dropped repeats broadcasts the participant may
 have got (a duplicate, never a gap).
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 SEEN_BROADCASTS = 1024  # broadcasts per thread whose recipients are remembered
 REMEMBERED_THREADS = 10_000  # threads whose broadcasts are remembered
@@ -29,20 +31,24 @@ class BroadcastRecords:
     """The records of each thread, the most recently broadcast threads last."""
 
     def __init__(self) -> None:
-        self._threads: dict[str, list[Record]] = {}
+        # An OrderedDict: moving a thread to the end and dropping the first are
+        # O(1) (a dict's first key, after many deletions, is a scan).
+        self._threads: OrderedDict[str, list[Record]] = OrderedDict()
 
     def note(self, thread_id: str, seq: int, mark: int, missed: list[int]) -> None:
         """Record broadcast ``seq``: every participant joined below ``mark`` got
         it but those whose marks are in ``missed``."""
-        records = self._threads.pop(thread_id, None)
+        threads = self._threads
+        records = threads.get(thread_id)
         if records is None:
-            records = []
-            if len(self._threads) >= REMEMBERED_THREADS:
-                del self._threads[next(iter(self._threads))]  # the least recent
-        elif len(records) >= SEEN_BROADCASTS:
-            del records[0]
+            if len(threads) >= REMEMBERED_THREADS:
+                threads.popitem(last=False)  # the least recently broadcast
+            records = threads[thread_id] = []
+        else:
+            threads.move_to_end(thread_id)  # now the most recent
+            if len(records) >= SEEN_BROADCASTS:
+                del records[0]
         records.append((seq, mark, frozenset(missed) if missed else _NOBODY))
-        self._threads[thread_id] = records  # now the most recent
 
     def got(self, thread_id: str, mark: int) -> set[int]:
         """The seqs of the thread's remembered broadcasts that the participant

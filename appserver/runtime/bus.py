@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Set
 
 from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, Participant, deliver_to
+from appserver.runtime.fanout import Fanout
 
 _NOBODY: frozenset[Participant] = frozenset()
 
@@ -36,9 +37,10 @@ class EventBus:
         self.on_oldest_left: list[Callable[[int | None], None]] = []
         self._subscribers: dict[str, set[Participant]] = {}
         self._subscriptions: dict[Participant, set[str]] = {}
-        # (kind, topic) -> the joined participants that want it, and the marks of
-        # those that do not: until someone joins or leaves (see ``joined_receivers``).
-        self._wanting: dict[tuple[str, str | None], tuple[list[Participant], list[int]]] = {}
+        # (kind, topic) -> the fan-out to the joined participants that want it, and
+        # the marks of those that do not: until someone joins or leaves (see
+        # ``joined_fanout``).
+        self._wanting: dict[tuple[str, str | None], tuple[Fanout, list[int]]] = {}
 
     def join(self, participant: Participant) -> None:
         """``participant`` receives broadcasts from now on."""
@@ -94,18 +96,16 @@ class EventBus:
         for participant in self._subscribers.pop(thread_id, set()):
             self._subscriptions.get(participant, set()).discard(thread_id)
 
-    def joined_receivers(
-        self, kind: str, topic: str | None, skip: Set[Participant]
-    ) -> tuple[list[Participant], list[int]]:
-        """The joined participants outside ``skip`` that want a broadcast of
+    def joined_fanout(self, kind: str, topic: str | None) -> tuple[Fanout, list[int]]:
+        """The fan-out to the joined participants that want a broadcast of
         ``kind`` (and ``topic``), and the join marks of every joined participant
         that does not.
 
-        Asked once per kind and topic until someone joins or leaves, not once
-        per event and participant: a broadcast to 200 connections filters a
-        cached list. So a participant's ``wants`` must not change while it is
-        joined (a connection's opt-outs are fixed at ``initialize``, before it
-        joins; a face's hidden topics when it is made)."""
+        Made once per kind and topic until someone joins or leaves, not once
+        per event and participant: a broadcast to 200 connections reuses it.
+        So a participant's ``wants`` must not change while it is joined (a
+        connection's opt-outs are fixed at ``initialize``, before it joins; a
+        face's hidden topics when it is made)."""
         found = self._wanting.get((kind, topic))
         if found is None:
             wanting: list[Participant] = []
@@ -115,9 +115,8 @@ class EventBus:
                     wanting.append(participant)
                 else:
                     unwanting.append(mark)
-            found = self._wanting[(kind, topic)] = (wanting, unwanting)
-        wanting, unwanting = found
-        return [p for p in wanting if p not in skip] if skip else list(wanting), list(unwanting)
+            found = self._wanting[(kind, topic)] = (Fanout(wanting), unwanting)
+        return found[0], list(found[1])
 
     def targets(
         self,

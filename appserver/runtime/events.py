@@ -163,8 +163,8 @@ class Participant(Protocol):
     def wants(self, kind: str, topic: str | None) -> bool:
         """Whether an event of ``kind`` (and ``topic``) should reach this client.
         Fixed while the participant is joined to the bus, which keeps the
-        answers for broadcasts (:meth:`EventBus.joined_receivers
-        <appserver.runtime.bus.EventBus.joined_receivers>`)."""
+        answers for broadcasts (:meth:`EventBus.joined_fanout
+        <appserver.runtime.bus.EventBus.joined_fanout>`)."""
 
     def deliver(self, event: Event) -> None:
         """Queue ``event`` for the client (never blocks)."""

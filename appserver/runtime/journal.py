@@ -17,6 +17,7 @@ encoded is each front door's business.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable, Container, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,8 @@ import anyio
 from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
-from appserver.runtime.broadcast_records import REMEMBERED_THREADS, BroadcastRecords
+from appserver.runtime import broadcast_records
+from appserver.runtime.broadcast_records import BroadcastRecords
 from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_owner, group_statements
 from appserver.runtime.events import Event, Participant, deliver_to
@@ -59,8 +61,8 @@ class ThreadJournal:
         # Keyed by id(participant) (a weak-keyed dictionary cost a weakref per
         # lookup, once per broadcast per connection); an entry goes when its
         # participant does.
-        # The threads of each participant are bounded as the broadcasts' are
-        # (REMEMBERED_THREADS, least recent dropped: a later replay may repeat).
+        # A participant's threads are bounded too (REMEMBERED_THREADS; those it
+        # heard of first go: a later replay of one of them may repeat, never miss).
         self._seen: dict[int, dict[str, tuple[int, ...] | SeqRanges]] = {}
         # Who got each broadcast (runtime/broadcast_records.py). When the oldest
         # participant leaves, records older than everyone still joined go
@@ -293,13 +295,14 @@ class ThreadJournal:
         subscribed = bus.subscribed(thread_id)
         missed: list[int] = []  # (see the record below)
         receivers: list[Participant] = []
+        fanout = None
         if broadcast:
             exclude = tuple(exclude)
             # One by one below: the thread's subscribers (a subscribe replay may have
             # sent them this event: nodes sharing a database) and those named; every
-            # other joined participant as the bus keeps them, filtered once.
+            # other joined participant through the fan-out the bus keeps.
             targets = {*subscribed, *include}.difference(exclude)
-            receivers, missed = bus.joined_receivers(kind, topic, targets.union(exclude))
+            fanout, missed = bus.joined_fanout(kind, topic)
             missed += [marks[each] for each in exclude if each in marks]
         else:
             targets = bus.targets(thread_id=thread_id, include=include, exclude=exclude)
@@ -323,7 +326,10 @@ class ThreadJournal:
                     missed.append(mark)
             elif mark is None:
                 self._remember(participant, thread_id, seq)
-        deliver_to(event, receivers)
+        if fanout is not None:
+            fanout.deliver(event, targets.union(exclude))
+        if receivers:
+            deliver_to(event, receivers)
         # Joined participants that did not get this broadcast while unsubscribed
         # (excluded, not wanting it, or subscribed: a replay repeats what came
         # while subscribed, as it always did); every other participant joined
@@ -341,8 +347,11 @@ class ThreadJournal:
         # Most (participant, thread) pairs get a handful of events this way: a
         # tuple holds those without a SeqRanges (and its two lists) per pair.
         if seen is None:
-            if len(threads) >= REMEMBERED_THREADS:
-                del threads[next(iter(threads))]  # the thread it heard of first
+            if len(threads) >= broadcast_records.REMEMBERED_THREADS:
+                # A tenth at a time, those it heard of first: deleting a dict's
+                # first key one by one makes each next one a longer scan.
+                for first in list(itertools.islice(threads, len(threads) // 10 + 1)):
+                    del threads[first]
             threads[thread_id] = (seq,)
         elif isinstance(seen, tuple):
             if len(seen) < _SMALL_SEEN:

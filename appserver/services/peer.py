@@ -99,8 +99,19 @@ class Peer:
     def deliver_many(event: Event, peers: list[Peer]) -> None:
         """:meth:`deliver` to each of ``peers``: one encode, one loop (the
         runtime's fan-out path, :func:`~appserver.runtime.events.deliver_to`)."""
+        Peer.deliver_prepared(event, Peer.fanout_targets(peers))
+
+    @staticmethod
+    def fanout_targets(peers: list[Peer]) -> list[Connection]:
+        """What a broadcast to ``peers`` sends to: their connections, in order
+        (kept by the runtime's :class:`~appserver.runtime.fanout.Fanout`)."""
+        return [peer.connection for peer in peers]
+
+    @staticmethod
+    def deliver_prepared(event: Event, connections: list[Connection]) -> None:
+        """:meth:`deliver` to the peers of ``connections``: one encode, one loop."""
         frame, coalesce = event.encoded(Peer, encode_event)
-        Connection.send_to_each([peer.connection for peer in peers], frame, coalesce)
+        Connection.send_to_each(connections, frame, coalesce)
 
     def notify(self, method: str, params: WireModel) -> None:
         """Send one notification now, whatever the handshake state (only for

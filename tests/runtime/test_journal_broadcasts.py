@@ -176,3 +176,21 @@ async def test_a_busy_thread_is_the_last_dropped(monkeypatch: Any) -> None:
     await rename(log, "two")  # THREAD is the most recent again
     await log.emit("thread_3", "thread/renamed", Renamed(display_name="y"), broadcast=True)
     assert THREAD in log._broadcasts and "thread_2" not in log._broadcasts
+
+
+async def test_what_a_participant_got_alone_is_bounded_by_thread(monkeypatch: Any) -> None:
+    """Events sent to a participant alone (the caller of a request that is not
+    subscribed) are remembered for its newest threads only; an older thread's
+    replay then repeats what it got (a duplicate, never a gap)."""
+    monkeypatch.setattr(broadcast_records, "REMEMBERED_THREADS", 2)
+    log = journal()
+    caller = Client("caller")
+    sent = {}
+    for thread_id in (THREAD, "thread_2", "thread_3"):
+        params = Renamed(display_name=thread_id)
+        sent[thread_id] = await log.emit(thread_id, "thread/renamed", params, include=[caller])
+    assert list(log._seen[id(caller)]) == ["thread_2", "thread_3"]
+    assert await replay_to(log, caller) == [sent[THREAD]]  # got it alone; repeated
+    before = len(caller.got)
+    await log.subscribe("thread_3", caller, 0)
+    assert caller.got[before:] == []  # remembered: not sent twice
