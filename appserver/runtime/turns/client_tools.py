@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,7 +202,13 @@ class ClientToolCalls:
         self.items = items
         self.approvals = approvals
         self.tools: dict[str, dict[str, ClientTool]] = {}  # thread -> model name -> tool
-        self.owners: dict[str, Participant] = {}
+        # Each thread's bound client, held weakly: a client that left (its
+        # connection closed) is not kept alive by the threads it started, with its
+        # connection and buffers, for as long as the server runs. Gone and
+        # closed read alike here: an empty seat.
+        self.owners: weakref.WeakValueDictionary[str, Participant] = (
+            weakref.WeakValueDictionary()
+        )
         self.pending: dict[str, PendingToolCall] = {}
         self._loaded: set[str] = set()  # threads whose stored tools were read
         # The external channels' tools (set by the channel adapter hub).
