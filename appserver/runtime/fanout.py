@@ -13,7 +13,12 @@ A participant class may prepare its fan-out with two static methods:
 ``fanout_targets(participants) -> list`` (what to send to, one per
 participant, in order) and ``deliver_prepared(event, targets)``. A class with
 ``deliver_many(event, participants)`` only gets its participants; any other
-has ``deliver`` called for each.
+has ``deliver`` called for each. The lists handed over are the kept ones when
+nothing is skipped: read them, never change them.
+
+Only the journal's thread broadcasts go this way; a workspace-wide event
+(:meth:`EventBus.publish <appserver.runtime.bus.EventBus.publish>`, rare) asks
+each participant.
 """
 
 from __future__ import annotations

@@ -97,8 +97,9 @@ class Peer:
 
     @staticmethod
     def deliver_many(event: Event, peers: list[Peer]) -> None:
-        """:meth:`deliver` to each of ``peers``: one encode, one loop (the
-        runtime's fan-out path, :func:`~appserver.runtime.events.deliver_to`)."""
+        """:meth:`deliver` to each of ``peers``: one encode, one loop (for
+        :func:`~appserver.runtime.events.deliver_to`: a thread's subscribers and
+        workspace-wide events; broadcasts come through :meth:`deliver_prepared`)."""
         Peer.deliver_prepared(event, Peer.fanout_targets(peers))
 
     @staticmethod

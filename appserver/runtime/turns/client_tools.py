@@ -206,9 +206,7 @@ class ClientToolCalls:
         # connection closed) is not kept alive by the threads it started, with its
         # connection and buffers, for as long as the server runs. Gone and
         # closed read alike here: an empty seat.
-        self.owners: weakref.WeakValueDictionary[str, Participant] = (
-            weakref.WeakValueDictionary()
-        )
+        self.owners: weakref.WeakValueDictionary[str, Participant] = weakref.WeakValueDictionary()
         self.pending: dict[str, PendingToolCall] = {}
         self._loaded: set[str] = set()  # threads whose stored tools were read
         # The external channels' tools (set by the channel adapter hub).
