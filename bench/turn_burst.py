@@ -14,15 +14,23 @@ the offline model streams a three-delta reply), then waits for its
 ``turn/completed``. Figures: the time from the first ``thread/start`` sent to
 the last ``turn/completed`` received, turns per second, each client's turn
 latency (``turn/start`` sent -> ``turn/completed``) and ``thread/start``
-latency, p50 and p95, and the server's CPU per turn. Target (issue 13): 200
-turns within 1 s of the first request.
+latency, p50 and p95, the server's CPU per turn, and the client process's (so
+that a bench whose client saturates its core is seen for what it is). Target
+(issue 33): 500 turns/s.
+
+``--py-spy PATH`` (a py-spy binary: ``pip install --target DIR py-spy`` gives
+``DIR/bin/py-spy``; not a project dependency) samples the server through the
+measured bursts and prints where the samples went, by thread, package and
+function (bench/spy_summary.py); the raw file is kept for a closer look.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -80,7 +88,15 @@ async def burst(peers: list[WsPeer]) -> dict[str, float]:
     }
 
 
-async def measure(src: Path, clients: int, bursts: int) -> dict[str, float]:
+def own_cpu() -> float:
+    """This (client) process's CPU seconds so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure(
+    src: Path, clients: int, bursts: int, py_spy: Path | None = None
+) -> dict[str, float]:
     """One server of tree ``src`` and its clients: the medians of ``bursts`` bursts."""
     bench_turns.SOURCE = src.resolve()
     workspace = Path(tempfile.mkdtemp(prefix="turn-burst-"))
@@ -91,18 +107,42 @@ async def measure(src: Path, clients: int, bursts: int) -> dict[str, float]:
             peers = list(await asyncio.gather(*(WsPeer.open(server.url) for _ in range(clients))))
             await asyncio.gather(*(peer.initialize() for peer in peers))
             await burst(peers[: max(1, clients // 10)])  # warm-up
+            spy = None if py_spy is None else await start_py_spy(py_spy, server.process.pid)
             runs = []
             for _ in range(bursts):
-                cpu = bench_turns.cpu_seconds(server.process.pid)
+                cpu, client_cpu = bench_turns.cpu_seconds(server.process.pid), own_cpu()
                 figures = await burst(peers)
                 figures["cpu_ms_per_turn"] = (
                     (bench_turns.cpu_seconds(server.process.pid) - cpu) / clients * 1000
                 )
+                figures["client_cpu_ms_per_turn"] = (own_cpu() - client_cpu) / clients * 1000
                 runs.append(figures)
+            if spy is not None:
+                await stop_py_spy(*spy)
             await asyncio.gather(*(peer.aclose() for peer in peers))
     finally:
         shutil.rmtree(workspace, ignore_errors=True)  # a run's database is ~10-15 MB
     return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+async def start_py_spy(binary: Path, pid: int) -> tuple[asyncio.subprocess.Process, Path]:
+    """py-spy recording ``pid`` (raw collapsed stacks, 1 kHz, every thread)."""
+    out = Path(tempfile.mkdtemp(prefix="turn-burst-spy-")) / "server.txt"
+    process = await asyncio.create_subprocess_exec(
+        str(binary), "record", "-p", str(pid), "-r", "1000", "-f", "raw", "-o", str(out),
+        "--nonblocking", stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    await asyncio.sleep(1.0)  # it attaches before the measured bursts
+    return process, out
+
+
+async def stop_py_spy(process: asyncio.subprocess.Process, out: Path) -> None:
+    """Stop recording; print the summary."""
+    import spy_summary
+
+    process.send_signal(signal.SIGINT)
+    await asyncio.wait_for(process.wait(), TIMEOUT)
+    print("\n".join(spy_summary.summarize(out)))
 
 
 def report(figures: dict[str, float]) -> None:
@@ -117,6 +157,7 @@ def report(figures: dict[str, float]) -> None:
         f"{figures['thread_start_p95'] * 1000:.1f} ms"
     )
     print(f"server CPU per turn                   {figures['cpu_ms_per_turn']:7.2f} ms")
+    print(f"client CPU per turn (all its clients)  {figures['client_cpu_ms_per_turn']:6.2f} ms")
 
 
 async def main() -> None:
@@ -128,10 +169,13 @@ async def main() -> None:
         "--against", type=Path, help="alternate with another tree (DIR/appserver): an A/B"
     )
     parser.add_argument("--pairs", type=int, default=5, help="with --against: runs of each")
+    parser.add_argument(
+        "--py-spy", type=Path, metavar="PATH", help="a py-spy binary: profile the server"
+    )
     args = parser.parse_args()
     day = time.strftime("%Y-%m-%d")
     if args.against is None:
-        figures = await measure(args.src, args.clients, args.bursts)
+        figures = await measure(args.src, args.clients, args.bursts, args.py_spy)
         print(f"# {day} {args.clients} clients, {args.bursts} bursts, medians")
         report(figures)
         return
