@@ -57,6 +57,9 @@ CLIENT_TOOL_ERRORS = {
     "toolCallUnavailable": "no connected client can run this tool",
 }
 
+#: Threads remembered as having had their stored tools read (past it, a tenth of
+#: those without tools is forgotten: their next turn reads them again).
+LOADED_THREADS = 10_000
 DYNAMIC_METHOD = "item/tool/call"
 CHANNEL_METHOD = "ext/channel/toolCall"
 
@@ -236,6 +239,11 @@ class ClientToolCalls:
             self._remember(thread_id, await self.items.repo.dynamic_tools(thread_id))
 
     def _remember(self, thread_id: str, tools: list[dict[str, Any]]) -> None:
+        if len(self._loaded) >= LOADED_THREADS and thread_id not in self._loaded:
+            # Those without tools are only a read saved: they go, to be read again.
+            self._loaded.difference_update(
+                [each for each in self._loaded if each not in self.tools][: LOADED_THREADS // 10]
+            )
         self._loaded.add(thread_id)
         declared = [
             ClientTool(

@@ -8,11 +8,19 @@ in one process, even when a caller's thread record is stale.
 
 from __future__ import annotations
 
+import itertools
+
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.events import Participant
 from appserver.runtime.turns.model import ActiveTurn, initiator
 from appserver.storage.records import ThreadRecord, TurnRecord
+
+#: Threads whose numbers are kept; past it, the tenth first numbered goes (but a
+#: busy one). The guard is against a thread record read moments before another
+#: turn started and ended; a thread not numbered for 10,000 threads' turns has
+#: its numbers in the record the next turn reads.
+REMEMBERED_THREADS = 10_000
 
 
 class TurnReservations:
@@ -38,6 +46,8 @@ class TurnReservations:
         seq = max(thread.turn_serial, last_turn) + 1
         thread.turn_serial = seq
         thread.item_serial = max(thread.item_serial, last_item)
+        if thread.id not in self._numbers and len(self._numbers) >= REMEMBERED_THREADS:
+            self._forget_oldest()
         self._numbers[thread.id] = (seq, thread.item_serial)
         record = TurnRecord(
             thread_id=thread.id,
@@ -67,3 +77,10 @@ class TurnReservations:
     def forget(self, thread_id: str) -> None:
         """Drop a deleted thread's numbers."""
         self._numbers.pop(thread_id, None)
+
+    def _forget_oldest(self) -> None:
+        """Drop the numbers of the tenth of threads numbered first, busy ones kept
+        (a tenth at a time: deleting a dict's first key one by one is a scan)."""
+        idle = (each for each in self._numbers if each not in self.active)
+        for thread_id in list(itertools.islice(idle, len(self._numbers) // 10 + 1)):
+            del self._numbers[thread_id]
