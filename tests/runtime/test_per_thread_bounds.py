@@ -1,7 +1,7 @@
 """What the runtime keeps per thread in memory is bounded: a server that ran
-turns on a million threads does not keep a million entries of each (turn
-numbering; which threads' stored client tools were read). A thread whose entry
-went reads it again from its stored record."""
+turns on a million threads does not keep a million entries of each (turn and
+item numbering; which threads' stored client tools were read). A thread whose
+entry went reads it again from its stored record."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from appserver.runtime.turns.reservations import TurnReservations
 from appserver.storage.records import ThreadRecord
 
 
-def thread(thread_id: str, turn_serial: int = 0) -> ThreadRecord:
+def thread(thread_id: str, turn_serial: int = 0, item_serial: int = 0) -> ThreadRecord:
     return ThreadRecord(
         id=thread_id,
         workspace_path="/w",
@@ -24,30 +24,66 @@ def thread(thread_id: str, turn_serial: int = 0) -> ThreadRecord:
         created_at="2026-01-01T00:00:00.000Z",
         last_active_at="2026-01-01T00:00:00.000Z",
         turn_serial=turn_serial,
+        item_serial=item_serial,
     )
 
 
-async def test_turn_numbers_are_kept_for_the_newest_threads_and_busy_ones(monkeypatch: Any) -> None:
+async def test_turn_numbers_are_kept_for_the_threads_used_last_and_busy_ones(
+    monkeypatch: Any,
+) -> None:
     monkeypatch.setattr(reservations_module, "REMEMBERED_THREADS", 3)
     numbers = TurnReservations()
-    busy = numbers.reserve(thread("busy"), None, None)  # still running
+    busy = numbers.reserve(thread("busy"), None, None)  # numbered first, still running
     for name in ("a", "b"):
         numbers.release(numbers.reserve(thread(name), None, None))
+    # "a" runs again: used last now, so "b" (idle, least recently used) goes first.
+    again = numbers.reserve(thread("a"), None, None)
+    again.next_item_seq = 7  # the turn numbered items up to 7
+    numbers.release(again)
     numbers.release(numbers.reserve(thread("c"), None, None))  # past the bound
-    assert "busy" in numbers._numbers and "a" not in numbers._numbers
-    assert set(numbers._numbers) == {"busy", "b", "c"}
+    assert set(numbers._numbers) == {"busy", "a", "c"}
+    # A stale record of "a" (read before its second turn) still numbers on.
+    stale = numbers.reserve(thread("a", turn_serial=1, item_serial=2), None, None)
+    assert (stale.record.id, stale.next_item_seq) == ("turn_003", 7)
     # A forgotten thread numbers on from its stored record.
-    assert numbers.reserve(thread("a", turn_serial=1), None, None).record.id == "turn_002"
+    forgotten = numbers.reserve(thread("b", turn_serial=1, item_serial=4), None, None)
+    assert (forgotten.record.id, forgotten.next_item_seq) == ("turn_002", 4)
     numbers.release(busy)
 
 
-def test_tools_read_are_remembered_for_the_newest_threads(monkeypatch: Any) -> None:
+class StoredTools:
+    """The repository's stored tools, counting reads."""
+
+    def __init__(self, stored: dict[str, list[dict[str, Any]]]) -> None:
+        self.stored = stored
+        self.reads: list[str] = []
+
+    async def dynamic_tools(self, thread_id: str) -> list[dict[str, Any]]:
+        self.reads.append(thread_id)
+        return self.stored.get(thread_id, [])
+
+
+class Items:
+    def __init__(self, repo: StoredTools) -> None:
+        self.repo = repo
+
+
+async def test_threads_read_without_tools_are_remembered_for_the_last_read(
+    monkeypatch: Any,
+) -> None:
     monkeypatch.setattr(client_tools_module, "LOADED_THREADS", 10)
-    tools: Any = object.__new__(ClientToolCalls)  # only its memory is exercised
-    tools.tools, tools._loaded = {}, set()
     tool = {"name": "lookup", "description": "", "inputSchema": {"type": "object"}}
-    tools._remember("with-tools", [tool])
+    repo = StoredTools({f"tools{index}": [tool] for index in range(12)})
+    calls: Any = object.__new__(ClientToolCalls)  # its memory and reads only
+    calls.items, calls.tools, calls._loaded = Items(repo), {}, {}
+    for index in range(12):  # more threads with tools than the bound: all kept
+        await calls.load(f"tools{index}")
+        await calls.load(f"plain{index}")
+    assert len(calls.tools) == 12 and len(calls._loaded) <= 10
+    assert "plain0" not in calls._loaded and "plain11" in calls._loaded
+    repo.reads.clear()
     for index in range(12):
-        tools._remember(f"t{index}", [])
-    assert len(tools._loaded) <= 10
-    assert "with-tools" in tools._loaded and "lookup" in tools.tools["with-tools"]
+        await calls.load(f"tools{index}")  # never read twice
+    await calls.load("plain11")  # remembered
+    await calls.load("plain0")  # forgotten: read again
+    assert repo.reads == ["plain0"]

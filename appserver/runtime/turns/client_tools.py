@@ -20,6 +20,7 @@ the editor serves that family.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import weakref
@@ -57,8 +58,9 @@ CLIENT_TOOL_ERRORS = {
     "toolCallUnavailable": "no connected client can run this tool",
 }
 
-#: Threads remembered as having had their stored tools read (past it, a tenth of
-#: those without tools is forgotten: their next turn reads them again).
+#: Threads without tools remembered as read (past it, the tenth read first is
+#: forgotten: their next turn reads them again). A thread with tools is in
+#: ``tools`` and never read twice.
 LOADED_THREADS = 10_000
 DYNAMIC_METHOD = "item/tool/call"
 CHANNEL_METHOD = "ext/channel/toolCall"
@@ -211,7 +213,9 @@ class ClientToolCalls:
         # closed read alike here: an empty seat.
         self.owners: weakref.WeakValueDictionary[str, Participant] = weakref.WeakValueDictionary()
         self.pending: dict[str, PendingToolCall] = {}
-        self._loaded: set[str] = set()  # threads whose stored tools were read
+        # Threads read and found without tools, in the order read (a thread with
+        # tools is in ``tools``).
+        self._loaded: dict[str, None] = {}
         # The external channels' tools (set by the channel adapter hub).
         self.channel_source: ChannelToolSource | None = None
         approvals.offer_listeners.append(self._offered)
@@ -235,16 +239,10 @@ class ClientToolCalls:
 
     async def load(self, thread_id: str) -> None:
         """Read the thread's stored tools once per process."""
-        if thread_id not in self._loaded:
+        if thread_id not in self._loaded and thread_id not in self.tools:
             self._remember(thread_id, await self.items.repo.dynamic_tools(thread_id))
 
     def _remember(self, thread_id: str, tools: list[dict[str, Any]]) -> None:
-        if len(self._loaded) >= LOADED_THREADS and thread_id not in self._loaded:
-            # Those without tools are only a read saved: they go, to be read again.
-            self._loaded.difference_update(
-                [each for each in self._loaded if each not in self.tools][: LOADED_THREADS // 10]
-            )
-        self._loaded.add(thread_id)
         declared = [
             ClientTool(
                 namespace=tool.get("namespace") or None,
@@ -258,6 +256,13 @@ class ClientToolCalls:
         ]
         if declared:
             self.tools[thread_id] = {tool.model_name: tool for tool in declared}
+            self._loaded.pop(thread_id, None)
+            return
+        loaded = self._loaded
+        if thread_id not in loaded and len(loaded) >= LOADED_THREADS:
+            for each in list(itertools.islice(loaded, len(loaded) // 10 + 1)):
+                del loaded[each]
+        loaded[thread_id] = None
 
     def bind(self, thread_id: str, owner: Participant) -> None:
         """``owner`` resumed the thread: it runs the thread's tools from now on,
@@ -301,7 +306,7 @@ class ClientToolCalls:
     def forget_thread(self, thread_id: str) -> None:
         self.tools.pop(thread_id, None)
         self.owners.pop(thread_id, None)
-        self._loaded.discard(thread_id)
+        self._loaded.pop(thread_id, None)
 
     # --- what the model sees ------------------------------------------------------------
 

@@ -16,10 +16,10 @@ from appserver.runtime.events import Participant
 from appserver.runtime.turns.model import ActiveTurn, initiator
 from appserver.storage.records import ThreadRecord, TurnRecord
 
-#: Threads whose numbers are kept; past it, the tenth first numbered goes (but a
-#: busy one). The guard is against a thread record read moments before another
-#: turn started and ended; a thread not numbered for 10,000 threads' turns has
-#: its numbers in the record the next turn reads.
+#: Threads whose numbers are kept; past it, the tenth least recently used goes
+#: (never a busy one). The guard is against a thread record read moments before
+#: another turn on it started and ended: a thread dropped had ~9,000 other
+#: threads' turns start or end since its own last one did.
 REMEMBERED_THREADS = 10_000
 
 
@@ -46,9 +46,7 @@ class TurnReservations:
         seq = max(thread.turn_serial, last_turn) + 1
         thread.turn_serial = seq
         thread.item_serial = max(thread.item_serial, last_item)
-        if thread.id not in self._numbers and len(self._numbers) >= REMEMBERED_THREADS:
-            self._forget_oldest()
-        self._numbers[thread.id] = (seq, thread.item_serial)
+        self._keep(thread.id, seq, thread.item_serial)
         record = TurnRecord(
             thread_id=thread.id,
             id=f"turn_{seq:03d}",
@@ -72,15 +70,19 @@ class TurnReservations:
         on from the ones this turn numbered."""
         self.active.pop(active.thread_id, None)
         last_turn, last_item = self._numbers.get(active.thread_id, (0, 0))
-        self._numbers[active.thread_id] = (last_turn, max(last_item, active.next_item_seq))
+        self._keep(active.thread_id, last_turn, max(last_item, active.next_item_seq))
 
     def forget(self, thread_id: str) -> None:
         """Drop a deleted thread's numbers."""
         self._numbers.pop(thread_id, None)
 
-    def _forget_oldest(self) -> None:
-        """Drop the numbers of the tenth of threads numbered first, busy ones kept
-        (a tenth at a time: deleting a dict's first key one by one is a scan)."""
-        idle = (each for each in self._numbers if each not in self.active)
-        for thread_id in list(itertools.islice(idle, len(self._numbers) // 10 + 1)):
-            del self._numbers[thread_id]
+    def _keep(self, thread_id: str, last_turn: int, last_item: int) -> None:
+        """Store the thread's numbers as its most recently used (the dict's last)."""
+        numbers = self._numbers
+        if numbers.pop(thread_id, None) is None and len(numbers) >= REMEMBERED_THREADS:
+            # A tenth at a time, the least recently used first, busy ones kept:
+            # deleting a dict's first key one by one makes each next one a scan.
+            idle = (each for each in numbers if each not in self.active)
+            for each in list(itertools.islice(idle, len(numbers) // 10 + 1)):
+                del numbers[each]
+        numbers[thread_id] = (last_turn, last_item)
