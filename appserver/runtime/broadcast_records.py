@@ -16,7 +16,7 @@ have got (a duplicate, never a gap).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from appserver.runtime.bounded import make_room
 
 SEEN_BROADCASTS = 1024  # broadcasts per thread whose recipients are remembered
 REMEMBERED_THREADS = 10_000  # threads whose broadcasts are remembered
@@ -31,24 +31,20 @@ class BroadcastRecords:
     """The records of each thread, the most recently broadcast threads last."""
 
     def __init__(self) -> None:
-        # An OrderedDict: moving a thread to the end and dropping the first are
-        # O(1) (a dict's first key, after many deletions, is a scan).
-        self._threads: OrderedDict[str, list[Record]] = OrderedDict()
+        self._threads: dict[str, list[Record]] = {}
 
     def note(self, thread_id: str, seq: int, mark: int, missed: list[int]) -> None:
         """Record broadcast ``seq``: every participant joined below ``mark`` got
         it but those whose marks are in ``missed``."""
         threads = self._threads
-        records = threads.get(thread_id)
+        records = threads.pop(thread_id, None)  # put back last: the most recent
         if records is None:
-            if len(threads) >= REMEMBERED_THREADS:
-                threads.popitem(last=False)  # the least recently broadcast
-            records = threads[thread_id] = []
-        else:
-            threads.move_to_end(thread_id)  # now the most recent
-            if len(records) >= SEEN_BROADCASTS:
-                del records[0]
+            make_room(threads, REMEMBERED_THREADS)  # the least recently broadcast go
+            records = []
+        elif len(records) >= SEEN_BROADCASTS:
+            del records[0]
         records.append((seq, mark, frozenset(missed) if missed else _NOBODY))
+        threads[thread_id] = records
 
     def got(self, thread_id: str, mark: int) -> set[int]:
         """The seqs of the thread's remembered broadcasts that the participant

@@ -17,7 +17,6 @@ encoded is each front door's business.
 
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections.abc import Callable, Container, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,6 +27,7 @@ from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.protocol.turns import DeltaNotification
 from appserver.runtime import broadcast_records
+from appserver.runtime.bounded import make_room
 from appserver.runtime.broadcast_records import BroadcastRecords
 from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_owner, group_statements
@@ -347,11 +347,7 @@ class ThreadJournal:
         # Most (participant, thread) pairs get a handful of events this way: a
         # tuple holds those without a SeqRanges (and its two lists) per pair.
         if seen is None:
-            if len(threads) >= broadcast_records.REMEMBERED_THREADS:
-                # A tenth at a time, those it heard of first: deleting a dict's
-                # first key one by one makes each next one a longer scan.
-                for first in list(itertools.islice(threads, len(threads) // 10 + 1)):
-                    del threads[first]
+            make_room(threads, broadcast_records.REMEMBERED_THREADS)  # heard of first go
             threads[thread_id] = (seq,)
         elif isinstance(seen, tuple):
             if len(seen) < _SMALL_SEEN:

@@ -12,20 +12,11 @@ from appserver.runtime.turns import reservations as reservations_module
 from appserver.runtime.turns.client_tools import ClientToolCalls
 from appserver.runtime.turns.reservations import TurnReservations
 from appserver.storage.records import ThreadRecord
+from tests.support.records import thread_record
 
 
 def thread(thread_id: str, turn_serial: int = 0, item_serial: int = 0) -> ThreadRecord:
-    return ThreadRecord(
-        id=thread_id,
-        workspace_path="/w",
-        user_id="u",
-        origin_channel="cli",
-        status="active",
-        created_at="2026-01-01T00:00:00.000Z",
-        last_active_at="2026-01-01T00:00:00.000Z",
-        turn_serial=turn_serial,
-        item_serial=item_serial,
-    )
+    return thread_record(thread_id, turn_serial=turn_serial, item_serial=item_serial)
 
 
 async def test_turn_numbers_are_kept_for_the_threads_used_last_and_busy_ones(

@@ -13,8 +13,9 @@ import pytest
 from appserver.protocol.ids import now_iso
 from appserver.storage.db import Database, load_migrations, migrations_dir
 from appserver.storage.lock import WorkspaceLock, WorkspaceLocked
-from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
+from appserver.storage.records import ItemRecord, TurnRecord
 from appserver.storage.threads import ThreadRepository
+from tests.support.records import thread_record
 
 
 async def scalar(db: Database, sql: str) -> object:
@@ -228,19 +229,6 @@ async def test_a_write_is_committed_even_if_its_caller_is_cancelled(tmp_path: Pa
         assert [row[0] for row in await db.fetch("SELECT id FROM notes")] == [1]
     finally:
         await db.close()
-
-
-def thread_record(thread_id: str) -> ThreadRecord:
-    stamp = now_iso()
-    return ThreadRecord(
-        id=thread_id,
-        workspace_path="/w",
-        user_id="local",
-        origin_channel="cli",
-        status="active",
-        created_at=stamp,
-        last_active_at=stamp,
-    )
 
 
 async def test_delete_cascades_to_turns_and_items(tmp_path: Path) -> None:

@@ -20,7 +20,6 @@ the editor serves that family.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import weakref
@@ -35,6 +34,7 @@ from appserver.protocol.base import WireModel, first_error
 from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
 from appserver.providers.base import ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
+from appserver.runtime.bounded import make_room
 from appserver.runtime.events import Participant, ToolCaller
 from appserver.runtime.history import client_tool_text as model_text
 from appserver.runtime.turns.editor_families import declared_tool_result, declared_tool_served
@@ -258,11 +258,9 @@ class ClientToolCalls:
             self.tools[thread_id] = {tool.model_name: tool for tool in declared}
             self._loaded.pop(thread_id, None)
             return
-        loaded = self._loaded
-        if thread_id not in loaded and len(loaded) >= LOADED_THREADS:
-            for each in list(itertools.islice(loaded, len(loaded) // 10 + 1)):
-                del loaded[each]
-        loaded[thread_id] = None
+        if thread_id not in self._loaded:
+            make_room(self._loaded, LOADED_THREADS)
+        self._loaded[thread_id] = None
 
     def bind(self, thread_id: str, owner: Participant) -> None:
         """``owner`` resumed the thread: it runs the thread's tools from now on,

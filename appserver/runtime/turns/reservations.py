@@ -8,10 +8,9 @@ in one process, even when a caller's thread record is stale.
 
 from __future__ import annotations
 
-import itertools
-
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
+from appserver.runtime.bounded import make_room
 from appserver.runtime.events import Participant
 from appserver.runtime.turns.model import ActiveTurn, initiator
 from appserver.storage.records import ThreadRecord, TurnRecord
@@ -78,11 +77,6 @@ class TurnReservations:
 
     def _keep(self, thread_id: str, last_turn: int, last_item: int) -> None:
         """Store the thread's numbers as its most recently used (the dict's last)."""
-        numbers = self._numbers
-        if numbers.pop(thread_id, None) is None and len(numbers) >= REMEMBERED_THREADS:
-            # A tenth at a time, the least recently used first, busy ones kept:
-            # deleting a dict's first key one by one makes each next one a scan.
-            idle = (each for each in numbers if each not in self.active)
-            for each in list(itertools.islice(idle, len(numbers) // 10 + 1)):
-                del numbers[each]
-        numbers[thread_id] = (last_turn, last_item)
+        if self._numbers.pop(thread_id, None) is None:
+            make_room(self._numbers, REMEMBERED_THREADS, keep=self.active)  # busy ones stay
+        self._numbers[thread_id] = (last_turn, last_item)
