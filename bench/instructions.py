@@ -22,6 +22,9 @@ only starts and short sessions are counted:
 - ``dotcraft``: ``appserver app-server`` on a new workspace and home:
   ``initialize``, ``thread/start`` and one offline turn, then end of input;
 - ``codex``: the same through ``appserver-codex app-server``;
+- ``turn``: what each further ``thread/start`` and short turn of a DotCraft session
+  costs (the fixed cost of a turn, one client, one after another): a session of
+  ``1 + TURNS`` of them less a session of one, divided by ``TURNS``;
 - ``deltas``: the DotCraft door's session with the OpenAI provider pointed at
   ``bench/peer_model.py`` (in its own process, not counted), one turn of 2,000
   deltas: the cost of streaming, HTTP included (the start is ``dotcraft``'s,
@@ -54,8 +57,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 600.0
 REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
-FIGURES = ("floor", "help", "oneshot", "dotcraft", "codex", "deltas")
+FIGURES = ("floor", "help", "oneshot", "dotcraft", "codex", "turn", "deltas")
 DELTAS = 2000
+TURNS = 20  # the turn figure's further thread starts and turns
 
 
 def child_env(src: Path, home: Path) -> dict[str, str]:
@@ -108,8 +112,10 @@ def session(
     cwd: Path,
     thread_params: dict[str, object],
     prompt: str = "hello",
+    turns: int = 1,
 ) -> None:
-    """``initialize``, ``thread/start``, one turn, then end of input; waits for the exit."""
+    """``initialize``, then ``turns`` times ``thread/start`` and a turn on that
+    thread, then end of input; waits for the exit."""
     process = subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         env=env, cwd=cwd,
@@ -140,12 +146,15 @@ def session(
         )
         wait_for(lambda message: message.get("id") == 1)
         send({"method": "initialized"})
-        send({"id": 2, "method": "thread/start", "params": thread_params})
-        answer = wait_for(lambda message: message.get("id") == 2)
-        thread = answer["result"]["thread"]["id"]  # type: ignore[index]
-        text = [{"type": "text", "text": prompt}]
-        send({"id": 3, "method": "turn/start", "params": {"threadId": thread, "input": text}})
-        wait_for(lambda message: message.get("method") in ("turn/completed", "turn/failed"))
+        for number in range(turns):
+            ask = 2 + 2 * number
+            send({"id": ask, "method": "thread/start", "params": thread_params})
+            answer = wait_for(lambda message: message.get("id") == ask)  # noqa: B023
+            thread = answer["result"]["thread"]["id"]  # type: ignore[index]
+            text = [{"type": "text", "text": prompt}]
+            turn = {"threadId": thread, "input": text}
+            send({"id": ask + 1, "method": "turn/start", "params": turn})
+            wait_for(lambda message: message.get("method") in ("turn/completed", "turn/failed"))
         stdin.close()
         process.wait(TIMEOUT)
     finally:
@@ -199,6 +208,8 @@ def measure(figure: str, src: Path, scratch: Path, model: Model) -> int:
         def run(prefix: list[str]) -> None:
             run_plain([*prefix, *base], env, workspace, stdin)
 
+    elif figure == "turn":
+        return (count_session(src, scratch, 1 + TURNS) - count_session(src, scratch, 1)) // TURNS
     elif figure in ("dotcraft", "codex", "deltas"):
         entry = codex if figure == "codex" else appserver
         provider = []
@@ -227,6 +238,23 @@ def measure(figure: str, src: Path, scratch: Path, model: Model) -> int:
     command_prefix = counted([], scratch)
     run(command_prefix)
     return refs_of(command_prefix)
+
+
+def count_session(src: Path, scratch: Path, turns: int) -> int:
+    """Instructions of a DotCraft session (offline model) of ``turns`` thread
+    starts and turns, on a workspace an uncounted session of as many created."""
+    python = sys.executable
+    entry = [python, "-c", "import sys; from appserver.launch import main; sys.exit(main())"]
+    where = scratch / uuid.uuid4().hex
+    (where / "home").mkdir(parents=True)
+    (where / "workspace").mkdir()
+    base = [*entry, "app-server", "--workspace", str(where / "workspace")]
+    env = child_env(src, where / "home")
+    params: dict[str, object] = {"identity": {"channelName": "bench", "userId": "u"}}
+    session(base, env, where / "workspace", params, turns=turns)  # uncounted
+    prefix = counted([], scratch)
+    session([*prefix, *base], env, where / "workspace", params, turns=turns)
+    return refs_of(prefix)
 
 
 def main() -> None:

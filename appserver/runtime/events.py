@@ -16,7 +16,7 @@ are the protocol package's typed models (``protocol.turns``,
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -276,6 +276,36 @@ class NodeReplHost(Protocol):
         Raise :class:`QuestionUnanswered` if the client left or did not answer
         within ``timeout``; :class:`QuestionRefused` if it answered with an error.
         """
+
+
+_ROLES: dict[tuple[type, type], bool] = {}
+
+
+def _plays(participant: object, role: type) -> bool:
+    """``isinstance(participant, role)`` for an optional role, remembered per
+    class: on Python 3.11 a runtime-checkable protocol's check walks the
+    protocol's members at every call (~15 µs, a few a turn), and a
+    participant's class decides it (its methods are the class's)."""
+    key = (type(participant), role)
+    known = _ROLES.get(key)
+    if known is None:
+        known = _ROLES[key] = isinstance(participant, role)
+    return known
+
+
+def is_tool_caller(participant: object) -> TypeGuard[ToolCaller]:
+    """Whether ``participant`` is a :class:`ToolCaller`."""
+    return _plays(participant, ToolCaller)
+
+
+def is_editor_client(participant: object) -> TypeGuard[EditorClient]:
+    """Whether ``participant`` is an :class:`EditorClient`."""
+    return _plays(participant, EditorClient)
+
+
+def is_node_repl_host(participant: object) -> TypeGuard[NodeReplHost]:
+    """Whether ``participant`` is a :class:`NodeReplHost`."""
+    return _plays(participant, NodeReplHost)
 
 
 class QuestionUnanswered(Exception):

@@ -21,11 +21,9 @@ class _Flags:
     waiting_on_plan_confirmation: bool = False
 
     def snapshot(self) -> ThreadRuntimeState:
-        return ThreadRuntimeState(
-            running=self.running,
-            waiting_on_approval=self.pending_approvals > 0,
-            waiting_on_plan_confirmation=self.waiting_on_plan_confirmation,
-        )
+        return _SNAPSHOTS[
+            self.running, self.pending_approvals > 0, self.waiting_on_plan_confirmation
+        ]
 
 
 def _set_running(flags: _Flags, running: bool) -> None:
@@ -42,7 +40,18 @@ def _changed(thread_id: str, runtime: ThreadRuntimeState) -> Emission:
     return Emission("thread/runtimeChanged", params, broadcast=True)
 
 
-_IDLE = ThreadRuntimeState()  # shared: wire models are never mutated after creation
+# Every snapshot there can be, made once and shared (wire models are never mutated
+# after creation): a turn takes ~8 snapshots and compares them, and one of these
+# is compared by identity, not field by field.
+_SNAPSHOTS = {
+    (running, waiting, planning): ThreadRuntimeState(
+        running=running, waiting_on_approval=waiting, waiting_on_plan_confirmation=planning
+    )
+    for running in (False, True)
+    for waiting in (False, True)
+    for planning in (False, True)
+}
+_IDLE = _SNAPSHOTS[False, False, False]
 
 
 class RuntimeStates:
@@ -78,7 +87,7 @@ class RuntimeStates:
         trial = replace(flags)
         _set_running(trial, running)
         after = trial.snapshot()
-        return None if after == flags.snapshot() else _changed(thread_id, after)
+        return None if after is flags.snapshot() else _changed(thread_id, after)
 
     async def settle_running(
         self, thread_id: str, running: bool, announced: Emission | None
@@ -134,6 +143,6 @@ class RuntimeStates:
         before = flags.snapshot()
         mutate(flags)
         after = flags.snapshot()
-        if after == _IDLE:
+        if after is _IDLE:
             del self._flags[thread_id]  # the default: keep nothing
-        return after if after != before else None
+        return after if after is not before else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import sqlite3
@@ -340,7 +341,9 @@ class SqliteDatabase(Database):
         (:class:`~appserver.storage.sqlite_writes.LoopWriter`), else in one
         trip to the database thread."""
         async with self._write_lock:
-            await anyio.lowlevel.cancel_shielded_checkpoint()
+            # One turn of the loop (its writers join the batch); _grouped's scope
+            # already shields it, so a bare yield (no scope of its own) will do.
+            await asyncio.sleep(0)
             batch, self._writes = self._writes, []
             try:
                 errors = None if self._loop_writer is None else self._loop_writer.try_batch(batch)

@@ -35,7 +35,7 @@ from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
 from appserver.providers.base import ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.bounded import make_room
-from appserver.runtime.events import Participant, ToolCaller
+from appserver.runtime.events import Participant, is_tool_caller
 from appserver.runtime.history import client_tool_text as model_text
 from appserver.runtime.turns.editor_families import declared_tool_result, declared_tool_served
 from appserver.runtime.turns.editor_proxy import EditorProxy
@@ -101,7 +101,7 @@ class PendingToolCall(PendingApproval[WireModel]):
     channel: str | None = None  # a channel tool's channel: only its adapters are asked
 
     async def _put(self, participant: Participant) -> object:
-        assert isinstance(participant, ToolCaller)
+        assert is_tool_caller(participant)
         return await participant.call_tool(self.params, self.timeout, self.method)
 
     def _refused(self, participant: Participant, message: str) -> None:
@@ -172,7 +172,7 @@ def can_call_tools(participant: Participant | None) -> bool:
     return (
         participant is not None
         and not participant.closed
-        and isinstance(participant, ToolCaller)
+        and is_tool_caller(participant)
         and participant.can_call_tools()
     )
 

@@ -26,10 +26,10 @@ from pydantic import ValidationError
 from appserver.protocol.base import WireModel, first_error
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import (
-    EditorClient,
     Participant,
     QuestionRefused,
     QuestionUnanswered,
+    is_editor_client,
 )
 from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import TerminalOutput, ToolError
@@ -65,7 +65,7 @@ class PendingEditorRequest(PendingApproval[WireModel]):
     error: str = ""
 
     async def _put(self, participant: Participant) -> object:
-        assert isinstance(participant, EditorClient)
+        assert is_editor_client(participant)
         return await participant.editor_request(self.method, self.params, self.timeout)
 
     def _refused(self, participant: Participant, message: str) -> None:
@@ -79,7 +79,7 @@ class PendingEditorRequest(PendingApproval[WireModel]):
 
 def serves(participant: Participant | None, method: str) -> bool:
     """``participant`` is a ready editor that advertised ``method``'s capability."""
-    if participant is None or participant.closed or not isinstance(participant, EditorClient):
+    if participant is None or participant.closed or not is_editor_client(participant):
         return False
     if method.startswith("ext/acp/terminal/"):
         return participant.editor_terminal()
@@ -138,7 +138,7 @@ class EditorProxy:
         the client that started the turn. Its requests go through
         :meth:`ask`."""
         owner = self.owner(active)
-        if not isinstance(owner, EditorClient):
+        if not is_editor_client(owner):
             return None
         can_read, can_write = owner.editor_fs()
         can_run = owner.editor_terminal()
@@ -150,7 +150,7 @@ class EditorProxy:
         """The request families (case-folded) the turn's tools may use: those its
         editor lists, narrowed by the thread configuration's ``extensions``."""
         owner = self.owner(active)
-        if not isinstance(owner, EditorClient):
+        if not is_editor_client(owner):
             return set()
         configured = (active.thread.configuration or {}).get("extensions")
         return enabled_families(owner.editor_families(), configured)
@@ -161,9 +161,8 @@ class EditorProxy:
         owner = self.bound_client(active.thread_id)
         if owner is None or owner.closed:
             owner = active.origin
-        if owner is None or owner.closed or not isinstance(owner, EditorClient):
-            return None
-        return owner
+        editor = owner is not None and not owner.closed and is_editor_client(owner)
+        return owner if editor else None
 
     async def ask(
         self, active: ActiveTurn, method: str, params: WireModel, timeout: float
@@ -310,7 +309,7 @@ class ClientEditor:
         owner = self._hosts.get(terminal_id)
         if owner is None or owner.closed:
             owner = self.proxy.owner(self.active)
-        if not isinstance(owner, EditorClient) or not owner.editor_terminal():
+        if not is_editor_client(owner) or not owner.editor_terminal():
             return
         with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP_TIMEOUT_S):
             try:

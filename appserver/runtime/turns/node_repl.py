@@ -37,10 +37,10 @@ from appserver.protocol.base import WireModel, first_error
 from appserver.providers.base import ImagePart, ToolCall, ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import (
-    NodeReplHost,
     Participant,
     QuestionRefused,
     QuestionUnanswered,
+    is_node_repl_host,
 )
 from appserver.runtime.history import client_tool_images, client_tool_text
 from appserver.runtime.subagent_roles import tool_offered
@@ -95,7 +95,7 @@ class PendingEvaluation(PendingApproval[WireModel]):
     error: str = ""
 
     async def _put(self, participant: Participant) -> object:
-        assert isinstance(participant, NodeReplHost)
+        assert is_node_repl_host(participant)
         return await participant.node_repl_request(EVALUATE, self.params, self.timeout)
 
     def _refused(self, participant: Participant, message: str) -> None:
@@ -112,7 +112,7 @@ def hosts_repl(participant: Participant | None) -> bool:
     return (
         participant is not None
         and not participant.closed
-        and isinstance(participant, NodeReplHost)
+        and is_node_repl_host(participant)
         and participant.node_repl()
     )
 
@@ -313,7 +313,7 @@ class NodeRepl:
                     tg.start_soon(self._send_cancel, host, params)
 
     async def _send_cancel(self, host: Participant, params: NodeReplCancelParams) -> None:
-        assert isinstance(host, NodeReplHost)
+        assert is_node_repl_host(host)
         try:
             await host.node_repl_request(CANCEL, params, CANCEL_TIMEOUT_S)
         except (QuestionRefused, QuestionUnanswered) as exc:
