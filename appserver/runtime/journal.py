@@ -190,8 +190,10 @@ class ThreadJournal:
         thread_id: str,
         group: Sequence[Emission],
         exclude: tuple[Participant, ...] = (),
+        delta: tuple[Event, tuple[Participant, ...]] | None = None,
     ) -> list[Event]:
-        """Store, number and deliver ``group`` through the shared log: one commit."""
+        """Store, number and deliver ``group`` through the shared log: one commit
+        (with ``delta``, a delta event and who it goes to, after the group)."""
         owner = group_owner(group)
         created_at = now_iso()
         statements = group_statements(thread_id, group, shared.node_id)
@@ -207,6 +209,8 @@ class ThreadJournal:
             )
             for emission, rows in zip(group, statements, strict=True)
         ]
+        if delta is not None:
+            pending.append(Pending(delta[0], False, delta[1], (), turn_id=owner))
         await shared.append_all(pending)
         for emission in group:
             if emission.turn is not None and emission.new_turn:
@@ -232,16 +236,7 @@ class ThreadJournal:
         may be ``None``; they are parsed from it if a front door asks); ``text``:
         a text delta's text (:attr:`Event.text`, and ``turn_id`` becomes its
         :attr:`Event.turn_id`)."""
-        event = Event(
-            kind,
-            params,
-            thread_id=thread_id,
-            topic=topic,
-            stream=item_id,
-            params_json=params_json,
-            text=text,
-            turn_id=turn_id if text is not None else None,
-        )
+        event = _delta_event(thread_id, item_id, kind, params, params_json, topic, turn_id, text)
         if self.shared is not None:
             await self.shared.append_delta(event, include, turn_id)
             return 0  # numbered when the flusher writes it
@@ -258,6 +253,39 @@ class ThreadJournal:
         event.seq = self._seq[thread_id] = seq + 1
         self._send_delta(event, include)
         return event.seq
+
+    async def emit_with_text(
+        self,
+        thread_id: str,
+        group: Sequence[Emission],
+        item_id: str,
+        kind: str,
+        params_json: str,
+        text: str,
+        turn_id: str,
+        include: tuple[Participant, ...],
+    ) -> None:
+        """:meth:`emit_all` of ``group`` (an item's ``item/started``, and what the
+        turn held), then its first text delta (:meth:`emit_delta`'s arguments),
+        nothing between: with the shared log all in one commit, so a streamed
+        item costs no commit of its own before its text (its first delta then
+        waits for that commit, as its ``item/started`` did)."""
+        shared = self.shared
+        if shared is None or len({emission.owner() for emission in group} - {None}) > 1:
+            await self.emit_all(thread_id, group)
+            await self.emit_delta(
+                thread_id,
+                item_id,
+                kind,
+                None,
+                params_json=params_json,
+                include=include,
+                turn_id=turn_id,
+                text=text,
+            )
+            return
+        delta = _delta_event(thread_id, item_id, kind, None, params_json, None, turn_id, text)
+        await self._append(shared, thread_id, group, delta=(delta, include))
 
     def _send_delta(self, event: Event, include: Iterable[Participant]) -> None:
         assert event.thread_id is not None and event.stream is not None
@@ -445,4 +473,27 @@ def merge_deltas(first: Event, second: Event) -> Event:
         seq=second.seq,
         topic=second.topic,
         stream=second.stream,
+    )
+
+
+def _delta_event(
+    thread_id: str,
+    item_id: str,
+    kind: str,
+    params: DeltaNotification | None,
+    params_json: str | None,
+    topic: str | None,
+    turn_id: str | None,
+    text: str | None,
+) -> Event:
+    """A streaming delta's event (see :meth:`ThreadJournal.emit_delta`)."""
+    return Event(
+        kind,
+        params,
+        thread_id=thread_id,
+        topic=topic,
+        stream=item_id,
+        params_json=params_json,
+        text=text,
+        turn_id=turn_id if text is not None else None,
     )

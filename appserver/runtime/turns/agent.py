@@ -217,12 +217,16 @@ class AgentLoop:
                 event = text_safe(raw_event)
                 if isinstance(event, TextDelta):
                     if text_item is None:
-                        text_item = await items.open(active, "agentMessage", {"text": ""})
-                    await items.text_delta(active, text_item, event.text)
+                        text_item = await items.open_text(active, "agentMessage", event.text)
+                    else:
+                        await items.text_delta(active, text_item, event.text)
                 elif isinstance(event, ReasoningDelta):
                     if reasoning_item is None:
-                        reasoning_item = await items.open(active, "reasoningContent", {"text": ""})
-                    await items.text_delta(active, reasoning_item, event.text)
+                        reasoning_item = await items.open_text(
+                            active, "reasoningContent", event.text
+                        )
+                    else:
+                        await items.text_delta(active, reasoning_item, event.text)
                 elif isinstance(event, ToolCallDelta):
                     if event.index in client_calls or (
                         event.index not in call_items

@@ -8,6 +8,7 @@ numbered events that are never stored.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -66,6 +67,38 @@ class ItemLog:
         item = self.new(active, kind, payload)
         active.open_items[item.id] = item
         await self.start(active, item)
+        return item
+
+    async def open_text(self, active: ActiveTurn, kind: str, text: str) -> ItemRecord:
+        """A new streaming text item (``agentMessage``, ``reasoningContent``) and its
+        first text: ``item/started`` (after what the turn holds) and the first
+        delta in one commit, instead of a commit each."""
+        if not text:  # empty deltas are never sent
+            return await self.open(active, kind, {"text": ""})
+        item = self.new(active, kind, {"text": ""})
+        active.open_items[item.id] = item
+        # Stored and announced as it starts (no text yet); the delta carries the text.
+        started = self._emission(active, "item/started", replace(item, payload={"text": ""}))
+        group = [*self.take_held(active), started]
+        append_text(item.payload, "text", text)
+        item.status = "streaming"
+        active.checkpoints[item.id] = time.monotonic()
+        method, params_json = self._text_delta_json(active, item, text)
+        emit = self.journal.emit_with_text(
+            active.thread_id,
+            group,
+            item.id,
+            method,
+            params_json,
+            text,
+            active.record.id,
+            tuple(active.watchers),
+        )
+        if len(group) == 1:
+            await emit
+        else:  # shielded, as _commit is, for what was held (its items are closed already)
+            with anyio.CancelScope(shield=True):
+                await emit
         return item
 
     async def complete(self, active: ActiveTurn, item: ItemRecord) -> None:
@@ -186,7 +219,29 @@ class ItemLog:
             await self.flush(active)
         append_text(item.payload, "text", text)
         item.status = "streaming"
-        kind, delta_kind = DELTA_KINDS[item.type]
+        method, params_json = self._text_delta_json(active, item, text)
+        await self.journal.emit_delta(
+            active.thread_id,
+            item.id,
+            method,
+            None,
+            params_json=params_json,
+            include=active.watchers,
+            turn_id=active.record.id,
+            text=text,
+        )
+        # Streaming text is saved now and then (not per delta) so a crash loses
+        # at most `checkpoint_interval` seconds of it. (time.monotonic is the
+        # event loop's clock, without anyio's per-call backend lookup.)
+        now = time.monotonic()
+        saved = active.checkpoints.setdefault(item.id, now)
+        if now - saved >= self.checkpoint_interval:
+            active.checkpoints[item.id] = now
+            await self.repo.save_item(item)
+
+    def _text_delta_json(self, active: ActiveTurn, item: ItemRecord, text: str) -> tuple[str, str]:
+        """The method and params (JSON) of ``item``'s text delta of ``text``."""
+        method, delta_kind = DELTA_KINDS[item.type]
         # The hot path of a streamed turn: the params are the item's fixed
         # fields around the text, spliced as text (the same JSON model_json
         # writes; the typed params parse from it if a front door asks).
@@ -203,24 +258,7 @@ class ItemLog:
             )
             before, after = template.split('"delta":""', 1)
             last = self._delta_json = (item, before + '"delta":', after)
-        await self.journal.emit_delta(
-            active.thread_id,
-            item.id,
-            kind,
-            None,
-            params_json=last[1] + dumps_text(text) + last[2],
-            include=active.watchers,
-            turn_id=active.record.id,
-            text=text,
-        )
-        # Streaming text is saved now and then (not per delta) so a crash loses
-        # at most `checkpoint_interval` seconds of it. (time.monotonic is the
-        # event loop's clock, without anyio's per-call backend lookup.)
-        now = time.monotonic()
-        saved = active.checkpoints.setdefault(item.id, now)
-        if now - saved >= self.checkpoint_interval:
-            active.checkpoints[item.id] = now
-            await self.repo.save_item(item)
+        return method, last[1] + dumps_text(text) + last[2]
 
     async def arguments_delta(
         self, active: ActiveTurn, item: ItemRecord, event: ToolCallDelta
