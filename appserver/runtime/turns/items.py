@@ -2,7 +2,9 @@
 
 Every item is stored before it is announced (read-your-writes), streaming
 text is checkpointed now and then for crash recovery, and deltas are
-numbered events that are never stored.
+numbered events (stored in the shared event log, replayable while their item
+streams; on one node without it, kept in memory only). A streamed text item's
+``item/started`` goes with its first delta (:meth:`ItemLog.open_text`).
 """
 
 from __future__ import annotations
