@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -139,6 +139,11 @@ class Connection:
         self._close_reason = ""
         self._close_code = 1000
         self._writer_idle = False
+        # Run once the peer's input ended (not at close()) and its requests are
+        # answered, before the connection closes: what it sends still reaches the
+        # peer (the stdio door ends its turns there, so a client still reading
+        # gets their ends).
+        self.at_end_of_input: Callable[[], Awaitable[None]] | None = None
 
     def __repr__(self) -> str:
         return f"<Connection #{self.id} {self.transport.kind} {self.state.value}>"
@@ -240,6 +245,9 @@ class Connection:
                 # Peer finished sending (EOF): answer what it asked, then stop.
                 with anyio.move_on_after(self.limits.drain_timeout):
                     await self._requests.wait_idle()
+                if self.at_end_of_input is not None and not self.closed:  # EOF, not close()
+                    with anyio.move_on_after(self.limits.drain_timeout):
+                        await self.at_end_of_input()
                 self.close("end of input")
         finally:
             self._mark_closed("connection ended")

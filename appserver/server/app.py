@@ -399,9 +399,19 @@ class AppServer:
         self, stdin: IO[bytes], stdout: IO[bytes], early: EarlyAnswer | None = None
     ) -> None:
         """Serve the one stdio client until EOF (``early``: what was read of its
-        input and answered before the server was built)."""
+        input and answered before the server was built). Its input ending ends the
+        server: once its requests are answered, running turns are cancelled
+        (``serverShutdown``) while it can still read their ends, as at SIGTERM."""
         transport = await StdioTransport.open(stdin, stdout, early=early)
-        await self.serve_transport(transport)
+        await self._connections.serve(transport, at_end_of_input=self._end_turns)
+
+    async def _end_turns(self) -> None:
+        """Cancel running turns now (each ends with ``turn/cancelled``,
+        ``serverShutdown``); the rest of stopping is :meth:`drain`'s, which
+        cancels again whatever this did not get to (a turn started meanwhile on
+        another door, or this cut short)."""
+        if self._built:
+            await self.runtime.shutdown()
 
     @asynccontextmanager
     async def listen_websocket(

@@ -4,7 +4,7 @@ in-process): serving one until it leaves, logging who it is, closing them all at
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -36,9 +36,15 @@ class Connections:
         self._clients: dict[int, str] = {}  # connection id -> "name version", for the logs
         router.initialize_hooks.append(self._log_client)
 
-    async def serve(self, transport: Transport) -> Connection:
-        """Serve one peer until it leaves."""
+    async def serve(
+        self,
+        transport: Transport,
+        at_end_of_input: Callable[[], Awaitable[None]] | None = None,
+    ) -> Connection:
+        """Serve one peer until it leaves (``at_end_of_input``: see
+        :attr:`Connection.at_end_of_input`)."""
         connection = Connection(transport, self.router, self.limits)
+        connection.at_end_of_input = at_end_of_input
         self.router.attach(connection)
         self.open.add(connection)
         where = str(getattr(transport, "peer", transport.kind))
