@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from appserver.faces.qwen.rules import MODES
 
 if TYPE_CHECKING:
+    from collections import deque
+
     from appserver.faces.qwen.wire import Job, Output
     from appserver.runtime.host import Runtime
 
@@ -39,6 +41,7 @@ class ControlOwner(Protocol):
     out: Output
     session_id: str
     current: Job | None
+    queued: deque[Job]
     model: str | None
     mode: str
 
@@ -121,7 +124,9 @@ class ControlRequests:
         return capabilities(self.session.interactive())
 
     async def _interrupt(self, request: Frame) -> Frame:
-        job = self.session.current
+        # The running message; with none, the next one (an interrupt written right
+        # behind its message, before the worker took it): it ends "cancelled".
+        job = self.session.current or (self.session.queued[0] if self.session.queued else None)
         if job is not None and not job.aborted:
             job.aborted = True
             if job.waiting is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,7 @@ class Session:
         )
         self.stream: TurnStream | None = None
         self.current: Job | None = None
+        self.queued: deque[Job] = deque()  # sent to the worker, not taken yet
         self.outcomes: list[str] = []
         # Lines queue here (bounded) and one task writes them: a client that
         # stops reading is dropped (the process ends), it cannot grow the process.
@@ -335,6 +337,7 @@ class Session:
             await self.out.input_error(f"unknown message type {kind!r}")
 
     async def enqueue(self, job: Job) -> None:
+        self.queued.append(job)
         await self._jobs_in.send(job)
 
     # --- turns -----------------------------------------------------------------------------
@@ -376,6 +379,7 @@ class Session:
         try:
             async with self._jobs_out:
                 async for job in self._jobs_out:
+                    self.queued.popleft()
                     self.current = job
                     try:
                         await self._run(job)

@@ -8,6 +8,7 @@ streamed until it ends.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,7 @@ class Jobs:
         self.session = session
         self.pending = 0  # jobs queued or running
         self.current: Job | None = None
+        self.queued: deque[Job] = deque()  # sent to the worker, not taken yet
         send: MemoryObjectSendStream[Job]
         receive: MemoryObjectReceiveStream[Job]
         send, receive = anyio.create_memory_object_stream[Job](float("inf"))
@@ -60,6 +62,7 @@ class Jobs:
             job.answered = True
             await self.session.respond(job.id, job.kind, {"started": True})
         self.pending += 1
+        self.queued.append(job)
         await self._jobs_in.send(job)
 
     def close(self) -> None:
@@ -67,8 +70,12 @@ class Jobs:
         self._jobs_in.close()
 
     async def abort(self) -> None:
-        """Abort the running job: stop its wait for the thread, or interrupt its turn."""
+        """Abort the running job: stop its wait for the thread, or interrupt its turn.
+        A job answered as started but not yet taken by the worker (an ``abort``
+        written right behind its ``prompt``) is the running one: it ends aborted."""
         job = self.current
+        if job is None and self.queued and self.queued[0].answered:
+            job = self.queued[0]
         if job is None or job.aborted:
             return
         job.aborted = True
@@ -82,6 +89,7 @@ class Jobs:
         session = self.session
         async with self._jobs_out:
             async for job in self._jobs_out:
+                self.queued.popleft()
                 self.current = job
                 try:
                     await self._run(job)

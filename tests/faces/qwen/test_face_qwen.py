@@ -599,6 +599,33 @@ async def test_interrupt_mid_stream(workspace: Path) -> None:
         assert texts(await proc.result()) == ["You said: still there?"]
 
 
+async def test_an_interrupt_written_right_behind_its_message_cancels_it(workspace: Path) -> None:
+    """Both lines in one write, as an SDK that sends and interrupts at once does: the
+    interrupt is the message's even before the session takes it up (it was lost then,
+    and the turn ran to its end)."""
+    async with qwen(workspace) as proc:
+        await proc.control("interrupt")  # started and idle
+        message = {
+            "type": "user",
+            "session_id": "",
+            "message": {"role": "user", "content": SLOW},
+            "parent_tool_use_id": None,
+        }
+        interrupt = {
+            "type": "control_request",
+            "request_id": "stop",
+            "request": {"subtype": "interrupt"},
+        }
+        lines = (json.dumps(frame).encode() + b"\n" for frame in (message, interrupt))
+        await proc.send(b"".join(lines))
+        with anyio.fail_after(5):
+            result = (await proc.result())[-1]
+        assert result["subtype"] == "error_during_execution"
+        assert result["error"] == {"message": "Operation cancelled."}
+        await proc.prompt("still there?")
+        assert texts(await proc.result()) == ["You said: still there?"]
+
+
 async def test_messages_queue_and_stdin_closing_finishes_them(workspace: Path) -> None:
     async with qwen(workspace) as proc:
         await proc.prompt("?stream 3\n?delay 50")

@@ -619,6 +619,23 @@ async def test_abort_mid_stream_then_the_queued_prompt_runs(workspace: Path) -> 
         assert messages[1]["content"][0]["text"].startswith("chunk 1 ")
 
 
+async def test_an_abort_written_right_behind_its_prompt_aborts_it(workspace: Path) -> None:
+    """Both lines in one write: the prompt is answered as started before the abort
+    is read, so the abort is its, even before the worker takes the prompt up (it
+    was lost then, and the turn ran to its end)."""
+    async with zot(workspace) as proc:
+        await proc.call({"id": "w", "type": "get_state"})  # started and idle
+        prompt = {"id": "1", "type": "prompt", "message": SLOW}
+        abort = {"id": "a", "type": "abort"}
+        await proc.send(b"".join(json.dumps(frame).encode() + b"\n" for frame in (prompt, abort)))
+        frames = await proc.until_type("done")
+        assert [f.get("id") for f in of(frames, "response")] == ["1", "a"]
+        assert of(frames, "turn_end") == [{"type": "turn_end", "stop": "aborted"}]
+        assert len(of(frames, "text_delta")) < 1000
+        state = await proc.call({"id": "s", "type": "get_state"})
+        assert state["data"]["busy"] is False
+
+
 async def test_abort_during_a_tool_call(workspace: Path) -> None:
     async with zot(workspace, "--approval-policy", "autoApprove") as proc:
         await proc.send({"id": "1", "type": "prompt", "message": "!sleep 30"})
