@@ -117,8 +117,9 @@ METHOD_SPECS: list[MethodSpec] = [
         thread_wire.ThreadIdParams,
         Empty,
         "threadManagement",
-        "Archive the thread; emits `thread/statusChanged` unless already archived.",
-        _THREAD_ERRORS,
+        "Archive the thread; emits `thread/statusChanged` unless "
+        "already archived. Refused while a turn runs on it (interrupt it first).",
+        (*_THREAD_ERRORS, rpc_errors.TURN_IN_PROGRESS),
     ),
     MethodSpec(
         "thread/unarchive",

@@ -354,8 +354,12 @@ async def test_turn_start_while_running_is_refused(server: ServerUnderTest) -> N
                 "turn/start", {"threadId": thread_id, "input": text_input("again")}
             )
             assert failure.code == -32012
+            # Archiving is refused too (as documented), and the turn goes on.
+            failure = await client.fail("thread/archive", {"threadId": thread_id})
+            assert failure.code == -32012
             await client.request("turn/interrupt", {"threadId": thread_id, "turnId": turn_id})
             await wait_terminal(client, turn_id)
+            await client.request("thread/archive", {"threadId": thread_id})
 
 
 async def test_turn_start_on_paused_or_archived_thread(server: ServerUnderTest) -> None:

@@ -206,7 +206,7 @@ var METHOD_INFO = {
   "terminal/read": { capability: "backgroundTerminals", errors: [-32602, -32090] },
   "terminal/stop": { capability: "backgroundTerminals", errors: [-32602, -32090] },
   "terminal/write": { capability: "backgroundTerminals", errors: [-32602, -32090, -32091] },
-  "thread/archive": { capability: "threadManagement", errors: [-32010, -32602] },
+  "thread/archive": { capability: "threadManagement", errors: [-32010, -32602, -32012] },
   "thread/compact": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "thread/config/update": { capability: "configOverride", errors: [-32010, -32602] },
   "thread/delete": { capability: "threadManagement", errors: [-32010, -32602] },
@@ -758,9 +758,9 @@ var GeneratedMethods = class {
     return this.request("terminal/write", params, options);
   }
   /**
-   * Archive the thread; emits `thread/statusChanged` unless already archived.
+   * Archive the thread; emits `thread/statusChanged` unless already archived. Refused while a turn runs on it (interrupt it first).
    *
-   * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602.
+   * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602, -32012.
    * Params: {@link ThreadIdParams}.
    */
   threadArchive(params, options) {

@@ -3900,9 +3900,9 @@ export interface Methods {
    */
   "terminal/write": { params: TerminalWriteParams; result: TerminalResult };
   /**
-   * Archive the thread; emits `thread/statusChanged` unless already archived.
+   * Archive the thread; emits `thread/statusChanged` unless already archived. Refused while a turn runs on it (interrupt it first).
    *
-   * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602.
+   * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602, -32012.
    * Params: {@link ThreadIdParams}.
    */
   "thread/archive": { params: ThreadIdParams; result: Empty };
@@ -4560,7 +4560,7 @@ export const METHOD_INFO: { readonly [M in Method]: { readonly capability: strin
   "terminal/read": { capability: "backgroundTerminals", errors: [-32602, -32090] },
   "terminal/stop": { capability: "backgroundTerminals", errors: [-32602, -32090] },
   "terminal/write": { capability: "backgroundTerminals", errors: [-32602, -32090, -32091] },
-  "thread/archive": { capability: "threadManagement", errors: [-32010, -32602] },
+  "thread/archive": { capability: "threadManagement", errors: [-32010, -32602, -32012] },
   "thread/compact": { capability: "threadManagement", errors: [-32010, -32602, -32011, -32012] },
   "thread/config/update": { capability: "configOverride", errors: [-32010, -32602] },
   "thread/delete": { capability: "threadManagement", errors: [-32010, -32602] },
@@ -5189,9 +5189,9 @@ export abstract class GeneratedMethods {
   }
 
   /**
-   * Archive the thread; emits `thread/statusChanged` unless already archived.
+   * Archive the thread; emits `thread/statusChanged` unless already archived. Refused while a turn runs on it (interrupt it first).
    *
-   * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602.
+   * Wire method `thread/archive`; capability `threadManagement`; errors -32010, -32602, -32012.
    * Params: {@link ThreadIdParams}.
    */
   threadArchive(params: ThreadIdParams, options?: RequestOptions): Promise<Empty> {

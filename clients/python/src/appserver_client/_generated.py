@@ -3790,9 +3790,11 @@ class GeneratedMethods:
         return cast(TerminalResult, reply)
 
     async def thread_archive(self, *, thread_id: str, timeout: float | None = None) -> Empty:
-        """Archive the thread; emits `thread/statusChanged` unless already archived.
+        """Archive the thread; emits `thread/statusChanged` unless already archived. Refused while
+        a turn runs on it (interrupt it first).
 
-        Wire method ``thread/archive``; capability ``threadManagement``; errors -32010, -32602.
+        Wire method ``thread/archive``; capability ``threadManagement``; errors -32010, -32602,
+        -32012.
         Params: :class:`ThreadIdParams` (keyword arguments, snake_case).
         ``timeout`` overrides the client's default for this call.
         """
