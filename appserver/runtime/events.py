@@ -183,6 +183,30 @@ class Participant(Protocol):
         """
 
 
+def delta_event(
+    thread_id: str,
+    item_id: str,
+    kind: str,
+    params: DeltaNotification | None,
+    params_json: str | None,
+    topic: str | None,
+    turn_id: str | None,
+    text: str | None,
+) -> Event:
+    """A streaming delta's event (see :meth:`ThreadJournal.emit_delta
+    <appserver.runtime.journal.ThreadJournal.emit_delta>`)."""
+    return Event(
+        kind,
+        params,
+        thread_id=thread_id,
+        topic=topic,
+        stream=item_id,
+        params_json=params_json,
+        text=text,
+        turn_id=turn_id if text is not None else None,
+    )
+
+
 def deliver_to(event: Event, receivers: list[Participant]) -> None:
     """Hand ``event`` to every participant of ``receivers``.
 

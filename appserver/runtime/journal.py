@@ -31,7 +31,7 @@ from appserver.runtime.bounded import make_room
 from appserver.runtime.broadcast_records import BroadcastRecords
 from appserver.runtime.bus import EventBus
 from appserver.runtime.emissions import Emission, group_owner, group_statements
-from appserver.runtime.events import Event, Participant, deliver_to
+from appserver.runtime.events import Event, Participant, deliver_to, delta_event
 from appserver.runtime.seq_ranges import SeqRanges
 from appserver.runtime.shared_feed import Pending, stored_event
 from appserver.storage.events import EventRepository
@@ -166,8 +166,8 @@ class ThreadJournal:
         """:meth:`emit` of lifecycle events that nothing may come between, of one
         turn at most: with the shared log, one commit (all stored or none), then
         each delivered in order (:mod:`appserver.runtime.emissions`)."""
-        shared = self.shared
-        if shared is None or len({emission.owner() for emission in group} - {None}) > 1:
+        shared = self._one_commit(group)
+        if shared is None:
             for emission in group:
                 await self.emit(
                     thread_id,
@@ -183,6 +183,14 @@ class ThreadJournal:
                 )
             return
         await self._append(shared, thread_id, group)
+
+    def _one_commit(self, group: Sequence[Emission]) -> SharedLog | None:
+        """The shared log when ``group`` can be one commit of it (the events of
+        one turn at most); ``None``: emitted one by one."""
+        shared = self.shared
+        if shared is None or len({emission.owner() for emission in group} - {None}) > 1:
+            return None
+        return shared
 
     async def _append(
         self,
@@ -236,7 +244,7 @@ class ThreadJournal:
         may be ``None``; they are parsed from it if a front door asks); ``text``:
         a text delta's text (:attr:`Event.text`, and ``turn_id`` becomes its
         :attr:`Event.turn_id`)."""
-        event = _delta_event(thread_id, item_id, kind, params, params_json, topic, turn_id, text)
+        event = delta_event(thread_id, item_id, kind, params, params_json, topic, turn_id, text)
         if self.shared is not None:
             await self.shared.append_delta(event, include, turn_id)
             return 0  # numbered when the flusher writes it
@@ -270,8 +278,8 @@ class ThreadJournal:
         nothing between: with the shared log all in one commit, so a streamed
         item costs no commit of its own before its text (its first delta then
         waits for that commit, as its ``item/started`` did)."""
-        shared = self.shared
-        if shared is None or len({emission.owner() for emission in group} - {None}) > 1:
+        shared = self._one_commit(group)
+        if shared is None:
             await self.emit_all(thread_id, group)
             await self.emit_delta(
                 thread_id,
@@ -284,7 +292,7 @@ class ThreadJournal:
                 text=text,
             )
             return
-        delta = _delta_event(thread_id, item_id, kind, None, params_json, None, turn_id, text)
+        delta = delta_event(thread_id, item_id, kind, None, params_json, None, turn_id, text)
         await self._append(shared, thread_id, group, delta=(delta, include))
 
     def _send_delta(self, event: Event, include: Iterable[Participant]) -> None:
@@ -473,27 +481,4 @@ def merge_deltas(first: Event, second: Event) -> Event:
         seq=second.seq,
         topic=second.topic,
         stream=second.stream,
-    )
-
-
-def _delta_event(
-    thread_id: str,
-    item_id: str,
-    kind: str,
-    params: DeltaNotification | None,
-    params_json: str | None,
-    topic: str | None,
-    turn_id: str | None,
-    text: str | None,
-) -> Event:
-    """A streaming delta's event (see :meth:`ThreadJournal.emit_delta`)."""
-    return Event(
-        kind,
-        params,
-        thread_id=thread_id,
-        topic=topic,
-        stream=item_id,
-        params_json=params_json,
-        text=text,
-        turn_id=turn_id if text is not None else None,
     )

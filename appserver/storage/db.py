@@ -15,7 +15,6 @@ from typing import Any, Protocol, TypeAlias, TypeVar, cast
 
 import aiosqlite
 import anyio
-import anyio.lowlevel
 
 from appserver.storage.sqlite_setup import MIGRATIONS_TABLE, PRAGMAS
 from appserver.storage.sqlite_writes import LoopWriter, Write, run_writes, text_size

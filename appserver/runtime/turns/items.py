@@ -81,26 +81,10 @@ class ItemLog:
         active.open_items[item.id] = item
         # Stored and announced as it starts (no text yet); the delta carries the text.
         started = self._emission(active, "item/started", replace(item, payload={"text": ""}))
-        group = [*self.take_held(active), started]
         append_text(item.payload, "text", text)
         item.status = "streaming"
         active.checkpoints[item.id] = time.monotonic()
-        method, params_json = self._text_delta_json(active, item, text)
-        emit = self.journal.emit_with_text(
-            active.thread_id,
-            group,
-            item.id,
-            method,
-            params_json,
-            text,
-            active.record.id,
-            tuple(active.watchers),
-        )
-        if len(group) == 1:
-            await emit
-        else:  # shielded, as _commit is, for what was held (its items are closed already)
-            with anyio.CancelScope(shield=True):
-                await emit
+        await self._commit(active, [started], first_text=(item, text))
         return item
 
     async def complete(self, active: ActiveTurn, item: ItemRecord) -> None:
@@ -117,19 +101,42 @@ class ItemLog:
         """Store the item and announce it (stored first: read-your-writes)."""
         await self._commit(active, [self._emission(active, kind, item)])
 
-    async def _commit(self, active: ActiveTurn, emissions: list[Emission]) -> None:
+    async def _commit(
+        self,
+        active: ActiveTurn,
+        emissions: list[Emission],
+        first_text: tuple[ItemRecord, str] | None = None,
+    ) -> None:
         """Emit ``emissions`` after what the turn holds (:attr:`ActiveTurn.held`),
-        in one commit: nothing overtakes what is held."""
-        if not active.held:
-            if emissions:
-                await self.journal.emit_all(active.thread_id, emissions)
+        in one commit: nothing overtakes what is held. ``first_text``: a streaming
+        item and its first text, whose delta goes last in the same commit."""
+        held = self.take_held(active) if active.held else []
+        group = [*held, *emissions]
+        if not group:
             return
-        group = [*self.take_held(active), *emissions]
+        if first_text is None:
+            emit = self.journal.emit_all(active.thread_id, group)
+        else:
+            item, text = first_text
+            method, params_json = self._text_delta_json(active, item, text)
+            emit = self.journal.emit_with_text(
+                active.thread_id,
+                group,
+                item.id,
+                method,
+                params_json,
+                text,
+                active.record.id,
+                tuple(active.watchers),
+            )
+        if not held:
+            await emit
+            return
         # Shielded: what was held is out of the turn's open items already (an
         # interrupt here would lose an item's completion, which the turn's end
         # could no longer close).
         with anyio.CancelScope(shield=True):
-            await self.journal.emit_all(active.thread_id, group)
+            await emit
 
     async def flush(self, active: ActiveTurn) -> None:
         """Emit what the turn holds, if anything."""
