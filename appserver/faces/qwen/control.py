@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from appserver.faces.qwen.rules import MODES
 
 if TYPE_CHECKING:
-    from collections import deque
-
+    from appserver.faces.jobs import JobQueue
     from appserver.faces.qwen.wire import Job, Output
     from appserver.runtime.host import Runtime
 
@@ -40,8 +39,7 @@ class ControlOwner(Protocol):
     runtime: Runtime
     out: Output
     session_id: str
-    current: Job | None
-    queued: deque[Job]
+    jobs: JobQueue[Job]
     model: str | None
     mode: str
 
@@ -126,13 +124,11 @@ class ControlRequests:
     async def _interrupt(self, request: Frame) -> Frame:
         # The running message; with none, the next one (an interrupt written right
         # behind its message, before the worker took it): it ends "cancelled".
-        job = self.session.current or (self.session.queued[0] if self.session.queued else None)
-        if job is not None and not job.aborted:
-            job.aborted = True
-            if job.waiting is not None:
-                job.waiting.cancel()
-            if job.thread_id is not None and job.turn_id is not None:
-                await self.session.interrupt_turn(job.thread_id, job.turn_id)
+        from appserver.faces.jobs import abort
+
+        queue = self.session.jobs
+        job = queue.current or (queue.queued[0] if queue.queued else None)
+        await abort(job, self.session.interrupt_turn)
         return {"subtype": "interrupt"}
 
     async def _models(self) -> list[str]:

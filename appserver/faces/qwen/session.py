@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.faces.common import interrupt_quietly, session_thread, turn_id_of, wait_out_turn
+from appserver.faces import jobs
+from appserver.faces.common import interrupt_quietly, session_thread, turn_id_of
 from appserver.faces.qwen.control import SLASH_COMMANDS, ControlRequests
 from appserver.faces.qwen.rules import ToolRules, thread_policy
 from appserver.faces.qwen.seat import Control, QwenSeat
@@ -30,8 +30,6 @@ from appserver.protocol.decoding import JsonRejected, loads_client
 from appserver.transport.peer_writer import DEFAULT_MAX_BYTES, PeerWriter
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
     from appserver.runtime.host import Runtime
     from appserver.transport.stdio import StdioTransport
 
@@ -92,8 +90,7 @@ class Session:
             settings.output_format, settings.input_format, self.write, "", False
         )
         self.stream: TurnStream | None = None
-        self.current: Job | None = None
-        self.queued: deque[Job] = deque()  # sent to the worker, not taken yet
+        self.jobs = jobs.JobQueue[Job]()
         self.outcomes: list[str] = []
         # Lines queue here (bounded) and one task writes them: a client that
         # stops reading is dropped (the process ends), it cannot grow the process.
@@ -105,10 +102,6 @@ class Session:
             try_send=transport.try_send,
         )
         self._finished = anyio.Event()  # the worker is done
-        send: MemoryObjectSendStream[Job]
-        receive: MemoryObjectReceiveStream[Job]
-        send, receive = anyio.create_memory_object_stream[Job](float("inf"))
-        self._jobs_in, self._jobs_out = send, receive
 
     # --- the seat's questions ------------------------------------------------------------
 
@@ -229,6 +222,11 @@ class Session:
         )
         return self.thread_id
 
+    def forget_thread(self) -> None:
+        """The session's thread is gone (deleted by another client): the next
+        :meth:`thread` makes a new one."""
+        self.thread_id = None
+
     async def interrupt_turn(self, thread_id: str, turn_id: str) -> None:
         await interrupt_quietly(self.runtime, thread_id, turn_id)
 
@@ -284,7 +282,7 @@ class Session:
                     await self.enqueue(text_job(self.settings.prompt))
                 await self._read_loop()
             self.control.close()
-            self._jobs_in.close()
+            self.jobs.close()
             await self._finished.wait()
             tg.cancel_scope.cancel()
 
@@ -337,8 +335,7 @@ class Session:
             await self.out.input_error(f"unknown message type {kind!r}")
 
     async def enqueue(self, job: Job) -> None:
-        self.queued.append(job)
-        await self._jobs_in.send(job)
+        await self.jobs.put(job)
 
     # --- turns -----------------------------------------------------------------------------
 
@@ -377,21 +374,18 @@ class Session:
 
     async def _worker(self) -> None:
         try:
-            async with self._jobs_out:
-                async for job in self._jobs_out:
-                    self.queued.popleft()
-                    self.current = job
-                    try:
-                        await self._run(job)
-                    except Exception:
-                        log.exception("a turn failed")
-                        result = self.no_turn("failed", "internal error (see the log)")
-                        self.outcomes.append("failed")
-                        await self.out.result(result, "failed")
-                    finally:
-                        self.current = None
+            await self.jobs.work(self._run_reported)
         finally:
             self._finished.set()
+
+    async def _run_reported(self, job: Job) -> None:
+        try:
+            await self._run(job)
+        except Exception:
+            log.exception("a turn failed")
+            result = self.no_turn("failed", "internal error (see the log)")
+            self.outcomes.append("failed")
+            await self.out.result(result, "failed")
 
     async def _run(self, job: Job) -> None:
         if job.kind == "empty":
@@ -432,39 +426,23 @@ class Session:
     async def _start(self, job: Job, stream: TurnStream) -> bool:
         """Start the job's turn, waiting out one another client runs on the
         thread; ``False`` (its result sent) if it never started."""
-        from appserver.runtime.errors import Refusal, ThreadNotFound, TurnInProgress
+        from appserver.runtime.errors import Refusal
 
-        recreated = False
-        while not job.aborted:
-            thread_id = job.thread_id = await self.thread()
-            try:
-                if job.kind == "compact":
-                    active = await self.runtime.turns.compact(thread_id, origin=self.seat)
-                else:
-                    active = await self.runtime.turns.start(thread_id, job.parts, origin=self.seat)
-            except TurnInProgress:
-                with anyio.CancelScope() as job.waiting:
-                    await wait_out_turn(self.runtime, thread_id)
-                job.waiting = None
-                continue
-            except ThreadNotFound:
-                if recreated:
-                    raise
-                recreated = True
-                self.thread_id = None  # deleted by another client: a new one
-                continue
-            except Refusal as exc:
-                stream.outcome = "failed"
-                await self.finish(stream, stream.result_frame(exc.message))
-                return False
-            job.turn_id = stream.turn_id = active.record.id
-            if job.aborted:  # interrupted while the turn was being stored
-                await self.interrupt_turn(thread_id, active.record.id)
-            return True
-        stream.outcome = "cancelled"
-        stream.num_turns = 0
-        await self.finish(stream, stream.result_frame("Operation cancelled."))
-        return False
+        try:
+            active = await jobs.start_turn(
+                self.runtime, job, self.seat, self.thread, self.forget_thread, self.interrupt_turn
+            )
+        except Refusal as exc:
+            stream.outcome = "failed"
+            await self.finish(stream, stream.result_frame(exc.message))
+            return False
+        if active is None:  # interrupted before its turn started
+            stream.outcome = "cancelled"
+            stream.num_turns = 0
+            await self.finish(stream, stream.result_frame("Operation cancelled."))
+            return False
+        stream.turn_id = active.record.id
+        return True
 
 
 def _version() -> str:

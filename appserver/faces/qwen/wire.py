@@ -34,13 +34,11 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from appserver.faces.common import decode_base64, store_image
+from appserver.faces.jobs import FaceJob
 from appserver.faces.qwen.annotations import thought
 from appserver.protocol.encoding import dumps
 
@@ -51,16 +49,10 @@ Frame = dict[str, Any]
 COMPACT_COMMANDS = ("/compress", "/compact")
 
 
-@dataclass
-class Job:
-    """One user message waiting for, or holding, the session."""
-
-    kind: str  # prompt, compact, or empty (no content: answered with an error result)
-    parts: list[Any] = field(default_factory=list)
-    aborted: bool = False
-    thread_id: str | None = None
-    turn_id: str | None = None
-    waiting: anyio.CancelScope | None = None
+class Job(FaceJob):
+    """One user message waiting for, or holding, the session: its kind is
+    ``prompt``, ``compact``, or ``empty`` (no content: answered with an error
+    result, no turn)."""
 
 
 def text_job(text: str) -> Job:

@@ -77,7 +77,7 @@ class Commands:
         if message or not images:
             parts.append(TextPart(type="text", text=message))
         parts += [LocalImagePart(type="localImage", path=path) for path in images]
-        await self.jobs.enqueue(Job("prompt", request_id, parts))
+        await self.jobs.enqueue(Job("prompt", parts, id=request_id))
 
     async def _save_images(self, images: Any) -> list[str]:
         """Decode ``images`` and store each under .craft/attachments/images/<sha256>.<ext>."""
@@ -104,7 +104,7 @@ class Commands:
         return paths
 
     async def _compact(self, request_id: str | None, frame: Frame) -> None:
-        await self.jobs.enqueue(Job("compact", request_id))
+        await self.jobs.enqueue(Job("compact", id=request_id))
 
     async def _abort(self, request_id: str | None, frame: Frame) -> None:
         # Answered first: the aborted turn's turn_end and done follow it.

@@ -116,5 +116,10 @@ class Session:
         messages = await anyio.to_thread.run_sync(messages_from_items, items)
         return zot_messages(messages, items)
 
+    def forget_thread(self) -> None:
+        """The session's thread is gone (deleted by another client): the next
+        :meth:`thread` makes a new one."""
+        self.thread_id = None
+
     async def interrupt(self, thread_id: str, turn_id: str) -> None:
         await interrupt_quietly(self.runtime, thread_id, turn_id)
