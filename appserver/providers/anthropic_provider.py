@@ -25,14 +25,12 @@ right after tool results, would otherwise be rejected).
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Any
 
-from appserver import __version__
-from appserver.providers._common import ToolCallAssembler, server_sent_events, unavailable_code
+from appserver.providers._common import ToolCallAssembler, server_sent_events
 from appserver.providers.base import (
     ImagePart,
     Message,
@@ -40,16 +38,14 @@ from appserver.providers.base import (
     ModelInfo,
     ModelRequest,
     ProviderError,
-    ProviderUnavailable,
     ReasoningDelta,
     Stop,
     TextDelta,
     ToolSpec,
     Usage,
 )
-from appserver.providers.http import ERROR_TYPES, HttpApi, classify_error
-
-log = logging.getLogger(__name__)
+from appserver.providers.hosted import HostedProvider, count
+from appserver.providers.http import ERROR_TYPES
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -63,7 +59,7 @@ _STOP_REASONS = {
 }
 
 
-class AnthropicProvider:
+class AnthropicProvider(HostedProvider):
     """A Claude model reached through the Messages API.
 
     ``base_url`` is the API root without ``/v1`` (``None``: Anthropic). Without
@@ -73,6 +69,10 @@ class AnthropicProvider:
     """
 
     name = "anthropic"
+    missing_key = (
+        "MissingApiKey: no API key for the Anthropic provider "
+        "(set APPSERVER_API_KEY, ANTHROPIC_API_KEY or ApiKey in .craft/config.json)"
+    )
 
     def __init__(
         self,
@@ -83,36 +83,23 @@ class AnthropicProvider:
         timeout: float = 120.0,
         max_retries: int = 2,
     ) -> None:
-        self.api_key = api_key
-        self.base_url = base_url
-        self.default_model = model or DEFAULT_MODEL
-        self.timeout = timeout
-        self.max_retries = max_retries
-        headers = {
-            "user-agent": f"appserver/{__version__}",
-            "accept": "application/json",
-            "anthropic-version": API_VERSION,
-        }
+        headers = {"anthropic-version": API_VERSION}
         if api_key:
             headers["x-api-key"] = api_key
-        self.api = HttpApi(
-            base_url or DEFAULT_BASE_URL, headers, timeout=timeout, max_retries=max_retries
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            default_model=model or DEFAULT_MODEL,
+            root=DEFAULT_BASE_URL,
+            headers=headers,
+            timeout=timeout,
+            max_retries=max_retries,
         )
-
-    async def warm(self) -> None:
-        """Build the HTTP client ahead of the first turn (off the event loop),
-        so a server answers ``initialize`` before paying for it."""
-        if self.api_key:
-            await self.api.warm()
-
-    async def aclose(self) -> None:
-        """Close pooled HTTP connections (the provider can be used again afterwards)."""
-        await self.api.aclose()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
         if not self.api_key:
-            yield ProviderError("auth", _missing_key_message())
+            yield ProviderError("auth", self.missing_key)
             return
         # One generator, not a wrapper around another: each streamed delta
         # passes through every generator layer it is yielded from. If our
@@ -136,10 +123,7 @@ class AnthropicProvider:
                 yield Usage(reader.input_tokens or 0, reader.output_tokens or 0)
             yield Stop(_stop_reason(reader.stop_reason, tool_calls=reader.assembler.started))
         except Exception as exc:
-            kind, message = classify_error(exc)
-            if kind == "other":
-                log.warning("model call failed: %s", message, exc_info=exc)
-            yield ProviderError(kind, message)
+            yield self.failure(exc)
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages request for ``request``."""
@@ -158,22 +142,11 @@ class AnthropicProvider:
 
     async def list_models(self) -> list[ModelInfo]:
         """``GET /v1/models``; raises :class:`ProviderUnavailable` on any failure."""
-        if not self.api_key:
-            raise ProviderUnavailable("MissingApiKey", _missing_key_message())
-        try:
-            listing = await self.api.get_json("/v1/models")
-        except Exception as exc:
-            kind, message = classify_error(exc)
-            raise ProviderUnavailable(unavailable_code(kind), message) from exc
-        models = listing.get("data") if isinstance(listing, dict) else None
         return [
             ModelInfo(
-                id=model["id"],
-                owned_by="anthropic",
-                created_at=_iso(model.get("created_at")),
+                id=model["id"], owned_by="anthropic", created_at=_iso(model.get("created_at"))
             )
-            for model in models or ()
-            if isinstance(model, dict) and isinstance(model.get("id"), str)
+            for model in await self.listed_models("/v1/models")
         ]
 
 
@@ -214,14 +187,14 @@ class _EventReader:
             usage = message.get("usage") if isinstance(message, dict) else None
             if isinstance(usage, dict):
                 self.input_tokens = _input_tokens(usage)
-                self.output_tokens = _count(usage.get("output_tokens"))
+                self.output_tokens = count(usage.get("output_tokens"))
         elif kind == "message_delta":
             delta = event.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self.stop_reason = delta["stop_reason"]
             usage = event.get("usage")
             if isinstance(usage, dict):
-                self.output_tokens = _count(usage.get("output_tokens"))
+                self.output_tokens = count(usage.get("output_tokens"))
                 if isinstance(usage.get("input_tokens"), int):
                     # Cumulative counts, when the API repeats them here, win.
                     self.input_tokens = _input_tokens(usage)
@@ -269,16 +242,12 @@ class _EventReader:
         return []
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) else 0
-
-
 def _input_tokens(usage: dict[str, Any]) -> int:
     # Input including cache reads and writes: what the context really held.
     return (
-        _count(usage.get("input_tokens"))
-        + _count(usage.get("cache_creation_input_tokens"))
-        + _count(usage.get("cache_read_input_tokens"))
+        count(usage.get("input_tokens"))
+        + count(usage.get("cache_creation_input_tokens"))
+        + count(usage.get("cache_read_input_tokens"))
     )
 
 
@@ -384,10 +353,3 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
 
 
 # --- errors -------------------------------------------------------------------------
-
-
-def _missing_key_message() -> str:
-    return (
-        "MissingApiKey: no API key for the Anthropic provider "
-        "(set APPSERVER_API_KEY, ANTHROPIC_API_KEY or ApiKey in .craft/config.json)"
-    )

@@ -27,14 +27,12 @@ closes the HTTP response.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from appserver import __version__
-from appserver.providers._common import ToolCallAssembler, server_sent_events, unavailable_code
+from appserver.providers._common import ToolCallAssembler, server_sent_events
 from appserver.providers.base import (
     ImagePart,
     Message,
@@ -42,22 +40,18 @@ from appserver.providers.base import (
     ModelInfo,
     ModelRequest,
     ProviderError,
-    ProviderUnavailable,
     ReasoningDelta,
     Stop,
     TextDelta,
     ToolSpec,
     Usage,
 )
+from appserver.providers.hosted import HostedProvider, count
 from appserver.providers.http import (
     ERROR_TYPES,
     ApiStatusError,
-    HttpApi,
-    classify_error,
     finish_body,
 )
-
-log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gpt-5.4-mini"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -75,7 +69,7 @@ _FINISH_REASONS = {
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
-class OpenAIProvider:
+class OpenAIProvider(HostedProvider):
     """A model reached through the Chat Completions API.
 
     ``base_url`` is the API root including its version (``.../v1``, or e.g.
@@ -86,6 +80,10 @@ class OpenAIProvider:
     """
 
     name = "openai"
+    missing_key = (
+        "MissingApiKey: no API key for the OpenAI-compatible provider "
+        "(set APPSERVER_API_KEY, OPENAI_API_KEY or ApiKey in .craft/config.json)"
+    )
 
     def __init__(
         self,
@@ -98,12 +96,7 @@ class OpenAIProvider:
         organization: str | None = None,
         project: str | None = None,
     ) -> None:
-        self.api_key = api_key
-        self.base_url = base_url
-        self.default_model = model or _default_model_for(base_url)
-        self.timeout = timeout
-        self.max_retries = max_retries
-        headers = {"user-agent": f"appserver/{__version__}", "accept": "application/json"}
+        headers: dict[str, str] = {}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         # The SDK's OPENAI_ORG_ID / OPENAI_PROJECT_ID settings, as the same headers.
@@ -111,24 +104,20 @@ class OpenAIProvider:
             headers["openai-organization"] = organization
         if project:
             headers["openai-project"] = project
-        self.api = HttpApi(
-            base_url or DEFAULT_BASE_URL, headers, timeout=timeout, max_retries=max_retries
+        super().__init__(
+            api_key=api_key,
+            base_url=base_url,
+            default_model=model or _default_model_for(base_url),
+            root=DEFAULT_BASE_URL,
+            headers=headers,
+            timeout=timeout,
+            max_retries=max_retries,
         )
-
-    async def warm(self) -> None:
-        """Build the HTTP client ahead of the first turn (off the event loop),
-        so a server answers ``initialize`` before paying for it."""
-        if self.api_key:
-            await self.api.warm()
-
-    async def aclose(self) -> None:
-        """Close pooled HTTP connections (the provider can be used again afterwards)."""
-        await self.api.aclose()
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
         if not self.api_key:
-            yield ProviderError("auth", _missing_key_message())
+            yield ProviderError("auth", self.missing_key)
             return
         # One generator, not a wrapper around another: each streamed delta
         # passes through every generator layer it is yielded from. If our
@@ -155,10 +144,7 @@ class OpenAIProvider:
                 yield reader.usage
             yield Stop(_stop_reason(reader.finish, tool_calls=reader.assembler.started))
         except Exception as exc:
-            kind, message = classify_error(exc)
-            if kind == "other":
-                log.warning("model call failed: %s", message, exc_info=exc)
-            yield ProviderError(kind, message + _missing_v1_hint(exc, self.api.base_url))
+            yield self.failure(exc, _missing_v1_hint(exc, self.api.base_url))
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions request for ``request``."""
@@ -178,22 +164,13 @@ class OpenAIProvider:
 
     async def list_models(self) -> list[ModelInfo]:
         """``GET /models``; raises :class:`ProviderUnavailable` on any failure."""
-        if not self.api_key:
-            raise ProviderUnavailable("MissingApiKey", _missing_key_message())
-        try:
-            listing = await self.api.get_json("/models")
-        except Exception as exc:
-            kind, message = classify_error(exc)
-            raise ProviderUnavailable(unavailable_code(kind), message) from exc
-        models = listing.get("data") if isinstance(listing, dict) else None
         return [
             ModelInfo(
                 id=model["id"],
                 owned_by=str(model.get("owned_by") or ""),
                 created_at=_iso_timestamp(model.get("created")),
             )
-            for model in models or ()
-            if isinstance(model, dict) and isinstance(model.get("id"), str)
+            for model in await self.listed_models("/models")
         ]
 
 
@@ -210,7 +187,7 @@ class _ChunkReader:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = Usage(
-                _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+                count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
             )
         events: list[ModelEvent] = []
         for choice in chunk.get("choices") or ():
@@ -259,10 +236,6 @@ class _ChunkReader:
             )
             if fragment is not None:
                 events.append(fragment)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) else 0
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -383,13 +356,6 @@ def _missing_v1_hint(exc: BaseException, base_url: str) -> str:
     if urlsplit(base_url).path.rstrip("/").endswith("/v1"):
         return ""
     return f" (OpenAI-compatible servers usually serve under /v1: try --base-url {base_url}/v1)"
-
-
-def _missing_key_message() -> str:
-    return (
-        "MissingApiKey: no API key for the OpenAI-compatible provider "
-        "(set APPSERVER_API_KEY, OPENAI_API_KEY or ApiKey in .craft/config.json)"
-    )
 
 
 def _host(base_url: str | None) -> str:

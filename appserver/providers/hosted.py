@@ -1,0 +1,94 @@
+"""What every provider reached over HTTP shares (OpenAI-compatible, Anthropic):
+its settings, its HTTP client (:class:`~appserver.providers.http.HttpApi`),
+warming and closing that client, and reading the API's list of models. Each
+provider adds its own wire: the request body, the stream's events, its errors.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from appserver import __version__
+from appserver.providers._common import unavailable_code
+from appserver.providers.base import ProviderError, ProviderUnavailable
+from appserver.providers.http import HttpApi, classify_error
+
+
+class HostedProvider:
+    """A model behind an HTTP API.
+
+    ``base_url`` is where the API is (``None``: the provider's own ``root``);
+    ``headers`` are the provider's own (its key, its version), beside our
+    ``user-agent`` and ``accept``. Without ``api_key`` every call fails with
+    ``MissingApiKey`` and the provider's :attr:`missing_key` message.
+    """
+
+    name = "hosted"
+    #: What a call without a key is told (where the key comes from).
+    missing_key = "MissingApiKey: no API key"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        default_model: str,
+        root: str,
+        headers: dict[str, str],
+        timeout: float,
+        max_retries: int,
+    ) -> None:
+        self.api_key = api_key
+        self.base_url = base_url
+        self.default_model = default_model
+        self.timeout = timeout
+        self.max_retries = max_retries
+        headers = {
+            "user-agent": f"appserver/{__version__}",
+            "accept": "application/json",
+            **headers,
+        }
+        self.api = HttpApi(base_url or root, headers, timeout=timeout, max_retries=max_retries)
+
+    async def warm(self) -> None:
+        """Build the HTTP client ahead of the first turn (off the event loop),
+        so a server answers ``initialize`` before paying for it."""
+        if self.api_key:
+            await self.api.warm()
+
+    async def aclose(self) -> None:
+        """Close pooled HTTP connections (the provider can be used again afterwards)."""
+        await self.api.aclose()
+
+    def failure(self, exc: Exception, hint: str = "") -> ProviderError:
+        """What a stream that failed with ``exc`` ends with (``hint`` added to
+        its message); a failure of no known kind is logged with its traceback."""
+        kind, message = classify_error(exc)
+        if kind == "other":
+            # on the provider module's own logger, as before this class
+            log = logging.getLogger(type(self).__module__)
+            log.warning("model call failed: %s", message, exc_info=exc)
+        return ProviderError(kind, message + hint)
+
+    async def listed_models(self, path: str) -> list[dict[str, Any]]:
+        """The model objects (each with a string ``id``) that ``GET path``
+        lists under ``data``; raises :class:`ProviderUnavailable` on any failure."""
+        if not self.api_key:
+            raise ProviderUnavailable("MissingApiKey", self.missing_key)
+        try:
+            listing = await self.api.get_json(path)
+        except Exception as exc:
+            kind, message = classify_error(exc)
+            raise ProviderUnavailable(unavailable_code(kind), message) from exc
+        models = listing.get("data") if isinstance(listing, dict) else None
+        return [
+            model
+            for model in models or ()
+            if isinstance(model, dict) and isinstance(model.get("id"), str)
+        ]
+
+
+def count(value: Any) -> int:
+    """A token count from an API's usage object (``0`` when it is not one)."""
+    return value if isinstance(value, int) else 0
