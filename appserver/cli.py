@@ -19,6 +19,7 @@ from appserver.command_line import (
     add_shared_options,
     configure_logs,
     face_module,
+    given_provider_options,
     leaf,
     parse_arguments,
     parse_listen,
@@ -334,16 +335,7 @@ def serve_command(args: argparse.Namespace) -> int:
     # Once read, the token and other secrets leave what tool commands can see
     # of this process (/proc/$PPID/cmdline and environ).
     hide_secrets(token, args.api_key)
-    provider_options = {
-        key: value
-        for key, value in (
-            ("provider", args.provider),
-            ("model", args.model),
-            ("base_url", args.base_url),
-            ("api_key", args.api_key),
-        )
-        if value
-    }
+    provider_options = given_provider_options(args)
     websocket = None
     if listen.host is not None:
         # Imported only when listening: a stdio session never loads websockets.

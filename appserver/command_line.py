@@ -180,6 +180,19 @@ def add_shared_options(parser: argparse.ArgumentParser, approval_help: str) -> N
     )
 
 
+def given_provider_options(args: argparse.Namespace) -> dict[str, str]:
+    """The provider flags of :func:`add_shared_options` that were given, by
+    setting name (what ``providers.resolve_settings`` takes before the
+    environment and the workspace's config)."""
+    given = (
+        ("provider", args.provider),
+        ("model", args.model),
+        ("base_url", args.base_url),
+        ("api_key", args.api_key),
+    )
+    return {key: value for key, value in given if value}
+
+
 def add_face_options(parser: argparse.ArgumentParser) -> None:
     """The flags every face shares with ``app-server``, and a face's own listener."""
     add_shared_options(parser, FACE_APPROVAL_HELP)

@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from appserver.command_line import configure_logs, face_module, leaf, read_token
+from appserver.command_line import (
+    configure_logs,
+    face_module,
+    given_provider_options,
+    leaf,
+    read_token,
+)
 from appserver.process_secrets import hide_secrets
 
 
@@ -42,16 +48,7 @@ def face_command(args: argparse.Namespace) -> int:
         except ListenerError as exc:
             print(f"appserver: {exc}", file=sys.stderr)
             return 2
-    provider_options = {
-        key: value
-        for key, value in (
-            ("provider", args.provider),
-            ("model", args.model),
-            ("base_url", args.base_url),
-            ("api_key", args.api_key),
-        )
-        if value
-    }
+    provider_options = given_provider_options(args)
     module = face_module(args.face)
     prepared = args.early = None
     # A face that can answer its client's first line (its handshake) does so
