@@ -18,9 +18,11 @@ Every model request's system text is composed here, in this order:
 
 Files are re-read when they change (their size, mtime or inode), so an edit of
 ``AGENTS.md`` applies from the next model call. A project file is read only
-when it is a regular file whose real path lies inside the workspace: a
-checkout cannot make the server send, say, ``~/.ssh/id_rsa`` to the model
-provider by linking ``AGENTS.md`` to it.
+when it is a regular file whose real path lies inside the workspace and not
+in its ``.craft`` (``tools.sandbox.in_workspace``, the tools' own rule): a
+checkout cannot make the server send, say, ``~/.ssh/id_rsa`` or the
+workspace's ``.craft/config.json`` to the model provider by linking
+``AGENTS.md`` to it.
 """
 
 from __future__ import annotations
@@ -197,12 +199,15 @@ class ProjectInstructions:
 
 
 def _within(path: Path, root: Path) -> bool:
-    """``path`` is a regular file whose real path is inside ``root``."""
+    """``path`` is a regular file whose real path is in the workspace ``root``
+    (not in its ``.craft``)."""
+    from appserver.tools.sandbox import in_workspace
+
     try:
         real = path.resolve(strict=True)
     except OSError:
         return False
-    return real.is_file() and real.is_relative_to(root)
+    return real.is_file() and in_workspace(root, real)
 
 
 def _fit(text: str, budget: int) -> tuple[str, int]:

@@ -90,6 +90,18 @@ def test_a_link_out_of_the_workspace_is_not_read(workspace: Path, tmp_path: Path
     assert loader(workspace).files() == []
 
 
+def test_a_link_into_the_state_directory_is_not_read(workspace: Path) -> None:
+    """``.craft`` counts as outside, as for the tools: its config holds API keys."""
+    craft = workspace / ".craft"
+    craft.mkdir(exist_ok=True)
+    (craft / "config.json").write_text('{"ApiKey": "sk-secret"}\n')
+    os.symlink(craft / "config.json", workspace / "AGENTS.md")
+    sub = workspace / "sub"
+    sub.mkdir()
+    os.symlink(workspace / ".craft" / "config.json", sub / "AGENTS.md")
+    assert loader(workspace).files(sub) == []
+
+
 def test_the_environment_block(workspace: Path) -> None:
     block = Environment(
         cwd=workspace,
