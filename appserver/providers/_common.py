@@ -122,8 +122,8 @@ class ToolCallAssembler:
             arguments, error = dict(fallback_arguments), None
         else:
             arguments, error = parse_arguments(raw)
-        call = ToolCall(call_id=pending.call_id, name=pending.name, arguments=arguments)
-        return ToolCallDone(pending.ordinal, call, arguments_error=error)
+        call = ToolCall(pending.call_id, pending.name, arguments, arguments_error=error)
+        return ToolCallDone(pending.ordinal, call)
 
     def finish_all(self) -> list[ToolCallDone]:
         """Complete every call not finished yet, in order."""

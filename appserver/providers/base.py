@@ -19,11 +19,14 @@ log = logging.getLogger("appserver.providers")
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A tool call the model made (arguments already parsed)."""
+    """A tool call the model made (arguments already parsed). Unparsable
+    arguments arrive as ``{}`` with ``arguments_error`` set: the call is not
+    run, the model is told why."""
 
     call_id: str
     name: str
     arguments: dict[str, Any]
+    arguments_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,12 +104,15 @@ class ToolCallDelta:
 
 @dataclass(frozen=True)
 class ToolCallDone:
-    """A complete tool call. Unparsable arguments arrive as ``{}`` with
-    ``arguments_error`` set, so the turn can report it instead of crashing."""
+    """A complete tool call (unparsable arguments: see :class:`ToolCall`)."""
 
     index: int
     call: ToolCall
-    arguments_error: str | None = None
+
+    @property
+    def arguments_error(self) -> str | None:
+        """Why the call's arguments could not be parsed (``None``: they were)."""
+        return self.call.arguments_error
 
 
 @dataclass(frozen=True)

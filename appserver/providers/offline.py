@@ -18,7 +18,7 @@ When the last message is a user message
     ``?tool NAME JSON``
         Call tool ``NAME`` with the JSON text as its arguments, passed through
         as streamed (default ``{}``). Invalid JSON or a non-object yields
-        ``ToolCallDone(arguments={}, arguments_error=...)``, which lets tests
+        ``ToolCallDone`` (its call's ``arguments={}``, ``arguments_error=...``), which lets tests
         exercise that path.
     ``?plan TITLE``
         Call tool ``CreatePlan`` with ``{"title": "TITLE", "overview": "Offline
@@ -319,7 +319,7 @@ def _call_events(
     events: list[ModelEvent] = [ToolCallDelta(0, fragments[0], call_id=call_id, name=name)]
     events += [ToolCallDelta(0, f) for f in fragments[1:]]
     arguments, error = parse_arguments(raw)
-    events.append(ToolCallDone(0, ToolCall(call_id, name, arguments), arguments_error=error))
+    events.append(ToolCallDone(0, ToolCall(call_id, name, arguments, arguments_error=error)))
     output_words += _words(raw)
     return [*events, Usage(_input_tokens(request), output_words), Stop("tool_calls")]
 

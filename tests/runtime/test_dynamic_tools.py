@@ -484,3 +484,20 @@ def test_scrubbing_replaces_lone_surrogates_and_keeps_clean_values() -> None:
     assert scrub_surrogates(clean) is clean  # nothing copied on the usual path
     dirty = {"a": ["x", "\ud800"], "\udc00": {"k": "y\udfff"}}
     assert scrub_surrogates(dirty) == {"a": ["x", "\ufffd"], "\ufffd": {"k": "y\ufffd"}}
+
+
+async def test_a_call_with_unparsable_arguments_is_not_sent(server: ServerUnderTest) -> None:
+    """The client is not asked with ``{}``: the item fails (``invalidArguments``)
+    and the model is told why."""
+    with anyio.fail_after(15):
+        async with server.connect() as client:
+            host = ToolHost(client, lambda p: {"success": True, "contentItems": []})
+            thread_id = await _thread(client)
+            turn_id, terminal = await run_turn(client, thread_id, '?tool clock {"tz": ')
+            assert terminal["method"] == "turn/completed"
+            (item,) = _dynamic_items(client, turn_id, "item/completed")
+            assert item["payload"]["success"] is False
+            assert item["payload"]["errorCode"] == "invalidArguments"
+            assert "not valid JSON" in item["payload"]["errorMessage"]
+            assert "not valid JSON" in _final_text(terminal)
+            assert host.calls == []

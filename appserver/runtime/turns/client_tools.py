@@ -338,8 +338,23 @@ class ClientToolCalls:
     ) -> str:
         """Record a call the user declined (its approval): the item fails
         (``errorCode: "approvalDeclined"``) and the client is not asked."""
+        return await self.refused(
+            active, tool, call_id, "approvalDeclined", f"Declined: {why}.", arguments
+        )
+
+    async def refused(
+        self,
+        active: ActiveTurn,
+        tool: ClientTool,
+        call_id: str,
+        code: str,
+        message: str,
+        arguments: Any = None,
+    ) -> str:
+        """Record a call the client is not asked (its item fails with ``code``
+        and ``message``); the tool result for the model."""
         item = await self.items.open(active, *self._item_payload(tool, call_id, arguments))
-        item.payload.update(_failure("approvalDeclined", f"Declined: {why}."))
+        item.payload.update(_failure(code, message))
         await self.items.complete(active, item)
         return model_text(item.payload)
 

@@ -89,7 +89,7 @@ class ToolRunner:
         projection (no ``toolResult``).
         """
         if not self._server_tool(active, call.name):
-            if self.node_repl.offers(active, call.name):
+            if call.arguments_error is None and self.node_repl.offers(active, call.name):
                 output, images = await self.node_repl.call(active, call)
                 history.append(
                     tool_message(call.call_id, call.name, output, self.output_limit, images)
@@ -97,7 +97,12 @@ class ToolRunner:
                 return
             client_tool = self.client_tools.find(active, call.name)
             if client_tool is not None:
-                output = await self._call_client_tool(active, client_tool, call)
+                if call.arguments_error is not None:  # not sent: the model is told why
+                    output = await self.client_tools.refused(
+                        active, client_tool, call.call_id, "invalidArguments", call.arguments_error
+                    )
+                else:
+                    output = await self._call_client_tool(active, client_tool, call)
                 history.append(tool_message(call.call_id, call.name, output, self.output_limit))
                 return
         outcome = await self._run(active, call)
@@ -149,6 +154,8 @@ class ToolRunner:
         return await self.client_tools.call(active, tool, call.call_id, call.arguments)
 
     async def _run(self, active: ActiveTurn, call: ToolCall) -> ToolOutcome:
+        if call.arguments_error is not None:
+            return ToolOutcome(False, f"Error: the call was not run: {call.arguments_error}")
         tool = self.tools.get(call.name)
         if tool is None:
             family_tool = self.family_tools.find(active, call.name)
