@@ -22,13 +22,13 @@ command line runs unasked only when all of this holds:
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from appserver.tools.base import ToolContext
+from appserver.tools.safe_walks import WALKS, Call, Parsed
 from appserver.tools.sandbox import in_workspace
 from appserver.tools.shell_words import NotSimple, simple_words
 
@@ -254,7 +254,8 @@ RULES: dict[str, Rule] = {
         long=_set("all apparent-size human-readable summarize total si"),
         long_values=_set("max-depth exclude"),
     ),
-    # Not -r: a recursive diff follows symlinks out of the tree.
+    # Not -r: a recursive diff follows symlinks out of the tree (one level:
+    # tools.safe_walks checks what a directory argument holds).
     "diff": Rule(
         short="qsuaiwbBEtT",
         short_values="UC",
@@ -305,22 +306,10 @@ _UNTRUSTED_GIT = (
 )
 
 
-@dataclass(frozen=True)
-class _Call:
-    """One command line being judged: where it runs and the workspace root."""
-
-    cwd: Path
-    root: Path
-
-    def outside(self, word: str) -> str | None:
-        """Why ``word``, taken as a path, asks (``None`` when it is inside)."""
-        resolved = Path(os.path.realpath(os.path.join(self.cwd, word)))
-        return None if in_workspace(self.root, resolved) else f"reads outside the workspace: {word}"
-
-
-def _flags(name: str, rule: Rule, words: list[str], call: _Call) -> str | None:
+def _flags(name: str, rule: Rule, words: list[str], call: Call) -> str | None:
     """Walk ``words`` (after the command name) against ``rule``; why it asks, or ``None``."""
-    positional: list[str] = []
+    parsed = Parsed()
+    positional = parsed.positional
     files: list[str] = []
     index = 0
     only_positional = False
@@ -344,16 +333,21 @@ def _flags(name: str, rule: Rule, words: list[str], call: _Call) -> str | None:
                     if index >= len(words):
                         return f"{flag} lacks its value"
                     index += 1
+                value = word.partition("=")[2] if has_value else words[index - 1]
+                parsed.flags.append((flag, value))
                 if flag in rule.files:
-                    files.append(word.partition("=")[2] if has_value else words[index - 1])
+                    files.append(value)
             elif flag not in rule.long:
                 return f"unknown flag for {name}: {flag}"
+            else:
+                parsed.flags.append((flag, None))
             continue
         for offset, letter in enumerate(word[1:], start=1):
             flag = f"-{letter}"
             if flag in rule.denied:
                 return rule.denied[flag]
             if letter in rule.short_attached:
+                parsed.flags.append((flag, word[offset + 1 :] or None))
                 break
             if letter in rule.short_values:
                 value = word[offset + 1 :]
@@ -362,18 +356,22 @@ def _flags(name: str, rule: Rule, words: list[str], call: _Call) -> str | None:
                         return f"{flag} lacks its value"
                     value = words[index]
                     index += 1
+                parsed.flags.append((flag, value))
                 if flag in rule.files:
                     files.append(value)
                 break
             if letter not in rule.short:
                 return f"unknown flag for {name}: {flag}"
+            parsed.flags.append((flag, None))
     if rule.max_positional is not None and len(positional) > rule.max_positional:
         return f"{name} writes its extra file argument: {positional[rule.max_positional]}"
     checked = [*positional, *files] if rule.paths else files
-    return next(filter(None, map(call.outside, checked)), None)
+    why = next(filter(None, map(call.outside, checked)), None)
+    walk = WALKS.get(name)
+    return why if why is not None or walk is None else walk(parsed, call)
 
 
-def _find(words: list[str], call: _Call) -> str | None:
+def _find(words: list[str], call: Call) -> str | None:
     index = 0
     while index < len(words) and words[index] in ("-P",):
         index += 1
@@ -400,7 +398,7 @@ def _find(words: list[str], call: _Call) -> str | None:
     return None
 
 
-def _sed(words: list[str], call: _Call) -> str | None:
+def _sed(words: list[str], call: Call) -> str | None:
     if len(words) < 2 or words[0] != "-n" or not _SED_RANGE.match(words[1]):
         return "not a known read-only form of sed (only `sed -n Np` or `sed -n M,Np`)"
     flags = [word for word in words[2:] if word.startswith("-") and word != "-"]
@@ -409,7 +407,7 @@ def _sed(words: list[str], call: _Call) -> str | None:
     return next(filter(None, map(call.outside, words[2:])), None)
 
 
-def _git(words: list[str], call: _Call, trusted: bool) -> str | None:
+def _git(words: list[str], call: Call, trusted: bool) -> str | None:
     if words and words[0].startswith("-") and words[0] != "--no-pager":
         return "git with global options (-c, -C, --git-dir, ...) is asked"
     if words[0] == "--no-pager":
@@ -427,7 +425,7 @@ def _git(words: list[str], call: _Call, trusted: bool) -> str | None:
     return why
 
 
-_SPECIAL: dict[str, Callable[[list[str], _Call], str | None]] = {"find": _find, "sed": _sed}
+_SPECIAL: dict[str, Callable[[list[str], Call], str | None]] = {"find": _find, "sed": _sed}
 
 
 def classify(command: str, cwd: Path, root: Path, *, trusted: bool = True) -> str | None:
@@ -443,14 +441,14 @@ def classify(command: str, cwd: Path, root: Path, *, trusted: bool = True) -> st
         return "runs outside the workspace"
     name, arguments = words[0], words[1:]
     if name == "git":
-        return _git(arguments, _Call(cwd, root), trusted)
+        return _git(arguments, Call(cwd, root), trusted)
     special = _SPECIAL.get(name)
     if special is not None:
-        return special(arguments, _Call(cwd, root))
+        return special(arguments, Call(cwd, root))
     rule = RULES.get(name)
     if rule is None:
         return f"not a known read-only command: {name}"
-    return _flags(name, rule, arguments, _Call(cwd, root))
+    return _flags(name, rule, arguments, Call(cwd, root))
 
 
 def why_asked(

@@ -21,7 +21,7 @@ CASES: list[tuple[str, str | None]] = [
     ("head -20 README.md", None),
     ("tail -n +3 README.md", None),
     ("wc -l README.md", None),
-    ("grep -rn 'foo.*bar' .", None),
+    ("grep -rn 'foo.*bar' src", None),
     ("grep -e x -C 2 src", None),
     ("rg -n foo", None),
     ("rg --files --glob '*.py'", None),
@@ -115,6 +115,30 @@ CASES: list[tuple[str, str | None]] = [
     ("find / -name x", "reads outside the workspace: /"),
     ("find . -newer /etc/passwd", "reads outside the workspace: /etc/passwd"),
     ("cat link-out", "reads outside the workspace: link-out"),
+    # walks that would read .craft/ or follow a link out (tools/safe_walks.py)
+    ("grep -rn 'foo.*bar' .", "reads the workspace's .craft/"),
+    ("grep -rn foo", "reads the workspace's .craft/"),
+    ("grep -d recurse foo .", "reads the workspace's .craft/"),
+    ("grep -r foo src/.. README.md", "reads the workspace's .craft/"),
+    ("grep -r --exclude-dir=.craft foo .", None),
+    ("grep -r -e foo src", None),
+    ("grep foo README.md", None),
+    ("rg --hidden foo", "reads the workspace's .craft/"),
+    ("rg -uu foo", "reads the workspace's .craft/"),
+    ("rg -n. foo", "reads the workspace's .craft/"),
+    ("rg --unrestricted foo .", "reads the workspace's .craft/"),
+    ("rg -g '.*' foo", "reads the workspace's .craft/"),
+    ("rg --glob '**' foo", "reads the workspace's .craft/"),
+    ("rg --files --hidden", "reads the workspace's .craft/"),
+    ("rg --ignore-file src/x foo", "reads the workspace's .craft/"),
+    ("rg -g '*.py' -g '!*.md' foo", None),
+    ("rg --hidden foo src", None),
+    ("rg --files --hidden src", None),
+    ("diff links plain", "reads outside the workspace: links/x"),
+    ("diff plain links", "reads outside the workspace: links/x"),
+    ("diff --new-file links/.. plain", "reads outside the workspace"),
+    ("diff plain other", None),
+    ("diff plain README.md", None),
 ]
 
 
@@ -124,6 +148,11 @@ def workspace(tmp_path: Path) -> Path:
     (root / "src").mkdir(parents=True)
     (root / "README.md").write_text("hello\n")
     os.symlink("/etc/passwd", root / "link-out")
+    for name in ("links", "plain", "other"):
+        (root / name).mkdir()
+    os.symlink("/etc/passwd", root / "links" / "x")  # diff follows it
+    (root / "plain" / "x").write_text("")
+    (root / "other" / "y").write_text("")
     return Path(os.path.realpath(root))
 
 
@@ -140,6 +169,15 @@ def test_git_asks_in_an_untrusted_workspace(workspace: Path) -> None:
     reason = classify("git status", workspace, workspace, trusted=False)
     assert reason is not None and "not trusted" in reason
     assert classify("ls", workspace, workspace, trusted=False) is None
+
+
+def test_rg_from_the_root_asks_when_an_ignore_file_re_includes(workspace: Path) -> None:
+    """A ``!`` line may bring the hidden .craft/ back into a plain rg."""
+    assert classify("rg foo", workspace, workspace) is None
+    (workspace / ".ignore").write_text("build/\n!.craft/\n")
+    reason = classify("rg foo", workspace, workspace)
+    assert reason is not None and ".ignore re-includes" in reason
+    assert classify("rg foo src", workspace, workspace) is None
 
 
 def test_a_working_directory_outside_asks(workspace: Path, tmp_path: Path) -> None:

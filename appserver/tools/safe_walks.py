@@ -1,0 +1,154 @@
+"""Which read-only commands read more than the files they name, and when that
+must be asked (``tools.safe_commands``).
+
+A command that walks a directory reads what it finds there, not only the
+words checked against the workspace: ``grep -r`` from the workspace root
+reads ``.craft/`` (the server's config, with API keys, and its database),
+which every tool treats as outside the workspace; ``rg`` does too once hidden
+files are searched, or a glob or an ignore file lets ``.craft`` in; ``diff``
+of two directories reads each file of both, following links out of the
+workspace. Such a command runs unasked only when its walk cannot get there:
+
+* ``grep`` with ``-r`` (``--recursive``, ``-d recurse``): no directory it walks
+  is the workspace root, unless ``--exclude-dir`` leaves ``.craft`` out;
+* ``rg``: from the workspace root, only with hidden files skipped (no
+  ``--hidden``, ``-.``, ``-u``, ``--unrestricted``), no glob that matches
+  ``.craft``, no ``--ignore-file``, and no ``!`` (a re-inclusion) in the
+  root's ignore files, which could bring a hidden directory back;
+* ``diff``: every file a directory argument holds (``diff`` compares them one
+  level deep, following links) lies inside the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from itertools import islice
+from pathlib import Path
+
+from appserver.tools.sandbox import STATE_DIR, in_workspace
+
+_STATE = f"reads the workspace's {STATE_DIR}/ (the server's config and database)"
+# Ignore files rg reads in the directory it searches (a "!" line re-includes).
+_IGNORE_FILES = (".ignore", ".rgignore", ".gitignore", ".git/info/exclude")
+# A directory argument of diff with more entries than this is asked, not listed.
+_DIFF_MAX_ENTRIES = 1000
+
+
+@dataclass(frozen=True)
+class Call:
+    """One command line being judged: where it runs and the workspace root."""
+
+    cwd: Path
+    root: Path
+
+    def real(self, word: str) -> Path:
+        """``word`` as a path from the working directory, symlinks followed."""
+        return Path(os.path.realpath(os.path.join(self.cwd, word)))
+
+    def outside(self, word: str) -> str | None:
+        """Why ``word``, taken as a path, asks (``None`` when it is inside)."""
+        return (
+            None
+            if in_workspace(self.root, self.real(word))
+            else f"reads outside the workspace: {word}"
+        )
+
+
+@dataclass
+class Parsed:
+    """A command line's words, sorted by ``safe_commands``: its flags in order
+    (each with its value, ``None`` for one without) and its positional words."""
+
+    flags: list[tuple[str, str | None]] = field(default_factory=list)
+    positional: list[str] = field(default_factory=list)
+
+    def given(self, *names: str) -> list[str | None]:
+        """The values of each use of the flags ``names`` (``None``: no value)."""
+        return [value for flag, value in self.flags if flag in names]
+
+
+def _operands(parsed: Parsed, pattern_flags: tuple[str, ...]) -> list[str]:
+    """The paths of a grep-like command: the positional words after the
+    pattern (the first, unless a pattern flag gave it), else ``.``."""
+    paths = parsed.positional if parsed.given(*pattern_flags) else parsed.positional[1:]
+    return paths or ["."]
+
+
+def _grep(parsed: Parsed, call: Call) -> str | None:
+    directories = parsed.given("-d", "--directories")
+    if not (parsed.given("-r", "--recursive") or "recurse" in directories):
+        return None
+    if any(fnmatchcase(STATE_DIR, str(glob)) for glob in parsed.given("--exclude-dir")):
+        return None
+    roots = _operands(parsed, ("-e", "--regexp", "-f", "--file"))
+    return _STATE if any(call.real(root) == call.root for root in roots) else None
+
+
+def _rg(parsed: Parsed, call: Call) -> str | None:
+    if parsed.given("--files", "--type-list"):  # no pattern: every word is a path
+        roots = parsed.positional or ["."]
+    else:
+        roots = _operands(parsed, ("-e", "--regexp", "-f", "--file"))
+    if not any(call.real(root) == call.root for root in roots):
+        return None
+    if parsed.given("--hidden", "-.", "-u", "--unrestricted", "--ignore-file"):
+        return _STATE
+    for glob in parsed.given("-g", "--glob", "--iglob"):
+        pattern = str(glob)
+        if not pattern.startswith("!") and _may_match_state(pattern):
+            return _STATE
+    for name in _IGNORE_FILES:
+        if _reincludes(call.root / name):
+            return f"{_STATE}: {name} re-includes files (a `!` line)"
+    return None
+
+
+def _may_match_state(glob: str) -> bool:
+    """Whether an rg glob may match the ``.craft`` directory (gitignore-style:
+    a glob without ``/`` matches a name at any depth)."""
+    first = glob.lstrip("/").split("/", 1)[0]
+    return first == "**" or fnmatchcase(STATE_DIR, first)
+
+
+def _reincludes(path: Path) -> bool:
+    """Whether an ignore file has a ``!`` line (or cannot be read: assume so)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            return any(line.lstrip().startswith("!") for line in lines)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+
+
+def _diff(parsed: Parsed, call: Call) -> str | None:
+    operands = [word for word in parsed.positional if word != "-"]
+    for word in operands:
+        directory = call.real(word)
+        if not directory.is_dir():
+            continue
+        try:
+            with os.scandir(directory) as entries:
+                names = [entry.name for entry in islice(entries, _DIFF_MAX_ENTRIES + 1)]
+        except OSError:
+            return f"cannot list {word}"
+        if len(names) > _DIFF_MAX_ENTRIES:
+            return f"compares more than {_DIFF_MAX_ENTRIES} files of {word}"
+        # A file operand beside it is compared with the file of its name in here.
+        names += [os.path.basename(other) for other in operands if other != word]
+        for name in names:
+            real = Path(os.path.realpath(directory / name))
+            if not real.is_dir() and not in_workspace(call.root, real):
+                return f"reads outside the workspace: {os.path.join(word, name)}"
+    return None
+
+
+#: The commands whose walk is checked, by name.
+WALKS: dict[str, Callable[[Parsed, Call], str | None]] = {
+    "grep": _grep,
+    "rg": _rg,
+    "diff": _diff,
+}
