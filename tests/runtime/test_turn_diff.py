@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from appserver.runtime.turns.turn_diff import TurnDiff, reverse_apply, wire_changes
+from appserver.tools.apply_patch import ApplyPatchTool
 from appserver.tools.base import ToolContext
 from appserver.tools.file_diff import unified_diff
 from appserver.tools.files import EditFileTool, WriteFileTool
@@ -77,6 +78,40 @@ async def test_moves_and_deletions_from_changes_alone(tmp_path: Path) -> None:
     (tmp_path / "gone.txt").unlink()
     diff = await turn.record([{"path": "gone.txt", "kind": "delete", "diff": removed}])
     assert diff.endswith("--- a/gone.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\n")
+
+
+def patch(*lines: str) -> str:
+    return "\n".join(["*** Begin Patch", *lines, "*** End Patch"])
+
+
+async def test_patches_combine_as_the_other_tools_do(tmp_path: Path) -> None:
+    """apply_patch's diffs carry git's headers (``diff --git``): still exact."""
+    (tmp_path / "p.txt").write_text("one\ntwo\nthree\n")
+    turn = TurnDiff(tmp_path)
+    there = patch("*** Update File: p.txt", "@@", " one", "-two", "+TWO", " three")
+    diff = await apply(turn, ApplyPatchTool(), tmp_path, input=there)
+    assert diff == "--- a/p.txt\n+++ b/p.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
+    back = patch("*** Update File: p.txt", "@@", " one", "-TWO", "+two", " three")
+    assert await apply(turn, ApplyPatchTool(), tmp_path, input=back) == ""
+    # A later change by another tool combines with the patch's.
+    await apply(turn, ApplyPatchTool(), tmp_path, input=there)
+    diff = await apply(
+        turn, EditFileTool(), tmp_path, path="p.txt", old_string="three", new_string="3"
+    )
+    assert diff == ("--- a/p.txt\n+++ b/p.txt\n@@ -1,3 +1,3 @@\n one\n-two\n-three\n+TWO\n+3\n")
+
+
+async def test_a_moved_files_old_name_can_be_used_again(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    turn = TurnDiff(tmp_path)
+    await apply(turn, EditFileTool(), tmp_path, path="a.txt", old_string="two", new_string="2")
+    moved = patch("*** Update File: a.txt", "*** Move to: b.txt", "@@", " one", " 2")
+    await apply(turn, ApplyPatchTool(), tmp_path, input=moved)
+    diff = await apply(turn, WriteFileTool(), tmp_path, path="a.txt", content="fresh\n")
+    assert diff == (
+        "--- a/a.txt\n+++ b/b.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+2\n"
+        "--- /dev/null\n+++ b/a.txt\n@@ -0,0 +1 @@\n+fresh\n"
+    )
 
 
 def test_reverse_apply_undoes_exact_diffs() -> None:

@@ -37,6 +37,21 @@ TURN_DIFF_MAX_BYTES = 256 * 1024
 KINDS = frozenset({"add", "update", "delete", "move"})
 
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# What may come before a diff's first hunk: its file names, and git's headers
+# (apply_patch writes them: ``diff --git``, new/deleted file, rename).
+_HEADERS = (
+    "--- ",
+    "+++ ",
+    "diff --git ",
+    "index ",
+    "new file mode ",
+    "deleted file mode ",
+    "old mode ",
+    "new mode ",
+    "similarity index ",
+    "rename from ",
+    "rename to ",
+)
 
 
 def wire_changes(details: dict[str, Any]) -> list[dict[str, str]]:
@@ -76,7 +91,7 @@ def _hunks(diff: str) -> list[tuple[int, list[str], list[str]]] | None:
             hunks.append((int(match.group(3)), [], []))
             continue
         if not hunks:
-            if line.startswith(("--- ", "+++ ")):
+            if line.startswith(_HEADERS):
                 continue
             return [] if line == "(no change)" else None
         _, old, new = hunks[-1]
@@ -148,7 +163,7 @@ class TurnDiff:
 
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
-        self._files: dict[str, _File] = {}  # by every name a file had this turn
+        self._files: dict[str, _File] = {}  # by each file's name now
         self._order: list[_File] = []
 
     def _path(self, shown: str) -> Path:
@@ -169,6 +184,8 @@ class TurnDiff:
                     before = reverse_apply(change["diff"], current)
                     tracked.original, tracked.exact = before, before is not None
             self._files[target] = tracked
+            if target != shown:  # moved: its old name is free for a new file
+                self._files.pop(shown, None)
             tracked.now_shown, tracked.current, tracked.rendered = target, current, None
             tracked.diffs.append(change["diff"])
         return await anyio.to_thread.run_sync(self.render)
