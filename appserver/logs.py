@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -98,7 +99,7 @@ def configure(level: str, fmt: str = "text", stream: IO[str] | None = None) -> N
     check(level, fmt)
     handler = logging.StreamHandler(stream or sys.stderr)
     formatter: logging.Formatter
-    formatter = JsonFormatter() if fmt.lower() == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if fmt.lower() == "json" else TextFormatter(TEXT_FORMAT)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -108,6 +109,28 @@ def configure(level: str, fmt: str = "text", stream: IO[str] | None = None) -> N
     quiet = max(logging.WARNING, root.level)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(quiet)
+
+
+# Control characters (C0, DEL, C1): a message that carries one from a peer
+# (a client's name, a path) must not break its line or drive the terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return match.group().encode("unicode_escape").decode("ascii")
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT``, one line per message: control characters in the
+    message (a newline, a terminal escape sequence a client put in its name)
+    are written escaped (``\\n``, ``\\x1b``). A traceback still follows on
+    its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        if _CONTROL.search(record.message):
+            record = logging.makeLogRecord(record.__dict__)
+            record.message = _CONTROL.sub(_escaped, record.message)
+        return super().formatMessage(record)
 
 
 class JsonFormatter(logging.Formatter):

@@ -165,6 +165,27 @@ def test_json_lines_carry_extra_fields_and_stay_one_line(restore_logging: None) 
     assert second["level"] == "error" and "ValueError: boom" in second["exception"]
 
 
+def test_text_lines_escape_what_a_peer_put_in_a_message(restore_logging: None) -> None:
+    """A client named "x\\nWARNING forged\\x1b[31m" cannot forge a line or color the terminal."""
+    stream = io.StringIO()
+    logs.configure("info", "text", stream)
+    log = logging.getLogger("appserver.test")
+    log.info("connection #%d is %s", 1, "x 1\n2026-01-01 WARNING appserver.rpc: forged\x1b[31m")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        log.exception("failed at\r%s", "here")
+    text = stream.getvalue()
+    lines = text.splitlines()
+    assert "\x1b" not in text and "\r" not in text
+    assert lines[0].endswith(
+        "connection #1 is x 1\\n2026-01-01 WARNING appserver.rpc: forged\\x1b[31m"
+    )
+    assert lines[1].endswith("failed at\\rhere")
+    assert lines[2] == "Traceback (most recent call last):"  # a traceback keeps its lines
+    assert lines[-1] == "ValueError: boom"
+
+
 def test_bad_values_name_the_variable_and_the_choices() -> None:
     with pytest.raises(logs.LogConfigError, match=r"APPSERVER_LOG_LEVEL=verbose .* debug, info"):
         logs.check("verbose", "text")
