@@ -122,8 +122,12 @@ class WebClient:
                 ("Cross-Origin-Resource-Policy", "same-origin"),
             ]
         )
-        if any(asset.etag in value for value in request.headers.get_all("If-None-Match")):
-            headers["Content-Length"] = "0"
+        if any(
+            asset.etag in value or value.strip() == "*"
+            for value in request.headers.get_all("If-None-Match")
+        ):
+            # No body; a Content-Length must be the 200's (RFC 9110 8.6).
+            headers["Content-Length"] = str(len(asset.body))
             status = HTTPStatus.NOT_MODIFIED
             return Response(status.value, status.phrase, headers, b"")
         headers["Content-Type"] = asset.content_type

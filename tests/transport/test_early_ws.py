@@ -99,8 +99,9 @@ def test_a_request_that_is_no_plain_upgrade_is_left_whole(listener: socket.socke
         UPGRADE.replace(b"\r\nUpgrade", b"\nUpgrade"),  # a bare line end
         UPGRADE.replace(b"\r\n\r\n", b"\r\nContent-Length: 0\r\n\r\n"),  # a body
         UPGRADE.replace(b"Host: 127.0.0.1", b"Host: 127.0.0.1\x00"),  # a control character
+        UPGRADE.replace(b"\r\n\r\n", b"\r\nHost: evil.example\r\n\r\n"),  # two Hosts: 400
     ],
-    ids=["bad-target", "bare-lf", "body", "nul"],
+    ids=["bad-target", "bare-lf", "body", "nul", "two-hosts"],
 )
 def test_a_request_the_library_refuses_is_left_to_it(
     listener: socket.socket, request_bytes: bytes
