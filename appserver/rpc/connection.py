@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,7 +129,7 @@ class Connection:
         self.session: Any = None
         # Frames held back while a holding request runs (sent after its response).
         self._holding = 0
-        self._held: list[tuple[str, tuple[object, Merge] | None]] = []
+        self._held: list[tuple[str | Iterator[str], tuple[object, Merge] | None]] = []
         self._requests = RequestRunner(
             self.id, self.limits.max_in_flight, self._put, self._hold, self._release
         )
@@ -186,6 +186,21 @@ class Connection:
             elif not (connection._writer_idle and connection.transport.try_send(frame)):
                 connection._queue(frame, coalesce)
 
+    def send_source(self, frames: Iterator[str]) -> None:
+        """Queue a run of notifications (a replay) made only as the writer takes
+        them, at the peer's pace (:meth:`Outbox.put_source`); what is sent
+        later comes after all of them."""
+        if self._holding:
+            self._held.append((frames, None))
+        else:
+            self._queue_source(frames)
+
+    def _queue_source(self, frames: Iterator[str]) -> None:
+        if self.state is State.CLOSED:
+            return
+        self._writer_idle = False  # every later frame queues behind it
+        self.outbox.put_source(frames)
+
     def notify(self, method: str, params: Any) -> None:
         """Encode and queue one notification."""
         self.send(framing.notification_frame(method, params))
@@ -198,7 +213,10 @@ class Connection:
         if not self._holding and self._held:
             held, self._held = self._held, []
             for frame, coalesce in held:
-                self._put(frame, coalesce)
+                if isinstance(frame, str):
+                    self._put(frame, coalesce)
+                else:
+                    self._queue_source(frame)
 
     async def request(self, method: str, params: Any, timeout: float | None = None) -> Any:
         """Send a server->client request and wait for its result.

@@ -420,19 +420,27 @@ class ThreadJournal:
         async with self.lock(thread_id):
             seen = self._seen_by(participant, thread_id) if skip_seen else None
             if self.shared is not None:
-                replayed = await self.shared.replay_for(thread_id, participant, after_seq)
-                for event in merge_runs(replayed):
-                    assert event.seq is not None
-                    if (seen is None or not seen(event.seq)) and participant.wants(
-                        event.kind, event.topic
-                    ):
-                        participant.deliver(event)
+                replayed = merge_runs(
+                    await self.shared.replay_for(thread_id, participant, after_seq)
+                )
             elif after_seq is not None:
-                for event in await self.replay(thread_id, after_seq):
-                    assert event.seq is not None
-                    if (seen is None or not seen(event.seq)) and participant.wants(
-                        event.kind, event.topic
-                    ):
+                replayed = await self.replay(thread_id, after_seq)
+            else:
+                replayed = []
+            missed = [
+                event
+                for event in replayed
+                if (seen is None or not seen(event.seq or 0))
+                and participant.wants(event.kind, event.topic)
+            ]
+            if missed:
+                # A participant that can take a replay whole (a connection:
+                # encoded at its writer's pace) gets it so.
+                deliver_replay = getattr(participant, "deliver_replay", None)
+                if deliver_replay is not None:
+                    deliver_replay(missed)
+                else:
+                    for event in missed:
                         participant.deliver(event)
             self.bus.subscribe(thread_id, participant)
 

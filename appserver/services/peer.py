@@ -14,7 +14,7 @@ coalesce key so a lagging connection gets them merged (same text, newest
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from appserver.protocol.base import WireModel
@@ -94,6 +94,12 @@ class Peer:
     def deliver(self, event: Event) -> None:
         frame, coalesce = event.encoded(Peer, encode_event)
         self.connection.send(frame, coalesce)
+
+    def deliver_replay(self, events: Sequence[Event]) -> None:
+        """:meth:`deliver` each of ``events`` (a replay, in order), encoded only
+        as the connection's writer takes them: a history longer than the
+        outbox's budget streams at the client's pace instead of closing it."""
+        self.connection.send_source(event.encoded(Peer, encode_event)[0] for event in events)
 
     @staticmethod
     def deliver_many(event: Event, peers: list[Peer]) -> None:
