@@ -28,6 +28,7 @@ from appserver.runtime.events import Event
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
 from appserver.runtime.state import RuntimeStates
+from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.recovery import RECOVERED_ERROR, fail_interrupted
 from appserver.storage.cluster_common import NodeStore, SharedEvent, WorkspaceMismatch
 from appserver.storage.threads import ThreadRepository
@@ -68,12 +69,14 @@ class ClusterNode:
         journal: ThreadJournal,
         repo: ThreadRepository,
         states: RuntimeStates,
+        inputs: InputQueues,
         workspace: Path,
         lease: float,
     ) -> None:
         self.store = store
         self.journal = journal
         self.repo = repo
+        self.inputs = inputs
         self.workspace = workspace
         self.lease = lease
         # Heartbeats come every lease/4; a node silent for three of them is
@@ -258,7 +261,7 @@ class ClusterNode:
                     error = RECOVERED_ERROR
                 else:
                     error = lost_error(self.silence) if self.store.remote else PROCESS_LOST
-                await fail_interrupted(self.journal, self.repo, turn, error)
+                await fail_interrupted(self.journal, self.repo, self.inputs, turn, error)
                 await self.states.announce_idle(thread_id)
                 self._signal_idle(thread_id)
                 failed += 1
@@ -285,7 +288,7 @@ class ClusterNode:
                 if turn is None or turn.status not in ("running", "waitingApproval"):
                     continue
                 log.warning("failing turn %s on %s: this node lost track of it", turn_id, thread_id)
-                await fail_interrupted(self.journal, self.repo, turn, STRANDED)
+                await fail_interrupted(self.journal, self.repo, self.inputs, turn, STRANDED)
                 await self.states.announce_idle(thread_id)
                 self._signal_idle(thread_id)
                 failed += 1

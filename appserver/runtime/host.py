@@ -109,6 +109,7 @@ class Runtime:
                 self.journal,
                 self.repo,
                 self.states,
+                self.engine.inputs,
                 workspace,
                 config.node_lease,
             )

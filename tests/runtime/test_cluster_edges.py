@@ -22,6 +22,7 @@ from tests.support.cron_servers import add_job
 from tests.support.turns import (
     Approver,
     any_delta,
+    enqueue,
     new_thread,
     read_turn,
     start_turn,
@@ -251,3 +252,43 @@ async def test_a_turn_left_running_by_an_uncertain_commit_is_failed_by_its_own_n
             assert (await wait_terminal(late, again, thread_id=thread_id))["method"] == (
                 "turn/completed"
             )
+
+
+async def test_an_input_steered_into_a_turn_whose_node_died_goes_back_to_the_queue(
+    workspace: Path, postgres_url: str
+) -> None:
+    """As when a turn ends before taking it (turns.md, the queue): the sweep that
+    fails the dead node's turn puts the steered input back, first in line."""
+    async with (
+        running_nodes(2, workspace, postgres_url, lease=LEASE) as (a, b),
+        a.connect("a") as on_a,
+        b.connect("b") as on_b,
+    ):
+        with anyio.fail_after(40):
+            approver = Approver(on_a, None)  # the turn parks at its approval
+            thread_id = await new_thread(on_a)
+            await on_b.request("thread/subscribe", {"threadId": thread_id})
+            turn_id = await start_turn(on_a, thread_id, "!echo parked")
+            await approver.wait_request()
+            steered = (await enqueue(on_a, thread_id, "steered first"))["queuedInput"]
+            await on_a.request(
+                "turn/steer",
+                {"threadId": thread_id, "expectedTurnId": turn_id, "queuedInputId": steered["id"]},
+            )
+            mark = on_b.mark()
+            a.kill()
+            terminal = await wait_terminal(on_b, turn_id, timeout=20, thread_id=thread_id)
+            assert terminal["method"] == "turn/failed"
+            update = await on_b.notification("thread/queue/updated", start=mark)
+            assert [(q["id"], q["status"]) for q in update["queuedInputs"]] == [
+                (steered["id"], "queued")
+            ]
+            assert update["paused"] == {"turnId": turn_id, "reason": "failed"}
+            # The next enqueue runs the waiting input first, as after any failure.
+            mark = on_b.mark()
+            await enqueue(on_b, thread_id, "then this")
+            started = await on_b.notification("turn/started", start=mark)
+            second = started["turn"]["id"]
+            done = await wait_terminal(on_b, second, thread_id=thread_id)
+        users = [i for i in done["params"]["turn"]["items"] if i["type"] == "userMessage"]
+        assert users[0]["payload"]["text"] == "steered first"

@@ -166,7 +166,7 @@ class TurnEngine:
 
     async def recover(self) -> int:
         """Fail the turns a previous process left running (see ``recovery``)."""
-        return await recover(self.journal, self.repo)
+        return await recover(self.journal, self.repo, self.inputs)
 
     # --- starting ------------------------------------------------------------------
 

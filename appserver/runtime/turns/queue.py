@@ -98,6 +98,21 @@ class InputQueues:
                     paused=pause if waiting else None,
                 )
 
+    async def return_guidance(self, thread_id: str, turn_id: str) -> None:
+        """A turn that ended without its runner (a crash, a node lost: it was
+        failed by recovery) gives the inputs steered into it back to the queue,
+        as :meth:`after_turn` does for a turn that ends here; the queue waits,
+        paused after that failure."""
+        async with self.lock(thread_id):
+            queue = await self.load(thread_id)
+            steered = [entry for entry in queue if entry.wire.status == "guidancePending"]
+            for entry in steered:
+                entry.wire.status = "queued"
+            if steered:
+                await self.changed(
+                    thread_id, paused=turn_wire.QueuePause(turn_id=turn_id, reason="failed")
+                )
+
     async def changed(
         self,
         thread_id: str,

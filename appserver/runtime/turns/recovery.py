@@ -8,6 +8,7 @@ import logging
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.journal import ThreadJournal
+from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.wire import item_to_wire, turn_to_wire
 from appserver.storage.records import ItemRecord, TurnRecord
 from appserver.storage.threads import ThreadRepository
@@ -27,7 +28,7 @@ RECOVERED_ERROR = (
 )
 
 
-async def recover(journal: ThreadJournal, repo: ThreadRepository) -> int:
+async def recover(journal: ThreadJournal, repo: ThreadRepository, inputs: InputQueues) -> int:
     """Fail turns a previous process left running; returns how many.
 
     Items still streaming are completed with the text saved so far;
@@ -35,7 +36,7 @@ async def recover(journal: ThreadJournal, repo: ThreadRepository) -> int:
     """
     recovered = 0
     for turn in await journal.events.unfinished_turns():
-        await fail_interrupted(journal, repo, turn, RECOVERED_ERROR)
+        await fail_interrupted(journal, repo, inputs, turn, RECOVERED_ERROR)
         recovered += 1
     if recovered:
         log.warning("recovered %d turn(s) interrupted by a previous stop", recovered)
@@ -43,10 +44,15 @@ async def recover(journal: ThreadJournal, repo: ThreadRepository) -> int:
 
 
 async def fail_interrupted(
-    journal: ThreadJournal, repo: ThreadRepository, turn: TurnRecord, error: str
+    journal: ThreadJournal,
+    repo: ThreadRepository,
+    inputs: InputQueues,
+    turn: TurnRecord,
+    error: str,
 ) -> None:
     """End a turn whose runner is gone: its streaming items complete with the
-    text saved so far, then one ``turn/failed`` carrying ``error``.
+    text saved so far, then one ``turn/failed`` carrying ``error``; inputs
+    steered into it go back to the queue (``turn/steer``).
 
     Processes sharing a database stored every delta they delivered: an item
     completes with those (clients saw them) when they hold more than the
@@ -77,6 +83,7 @@ async def fail_interrupted(
         ),
         turn=turn,
     )
+    await inputs.return_guidance(turn.thread_id, turn.id)
 
 
 async def _with_stored_deltas(journal: ThreadJournal, item: ItemRecord) -> None:
