@@ -24,7 +24,7 @@ import anyio.abc
 from appserver.protocol.threads import ThreadRuntimeChangedNotification
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.cluster_approvals import RemoteAskers, RemoteQuestions
-from appserver.runtime.events import Event
+from appserver.runtime.events import Event, Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.shared_log import SharedLog
 from appserver.runtime.state import RuntimeStates
@@ -101,6 +101,8 @@ class ClusterNode:
         self._askers: RemoteAskers | None = None  # set by wire_approvals
         # Whether this node runs the turn (thread, turn); set by the runtime.
         self.runs_turn: Callable[[str, str], bool] = lambda _thread, _turn: True
+        # Who watched a turn of this node whose end it could not store; set by the runtime.
+        self.watchers_of: Callable[[str, str], list[Participant]] = lambda _thread, _turn: []
         self._stranded: set[tuple[str, str]] = set()  # this node's, not run, at the last sweep
         # Called when a heartbeat finds that the other nodes took this one for dead.
         self.on_presumed_dead: Callable[[], Awaitable[None]] | None = None
@@ -288,7 +290,10 @@ class ClusterNode:
                 if turn is None or turn.status not in ("running", "waitingApproval"):
                     continue
                 log.warning("failing turn %s on %s: this node lost track of it", turn_id, thread_id)
-                await fail_interrupted(self.journal, self.repo, self.inputs, turn, STRANDED)
+                watchers = self.watchers_of(thread_id, turn_id)  # its end, unstored here
+                await fail_interrupted(
+                    self.journal, self.repo, self.inputs, turn, STRANDED, include=watchers
+                )
                 await self.states.announce_idle(thread_id)
                 self._signal_idle(thread_id)
                 failed += 1

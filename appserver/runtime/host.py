@@ -130,6 +130,7 @@ class Runtime:
             self.cluster.wire_approvals(self.approvals)
             self.cluster.on_presumed_dead = self.engine.shutdown
             self.cluster.runs_turn = self._runs_turn
+            self.cluster.watchers_of = self.engine.ending.take_watchers
 
     @property
     def subagents(self) -> SubAgents:

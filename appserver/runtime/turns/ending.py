@@ -24,6 +24,7 @@ from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.runtime.emissions import Emission
+from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.items import ItemLog
@@ -31,6 +32,9 @@ from appserver.runtime.turns.model import ActiveTurn, TurnFailure
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.reservations import TurnReservations
 from appserver.runtime.wire import turn_to_wire
+
+# Turns whose end could not be stored, kept for a sweep to tell their watchers.
+_UNSTORED_KEPT = 100
 
 log = logging.getLogger("appserver.turns")
 
@@ -63,6 +67,9 @@ class TurnEnding:
         self.spawn = spawn
         # Starts a thread's next queued input after a completed turn.
         self.next_input = next_input
+        # The watchers of turns whose end could not be stored (a full disk):
+        # whoever fails the stranded turn later tells them too (take_watchers).
+        self._unstored: dict[tuple[str, str], list[Participant]] = {}
         # Called with a turn just before its terminal event, so what they send
         # about it (a last subagent/progress) arrives before the turn's end.
         self.closing_listeners: list[Callable[[ActiveTurn], None]] = []
@@ -125,6 +132,8 @@ class TurnEnding:
             log.exception("could not finish turn %s", active.record.id)
         finally:
             self.reservations.release(active)
+            if not settled:
+                self._remember_watchers(active)
             try:
                 await self.journal.flush_seq(active.thread_id)
                 if not settled:  # the end was not stored: the flags on their own
@@ -142,6 +151,17 @@ class TurnEnding:
                         self.spawn(partial(_await, outcome))
                 except Exception:
                     log.exception("turn listener failed")
+
+    def _remember_watchers(self, active: ActiveTurn) -> None:
+        if len(self._unstored) >= _UNSTORED_KEPT:  # no sweep takes them (one process)
+            self._unstored.pop(next(iter(self._unstored)))
+        self._unstored[(active.thread_id, active.record.id)] = list(active.watchers)
+
+    def take_watchers(self, thread_id: str, turn_id: str) -> list[Participant]:
+        """Who watched a turn whose end could not be stored here (the client
+        that started it, not subscribed to its thread): the turn's failure,
+        stored later by a sweep, goes to them too. Empty for any other turn."""
+        return self._unstored.pop((thread_id, turn_id), [])
 
     def _closing(self, active: ActiveTurn) -> list[Emission]:
         """What the turn held, and its open items closed (with the text streamed so far)."""

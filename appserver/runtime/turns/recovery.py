@@ -7,6 +7,7 @@ import logging
 
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
+from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.wire import item_to_wire, turn_to_wire
@@ -49,10 +50,12 @@ async def fail_interrupted(
     inputs: InputQueues,
     turn: TurnRecord,
     error: str,
+    include: list[Participant] | None = None,
 ) -> None:
     """End a turn whose runner is gone: its streaming items complete with the
     text saved so far, then one ``turn/failed`` carrying ``error``; inputs
-    steered into it go back to the queue (``turn/steer``).
+    steered into it go back to the queue (``turn/steer``). ``include``: who
+    gets them besides the thread's subscribers (the turn's own watchers).
 
     Processes sharing a database stored every delta they delivered: an item
     completes with those (clients saw them) when they hold more than the
@@ -70,6 +73,7 @@ async def fail_interrupted(
                 thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)
             ),
             item=item,
+            include=include or (),
         )
     turn.status = "failed"
     turn.completed_at = now
@@ -82,6 +86,7 @@ async def fail_interrupted(
             thread_id=turn.thread_id, turn=turn_to_wire(turn, items), error=turn.error
         ),
         turn=turn,
+        include=include or (),
     )
     await inputs.return_guidance(turn.thread_id, turn.id)
 
