@@ -227,6 +227,18 @@ async def test_zene_on_a_full_disk_answers_its_request_and_exits_4(
     assert answer["ok"] is False and answer["error_message"].startswith("cannot start: ")
 
 
+async def test_a_damaged_database_is_one_line_and_an_exit(workspace: Path) -> None:
+    craft = workspace / ".craft"
+    craft.mkdir()
+    (craft / "appserver.db").write_bytes(b"not SQLite at all\n" * 400)
+    code, stdout, stderr = await run(workspace, frames(INITIALIZE), server_env(workspace))
+    assert (code, stdout) == (1, b"")
+    assert the_one_line(stderr) == (
+        "appserver: cannot start: the database is damaged: file is not a database"
+        f" (in {workspace.resolve()}/.craft)"
+    )
+
+
 def test_what_counts_as_the_disk_failing() -> None:
     full = sqlite3.connect(":memory:")
     full.execute("PRAGMA max_page_count = 1")  # only to get SQLite's own SQLITE_FULL error
