@@ -284,8 +284,9 @@ def _matches(
 
 def _place(
     lines: list[str], hunk: Hunk, cursor: int, shown: str, number: int
-) -> tuple[int, int, tuple[str, ...]]:
-    """Where hunk ``number`` applies: (start, count of old lines, new lines)."""
+) -> tuple[int, int, list[tuple[str, int | None]]]:
+    """Where hunk ``number`` applies: (start, count of old lines, new lines,
+    each with the index of the file's line it keeps, for a context line)."""
     for anchor in hunk.anchors:
         found = _matches(lines, (anchor,), cursor, False)
         if not found:
@@ -296,7 +297,7 @@ def _place(
         cursor = found[0] + 1
     if not hunk.old:
         # Only additions: they go at the end of the file (as Codex does).
-        return len(lines), 0, hunk.new
+        return len(lines), 0, [(text, None) for text in hunk.new]
     old, new = hunk.old, hunk.new
     found = _matches(lines, old, cursor, hunk.end_of_file)
     if not found and old[-1] == "":
@@ -325,14 +326,32 @@ def _place(
 
 def _keep_context(
     matched: list[str], old: tuple[str, ...], new: tuple[str, ...]
-) -> tuple[str, ...]:
+) -> list[tuple[str, int | None]]:
     """``new`` with each context line (one in ``old`` and ``new`` alike) as the
-    file has it: a lenient match changes only the lines the hunk changes."""
-    kept = list(new)
+    file has it, and where in ``matched`` it is (``None``: a line the hunk
+    adds): a lenient match changes only the lines the hunk changes, and a
+    context line keeps its own line ending."""
+    kept: list[tuple[str, int | None]] = [(text, None) for text in new]
     for block in difflib.SequenceMatcher(None, old, new, autojunk=False).get_matching_blocks():
         for offset in range(block.size):
-            kept[block.b + offset] = matched[block.a + offset]
-    return tuple(kept)
+            kept[block.b + offset] = (matched[block.a + offset], block.a + offset)
+    return kept
+
+
+def _new_endings(
+    new: list[tuple[str, int | None]], replaced: list[str], preferred: str
+) -> list[str]:
+    """The line endings of a hunk's new lines: a context line keeps its own
+    (a file of mixed endings stays as it was around the change); a line the
+    hunk adds takes the one of the line before it in the hunk, else of the
+    first line it replaces, else the file's first."""
+    last = next((ending for ending in replaced if ending), preferred)
+    out = []
+    for _, kept in new:
+        if kept is not None:
+            last = replaced[kept] or preferred
+        out.append(last)
+    return out
 
 
 def apply_hunks(content: str, hunks: tuple[Hunk, ...], shown: str) -> str:
@@ -340,7 +359,7 @@ def apply_hunks(content: str, hunks: tuple[Hunk, ...], shown: str) -> str:
     (the file as shown) and the hunk that does not apply."""
     lines, endings = _split(content)
     preferred = next((ending for ending in endings if ending), "\n")
-    replacements: list[tuple[int, int, tuple[str, ...]]] = []
+    replacements: list[tuple[int, int, list[tuple[str, int | None]]]] = []
     cursor = 0
     for number, hunk in enumerate(hunks, start=1):
         start, count, new = _place(lines, hunk, cursor, shown, number)
@@ -354,8 +373,8 @@ def apply_hunks(content: str, hunks: tuple[Hunk, ...], shown: str) -> str:
     for start, count, new in replacements:
         out_lines += lines[position:start]
         out_endings += endings[position:start]
-        out_lines += new
-        out_endings += [preferred] * len(new)
+        out_lines += [text for text, _ in new]
+        out_endings += _new_endings(new, endings[start : start + count], preferred)
         position = max(position, start + count)
     out_lines += lines[position:]
     out_endings += endings[position:]

@@ -191,6 +191,18 @@ APPLIES = [
         id="crlf-kept-and-given-to-new-lines",
     ),
     pytest.param(
+        "m1\nm2\r\nm3\r\nm4\r\n",
+        update(patch("*** Update File: f", "@@", " m2", "-m3", "+M3", " m4")),
+        "m1\nm2\r\nM3\r\nm4\r\n",
+        id="mixed-endings-context-keeps-its-own",
+    ),
+    pytest.param(
+        "a\r\nb\nc\n",
+        update(patch("*** Update File: f", "@@", " b", "+b2", " c")),
+        "a\r\nb\nb2\nc\n",
+        id="mixed-endings-new-line-takes-its-neighbours",
+    ),
+    pytest.param(
         "a\nb",
         update(patch("*** Update File: f", "@@", " a", "-b", "+c")),
         "a\nc",
