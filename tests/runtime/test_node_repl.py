@@ -168,6 +168,13 @@ async def test_error_and_invalid_answers_fail_the_call(workspace: Path) -> None:
             # No code: not sent at all.
             _, terminal = await run_turn(client, thread_id, _call("  "))
             assert _repl_item(terminal)["errorMessage"] == "NodeReplJs requires non-empty code."
+            # Arguments that are not JSON: not sent either; its own item says why.
+            _, terminal = await run_turn(client, thread_id, '?tool NodeReplJs {"code": "1')
+            failed = _repl_item(terminal)
+            assert failed["errorCode"] == "invalidArguments"
+            assert "not valid JSON" in failed["errorMessage"]
+            kinds = [item["type"] for item in terminal["params"]["turn"]["items"]]
+            assert "toolResult" not in kinds and "toolCall" not in kinds
             # A JSON-RPC error answer.
             mark = client.mark()
             client.on_server_request = None

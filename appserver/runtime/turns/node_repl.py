@@ -235,7 +235,9 @@ class NodeRepl:
             },
         )
         code = args.get("code")
-        if not isinstance(code, str) or not code.strip():
+        if call.arguments_error is not None:  # not run: the model is told why
+            fields = _failure("invalidArguments", call.arguments_error)
+        elif not isinstance(code, str) or not code.strip():
             fields = _failure("NodeReplError", "NodeReplJs requires non-empty code.")
         else:
             try:

@@ -89,7 +89,7 @@ class ToolRunner:
         projection (no ``toolResult``).
         """
         if not self._server_tool(active, call.name):
-            if call.arguments_error is None and self.node_repl.offers(active, call.name):
+            if self.node_repl.offers(active, call.name):
                 output, images = await self.node_repl.call(active, call)
                 history.append(
                     tool_message(call.call_id, call.name, output, self.output_limit, images)
