@@ -9,12 +9,15 @@ files are searched, or a glob or an ignore file lets ``.craft`` in; ``diff``
 of two directories reads each file of both, following links out of the
 workspace. Such a command runs unasked only when its walk cannot get there:
 
-* ``grep`` with ``-r`` (``--recursive``, ``-d recurse``): no directory it walks
-  is the workspace root, unless ``--exclude-dir`` leaves ``.craft`` out;
+* ``grep`` with ``-r`` (``--recursive``, ``-d`` with anything but ``read`` or
+  ``skip``: grep takes ``-d rec``): no directory it walks is the workspace
+  root, unless ``--exclude-dir=.craft`` leaves it out;
 * ``rg``: from the workspace root, only with hidden files skipped (no
-  ``--hidden``, ``-.``, ``-u``, ``--unrestricted``), no glob that matches
-  ``.craft``, no ``--ignore-file``, and no ``!`` (a re-inclusion) in the
-  root's ignore files, which could bring a hidden directory back;
+  ``--hidden``, ``-.``, ``-u``, ``--unrestricted``), no ``--ignore-file``, every
+  whitelist glob of a shape that surely cannot match ``.craft`` (``*.py``, a
+  plain name, a path under a plain name), a ``.git`` directory (not a
+  worktree's file), and no ``!`` (a re-inclusion) in the root's ignore files,
+  which could bring a hidden directory back;
 * ``diff``: every file a directory argument holds (``diff`` compares them one
   level deep, following links) lies inside the workspace.
 """
@@ -24,7 +27,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from itertools import islice
 from pathlib import Path
 
@@ -78,10 +80,11 @@ def _operands(parsed: Parsed, pattern_flags: tuple[str, ...]) -> list[str]:
 
 
 def _grep(parsed: Parsed, call: Call) -> str | None:
-    directories = parsed.given("-d", "--directories")
-    if not (parsed.given("-r", "--recursive") or "recurse" in directories):
+    # grep takes any abbreviation of -d's value ("-d rec"): only read and skip do not walk.
+    walks = any(value not in ("read", "skip") for value in parsed.given("-d", "--directories"))
+    if not (walks or parsed.given("-r", "--recursive")):
         return None
-    if any(fnmatchcase(STATE_DIR, str(glob)) for glob in parsed.given("--exclude-dir")):
+    if STATE_DIR in parsed.given("--exclude-dir"):  # the name itself: no glob to interpret
         return None
     roots = _operands(parsed, ("-e", "--regexp", "-f", "--file"))
     return _STATE if any(call.real(root) == call.root for root in roots) else None
@@ -98,19 +101,39 @@ def _rg(parsed: Parsed, call: Call) -> str | None:
         return _STATE
     for glob in parsed.given("-g", "--glob", "--iglob"):
         pattern = str(glob)
-        if not pattern.startswith("!") and _may_match_state(pattern):
+        if not pattern.startswith("!") and not _cannot_match_state(pattern):
             return _STATE
+    if (call.root / ".git").is_file():  # a worktree's: its exclude file is elsewhere
+        return f"{_STATE}: .git is a file (its ignore files may re-include)"
     for name in _IGNORE_FILES:
         if _reincludes(call.root / name):
             return f"{_STATE}: {name} re-includes files (a `!` line)"
     return None
 
 
-def _may_match_state(glob: str) -> bool:
-    """Whether an rg glob may match the ``.craft`` directory (gitignore-style:
-    a glob without ``/`` matches a name at any depth)."""
-    first = glob.lstrip("/").split("/", 1)[0]
-    return first == "**" or fnmatchcase(STATE_DIR, first)
+# rg's glob syntax: anything with one of these is not judged, but asked.
+_GLOB_SPECIALS = frozenset("*?[]{}\\!")
+
+
+def _cannot_match_state(glob: str) -> bool:
+    """Whether an rg whitelist glob surely cannot bring ``.craft`` in (it would
+    have to match that directory's own name or path; rg's globs have braces,
+    classes, escapes and case-insensitive forms, so only simple shapes are
+    judged, any case): ``*.py``-like suffixes, plain names, and paths whose
+    first part is a plain name."""
+    state = STATE_DIR.casefold()
+    if "/" in glob.strip("/"):
+        first = glob.lstrip("/").split("/", 1)[0]
+        return _plain(first) and first.casefold() != state
+    name = glob.strip("/")
+    if name.startswith("*") and _plain(name[1:]):
+        return bool(name[1:]) and not state.endswith(name[1:].casefold())
+    return _plain(name) and name.casefold() != state
+
+
+def _plain(text: str) -> bool:
+    """No glob syntax in ``text`` (and not empty)."""
+    return bool(text) and not (_GLOB_SPECIALS & set(text))
 
 
 def _reincludes(path: Path) -> bool:

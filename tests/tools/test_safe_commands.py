@@ -121,6 +121,12 @@ CASES: list[tuple[str, str | None]] = [
     ("grep -d recurse foo .", "reads the workspace's .craft/"),
     ("grep -r foo src/.. README.md", "reads the workspace's .craft/"),
     ("grep -r --exclude-dir=.craft foo .", None),
+    ("grep -r --exclude-dir='[^.]craft' foo .", "reads the workspace's .craft/"),
+    ("grep -d rec -n foo .", "reads the workspace's .craft/"),
+    ("grep -drec foo .", "reads the workspace's .craft/"),
+    ("grep --directories=rec foo .", "reads the workspace's .craft/"),
+    ("grep -d skip foo .", None),
+    ("grep --recur foo .", "unknown flag for grep: --recur"),
     ("grep -r -e foo src", None),
     ("grep foo README.md", None),
     ("rg --hidden foo", "reads the workspace's .craft/"),
@@ -132,6 +138,16 @@ CASES: list[tuple[str, str | None]] = [
     ("rg --files --hidden", "reads the workspace's .craft/"),
     ("rg --ignore-file src/x foo", "reads the workspace's .craft/"),
     ("rg -g '*.py' -g '!*.md' foo", None),
+    ("rg -g 'src/**' -g Makefile -g '.github/*' foo", None),
+    ("rg -g '{.craft,*.json}' foo", "reads the workspace's .craft/"),
+    ("rg -g '.cr{a,b}ft' -g '*.json' foo", "reads the workspace's .craft/"),
+    ("rg -g '\\.craft' -g '*.json' foo", "reads the workspace's .craft/"),
+    ("rg --iglob .CRAFT -g '*.json' foo", "reads the workspace's .craft/"),
+    ("rg --glob-case-insensitive -g .CRAFT foo", "reads the workspace's .craft/"),
+    ("rg -g '/.craft/*' foo", "reads the workspace's .craft/"),
+    ("rg -g '*t' foo", "reads the workspace's .craft/"),
+    ("rg -g '*' foo", "reads the workspace's .craft/"),
+    ("rg -g '**/*.py' foo", "reads the workspace's .craft/"),
     ("rg --hidden foo src", None),
     ("rg --files --hidden src", None),
     ("diff links plain", "reads outside the workspace: links/x"),
@@ -178,6 +194,13 @@ def test_rg_from_the_root_asks_when_an_ignore_file_re_includes(workspace: Path) 
     reason = classify("rg foo", workspace, workspace)
     assert reason is not None and ".ignore re-includes" in reason
     assert classify("rg foo src", workspace, workspace) is None
+
+
+def test_rg_from_the_root_asks_in_a_worktree(workspace: Path) -> None:
+    """A ``.git`` file (a worktree's) names a git directory whose exclude file rg reads."""
+    (workspace / ".git").write_text("gitdir: sub/gd\n")
+    reason = classify("rg foo", workspace, workspace)
+    assert reason is not None and ".git is a file" in reason
 
 
 def test_a_working_directory_outside_asks(workspace: Path, tmp_path: Path) -> None:
