@@ -122,6 +122,8 @@ async def start_turn(
             else:
                 active = await runtime.turns.start(thread_id, job.parts, origin=origin)
         except TurnInProgress:
+            if job.aborted:  # while the start was refused: no wait for the other turn
+                continue
             with anyio.CancelScope() as job.waiting:
                 await wait_out_turn(runtime, thread_id)
             job.waiting = None

@@ -14,7 +14,8 @@ coalesce key so a lagging connection gets them merged (same text, newest
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from appserver.protocol.base import WireModel
@@ -99,7 +100,7 @@ class Peer:
         """:meth:`deliver` each of ``events`` (a replay, in order), encoded only
         as the connection's writer takes them: a history longer than the
         outbox's budget streams at the client's pace instead of closing it."""
-        self.connection.send_source(event.encoded(Peer, encode_event)[0] for event in events)
+        self.connection.send_source(_frames_of(deque(events)))
 
     @staticmethod
     def deliver_many(event: Event, peers: list[Peer]) -> None:
@@ -218,3 +219,10 @@ def peer_of(ctx: RequestContext | Connection) -> Peer:
     peer = connection.session
     assert isinstance(peer, Peer), "the connection has no DotCraft peer"
     return peer
+
+
+def _frames_of(events: deque[Event]) -> Iterator[str]:
+    """Each event's frame, encoded when taken; an event is let go once sent
+    (a long replay does not keep every encoded frame until its end)."""
+    while events:
+        yield events.popleft().encoded(Peer, encode_event)[0]

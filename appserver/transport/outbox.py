@@ -97,7 +97,8 @@ class Outbox:
         if self._closed:
             return False
         size = len(frame)
-        if self._frames and self._bytes + size > self.max_bytes:
+        # (A frame alone may be larger than the budget; a source does not count.)
+        if self._bytes and self._bytes + size > self.max_bytes:
             return False
         if (
             coalesce is not None
