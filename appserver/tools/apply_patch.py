@@ -133,6 +133,35 @@ def _git_diff(kind: str, shown: str, before: str | None, after: str | None, **mo
     return f"{head}--- {old_label}\n+++ {new_label}\n{rest}"
 
 
+def _refuse_repeats(planned: list[_Planned]) -> None:
+    """One file in one section: a name given twice, or two hard links of one
+    file (each section's result was computed from the same old text, so the
+    last write would undo the first), is refused."""
+    seen: set[Path] = set()
+    files: dict[tuple[int, int], str] = {}  # (device, inode) of an existing file
+    for change in (item.change for item in planned):
+        for path, shown in ((change.path, change.shown), (change.move_path, change.move_shown)):
+            if path is None:
+                continue
+            if path in seen:
+                raise ToolError(
+                    f"the patch names {shown} more than once; put every change to one "
+                    "file in one section"
+                )
+            seen.add(path)
+            try:
+                stat = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue  # not there (yet): no other name for it
+            name = shown or str(path)
+            other = files.setdefault((stat.st_dev, stat.st_ino), name)
+            if other != name:
+                raise ToolError(
+                    f"the patch names {other} and {name}, which are one file (hard links); "
+                    "put every change to it in one section"
+                )
+
+
 def _plan_operation(sandbox: Sandbox, operation: FileOperation) -> _Planned:
     if isinstance(operation, AddFile):
         target, shown = _resolve(sandbox, operation.path)
@@ -236,17 +265,7 @@ class ApplyPatchTool:
             raise ToolError("the patch changes no file: add at least one file section")
         sandbox = Sandbox(ctx.workspace)
         planned = [_plan_operation(sandbox, operation) for operation in operations]
-        seen: set[Path] = set()
-        for change in (item.change for item in planned):
-            for path, shown in ((change.path, change.shown), (change.move_path, change.move_shown)):
-                if path is None:
-                    continue
-                if path in seen:
-                    raise ToolError(
-                        f"the patch names {shown} more than once; put every change to one "
-                        "file in one section"
-                    )
-                seen.add(path)
+        _refuse_repeats(planned)
         details: list[dict[str, Any]] = []
         for item in planned:
             entry = {"path": item.change.shown, "kind": item.change.kind, "diff": item.diff}

@@ -49,6 +49,9 @@ def _plan_path(arguments: dict[str, Any], ctx: ToolContext) -> tuple[Path, str]:
     target = sandbox.resolve(path, must_exist=True)
     if not target.inside:
         raise ToolError(f"{path} is outside the workspace; search only inside it")
+    if not (target.path.is_dir() or target.path.is_file()):
+        # A FIFO or a device: reading it may never end (ripgrep waited out its timeout).
+        raise ToolError(f"{path} is neither a regular file nor a directory")
     return sandbox.root, sandbox.display(target)
 
 

@@ -142,8 +142,14 @@ def grep_file(
         return None
     if b"\0" in data[:BINARY_SNIFF]:
         return None
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    return _hits(lines, pattern, before, after)
+    # Lines end at \n only, as ripgrep counts them (str.splitlines also breaks
+    # at form feeds, lone CRs and U+2028: line numbers ran ahead of rg's); a
+    # CRLF file's \r is not part of its lines.
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the last line's newline
+    return _hits([line.removesuffix("\r") for line in lines], pattern, before, after)
 
 
 def _hits(lines: list[str], pattern: re.Pattern[str], before: int, after: int) -> Iterator[LineHit]:

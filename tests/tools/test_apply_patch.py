@@ -251,6 +251,20 @@ def test_a_hard_linked_file_is_asked_as_outside(workspace: Path, outside: Path) 
     assert "2 hard links" in need.reason
 
 
+def test_two_names_of_one_file_in_one_patch_are_refused(workspace: Path) -> None:
+    """Each section would be computed from the same old text: the last write
+    would undo the first, with both reported applied."""
+    (workspace / "h1.txt").write_text("one\nthree\n")
+    os.link(workspace / "h1.txt", workspace / "h2.txt")
+    text = patch(
+        "*** Update File: h1.txt", "@@", "-one", "+ONE", "*** Update File: h2.txt", "@@", "-three",
+        "+THREE",
+    )  # fmt: skip
+    with pytest.raises(ToolError, match=r"names h1.txt and h2.txt, which are one file"):
+        plan_of(workspace, text)
+    assert (workspace / "h1.txt").read_text() == "one\nthree\n"
+
+
 async def test_more_hard_links_at_run_time_fail_untouched(workspace: Path, outside: Path) -> None:
     (workspace / "f.txt").write_text("f\n")
     plan = plan_of(workspace, patch("*** Update File: f.txt", "@@", "-f", "+g"))

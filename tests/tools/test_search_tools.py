@@ -146,6 +146,20 @@ def test_paths_outside_are_refused_not_asked(workspace: Path, engine: str) -> No
             tool.plan({"pattern": "x", "bogus": 1}, _ctx(workspace))
 
 
+def test_lines_are_counted_as_ripgrep_counts_them(workspace: Path, engine: str) -> None:
+    """Only \\n ends a line: a form feed, a lone CR or U+2028 does not."""
+    (workspace / "odd.txt").write_bytes("one\x0ctwo\nthree\rfour\u2028five\nmain\n".encode())
+    outcome = _run(GrepTool(engine=engine), workspace, pattern="^main", path="odd.txt")
+    assert outcome.output == "odd.txt\n3:main"
+
+
+def test_a_path_that_is_no_file_or_directory_is_refused(workspace: Path, engine: str) -> None:
+    os.mkfifo(workspace / "pipe")  # reading it would wait for a writer
+    for tool in (GrepTool(engine=engine), FindFilesTool(engine=engine)):
+        with pytest.raises(ToolError, match="neither a regular file nor a directory"):
+            tool.plan({"pattern": "x", "path": "pipe"}, _ctx(workspace))
+
+
 def test_find_files_newest_first(workspace: Path, engine: str) -> None:
     tool = FindFilesTool(engine=engine)
     outcome = _run(tool, workspace, pattern="*.py")
