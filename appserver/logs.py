@@ -113,7 +113,7 @@ def configure(level: str, fmt: str = "text", stream: IO[str] | None = None) -> N
 
 # Control characters (C0, DEL, C1): a message that carries one from a peer
 # (a client's name, a path) must not break its line or drive the terminal.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL = "[\x00-\x1f\x7f-\x9f]"
 
 
 def _escaped(match: re.Match[str]) -> str:
@@ -127,9 +127,11 @@ class TextFormatter(logging.Formatter):
     its own lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        if _CONTROL.search(record.message):
-            record = logging.makeLogRecord(record.__dict__)
-            record.message = _CONTROL.sub(_escaped, record.message)
+        if not record.message.isprintable():  # rare: no pattern compiled before
+            escaped = re.sub(_CONTROL, _escaped, record.message)
+            if escaped != record.message:
+                record = logging.makeLogRecord(record.__dict__)
+                record.message = escaped
         return super().formatMessage(record)
 
 
