@@ -71,6 +71,7 @@ CORE = (
     "appserver.protocol.editor_families",
     "appserver.tools.editor_families",
     "appserver.runtime.subagents",
+    "appserver.tools.safe_commands",  # a cold process's at its first shell command
     "anyio._backends._asyncio",
     "anyio._core._signals",
     "anyio._core._sockets",

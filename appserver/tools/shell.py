@@ -60,7 +60,6 @@ from appserver.tools.environment import tool_environment
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group, open_group_process
 from appserver.tools.nofollow import PathChanged, open_directory
 from appserver.tools.reaper import REAPER
-from appserver.tools.safe_commands import why_asked
 from appserver.tools.sandbox import Sandbox
 from appserver.tools.terminal_tools import format_terminal
 from appserver.tools.terminals import TerminalError, TerminalManager
@@ -278,6 +277,9 @@ class ShellTool:
         elif background:
             outside += ", as a background terminal (it keeps running after this call)"
         display = sandbox.display(cwd)
+        # The classifier's tables load at the first command, not at every start.
+        from appserver.tools.safe_commands import why_asked
+
         asked = why_asked(command, cwd.path, sandbox.root, ctx, background=background)
         return ToolPlan(
             tool=self.name,
