@@ -222,8 +222,8 @@ def _upgrade_key(request: bytes) -> bytes | None:
         if not colon or not name or name != name.strip() or not name.isascii():
             return None
         headers.setdefault(name.lower(), []).append(value.strip())
-    if "origin" in headers or "authorization" in headers or len(headers.get("host", [])) > 1:
-        return None  # a browser page, a token offered, two Hosts: Admission decides
+    if "origin" in headers or "authorization" in headers or len(headers.get("host", [])) != 1:
+        return None  # a browser page, a token offered, not one Host: Admission decides
     if "content-length" in headers or "transfer-encoding" in headers:
         return None  # a body: the library refuses it
     connection = {

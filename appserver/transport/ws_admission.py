@@ -88,8 +88,8 @@ class Admission:
                 {"error": "only GET is served"},
                 (("Allow", "GET"),),
             )
-        if len(request.headers.get_all("Host")) > 1:  # HTTP/1.1 answers 400 (RFC 9112 3.2)
-            return _json_response(HTTPStatus.BAD_REQUEST, {"error": "more than one Host header"})
+        if len(request.headers.get_all("Host")) != 1:  # HTTP/1.1 answers 400 (RFC 9112 3.2)
+            return _json_response(HTTPStatus.BAD_REQUEST, {"error": "one Host header is required"})
         url = urlsplit(request.path)
         origins = request.headers.get_all("Origin")
         if len(origins) > 1:  # a browser sends one; two is not a page we can trust

@@ -214,6 +214,9 @@ def test_repeated_host_or_origin_headers_are_refused_not_crashed() -> None:
     )
     refused = gate(connection, upgrade)  # type: ignore[arg-type]
     assert refused is not None and refused.status_code == 400
+    no_host = Request("/", Headers([]))
+    page = gate(connection, no_host)  # type: ignore[arg-type]
+    assert page is not None and page.status_code == 400
 
 
 async def test_with_a_token_the_page_asks_for_it_and_holds_no_secret(workspace: Path) -> None:
