@@ -409,7 +409,10 @@ class AppServer:
         """Cancel running turns now (each ends with ``turn/cancelled``,
         ``serverShutdown``); the rest of stopping is :meth:`drain`'s, which
         cancels again whatever this did not get to (a turn started meanwhile on
-        another door, or this cut short)."""
+        another door, or this cut short). The server is stopping from here on:
+        what a cancelled turn belonged to (an automation task, a cron run) is
+        recorded as cut by a stop, as at SIGTERM, not as a failure."""
+        self._draining = True
         if self._built:
             await self.runtime.shutdown()
 

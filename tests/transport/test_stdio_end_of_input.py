@@ -41,3 +41,29 @@ async def test_end_of_input_ends_the_running_turn_where_the_client_sees_it(
                 while not client.closed:
                     await client.wait(lambda m: True, 10, start=len(client.messages))
             assert len(terminals(client, turn_id, mark)) == 1
+
+
+async def test_end_of_input_gives_a_running_automation_task_back(workspace: Path) -> None:
+    """As SIGTERM does (automations.md, restarts): the cut run is a stop, not a failure."""
+    with anyio.fail_after(30):
+        async with running_server("stdio", workspace) as sut, sut.connect() as client:
+            created = await client.request(
+                "automation/task/create",
+                {
+                    "title": "Slow",
+                    "description": "?stream 1000\n?delay 20",
+                    "workflowTemplate": "---\nmax_rounds: 1\n---\n{{ task.description }}",
+                },
+            )
+            running = await client.notification(
+                "automation/task/updated",
+                where=lambda p: p["task"]["id"] == created["taskId"] and "threadId" in p["task"],
+            )
+            await client.request("thread/subscribe", {"threadId": running["task"]["threadId"]})
+            await client.notification("item/agentMessage/delta")
+            await client.stream.close()  # end of input
+            with contextlib.suppress(ConnectionError):  # the server exits: its output ends
+                while not client.closed:
+                    await client.wait(lambda m: True, 10, start=len(client.messages))
+    task = workspace / ".craft" / "tasks" / created["taskId"] / "task.md"
+    assert "status: pending" in task.read_text("utf-8")
