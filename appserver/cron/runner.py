@@ -16,7 +16,7 @@ decides (``default`` -> decline, ``autoApprove`` -> accept,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,11 +116,13 @@ class JobRunner:
         dedicated: ThreadSpec | None,
         trigger: Trigger,
         prepare: Callable[[ActiveTurn], None] | None = None,
+        made: Callable[[str], Awaitable[None]] | None = None,
     ) -> RunOutcome:
         """Run ``trigger`` in ``thread_id``; with ``dedicated``, a missing thread
-        is made from it. ``prepare`` adjusts the reserved turn before it is
-        stored (automations give it their tool). A failed run is an outcome, not
-        an exception; only :class:`ShuttingDown` is raised (before anything happened)."""
+        is made from it (and told to ``made`` at once). ``prepare`` adjusts the
+        reserved turn before it is stored (automations give it their tool). A
+        failed run is an outcome, not an exception; only :class:`ShuttingDown`
+        is raised (before anything happened)."""
         if not self.accepting():
             raise ShuttingDown
         created = False
@@ -130,6 +132,8 @@ class JobRunner:
                 return RunOutcome(thread_id, error=f"Thread not found: {thread_id}")
             thread = await self.create_thread(dedicated)
             created = True
+            if made is not None:
+                await made(thread.id)
         while True:
             if thread.status != "active":
                 return RunOutcome(

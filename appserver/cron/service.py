@@ -54,6 +54,7 @@ Defer = Callable[[Callable[[], Any]], None]
 # How long the scheduler pauses after an unexpected failure (e.g. disk full)
 # before trying again, so a persistent fault does not spin.
 _FAULT_BACKOFF_S = 1.0
+_DRAIN_GRACE_S = 3.0  # how long a stopping server waits for a cut run to be recorded
 
 
 def _now(callback: Callable[[], Any]) -> None:
@@ -111,6 +112,7 @@ class CronService:
         self.bus = bus
         self.clock: Clock = clock or SystemClock()
         self.running_job: str | None = None  # the job whose run is in progress
+        self._run_done: anyio.Event | None = None  # set once that run is recorded
         self._manual: list[str] = []  # cron/run requests, oldest first
         self._changed = anyio.Event()
         self._lock = anyio.Lock()  # read-modify-write of one job at a time
@@ -282,9 +284,18 @@ class CronService:
                 return job, True
         return await self.repo.first_due(self.clock.now_ms()), False
 
+    async def drain(self) -> None:
+        """The server stops: wait (briefly) for the run it cut to record its end
+        (an ``at`` job would otherwise run again at the next start)."""
+        done = self._run_done
+        if done is not None:
+            with anyio.move_on_after(_DRAIN_GRACE_S):
+                await done.wait()
+
     async def _execute(self, job: CronJobRecord) -> None:
         started = self.clock.now_ms()
         self.running_job = job.id
+        self._run_done = done = anyio.Event()
         try:
             dedicated = None
             if job.dedicated:
@@ -297,16 +308,23 @@ class CronService:
                     configuration=config,
                 )
             trigger = Trigger(job.message, "cron", job.name, job.id)
+
+            async def made(thread_id: str) -> None:
+                await self.repo.set_thread(job.id, thread_id)
+
             try:
-                outcome = await self.runner.run(job.thread_id, dedicated, trigger)
+                outcome = await self.runner.run(job.thread_id, dedicated, trigger, made=made)
             except ShuttingDown:
                 return  # not run: still due at the next start
             except Exception as exc:
                 log.exception("cron job %s crashed", job.id)
                 outcome = RunOutcome(job.thread_id, error=f"internal error: {exc}")
-            await self._record(job, outcome, started)
+            with anyio.CancelScope(shield=True):  # a stop waits for it (drain)
+                await self._record(job, outcome, started)
         finally:
             self.running_job = None
+            self._run_done = None
+            done.set()
 
     async def _record(self, job: CronJobRecord, outcome: RunOutcome, started: int) -> None:
         """Store the run's outcome, reschedule or remove the job, announce both."""

@@ -153,6 +153,7 @@ def install(server: FamilyContext) -> None:
             cron.wake()
 
         server.trust.on_trusted.append(wake_cron)
+        server.shutdown_hooks.append(cron.drain)
     # Last, when nothing can fail any more: the family counts as installed once
     # these are set (services/cron_waiting.py looks at server.cron).
     server.heartbeat = heartbeat

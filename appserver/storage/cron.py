@@ -188,6 +188,13 @@ class CronRepository:
                 (int(enabled), next_run_at_ms, job_id),
             )
 
+    async def set_thread(self, job_id: str, thread_id: str) -> None:
+        """Keep the job's dedicated thread, as soon as it is made (a run cut
+        before it is recorded does not leave it behind to make another)."""
+        await self.db.write(
+            [("UPDATE cron_jobs SET thread_id = ? WHERE id = ?", (thread_id, job_id))]
+        )
+
     async def save_run(self, job_id: str, run: RunRecord) -> None:
         """Record a run's outcome and the job's next run."""
         async with self.db.transaction() as conn:

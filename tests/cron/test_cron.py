@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -575,6 +576,38 @@ async def test_jobs_survive_a_restart_and_an_overdue_job_runs_once(workspace: Pa
         assert jobs["tick"]["state"]["nextRunAtMs"] == now + MINUTE
         assert jobs["off"] == next(job for job in before if job["name"] == "off")
         await read_turn(client, thread_id, "turn_002")
+
+
+async def test_a_run_cut_by_a_stop_is_recorded_and_keeps_its_thread(workspace: Path) -> None:
+    """A stop cancels the run's turn; the run is still recorded (an ``at`` job
+    goes, as after any run) and a dedicated thread made for it is kept."""
+    slow = "?stream 1000\n?delay 20"
+    async with clocked_server(workspace) as (sut, _clock), sut.connect() as client:
+        once = await add_job(
+            client, name="once", message=slow, schedule={"kind": "at", "atMs": T0 + 3_600_000}
+        )
+        await client.request("cron/run", {"jobId": once["id"]})
+        started = await client.notification("thread/started")
+        await client.request("thread/subscribe", {"threadId": started["thread"]["id"]})
+        await client.notification("item/agentMessage/delta")
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        assert [job["name"] for job in await list_jobs(client)] == []  # ran once: gone
+    async with clocked_server(workspace) as (sut, _clock), sut.connect() as client:
+        every = await add_job(client, name="every", message=slow)
+        await client.request("cron/run", {"jobId": every["id"]})
+        started = await client.notification("thread/started")
+        thread_id = started["thread"]["id"]
+        await client.request("thread/subscribe", {"threadId": thread_id})
+        await client.notification("item/agentMessage/delta")
+        # Kept as soon as it was made: a run killed now leaves no thread behind
+        # for the next run to make another beside.
+        with sqlite3.connect(workspace / ".craft" / "appserver.db") as db:
+            query = "SELECT thread_id FROM cron_jobs WHERE id = ?"
+            assert db.execute(query, (every["id"],)).fetchone() == (thread_id,)
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        (job,) = await list_jobs(client)
+        assert job["state"]["lastStatus"] == "error"
+        assert job["state"]["lastThreadId"] == thread_id
 
 
 # --- the agent's cron tool -------------------------------------------------------------
