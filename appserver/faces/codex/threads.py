@@ -122,9 +122,33 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
     )
 
 
+# In a thread's configuration: the Codex approval policy and reviewer its client
+# asked for ("never", "auto_review": questions declined unasked, which our own
+# policy cannot say), so that a resume, in this process or a later one, keeps them.
+KEPT_POLICY = "codexApprovals"
+
+
+def kept_policy(record: ThreadRecord) -> tuple[Any, str] | None:
+    """The Codex policy and reviewer stored with the thread, if any."""
+    kept = (record.configuration or {}).get(KEPT_POLICY)
+    if isinstance(kept, dict) and isinstance(kept.get("approvalsReviewer"), str):
+        return kept.get("approvalPolicy"), kept["approvalsReviewer"]
+    return None
+
+
+def kept_entry(policy: Any, reviewer: str) -> dict[str, Any]:
+    """The configuration entry :func:`kept_policy` reads."""
+    return {"approvalPolicy": policy, "approvalsReviewer": reviewer}
+
+
 def _settings(session: CodexSession, record: ThreadRecord, thread: Message) -> Message:
-    policy, reviewer = session.policies.get(
-        record.id, (codex_policy((record.configuration or {}).get("approvalPolicy")), "user")
+    policy, reviewer = (
+        session.policies.get(record.id)
+        or kept_policy(record)
+        or (
+            codex_policy((record.configuration or {}).get("approvalPolicy")),
+            "user",
+        )
     )
     return {
         "thread": thread,
@@ -152,7 +176,10 @@ def _remember_policy(session: CodexSession, thread_id: str, params: Message) -> 
     elif session.model:
         config["model"] = session.model
     shown = policy if policy is not None else codex_policy(config.get("approvalPolicy"))
-    session.policies[thread_id] = (shown, reviewer if isinstance(reviewer, str) else "user")
+    kept = reviewer if isinstance(reviewer, str) else "user"
+    session.policies[thread_id] = (shown, kept)
+    if policy is not None or isinstance(reviewer, str):
+        config[KEPT_POLICY] = kept_entry(shown, kept)
     return config
 
 
@@ -185,10 +212,15 @@ async def thread_resume(session: CodexSession, params: Message) -> Message:
         await threads.resume(record.id, session.seat)
         record = await threads.get(thread_id)
     config = _remember_policy(session, record.id, params)
-    if "approvalPolicy" not in params:
-        session.policies.pop(record.id, None)  # shown from the thread's own policy
+    if "approvalPolicy" not in params and "approvalsReviewer" not in params:
+        kept = kept_policy(record)  # what its client asked for before
+        if kept is None:
+            session.policies.pop(record.id, None)  # shown from the thread's own policy
+        else:
+            session.policies[record.id] = kept
     current = dict(record.configuration or {})
-    wanted = {**current, **{k: v for k, v in config.items() if k in params or k == "model"}}
+    changed = {k: v for k, v in config.items() if k in params or k in ("model", KEPT_POLICY)}
+    wanted = {**current, **changed}
     if wanted != current:
         await threads.configure(record.id, wanted)
         record = await threads.get(thread_id)
@@ -220,12 +252,15 @@ async def thread_fork(session: CodexSession, params: Message) -> Any:
     asked = _remember_policy(session, "", params)
     shown = session.policies.pop("")
     # The source's configuration, changed only where this request says so.
-    config = {**(source.configuration or {}), **{k: v for k, v in asked.items() if k in params}}
+    changed = {k: v for k, v in asked.items() if k in params or k == KEPT_POLICY}
+    config = {**(source.configuration or {}), **changed}
     record = await fork_thread(
         threads, ForkSpec(thread_id=thread_id, last_turn_id=last_turn, configuration=config)
     )
-    if "approvalPolicy" in params:
+    if KEPT_POLICY in changed:
         session.policies[record.id] = shown
+    elif (inherited := kept_policy(record)) is not None:
+        session.policies[record.id] = inherited
     await session.streams.watch(record.id)
     exclude = params.get("excludeTurns") is True
     thread = await codex_thread(session, record, with_turns=not exclude)

@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from appserver.faces.codex.shapes import codex_policy, our_policy, split_turn_key, turn_shape
-from appserver.faces.codex.threads import workspace_cwd
+from appserver.faces.codex.threads import KEPT_POLICY, kept_entry, kept_policy, workspace_cwd
 from appserver.faces.codex.wire import CodexError, Message, text_param
 
 if TYPE_CHECKING:
@@ -95,16 +95,22 @@ async def apply_overrides(session: CodexSession, thread_id: str, params: Message
         wanted["model"] = model
     if policy is not None:
         wanted["approvalPolicy"] = our_policy(policy)
-    if wanted != current:
-        await threads.configure(thread_id, wanted)
     if policy is not None or isinstance(reviewer, str):
-        shown, kept = session.policies.get(
-            thread_id, (codex_policy(current.get("approvalPolicy")), "user")
+        shown, kept = (
+            session.policies.get(thread_id)
+            or kept_policy(record)
+            or (
+                codex_policy(current.get("approvalPolicy")),
+                "user",
+            )
         )
-        session.policies[thread_id] = (
+        session.policies[thread_id] = asked = (
             policy if policy is not None else shown,
             reviewer if isinstance(reviewer, str) else kept,
         )
+        wanted[KEPT_POLICY] = kept_entry(*asked)  # for later turns and resumes
+    if wanted != current:
+        await threads.configure(thread_id, wanted)
 
 
 async def turn_start(session: CodexSession, params: Message) -> Message:

@@ -106,3 +106,13 @@ def test_a_policy_that_fails_closed_warns(
     assert warning["threadId"] == started.thread.id
     assert "Declined without asking" in warning["message"]
     assert what in warning["message"]
+    # Resumed by a later process as the SDK does (no policy named): the same rule.
+    with CodexClient(config, approval_handler=handler) as client:
+        client.initialize()
+        resumed = client.thread_resume(started.thread.id)
+        shown = resumed.approval_policy.model_dump(mode="json")
+        assert shown == policy["approvalPolicy"]
+        assert resumed.approvals_reviewer.value == policy.get("approvalsReviewer", "user")
+        run(client, started.thread.id, text)
+    assert asked == [] and not (workspace / "never").exists()
+    assert len(sent(frames, "warning")) == 2
