@@ -172,19 +172,22 @@ def settled_choice(workspace: Path, provider_options: dict[str, Any]) -> tuple[s
     return settled_model(provider_options, workspace_config, load_user_settings(workspace))
 
 
-def add_backlog_argument(group: Any) -> None:
+def add_backlog_argument(group: Any, default: int | None = None) -> None:
     """``--max-client-backlog``: how far the client may fall behind reading
-    before it is dropped (every face; see :mod:`appserver.transport.peer_writer`)."""
+    before it is dropped (every face; see :mod:`appserver.transport.peer_writer`).
+    ``default``: the face's own, when what it sends about one input can be
+    larger than the usual 16 MiB."""
     from appserver.transport.base import DEFAULT_MAX_BYTES
 
+    default = DEFAULT_MAX_BYTES if default is None else default
     group.add_argument(
         "--max-client-backlog",
         type=positive_int,
-        default=DEFAULT_MAX_BYTES,
+        default=default,
         metavar="BYTES",
         help=(
             "a client with more than this many bytes of output unread (behind the write in "
             "progress), or whose reading stalls for 30 s, is dropped: the process ends "
-            f"(default {DEFAULT_MAX_BYTES})"
+            f"(default {default})"
         ),
     )

@@ -83,6 +83,7 @@ class PeerWriter:
         self._closing = False
         self._writing = anyio.CancelScope()  # run()'s: cancelled when the client is dropped
         self._finished = anyio.Event()
+        self._wrote = anyio.Event()  # set (and replaced) as batches are written
 
     @property
     def max_bytes(self) -> int:
@@ -110,6 +111,22 @@ class PeerWriter:
             return True
         self.drop(f"more than {self.max_bytes} bytes unread")
         return False
+
+    async def room(self) -> None:
+        """Wait until at most half the budget is queued (or the client is
+        dropped, gone or done): a burst of the server's own making (a session's
+        history) goes at the client's pace instead of past the budget."""
+        while (
+            self.outbox.queued_bytes > self.max_bytes // 2
+            and self.dropped is None
+            and not self.gone
+            and not self._finished.is_set()
+        ):
+            await self._wrote.wait()
+
+    def _written(self) -> None:
+        self._wrote.set()
+        self._wrote = anyio.Event()
 
     def drop(self, why: str) -> None:
         """Drop the client: free what is queued, stop writing, set :attr:`stalled`."""
@@ -139,6 +156,7 @@ class PeerWriter:
                     batch = await self.outbox.get_batch()
                     self._idle = False
                     await write_within(deadline, self.send_timeout, self._send_batch, batch)
+                    self._written()
             if deadline.cancelled_caught:
                 self.drop(f"no write progress for {self.send_timeout:g} s")
         except OutboxClosed:
@@ -152,6 +170,7 @@ class PeerWriter:
         finally:
             self._idle = False
             self._finished.set()
+            self._written()  # no more room will come: wake who waits for it
 
     async def flushed(self, timeout: float | None = None) -> bool:
         """Wait (at most ``timeout`` seconds) for :meth:`run` to end after

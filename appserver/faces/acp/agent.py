@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
@@ -84,6 +85,7 @@ async def serve(
         workspaces = Workspaces(first, host, opened)
         stack.callback(workspaces.close)
         agent = AcpAgent(workspaces, args.approval_policy)
+        agent.room = transport.writer.room
         # The package's connection over our transport; run_agent would drop the
         # requests still in flight at end of input, so the loop is ours.
         conn = AgentSideConnection(cast(Any, agent), transport, listening=False)
@@ -125,6 +127,8 @@ class AcpAgent:
         self.sessions: dict[str, Session] = {}
         self.client_name = "ACP client"
         self.closed = False
+        # Waits until the client has read enough for more (the writer's, once running).
+        self.room: Callable[[], Awaitable[None]] = _no_wait
 
     @property
     def connected(self) -> bool:
@@ -305,3 +309,7 @@ async def _page(place: Place, cursor: str | None) -> ListSessionsResponse:
         for thread in threads
     ]
     return ListSessionsResponse(sessions=sessions, next_cursor=next_cursor)
+
+
+async def _no_wait() -> None:
+    """Room enough (no writer to wait for)."""

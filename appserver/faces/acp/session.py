@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -76,6 +76,8 @@ class SessionOwner(Protocol):
 
     conn: AgentSideConnection | None
     closed: bool
+    #: Waits until the client has read enough for more (a long replay).
+    room: Callable[[], Awaitable[None]]
 
     @property
     def connected(self) -> bool:
@@ -135,6 +137,7 @@ class Session:
             for item in stored[turn.id]:
                 for update in updates.completed(item.type, item.id, item.payload):
                     await self.send(update)
+                    await self.agent.room()  # a long history, at the client's pace
             if turn.status in ("cancelled", "failed"):
                 why = f"Failed: {turn.error}" if turn.status == "failed" else CANCELLED
                 for update in updates.unfinished(why):

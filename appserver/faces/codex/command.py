@@ -50,7 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "not enforced; others are ignored"
         ),
     )
-    add_backlog_argument(group)
+    from appserver.transport.base import DEFAULT_MAX_BYTES
+
+    # A turn's userMessage is sent twice (item/started, item/completed), and an
+    # input line may be 64 MiB: room for both beside the usual backlog.
+    add_backlog_argument(group, default=2 * MAX_LINE_BYTES + DEFAULT_MAX_BYTES)
 
 
 def codex_argv(argv: Sequence[str]) -> list[str]:

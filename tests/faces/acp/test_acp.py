@@ -622,6 +622,23 @@ def final_tools(updates: list[Json]) -> dict[str, Json]:
     return state
 
 
+async def test_a_history_larger_than_the_backlog_loads(workspace: Path) -> None:
+    """A replay goes at the client's pace: two stored messages larger together
+    than the client's backlog bound no longer end the loading process."""
+    backlog = ("--max-client-backlog", "400000")
+    big = [f"?stream 1\n{letter * 300_000}" for letter in "ab"]
+    async with acp_agent(workspace, *backlog) as agent:
+        session_id = await agent.start()
+        for text in big:
+            await agent.prompt(session_id, text)
+    replayer = Recorder()
+    async with acp_agent(workspace, *backlog, client=replayer) as agent:
+        await agent.conn.initialize(protocol_version=PROTOCOL_VERSION)
+        await agent.conn.load_session(cwd=str(workspace), session_id=session_id)
+        users = [u for u in replayer.since(0) if u["sessionUpdate"] == "user_message_chunk"]
+        assert [u["content"]["text"] for u in users] == big
+
+
 async def test_load_a_session_made_by_an_earlier_acp_process(workspace: Path) -> None:
     client = Recorder(["allow_once"])
     async with acp_agent(workspace, client=client) as agent:

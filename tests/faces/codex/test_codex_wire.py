@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.support.servers import child_env
 
@@ -59,3 +60,43 @@ def test_a_cwd_other_than_the_workspace_is_refused(workspace: Path, tmp_path: Pa
     )
     error = out[-1]["error"]
     assert isinstance(error, dict) and "workspace" in str(error["message"])
+
+
+def test_a_large_prompt_does_not_drop_a_client_that_reads(workspace: Path) -> None:
+    """A 9 MB text (far under the 64 MiB line limit) comes back twice, in the
+    userMessage's item/started and item/completed: the default backlog holds
+    both, where a 16 MiB one dropped the client and ended the process."""
+    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        cwd=workspace, env=child_env(),
+    ) as process:  # fmt: skip
+        stdin, stdout = process.stdin, process.stdout
+        assert stdin is not None and stdout is not None
+
+        def send(frame: dict[str, object]) -> None:
+            stdin.write(json.dumps(frame).encode() + b"\n")
+            stdin.flush()
+
+        def until(method: str | None = None, answer: int | None = None) -> dict[str, Any]:
+            while line := stdout.readline():
+                frame: dict[str, Any] = json.loads(line)
+                if frame.get("method") == method if method else frame.get("id") == answer:
+                    return frame
+            raise AssertionError("the process ended")
+
+        try:
+            send({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "big"}}})
+            until(answer=1)
+            send({"method": "initialized"})
+            send({"id": 2, "method": "thread/start", "params": {}})
+            thread = until(answer=2)["result"]["thread"]["id"]
+            text = "?stream 1\n" + "x" * 9_000_000
+            turn = {"threadId": thread, "input": [{"type": "text", "text": text}]}
+            send({"id": 3, "method": "turn/start", "params": turn})
+            assert until("turn/completed")["params"]["turn"]["status"] == "completed"
+            stdin.close()
+            assert process.wait(60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
