@@ -203,9 +203,19 @@ async def test_a_missing_api_key_is_named_at_start_and_the_server_runs(
     assert "WARNING" in warnings[0]
 
 
-async def test_an_offline_or_keyed_provider_warns_of_nothing(workspace: Path) -> None:
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"APPSERVER_PROVIDER": "openai", "OPENAI_API_KEY": "sk-test"},
+        # A local model server (docs/providers.md's Ollama example) needs no key.
+        {"APPSERVER_PROVIDER": "openai", "APPSERVER_BASE_URL": "http://127.0.0.1:11434/v1"},
+    ],
+)
+async def test_an_offline_or_keyed_provider_warns_of_nothing(
+    workspace: Path, settings: dict[str, str]
+) -> None:
     env = {k: v for k, v in child_env().items() if k not in KEY_VARIABLES}
-    env |= {"APPSERVER_PROVIDER": "openai", "OPENAI_API_KEY": "sk-test"}
+    env |= settings
     with anyio.fail_after(30):
         done = await anyio.run_process(
             [*APPSERVER, "app-server", "--workspace", str(workspace), "--log-level", "warning"],

@@ -307,10 +307,29 @@ def missing_key_warning(settings: ProviderSettings) -> str | None:
     if not names or settings.api_key:
         return None
     listed = f"{', '.join(names[:-1])} or {names[-1]}"
-    return (
-        f"no API key for provider {settings.provider}: set {listed} "
-        "(or apiKey with workspace/config/update); until then its turns fail with MissingApiKey"
-    )
+    said = f"no API key for provider {settings.provider}: set {listed} "
+    said += "(or apiKey with workspace/config/update); until then its "
+    if settings.base_url is None:
+        return said + "turns fail with MissingApiKey"
+    if _local_endpoint(settings.base_url):
+        return None  # a local server (Ollama, vLLM, LM Studio) needs none
+    return said + f"requests to {settings.base_url} go without one"
+
+
+def _local_endpoint(url: str) -> bool:
+    """Whether ``url`` is on this machine or a private network (such a model
+    server usually wants no key)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost" or host.endswith((".localhost", ".local")):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def _number(value: Any, what: str, default: float) -> float:

@@ -71,7 +71,7 @@ class AnthropicProvider(HostedProvider):
     name = "anthropic"
     missing_key = (
         "MissingApiKey: no API key for the Anthropic provider "
-        "(set APPSERVER_API_KEY, ANTHROPIC_API_KEY or ApiKey in .craft/config.json)"
+        "(set APPSERVER_API_KEY or ANTHROPIC_API_KEY, or apiKey with workspace/config/update)"
     )
 
     def __init__(
@@ -98,7 +98,7 @@ class AnthropicProvider(HostedProvider):
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
-        if not self.api_key:
+        if self.keyless:
             yield ProviderError("auth", self.missing_key)
             return
         # One generator, not a wrapper around another: each streamed delta

@@ -20,8 +20,11 @@ class HostedProvider:
 
     ``base_url`` is where the API is (``None``: the provider's own ``root``);
     ``headers`` are the provider's own (its key, its version), beside our
-    ``user-agent`` and ``accept``. Without ``api_key`` every call fails with
-    ``MissingApiKey`` and the provider's :attr:`missing_key` message.
+    ``user-agent`` and ``accept``. Without ``api_key``, a call to the vendor's
+    own API fails at once with ``MissingApiKey`` and the provider's
+    :attr:`missing_key` message; a call to another endpoint (``base_url``: a
+    local Ollama, vLLM or LM Studio needs no key) is made without one, and if
+    it is refused the message says where a key would come from.
     """
 
     name = "hosted"
@@ -51,10 +54,15 @@ class HostedProvider:
         }
         self.api = HttpApi(base_url or root, headers, timeout=timeout, max_retries=max_retries)
 
+    @property
+    def keyless(self) -> bool:
+        """No key for the vendor's own API: every call fails at once."""
+        return not self.api_key and self.base_url is None
+
     async def warm(self) -> None:
         """Build the HTTP client ahead of the first turn (off the event loop),
         so a server answers ``initialize`` before paying for it."""
-        if self.api_key:
+        if not self.keyless:
             await self.api.warm()
 
     async def aclose(self) -> None:
@@ -65,22 +73,31 @@ class HostedProvider:
         """What a stream that failed with ``exc`` ends with (``hint`` added to
         its message); a failure of no known kind is logged with its traceback."""
         kind, message = classify_error(exc)
+        hint += self._key_hint(kind)
         if kind == "other":
             # on the provider module's own logger, as before this class
             log = logging.getLogger(type(self).__module__)
             log.warning("model call failed: %s", message, exc_info=exc)
         return ProviderError(kind, message + hint)
 
+    def _key_hint(self, kind: str) -> str:
+        """Where a key comes from, for an endpoint asked without one that refused."""
+        if kind != "auth" or self.api_key:
+            return ""
+        return f" ({self.missing_key.removeprefix('MissingApiKey: ')})"
+
     async def listed_models(self, path: str) -> list[dict[str, Any]]:
         """The model objects (each with a string ``id``) that ``GET path``
         lists under ``data``; raises :class:`ProviderUnavailable` on any failure."""
-        if not self.api_key:
+        if self.keyless:
             raise ProviderUnavailable("MissingApiKey", self.missing_key)
         try:
             listing = await self.api.get_json(path)
         except Exception as exc:
             kind, message = classify_error(exc)
-            raise ProviderUnavailable(unavailable_code(kind), message) from exc
+            raise ProviderUnavailable(
+                unavailable_code(kind), message + self._key_hint(kind)
+            ) from exc
         models = listing.get("data") if isinstance(listing, dict) else None
         return [
             model

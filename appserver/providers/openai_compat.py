@@ -82,7 +82,7 @@ class OpenAIProvider(HostedProvider):
     name = "openai"
     missing_key = (
         "MissingApiKey: no API key for the OpenAI-compatible provider "
-        "(set APPSERVER_API_KEY, OPENAI_API_KEY or ApiKey in .craft/config.json)"
+        "(set APPSERVER_API_KEY or OPENAI_API_KEY, or apiKey with workspace/config/update)"
     )
 
     def __init__(
@@ -116,7 +116,7 @@ class OpenAIProvider(HostedProvider):
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response; API failures end the stream with :class:`ProviderError`."""
-        if not self.api_key:
+        if self.keyless:
             yield ProviderError("auth", self.missing_key)
             return
         # One generator, not a wrapper around another: each streamed delta

@@ -265,15 +265,17 @@ async def test_connection_refused_is_unavailable() -> None:
     assert [(type(e), getattr(e, "kind", None)) for e in events] == [(ProviderError, "unavailable")]
 
 
-async def test_missing_api_key_fails_without_a_request(fake: FakeModelServer) -> None:
-    p = AnthropicProvider(api_key=None, base_url=fake.base_url)
+async def test_missing_api_key_fails_without_a_request() -> None:
+    """Anthropic's own API without a key: nothing is sent (another endpoint
+    is asked without one, as for the OpenAI-compatible provider)."""
+    p = AnthropicProvider(api_key=None)
     events = await collect(p.stream(hello()))
     assert len(events) == 1 and isinstance(events[0], ProviderError)
     assert events[0].kind == "auth" and events[0].message.startswith("MissingApiKey")
+    assert "ANTHROPIC_API_KEY" in events[0].message
     with pytest.raises(ProviderUnavailable) as info:
         await p.list_models()
     assert info.value.code == "MissingApiKey"
-    assert fake.requests == []
 
 
 async def test_cancellation_propagates(fake: FakeModelServer, provider: AnthropicProvider) -> None:

@@ -328,15 +328,34 @@ async def test_connection_refused_is_unavailable() -> None:
     assert [(type(e), getattr(e, "kind", None)) for e in events] == [(ProviderError, "unavailable")]
 
 
-async def test_missing_api_key_fails_without_a_request(fake: FakeModelServer) -> None:
-    p = OpenAIProvider(api_key=None, base_url=fake.openai_base_url)
+async def test_missing_api_key_fails_without_a_request() -> None:
+    """OpenAI's own API without a key: nothing is sent."""
+    p = OpenAIProvider(api_key=None)
     events = await collect(p.stream(hello()))
     assert len(events) == 1 and isinstance(events[0], ProviderError)
     assert events[0].kind == "auth" and events[0].message.startswith("MissingApiKey")
+    assert "OPENAI_API_KEY" in events[0].message and ".craft" not in events[0].message
     with pytest.raises(ProviderUnavailable) as info:
         await p.list_models()
     assert info.value.code == "MissingApiKey"
-    assert fake.requests == []
+
+
+async def test_another_endpoint_is_asked_without_a_key(fake: FakeModelServer) -> None:
+    """A local server (Ollama, vLLM) needs none; one that wants a key says which."""
+    p = OpenAIProvider(api_key=None, base_url=fake.openai_base_url)
+    fake.script(CHAT, openai_text_reply(["hi"]))
+    fake.script(CHAT, openai_error(401, "no key", type_="invalid_request_error"))
+    try:
+        assert TextDelta("hi") in await collect(p.stream(hello()))
+        (refused,) = await collect(p.stream(hello()))
+    finally:
+        await p.aclose()
+    assert "authorization" not in fake.requests[0].headers
+    assert isinstance(refused, ProviderError) and refused.kind == "auth"
+    assert refused.message.endswith(
+        "(no API key for the OpenAI-compatible provider (set "
+        "APPSERVER_API_KEY or OPENAI_API_KEY, or apiKey with workspace/config/update))"
+    )
 
 
 async def test_cancellation_propagates_and_closes_the_stream(

@@ -124,15 +124,19 @@ async def test_model_list_failures_are_in_band(workspace: Path) -> None:
         url = fake.openai_base_url
         write_config(workspace, {"Provider": "openai", "EndPoint": url})
         async with running_server("memory", workspace) as sut, sut.connect() as client:
+            # Another endpoint than the vendor's is asked without a key (a local
+            # server needs none); one that wants a key says where it comes from.
+            fake.script("GET /v1/models", openai_error(401, "no key", type_="invalid_request"))
             missing = await client.request("model/list")
             assert missing == {
                 "success": False,
                 "models": [],
-                "errorCode": "MissingApiKey",
+                "errorCode": "Unauthorized",
                 "errorMessage": missing["errorMessage"],
             }
+            assert "OPENAI_API_KEY" in missing["errorMessage"]
             assert missing["errorMessage"].endswith(f" Endpoint: {url}")
-            assert fake.requests == []  # nothing asked without a key
+            assert "authorization" not in fake.requests[0].headers
 
             await client.request(UPDATE, {"apiKey": KEY})
             fake.script("GET /v1/models", openai_error(401, "bad key", type_="invalid_request"))
