@@ -1370,7 +1370,8 @@ var AppServerClient = class _AppServerClient extends GeneratedMethods {
   /**
    * Start `command args` (default `appserver app-server`) and talk to it over its
    * stdin/stdout, JSON lines. `close()` closes its stdin, waits for it to exit,
-   * then terminates it. If the process exits, everything rejects with
+   * then terminates it. A process that exits before the handshake is done
+   * rejects with `ConnectFailedError`; later, everything rejects with
    * `ConnectionLostError` (there is no reconnect).
    */
   static async spawn(command = "appserver", args = ["app-server"], options = {}) {
@@ -1408,6 +1409,7 @@ var AppServerClient = class _AppServerClient extends GeneratedMethods {
       this.closing = true;
       await transport.close();
       this.shutdown(null);
+      if (error instanceof ConnectionLostError) throw new ConnectFailedError(error.message);
       throw error;
     }
     this.opened = true;

@@ -9,7 +9,7 @@ const client = await AppServerClient.connect(process.env.APPSERVER_URL ?? "ws://
   },
 });
 const { thread } = await client.threadStart({ identity: { channelName: "cli", userId: "me" } });
-const outcome = await client.runTurn(thread.id, "!echo hi", {
+const outcome = await client.runTurn(thread.id, "!touch hello.txt", {
   onNotification: (event) => {
     if (event.method === "item/agentMessage/delta") process.stdout.write(event.params.delta);
   },

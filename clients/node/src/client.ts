@@ -323,7 +323,8 @@ export class AppServerClient extends GeneratedMethods {
   /**
    * Start `command args` (default `appserver app-server`) and talk to it over its
    * stdin/stdout, JSON lines. `close()` closes its stdin, waits for it to exit,
-   * then terminates it. If the process exits, everything rejects with
+   * then terminates it. A process that exits before the handshake is done
+   * rejects with `ConnectFailedError`; later, everything rejects with
    * `ConnectionLostError` (there is no reconnect).
    */
   static async spawn(
@@ -367,6 +368,9 @@ export class AppServerClient extends GeneratedMethods {
       this.closing = true;
       await transport.close();
       this.shutdown(null);
+      // Lost before the handshake finished (a spawned server that exited at
+      // start, a connection dropped at once): opening failed, as the README says.
+      if (error instanceof ConnectionLostError) throw new ConnectFailedError(error.message);
       throw error;
     }
     this.opened = true;

@@ -52,7 +52,7 @@ test("README: approvals over WebSocket", { timeout: 30_000 }, async () => {
       env: { ...process.env, APPSERVER_URL: server.url },
       timeout: 20_000,
     });
-    assert.equal(stdout, "[approve shell: echo hi]\nThe command exited with code 0.\ncompleted\n");
+    assert.equal(stdout, "[approve shell: touch hello.txt]\nThe command exited with code 0.\ncompleted\n");
   } finally {
     await server.stop();
     await ws.remove();

@@ -67,6 +67,13 @@ describe("stdio", { concurrency: 4 }, () => {
     );
   });
 
+  test("a server that exits at start rejects with ConnectFailedError", { timeout: 30_000 }, async () => {
+    await assert.rejects(
+      AppServerClient.spawn(APPSERVER, ["app-server", "--bogus"], { stderr: "pipe" }),
+      (error: unknown) => error instanceof ConnectFailedError && /exited with code 2/.test(error.message),
+    );
+  });
+
   test("clientInfo defaults to appserver-node", { timeout: 30_000 }, async () => {
     const ws = await workspace();
     cleanups.push(ws.remove);
