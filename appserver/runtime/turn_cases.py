@@ -186,9 +186,12 @@ class Turns:
         expected_turn_id: str,
         entry_id: str,
         by: Participant | None = None,
+        keep: bool = False,
     ) -> tuple[str, list[turn_wire.QueuedTurnInput]]:
         """Inject a queued input into the running turn at its next safe boundary;
-        returns the turn id and the queue."""
+        returns the turn id and the queue. ``keep`` (Codex's turn/steer): the
+        input belongs to that turn, which answers it before it ends and drops it
+        if it does not complete, instead of giving it back to the queue."""
         thread = await self.threads.get(thread_id)
         active = self.engine.active.get(thread.id)
         elsewhere = False
@@ -205,9 +208,11 @@ class Turns:
                 entry.wire.status = "guidancePending"
                 if active is not None and not elsewhere:
                     active.guidance.append(entry.wire.id)
+                    active.keeps_guidance = active.keeps_guidance or keep
                 await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
                 if elsewhere:
-                    await self._forward(thread.id, expected_turn_id, "steer", {"entryId": entry_id})
+                    body = {"entryId": entry_id, "keep": keep}
+                    await self._forward(thread.id, expected_turn_id, "steer", body)
         return expected_turn_id, [e.wire for e in queue]
 
     async def _running_elsewhere(self, thread_id: str, turn_id: str) -> str | None:
@@ -239,6 +244,7 @@ class Turns:
         # turn is changing and bring back what it took).
         if entry_id not in active.guidance:
             active.guidance.append(entry_id)
+            active.keeps_guidance = active.keeps_guidance or body.get("keep") is True
 
     async def on_interrupt(self, body: dict[str, Any]) -> None:
         """Another node interrupted a turn this node runs (cluster command)."""

@@ -152,7 +152,7 @@ async def turn_steer(session: CodexSession, params: Message) -> Message:
         raise CodexError("no active turn to steer")
     turns = session.runtime.turns
     entry, _queue = await turns.enqueue(thread_id, parts, session.seat)
-    steered, _queue = await turns.steer(thread_id, turn_id, entry.id, session.seat)
+    steered, _queue = await turns.steer(thread_id, turn_id, entry.id, session.seat, keep=True)
     return {"turnId": turn_key(thread_id, steered)}
 
 

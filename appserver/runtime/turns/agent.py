@@ -136,6 +136,8 @@ class AgentLoop:
                     earlier = 1
             calls = await self._model_call(active, history)
             if not calls:
+                if active.keeps_guidance and active.guidance:
+                    continue  # steered in meanwhile: answered in this turn, as Codex does
                 return
             for call in calls:
                 await self.tools.call(active, call, history)

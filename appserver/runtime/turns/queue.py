@@ -85,6 +85,8 @@ class InputQueues:
             return
         async with self.lock(active.thread_id):
             queue = await self.load(active.thread_id)
+            if active.keeps_guidance:  # it belonged to the turn: it goes with it
+                queue[:] = [entry for entry in queue if entry.wire.id not in active.guidance]
             for entry in queue:
                 if entry.wire.id in active.guidance:
                     entry.wire.status = "queued"

@@ -86,6 +86,32 @@ def test_steer_reaches_the_running_turn(codex: Codex) -> None:
         if note.method == "turn/completed":
             break
     assert steered is not None and steered.turn_id == turn.id
+    # Steered into its only model call: the turn answers it with another before
+    # it ends, as Codex does; no turn the client did not start follows.
+    (only,) = thread.read(include_turns=True).thread.turns
+    texts = [
+        item.root.model_dump(by_alias=True, mode="json")
+        for item in only.items
+        if item.root.type == "userMessage"
+    ]
+    assert [part["content"][0]["text"] for part in texts][-1] == "and also this"
+    assert thread.run("next").final_response == "You said: next"
+
+
+def test_steered_input_goes_with_an_interrupted_turn(codex: Codex) -> None:
+    """Codex has no queue: what was steered into a turn that is interrupted does
+    not come back later as a turn of its own."""
+    thread = codex.thread_start()
+    turn = thread.turn("?stream 200\n?delay 20")
+    for note in turn.stream():
+        if note.method == "item/agentMessage/delta":
+            turn.steer("never mind")
+            turn.interrupt()
+        if note.method == "turn/completed":
+            break
+    assert thread.run("next").final_response == "You said: next"
+    turns = thread.read(include_turns=True).thread.turns
+    assert [t.status.value for t in turns] == ["interrupted", "completed"]
 
 
 def test_two_threads_at_once_in_one_client(codex: Codex) -> None:
