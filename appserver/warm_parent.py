@@ -43,7 +43,6 @@ from appserver.warm_launch import WIRE_VERSION, command_print
 # at a time), as is one whose header is larger than HEADER_MOST bytes.
 HANDSHAKE_WAIT = 2.0
 HEADER_MOST = 4 << 20
-
 # What every door imports on its way to serving (the rest comes in with these).
 CORE = (
     "appserver.cli",
@@ -67,11 +66,11 @@ CORE = (
     "appserver.services.context",
     "appserver.services.handshake",
     "appserver.storage.cluster_sqlite",
-    "appserver.protocol.terminals",  # these four: a cold process's at first use
+    "appserver.protocol.terminals",  # these five: a cold process's at first use
     "appserver.protocol.editor_families",
     "appserver.tools.editor_families",
     "appserver.runtime.subagents",
-    "appserver.tools.safe_commands",  # a cold process's at its first shell command
+    "appserver.tools.safe_commands",
     "anyio._backends._asyncio",
     "anyio._core._signals",
     "anyio._core._sockets",
