@@ -218,8 +218,29 @@ def next_run(schedule: Schedule, now_ms: int) -> int:
     assert schedule.expr is not None
     from croniter import croniter
 
-    found = croniter(schedule.expr, now).get_next(datetime)
+    times = croniter(schedule.expr, now)
+    found = times.get_next(datetime)
+    if _fixed_time(schedule.expr):
+        # A job at a fixed wall time runs once on the night the clock falls
+        # back (as Vixie cron does), not again when that time comes round twice.
+        while _repeated(found):
+            found = times.get_next(datetime)
     return _ms(found)
+
+
+def _fixed_time(expr: str) -> bool:
+    """Whether a cron expression runs at fixed wall times: its minute and hour
+    fields name times (no ``*`` or step), as ``30 1 * * *`` does and
+    ``*/15 * * * *`` does not (that one runs in both copies of a repeated hour)."""
+    fields = expr.split()  # five, validated
+    return not any(mark in field for field in fields[:2] for mark in "*/")
+
+
+def _repeated(moment: datetime) -> bool:
+    """Whether ``moment`` is the second time its wall-clock reading occurs (the
+    hour a fall-back repeats)."""
+    first = moment.replace(fold=0)
+    return first.utcoffset() != moment.utcoffset() and _ms(first) < _ms(moment)
 
 
 def _next_daily(schedule: Schedule, now: datetime, now_ms: int) -> int:

@@ -74,6 +74,21 @@ def test_cron_expressions_in_time_zones() -> None:
     assert next_run(cron("0 12 * * SAT"), NOW) == epoch_ms("2030-06-22T12:00:00")
 
 
+def test_a_fixed_time_expression_runs_once_on_fall_back_night() -> None:
+    """As Vixie cron: 01:30 comes twice on 2030-11-03 in New York (05:30 and
+    06:30 UTC); a job at 01:30 runs at the first, then the next day."""
+    nightly = cron("30 1 * * *", "America/New_York")
+    first = next_run(nightly, epoch_ms("2030-11-03T04:00:00"))
+    assert first == epoch_ms("2030-11-03T05:30:00")
+    assert next_run(nightly, first + 60_000) == epoch_ms("2030-11-04T06:30:00")
+    assert next_run(cron("0 1-2 * * *", "America/New_York"), first) == epoch_ms(
+        "2030-11-03T07:00:00"
+    )
+    # An expression that runs at intervals runs in both copies of the hour.
+    quarters = cron("*/30 * * * *", "America/New_York")
+    assert next_run(quarters, epoch_ms("2030-11-03T05:40:00")) == epoch_ms("2030-11-03T06:00:00")
+
+
 def test_validation_fills_defaults_and_round_trips() -> None:
     schedule = daily(7)
     assert schedule.to_wire() == {"kind": "daily", "dailyHour": 7, "dailyMinute": 0, "tz": "UTC"}
