@@ -195,13 +195,16 @@ class AcpAgent:
         additional_directories: list[str] | None = None,
         **kwargs: Any,
     ) -> LoadSessionResponse:
+        from appserver.protocol.encoding import scrub_surrogates
         from appserver.runtime.errors import Refusal, ThreadNotFound
 
         place = await self._place(cwd, mcp_servers, create=False)
         not_found = request_error(
             SESSION_NOT_FOUND, f"Session not found: {session_id}", sessionId=session_id
         )
-        if place is None:  # a directory no workspace was ever opened in
+        # No place, or an id that is no Unicode (a lone surrogate: no thread has one,
+        # and the database could not even be asked about it).
+        if place is None or scrub_surrogates(session_id) is not session_id:
             raise not_found
         try:
             thread = await place.runtime.threads.get(session_id)

@@ -83,10 +83,10 @@ class Workspaces:
         workspace database yet is not opened: ``None``. Raises
         :class:`CwdError` or :class:`WorkspaceUnavailable`."""
         resolved, found = self.find(cwd)
+        if not resolved.is_dir():  # inside a workspace or not (docs: an existing directory)
+            raise CwdError(f"cwd {cwd} is not a directory")
         if found is not None:
             return found
-        if not resolved.is_dir():
-            raise CwdError(f"cwd {cwd} is not a directory")
         if not create and not (resolved / ".craft" / "appserver.db").is_file():
             return None
         async with self._opening:

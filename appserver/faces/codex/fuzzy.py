@@ -129,11 +129,16 @@ def _search(
     if stop.is_set():
         return []
     found.sort(key=lambda hit: (-hit[0], len(hit[2]), hit[2]))
+    from appserver.protocol.encoding import scrub_surrogates
+
+    # A name that is not UTF-8 (its bytes came back as surrogates) is shown with
+    # U+FFFD in their place, one for one (the indices still hold), as Codex's
+    # lossy conversion shows it: strict JSON parsers refuse a lone surrogate.
     return [
         {
             "root": given,
-            "path": path,
-            "file_name": os.path.basename(path),
+            "path": scrub_surrogates(path),
+            "file_name": scrub_surrogates(os.path.basename(path)),
             "match_type": "file",
             "score": score,
             "indices": indices,

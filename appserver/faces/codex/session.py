@@ -173,6 +173,7 @@ class CodexSession:
             self.runtime.leave(self.seat)
 
     async def _run(self, message: Message) -> None:
+        from appserver.protocol.encoding import scrub_surrogates
         from appserver.runtime.errors import Refusal
 
         request_id = message["id"]
@@ -188,6 +189,10 @@ class CodexSession:
                 params = {}
             if not isinstance(params, dict):
                 raise CodexError("Invalid request: params must be an object")
+            if scrub_surrogates(params) is not params:
+                # Text that is no Unicode (JSON allows "\ud800"): it could be neither
+                # stored nor sent back, so it is refused here, whatever the method.
+                raise CodexError("Invalid request: params hold a lone UTF-16 surrogate")
             result = await handler(self, params)
         except CodexError as exc:
             self.send(wire.error(request_id, exc.code, exc.message))

@@ -343,6 +343,9 @@ async def test_unknown_sessions_are_refused(workspace: Path) -> None:
         with pytest.raises(RequestError) as caught:
             await agent.conn.load_session(cwd=str(workspace), session_id="thread_20200101_nosuch")
         assert caught.value.code == -32002
+        with pytest.raises(RequestError) as caught:  # no Unicode: not found, no internal error
+            await agent.conn.load_session(cwd=str(workspace), session_id="thread_\ud800")
+        assert caught.value.code == -32002
 
 
 async def test_session_list_shows_the_workspace_threads(workspace: Path, tmp_path: Path) -> None:

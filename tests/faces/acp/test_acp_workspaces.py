@@ -113,3 +113,15 @@ async def test_a_directory_that_cannot_open_refuses_only_its_session(
         for session_id in (there, here):
             stop, updates = await agent.prompt(session_id, "ok")
             assert (stop, text_of(updates)) == ("end_turn", "You said: ok")
+
+
+async def test_a_cwd_that_is_no_directory_is_refused_inside_a_workspace_too(
+    workspace: Path,
+) -> None:
+    (workspace / "file.txt").write_text("x\n")
+    async with acp_agent(workspace) as agent:
+        await agent.conn.initialize(protocol_version=PROTOCOL_VERSION)
+        for cwd in (workspace / "nonexistent", workspace / "file.txt"):
+            with pytest.raises(RequestError) as caught:
+                await agent.conn.new_session(cwd=str(cwd), mcp_servers=[])
+            assert caught.value.code == -32602, cwd

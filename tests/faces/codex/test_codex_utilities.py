@@ -4,6 +4,7 @@ validates against Codex 0.169's own schema."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -124,6 +125,13 @@ def test_fuzzy_search_ranks_names_and_respects_gitignore(
         under = client._request_raw("fuzzyFileSearch", {"query": "MIX", "roots": ["docs"]})
         assert isinstance(under, dict)
         assert [(f["root"], f["path"]) for f in under["files"]] == [("docs", "mail_index.md")]
+        # A name that is not UTF-8 comes back with U+FFFD, never a lone surrogate.
+        os.makedirs(os.fsencode(workspace / "odd"), exist_ok=True)
+        with open(os.fsencode(workspace / "odd") + b"/caf\xe9_main.txt", "w") as odd:
+            odd.write("x\n")
+        named = client._request_raw("fuzzyFileSearch", {"query": "cafmain", "roots": ["odd"]})
+        assert isinstance(named, dict)
+        assert [f["path"] for f in named["files"]] == ["caf\ufffd_main.txt"]
         nothing = client._request_raw("fuzzyFileSearch", {"query": "", "roots": [str(workspace)]})
         assert nothing == {"files": []}
         for roots in (["bad\u0000root"], [str(outside)], ["no/such/dir"]):

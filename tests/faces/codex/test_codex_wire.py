@@ -52,6 +52,21 @@ def test_requests_without_jsonrpc_are_answered_without_it(workspace: Path) -> No
     assert set(by_id) == {1, "a", 2, 4, 5, 6}  # the bad lines got no answer
 
 
+def test_text_with_a_lone_surrogate_is_refused_not_an_internal_error(workspace: Path) -> None:
+    out = _exchange(
+        workspace,
+        '{"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}}',
+        '{"id": 2, "method": "thread/read", "params": {"threadId": "t\\ud800"}}',
+        '{"id": 3, "method": "thread/list", "params": {"searchTerm": "\\udc00"}}',
+    )
+    by_id = {frame["id"]: frame for frame in out}
+    for request in (2, 3):
+        assert by_id[request]["error"] == {  # type: ignore[comparison-overlap]
+            "code": -32600,
+            "message": "Invalid request: params hold a lone UTF-16 surrogate",
+        }
+
+
 def test_a_cwd_other_than_the_workspace_is_refused(workspace: Path, tmp_path: Path) -> None:
     out = _exchange(
         workspace,
