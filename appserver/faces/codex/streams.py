@@ -99,6 +99,9 @@ class Streams:
         self.gates: dict[str, anyio.Event] = {}  # approvalRequest item id -> its call is out
         self.watched: set[str] = set()
         self.brackets: dict[tuple[str, str], Bracket] = {}  # set before the turn starts
+        # Threads told idle at their turn's end, before its turn/completed (Codex's
+        # order; our runtime's idle flags come after the terminal event).
+        self.idle_told: set[str] = set()
 
     def mcp_names(self, tool: str) -> tuple[str, str] | None:
         """The MCP server and tool behind an agent tool name (see ``mcp_server_tool``)."""
@@ -172,6 +175,10 @@ class Streams:
             if runtime.running:
                 flags = ["waitingOnApproval"] if runtime.waiting_on_approval else []
                 status = {"type": "active", "activeFlags": flags}
+                self.idle_told.discard(thread_id)
+            elif thread_id in self.idle_told:
+                self.idle_told.discard(thread_id)
+                return  # said already, before the turn's end
             notify("thread/status/changed", {"threadId": thread_id, "status": status})
             return
         turn = getattr(params, "turn", None)
@@ -278,6 +285,9 @@ class Streams:
             error=message,
             error_code=code,
         )
+        # Codex tells the thread idle before it ends the turn (its recorded sessions).
+        self.idle_told.add(thread_id)
+        self.notify("thread/status/changed", {"threadId": thread_id, "status": {"type": "idle"}})
         if shape["error"] is not None:  # Codex says why first, then ends the turn
             self.notify("error", {**ids, "error": shape["error"], "willRetry": False})
         self.notify("turn/completed", {"threadId": thread_id, "turn": shape})

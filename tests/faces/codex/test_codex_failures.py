@@ -116,3 +116,21 @@ def test_a_policy_that_fails_closed_warns(
         run(client, started.thread.id, text)
     assert asked == [] and not (workspace / "never").exists()
     assert len(sent(frames, "warning")) == 2
+
+
+def test_the_thread_is_told_idle_once_before_its_turn_ends(
+    config: CodexConfig, frames: Path
+) -> None:
+    """Codex's recorded sessions: thread/status/changed {idle}, then turn/completed."""
+    with CodexClient(config) as client:
+        client.initialize()
+        started = client.thread_start()
+        run(client, started.thread.id, "hello")
+        run(client, started.thread.id, "again")
+    notes = [json.loads(line) for line in frames.read_text().splitlines()]
+    order = [
+        n["method"] if n["method"] != "thread/status/changed" else n["params"]["status"]["type"]
+        for n in notes
+        if n.get("method") in ("turn/started", "turn/completed", "thread/status/changed")
+    ]
+    assert order == ["active", "turn/started", "idle", "turn/completed"] * 2, order
