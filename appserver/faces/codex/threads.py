@@ -44,8 +44,9 @@ def _model(session: CodexSession, record: ThreadRecord | None = None) -> str:
     return str(configured or session.model or provider.default_model)
 
 
-def _status(session: CodexSession, thread_id: str) -> Message:
-    if thread_id in session.runtime.engine.active:
+def _status(session: CodexSession, thread_id: str, elsewhere: bool = False) -> Message:
+    """``elsewhere``: a turn runs on the thread in another process."""
+    if elsewhere or thread_id in session.runtime.engine.active:
         return {"type": "active", "activeFlags": []}
     return {"type": "idle"} if thread_id in session.streams.watched else {"type": "notLoaded"}
 
@@ -111,7 +112,10 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
         thread_id=record.id,
         created_at=record.created_at,
         updated_at=record.last_active_at,
-        status=_status(session, record.id),
+        # One thread asked about: another process's turn on it counts too.
+        status=_status(
+            session, record.id, await session.runtime.threads.running_anywhere(record.id)
+        ),
         cwd=session.workspace,
         model_provider=session.runtime.engine.provider.name,
         model=_model(session, record),

@@ -134,3 +134,18 @@ def test_the_thread_is_told_idle_once_before_its_turn_ends(
         if n.get("method") in ("turn/started", "turn/completed", "thread/status/changed")
     ]
     assert order == ["active", "turn/started", "idle", "turn/completed"] * 2, order
+
+
+def test_a_turn_another_process_runs_shows_the_thread_active(config: CodexConfig) -> None:
+    with CodexClient(config) as runner, CodexClient(config) as other:
+        runner.initialize()
+        other.initialize()
+        thread_id = runner.thread_start().thread.id
+        turn = runner.turn_start(thread_id, "?stream 400\n?delay 25").turn
+        while runner.next_turn_notification(turn.id).method != "item/agentMessage/delta":
+            pass
+        resumed = other.thread_resume(thread_id).thread
+        assert resumed.status.root.type == "active"
+        runner.turn_interrupt(thread_id, turn.id)
+        while runner.next_turn_notification(turn.id).method != "turn/completed":
+            pass
