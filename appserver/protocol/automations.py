@@ -36,8 +36,10 @@ class AutomationSchedule(WireModel):
     shown, and does not run).
     """
 
+    # Numbers only: a JSON true is no hour (lax validation would read it as 1).
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"kind": "every", "everyMs": 3600000}]}
+        strict=True,
+        json_schema_extra={"examples": [{"kind": "every", "everyMs": 3600000}]},
     )
 
     kind: Name = "once"

@@ -92,8 +92,10 @@ class CronSchedule(WireModel):
     """
 
     # Documentation example: a bare `{kind}` is refused (each kind needs its fields).
+    # Numbers only: a JSON true is no hour (lax validation would read it as 1).
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"kind": "every", "everyMs": 3600000}]}
+        strict=True,
+        json_schema_extra={"examples": [{"kind": "every", "everyMs": 3600000}]},
     )
 
     kind: ScheduleKind

@@ -112,3 +112,16 @@ def test_describe() -> None:
     )
     assert describe(daily(9, 5, "Europe/Berlin")) == "daily 09:05 Europe/Berlin"
     assert describe(cron("0 9 * * 1-5")) == "cron '0 9 * * 1-5' UTC"
+
+
+def test_a_boolean_is_no_number_on_the_wire() -> None:
+    """``dailyHour: true`` was read as hour 1 (lax validation)."""
+    from pydantic import ValidationError
+
+    from appserver.protocol.automations import AutomationSchedule
+    from appserver.protocol.cron import CronSchedule
+
+    for model in (CronSchedule, AutomationSchedule):
+        with pytest.raises(ValidationError):
+            model.model_validate({"kind": "daily", "dailyHour": True})
+        assert model.model_validate({"kind": "daily", "dailyHour": 3}).daily_hour == 3
