@@ -25,9 +25,24 @@ def load_workspace_config(craft_dir: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        log.warning("ignoring unreadable %s: %s", path, exc)
+        _warn_once(path, f"ignoring unreadable {path}: {exc}")
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        _warn_once(path, f"ignoring {path}: it holds no JSON object")
+        return {}
+    _warned.pop(path, None)  # good again: a later breakage is said again
+    return value
+
+
+_warned: dict[Path, str] = {}  # the last warning about each file
+
+
+def _warn_once(path: Path, message: str) -> None:
+    """A broken file is read several times at start (the early answer, the
+    server): one warning while it stays broken the same way, not one per read."""
+    if _warned.get(path) != message:
+        _warned[path] = message
+        log.warning("%s", message)
 
 
 def default_approval_policy(user_settings: dict[str, Any]) -> str:
