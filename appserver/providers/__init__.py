@@ -125,7 +125,11 @@ def _text(value: Any, what: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string, got {value!r}")
+        # Flags and variables are always text: a settings file set this.
+        raise ValueError(
+            f"{what} must be a string, got {value!r} (in a config.json: the user's settings "
+            "for this workspace, or the workspace's .craft/config.json)"
+        )
     return value.strip() or None
 
 

@@ -141,7 +141,7 @@ def test_numbers_from_environment_and_cli() -> None:
         ({"timeout": 0}, "timeout must be positive"),
         ({"max_retries": -1}, "max_retries"),
         ({"max_retries": 1.5}, "max_retries"),
-        ({"model": 42}, "model must be a string"),
+        ({"model": 42}, r"model must be a string, got 42 \(in a config.json: the user's"),
     ],
 )
 def test_invalid_values_are_rejected(cli: dict[str, Any], message: str) -> None:
