@@ -55,6 +55,7 @@ Defer = Callable[[Callable[[], Any]], None]
 # before trying again, so a persistent fault does not spin.
 _FAULT_BACKOFF_S = 1.0
 _DRAIN_GRACE_S = 3.0  # how long a stopping server waits for a cut run to be recorded
+_RECORD_BOUND_S = 10.0  # how long recording a run may take once shielded from a stop
 
 
 def _now(callback: Callable[[], Any]) -> None:
@@ -319,7 +320,9 @@ class CronService:
             except Exception as exc:
                 log.exception("cron job %s crashed", job.id)
                 outcome = RunOutcome(job.thread_id, error=f"internal error: {exc}")
-            with anyio.CancelScope(shield=True):  # a stop waits for it (drain)
+            # A stop waits for it (drain), but not for ever: a stalled database
+            # must not hold the server's exit.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_RECORD_BOUND_S):
                 await self._record(job, outcome, started)
         finally:
             self.running_job = None

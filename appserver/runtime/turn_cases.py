@@ -195,6 +195,8 @@ class Turns:
         thread = await self.threads.get(thread_id)
         active = self.engine.active.get(thread.id)
         elsewhere = False
+        if keep and active is not None and active.closing:
+            raise TurnNotRunning(expected_turn_id)  # no model call is left to take it
         if active is None or active.record.id != expected_turn_id:
             elsewhere = await self._running_elsewhere(thread.id, expected_turn_id) is not None
             if not elsewhere:
@@ -208,7 +210,8 @@ class Turns:
                 entry.wire.status = "guidancePending"
                 if active is not None and not elsewhere:
                     active.guidance.append(entry.wire.id)
-                    active.keeps_guidance = active.keeps_guidance or keep
+                    if keep:
+                        active.kept_guidance.add(entry.wire.id)
                 await self.engine.inputs.changed(thread.id, include=[by] if by is not None else [])
                 if elsewhere:
                     body = {"entryId": entry_id, "keep": keep}
@@ -244,7 +247,8 @@ class Turns:
         # turn is changing and bring back what it took).
         if entry_id not in active.guidance:
             active.guidance.append(entry_id)
-            active.keeps_guidance = active.keeps_guidance or body.get("keep") is True
+            if body.get("keep") is True:
+                active.kept_guidance.add(entry_id)
 
     async def on_interrupt(self, body: dict[str, Any]) -> None:
         """Another node interrupted a turn this node runs (cluster command)."""

@@ -12,6 +12,7 @@ so a change made by a DotCraft client is announced the same way.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from appserver.faces.codex.shapes import split_turn_key, turn_key
@@ -150,9 +151,18 @@ async def turn_steer(session: CodexSession, params: Message) -> Message:
     active = session.runtime.engine.active.get(thread_id)
     if owner != thread_id or active is None or active.record.id != turn_id:
         raise CodexError("no active turn to steer")
+    from appserver.runtime.errors import Refusal
+
     turns = session.runtime.turns
     entry, _queue = await turns.enqueue(thread_id, parts, session.seat)
-    steered, _queue = await turns.steer(thread_id, turn_id, entry.id, session.seat, keep=True)
+    try:
+        steered, _queue = await turns.steer(thread_id, turn_id, entry.id, session.seat, keep=True)
+    except Refusal:
+        # The turn ended meanwhile: the input must not wait in a queue the Codex
+        # client cannot see, to run later as a turn it never started.
+        with contextlib.suppress(Refusal):
+            await turns.remove_queued(thread_id, entry.id, session.seat)
+        raise CodexError("no active turn to steer") from None
     return {"turnId": turn_key(thread_id, steered)}
 
 

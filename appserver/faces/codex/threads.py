@@ -165,8 +165,15 @@ def _settings(session: CodexSession, record: ThreadRecord, thread: Message) -> M
     }
 
 
-def _remember_policy(session: CodexSession, thread_id: str, params: Message) -> dict[str, Any]:
-    """The thread's Codex policy and reviewer, kept for its answers; our configuration."""
+def _remember_policy(
+    session: CodexSession,
+    thread_id: str,
+    params: Message,
+    before: tuple[Any, str] | None = None,
+) -> dict[str, Any]:
+    """The thread's Codex policy and reviewer, kept for its answers; our
+    configuration. ``before``: the thread's (or a fork's source's) policy and
+    reviewer, for the half a request leaves out."""
     policy = params.get("approvalPolicy")
     reviewer = params.get("approvalsReviewer")
     config: dict[str, Any] = {}
@@ -179,8 +186,11 @@ def _remember_policy(session: CodexSession, thread_id: str, params: Message) -> 
         config["model"] = model
     elif session.model:
         config["model"] = session.model
-    shown = policy if policy is not None else codex_policy(config.get("approvalPolicy"))
-    kept = reviewer if isinstance(reviewer, str) else "user"
+    if policy is not None:
+        shown = policy
+    else:
+        shown = before[0] if before else codex_policy(config.get("approvalPolicy"))
+    kept = reviewer if isinstance(reviewer, str) else (before[1] if before else "user")
     session.policies[thread_id] = (shown, kept)
     if policy is not None or isinstance(reviewer, str):
         config[KEPT_POLICY] = kept_entry(shown, kept)
@@ -215,7 +225,8 @@ async def thread_resume(session: CodexSession, params: Message) -> Message:
     if record.status != "active":
         await threads.resume(record.id, session.seat)
         record = await threads.get(thread_id)
-    config = _remember_policy(session, record.id, params)
+    earlier = session.policies.get(record.id) or kept_policy(record)
+    config = _remember_policy(session, record.id, params, earlier)
     if "approvalPolicy" not in params and "approvalsReviewer" not in params:
         kept = kept_policy(record)  # what its client asked for before
         if kept is None:
@@ -253,7 +264,8 @@ async def thread_fork(session: CodexSession, params: Message) -> Any:
             raise CodexError(f"Invalid request: turn {last} is not a turn of thread {thread_id}")
     threads = session.runtime.threads
     source = await threads.get(thread_id)
-    asked = _remember_policy(session, "", params)
+    earlier = session.policies.get(source.id) or kept_policy(source)
+    asked = _remember_policy(session, "", params, earlier)
     shown = session.policies.pop("")
     # The source's configuration, changed only where this request says so.
     changed = {k: v for k, v in asked.items() if k in params or k == KEPT_POLICY}

@@ -125,7 +125,7 @@ class AgentLoop:
         active.instructions = list(user.instructions)
         history, earlier = await self._history(active, user)
         compacted = False
-        for _ in range(self.config.max_model_calls):
+        for call_number in range(1, self.config.max_model_calls + 1):
             await self._take_guidance(active, history)
             if not compacted and earlier and self.compactor.over_limit(history):
                 # Once per turn: earlier turns become one summary message.
@@ -136,8 +136,10 @@ class AgentLoop:
                     earlier = 1
             calls = await self._model_call(active, history)
             if not calls:
-                if active.keeps_guidance and active.guidance:
+                kept = active.kept_guidance.intersection(active.guidance)
+                if kept and call_number < self.config.max_model_calls:
                     continue  # steered in meanwhile: answered in this turn, as Codex does
+                active.closing = True  # a steer from here on would find no call to take it
                 return
             for call in calls:
                 await self.tools.call(active, call, history)

@@ -80,9 +80,12 @@ class ActiveTurn:
     output_tokens: int = 0
     next_item_seq: int = 0
     guidance: list[str] = field(default_factory=list)  # queued input ids to inject
-    # Steered input belongs to this turn (Codex's turn/steer): the turn answers it
-    # before it ends, and drops it if it ends without completing (no queue to go back to).
-    keeps_guidance: bool = False
+    # Steered inputs that belong to this turn (Codex's turn/steer): the turn
+    # answers them before it ends, and drops them if it does not (the client has
+    # no queue for them to go back to).
+    kept_guidance: set[str] = field(default_factory=set)
+    # The agent loop has returned: no model call is left to take steered input.
+    closing: bool = False
     # Streaming items (agent text, reasoning, tool-call arguments) not yet completed.
     open_items: dict[str, ItemRecord] = field(default_factory=dict)
     checkpoints: dict[str, float] = field(default_factory=dict)  # item id -> last save time

@@ -85,12 +85,12 @@ class InputQueues:
             return
         async with self.lock(active.thread_id):
             queue = await self.load(active.thread_id)
-            if active.keeps_guidance:  # it belonged to the turn: it goes with it
-                queue[:] = [entry for entry in queue if entry.wire.id not in active.guidance]
+            # Inputs that belonged to the turn (kept) go with it; the others come back.
+            steered = bool(active.guidance)
+            queue[:] = [entry for entry in queue if entry.wire.id not in active.kept_guidance]
             for entry in queue:
                 if entry.wire.id in active.guidance:
                     entry.wire.status = "queued"
-            steered = bool(active.guidance)
             active.guidance.clear()
             waiting = any(entry.wire.status == "queued" for entry in queue)
             if steered or waiting:

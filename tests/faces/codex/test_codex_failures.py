@@ -149,3 +149,19 @@ def test_a_turn_another_process_runs_shows_the_thread_active(config: CodexConfig
         runner.turn_interrupt(thread_id, turn.id)
         while runner.next_turn_notification(turn.id).method != "turn/completed":
             pass
+
+
+def test_a_resume_that_names_half_the_rule_keeps_the_other(config: CodexConfig) -> None:
+    with CodexClient(config) as client:
+        client.initialize()
+        thread_id = client.thread_start({"approvalPolicy": "never"}).thread.id
+    with CodexClient(config) as client:
+        client.initialize()
+        resumed = client.thread_resume(thread_id, {"approvalsReviewer": "user"})
+        assert resumed.approval_policy.model_dump(mode="json") == "never"
+        assert resumed.approvals_reviewer.value == "user"
+    with CodexClient(config) as client:
+        client.initialize()
+        forked = client.thread_fork(thread_id, {"approvalsReviewer": "auto_review"})
+        assert forked.approval_policy.model_dump(mode="json") == "never"
+        assert forked.approvals_reviewer.value == "auto_review"

@@ -5,6 +5,7 @@ the face sent validated against the JSON Schema Codex 0.169 itself generates."""
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,7 +99,7 @@ def test_steer_reaches_the_running_turn(codex: Codex) -> None:
     assert thread.run("next").final_response == "You said: next"
 
 
-def test_steered_input_goes_with_an_interrupted_turn(codex: Codex) -> None:
+def test_steered_input_goes_with_an_interrupted_turn(codex: Codex, workspace: Path) -> None:
     """Codex has no queue: what was steered into a turn that is interrupted does
     not come back later as a turn of its own."""
     thread = codex.thread_start()
@@ -110,6 +111,8 @@ def test_steered_input_goes_with_an_interrupted_turn(codex: Codex) -> None:
         if note.method == "turn/completed":
             break
     assert thread.run("next").final_response == "You said: next"
+    with sqlite3.connect(workspace / ".craft" / "appserver.db") as db:  # gone with its turn
+        assert db.execute("SELECT count(*) FROM queued_inputs").fetchone() == (0,)
     turns = thread.read(include_turns=True).thread.turns
     assert [t.status.value for t in turns] == ["interrupted", "completed"]
 
