@@ -322,13 +322,16 @@ def missing_key_warning(settings: ProviderSettings) -> str | None:
 
 def _local_endpoint(url: str) -> bool:
     """Whether ``url`` is on this machine or a private network (such a model
-    server usually wants no key)."""
+    server usually wants no key): loopback, private and link-local addresses,
+    ``localhost``, ``*.local`` and single-label names."""
     import ipaddress
     from urllib.parse import urlsplit
 
     host = (urlsplit(url).hostname or "").lower()
     if host == "localhost" or host.endswith((".localhost", ".local")):
         return True
+    if host and "." not in host and ":" not in host:
+        return True  # a single name: a container's (ollama) or this network's
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

@@ -23,6 +23,7 @@ def load_workspace_config(craft_dir: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text("utf-8"))
     except FileNotFoundError:
+        _warned.pop(path, None)  # gone: a later breakage is said again
         return {}
     except (OSError, ValueError) as exc:
         _warn_once(path, f"ignoring unreadable {path}: {exc}")
