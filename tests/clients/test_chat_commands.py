@@ -25,6 +25,12 @@ def test_status_and_model_show_and_switch_this_threads_model(workspace: Path) ->
     assert "  Model:     offline (this thread)" in second  # thread/config/update took it
 
 
+def test_model_n_works_before_any_listing(workspace: Path) -> None:
+    """``/model 1`` numbers as ``/model`` would list, listed or not."""
+    out = piped_chat(workspace, "/model 1\n/quit\n")
+    assert "This thread now uses offline" in out and "No model" not in out
+
+
 def test_an_always_answer_is_listed_by_grants_and_revoke_forgets_it(workspace: Path) -> None:
     out = piped_chat(
         workspace,

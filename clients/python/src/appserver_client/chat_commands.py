@@ -54,8 +54,10 @@ class SettingsCommands:
                 self.line(f"  This thread uses {reveal(current)}.")
             self.line("Switch with /model N or /model NAME.")
             return
-        if choice.isdigit() and 1 <= int(choice) <= len(self.models):
-            choice = self.models[int(choice) - 1]
+        # The numbers of the last listing; without one yet, of this one (as it would show).
+        numbered = self.models or known
+        if choice.isdigit() and 1 <= int(choice) <= len(numbered):
+            choice = numbered[int(choice) - 1]
         if listing["success"] and choice not in known:
             self.line(f"No model {reveal(choice)!r} here; /model lists them.")
             return
