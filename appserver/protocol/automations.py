@@ -14,7 +14,7 @@ again under ``task`` (the spec), and ``automation/task/create`` answers
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.limits import (
     INT64_MAX,
     INT64_MIN,
@@ -205,7 +205,7 @@ class AutomationTaskUpdateBindingParams(WireModel):
 class AutomationOkResult(WireModel):
     """``{ok: true}``."""
 
-    ok: bool = True
+    ok: Flag = True
     """Always `true`."""
 
 
@@ -230,13 +230,13 @@ class AutomationTemplate(WireModel):
     """`project` or `isolated`."""
     default_approval_policy: str | None = None
     """`workspaceScope` or `fullAuto`."""
-    needs_thread_binding: bool
+    needs_thread_binding: Flag
     """The task is meant to run in an existing thread."""
     default_title: str | None = None
     """The title to suggest."""
     default_description: str | None = None
     """The description to suggest."""
-    is_user: bool | None = None
+    is_user: Flag | None = None
     """`true` for templates saved with `automation/template/save` (absent for built-ins)."""
     created_at: str | None = None
     """When a user template was first saved, ISO 8601."""
@@ -285,7 +285,7 @@ class AutomationTemplateSaveParams(WireModel):
     """`project` or `isolated`."""
     default_approval_policy: Name | None = None
     """`workspaceScope` or `fullAuto`."""
-    needs_thread_binding: bool = False
+    needs_thread_binding: Flag = False
     """The task is meant to run in an existing thread."""
     default_title: Label | None = None
     """The title to suggest."""

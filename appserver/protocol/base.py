@@ -1,9 +1,13 @@
 """Base class for every wire model: camelCase on the wire, nulls omitted."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Strict, ValidationError
 from pydantic.alias_generators import to_camel
+
+#: A JSON boolean, and only that: lax validation would read "no" as false and
+#: 1 as true (a client's mistyped flag is -32602, as the docs say).
+Flag = Annotated[bool, Strict()]
 
 
 class WireModel(BaseModel):

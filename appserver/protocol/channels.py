@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, OpenWireModel, WireModel
+from appserver.protocol.base import Empty, Flag, OpenWireModel, WireModel
 from appserver.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_SERVER_CONFIG_BYTES,
@@ -56,7 +56,7 @@ class ChannelStatusInfo(WireModel):
     """Channel name."""
     category: Literal["social", "external"]
     """What kind of channel it is."""
-    enabled: bool
+    enabled: Flag
     """Whether the channel is enabled in the configuration."""
     running: bool  # an adapter connection is attached right now
     """An adapter connection is attached right now."""
@@ -80,7 +80,7 @@ class ExternalChannelConfig(WireModel):
 
     name: str
     """Channel name; adapters identify themselves with it (`initialize` `clientInfo.name`)."""
-    enabled: bool = True
+    enabled: Flag = True
     """Whether the channel is enabled."""
     transport: str = "subprocess"
     """`subprocess` (the server starts `command`) or `websocket` (the adapter connects);
@@ -133,7 +133,7 @@ class ExternalChannelUpsertParams(WireModel):
 
 
 class ExternalChannelRemoveResult(WireModel):
-    removed: bool = True
+    removed: Flag = True
     """Whether a channel of that name existed and was removed."""
 
 
@@ -183,12 +183,12 @@ class ChannelToolDescriptor(OpenWireModel):
     """JSON schema of `structuredResult` (informative)."""
     display: ChannelToolDisplay | None = None
     """How a client may show the tool."""
-    requires_chat_context: bool = False
+    requires_chat_context: Flag = False
     """Only offered on turns with a chat context (a `channelContext` or a `groupId`)."""
     approval: ChannelToolApproval | None = None
     """Ask for approval before each call (by the thread's approval policy, like a
     built-in tool); a declined call is not sent to the adapter."""
-    defer_loading: bool | None = None
+    defer_loading: Flag | None = None
     """Reserved by DotCraft; ignored."""
 
 
@@ -266,7 +266,7 @@ class ChannelSendParams(WireModel):
 
 
 class ChannelSendResult(OpenWireModel):
-    delivered: bool = False
+    delivered: Flag = False
     """Whether the adapter delivered the message."""
     remote_message_id: str | None = None
     """The platform's id of the delivered message, if it has one."""
@@ -311,7 +311,7 @@ class ChannelToolCallParams(WireModel):
 class ChannelToolCallResult(OpenWireModel):
     """The adapter's answer to `ext/channel/toolCall`."""
 
-    success: bool
+    success: Flag
     """Whether the tool ran; `false` gives the model a failed tool result."""
     content_items: list[dict[str, Any]] | None = None
     """What the model reads: `{type: "text", text}` parts (`{type: "image", imageUrl}` too)."""

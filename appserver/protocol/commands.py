@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import Thread
 from appserver.protocol.turns import SenderContext
@@ -22,7 +22,7 @@ class CommandInfo(WireModel):
     """What the command does."""
     category: Literal["builtin", "custom"]
     """`builtin` or `custom` (a Markdown command file in the workspace)."""
-    requires_admin: bool
+    requires_admin: Flag
     """Only a sender with `senderRole: "admin"` may run it."""
     argument_hint: str | None = None  # custom commands: front matter ``argument-hint``
     """How to write its arguments, for a completion popup."""
@@ -31,7 +31,7 @@ class CommandInfo(WireModel):
 class CommandListParams(WireModel):
     language: str | None = None  # "en" (default) or "zh"
     """Language of the descriptions (e.g. `en`); the server's default when absent."""
-    include_builtins: bool = True
+    include_builtins: Flag = True
     """Include the built-in commands, not only the workspace's custom ones."""
 
 
@@ -59,21 +59,21 @@ class CommandExecuteParams(WireModel):
 
 
 class CommandExecuteResult(WireModel):
-    handled: bool
+    handled: Flag
     """Whether a command of that name ran."""
     message: str | None = None
     """Text to show the user."""
-    is_markdown: bool = False
+    is_markdown: Flag = False
     """Whether `message` is Markdown."""
     expanded_prompt: str | None = None  # custom commands: submit it with turn/start
     """A prompt the command expanded to; the client may send it with `turn/start`."""
-    session_reset: bool | None = None  # /new
+    session_reset: Flag | None = None  # /new
     """`true` when the command started a new thread (`/new`); see `thread`."""
     thread: Thread | None = None  # /new: the fresh thread
     """The new thread after a session reset."""
     archived_thread_ids: list[str] | None = None
     """Threads the command archived."""
-    created_lazily: bool | None = None
+    created_lazily: Flag | None = None
     """The new thread is not stored until its first turn."""
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.base import Empty, Flag, WireModel
 from appserver.protocol.limits import MAX_NAME_CHARS, Label, LongText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import ApprovalPolicy
@@ -154,11 +154,11 @@ class CronJobInfo(WireModel):
     """Name of the job."""
     schedule: CronSchedule
     """When the job runs."""
-    enabled: bool
+    enabled: Flag
     """Whether the job is enabled."""
     created_at_ms: int
     """When the job was added, in Unix milliseconds."""
-    delete_after_run: bool
+    delete_after_run: Flag
     """The job is removed after its first run."""
     state: CronJobState
     """Run history and next run."""
@@ -179,9 +179,9 @@ class CronAddParams(WireModel):
     """The prompt the agent runs at each firing."""
     schedule: CronSchedule
     """When the job runs."""
-    delete_after_run: bool = False
+    delete_after_run: Flag = False
     """Remove the job after its first run (one-shot jobs)."""
-    enabled: bool = True
+    enabled: Flag = True
     """Whether the job starts enabled."""
     # Run in this existing thread instead of a dedicated one made on first run.
     thread_id: str | None = None
@@ -209,7 +209,7 @@ class CronJobResult(WireModel):
 
 
 class CronListParams(WireModel):
-    include_disabled: bool = False
+    include_disabled: Flag = False
     """Include disabled jobs."""
 
 
@@ -224,19 +224,19 @@ class CronJobIdParams(WireModel):
 
 
 class CronRemoveResult(WireModel):
-    removed: bool = True
+    removed: Flag = True
     """Whether the job existed and was removed."""
 
 
 class CronEnableParams(WireModel):
     job_id: str
     """The job's id."""
-    enabled: bool
+    enabled: Flag
     """`true` to enable, `false` to disable."""
 
 
 class CronRunResult(WireModel):
-    queued: bool = True
+    queued: Flag = True
     """Whether a run was started now."""
     job: CronJobInfo
     """The job."""
@@ -254,7 +254,7 @@ class HeartbeatTriggerResult(WireModel):
 class CronStateChangedNotification(WireModel):
     job: CronJobInfo
     """The job as it is now."""
-    removed: bool
+    removed: Flag
     """`true` when the job was removed."""
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import field_validator
 
 from appserver.protocol.acp_names import acp_method
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 
@@ -25,7 +25,7 @@ class DynamicToolSpec(OpenWireModel):
     """What the tool does, for the model."""
     input_schema: dict[str, Any]
     """JSON Schema of the tool's arguments."""
-    defer_loading: bool | None = None
+    defer_loading: Flag | None = None
     """Reserved; ignored."""
     approval: dict[str, Any] | None = None
     """Ask for approval before each call: `{kind, targetArgument, operation?,
@@ -81,7 +81,7 @@ class ToolCallParams(WireModel):
 class ToolCallResult(OpenWireModel):
     """The client's answer to `item/tool/call`."""
 
-    success: bool
+    success: Flag
     """Whether the tool ran; `false` gives the model a failed tool result."""
     content_items: list[dict[str, Any]] | None = None
     """What the model reads: `{type: "text", text}` and `{type: "image", imageUrl}` parts."""

@@ -16,7 +16,7 @@ tools needs of them).
 
 from pydantic import Field
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -47,7 +47,7 @@ class UnitySceneQueryParams(WireModel):
     """The thread whose agent asks."""
     query: str | None = None
     """Keep GameObjects whose name or path contains this (case-insensitive)."""
-    include_components: bool = False
+    include_components: Flag = False
     """List each GameObject's component type names."""
     max_depth: int = Field(default=10, ge=1, le=INT64_MAX)
     """How deep to walk the hierarchy (default 10)."""
@@ -82,7 +82,7 @@ class UnityGameObject(OpenWireModel):
     """Its hierarchy path (`/Parent/Child`)."""
     instance_id: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Unity's instance id."""
-    active: bool | None = None
+    active: Flag | None = None
     """Whether it is active itself."""
     components: list[str] | None = None
     """Component type names (with `includeComponents`)."""

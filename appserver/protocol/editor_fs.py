@@ -10,18 +10,18 @@ unsaved buffers are what the agent sees and edits. See docs/tools.md.
 
 from pydantic import Field
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 
 class AcpExtensionsCapability(OpenWireModel):
     """`initialize.capabilities.acpExtensions`: the client serves `ext/acp/*` requests."""
 
-    fs_read_text_file: bool = False
+    fs_read_text_file: Flag = False
     """The client answers `ext/acp/fs/readTextFile` (the file tools read through it)."""
-    fs_write_text_file: bool = False
+    fs_write_text_file: Flag = False
     """The client answers `ext/acp/fs/writeTextFile` (the file tools write through it)."""
-    terminal_create: bool = False
+    terminal_create: Flag = False
     """The client runs commands in its terminals (`ext/acp/terminal/*`: the `shell` tool
     uses them)."""
     extensions: list[str] = Field(default_factory=list)

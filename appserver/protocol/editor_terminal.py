@@ -14,7 +14,7 @@ understood too, so a bridge can forward the IDE's answer as it is.
 
 from pydantic import Field
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -80,7 +80,7 @@ class EditorTerminalOutputResult(OpenWireModel):
     """Everything the command printed so far (the editor may have cut its start)."""
     exit_code: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """The exit code; absent while the command runs."""
-    truncated: bool | None = None
+    truncated: Flag | None = None
     """The editor cut the output (ACP)."""
     exit_status: EditorTerminalExitStatus | None = None
     """ACP's form of the exit: `{exitCode, signal}` (absent while the command runs)."""
@@ -91,7 +91,7 @@ class EditorTerminalOutputResult(OpenWireModel):
 class EditorTerminalDone(OpenWireModel):
     """The editor did it (`{}`; anything in it is ignored)."""
 
-    success: bool | None = None
+    success: Flag | None = None
     """DotCraft's bridges may answer `{success}`; not required."""
 
 

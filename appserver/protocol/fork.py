@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.limits import Label
 from appserver.protocol.threads import SessionIdentity, ThreadConfiguration, config_size
 
@@ -32,7 +32,7 @@ class ThreadForkParams(WireModel):
     """The fork's configuration; absent: the source's."""
     display_name: Label | None = None
     """The fork's title; absent: the source's title + ` (fork)`."""
-    exclude_turns: bool = False
+    exclude_turns: Flag = False
     """Answer without the fork's turns."""
 
     @field_validator("config")

@@ -8,7 +8,7 @@ session; these methods show them and take one back.
 from pydantic import ConfigDict
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.base import Empty, Flag, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 
@@ -31,7 +31,7 @@ class GrantListResult(WireModel):
 
     grants: list[ApprovalGrant]
     """The grants."""
-    honoured: bool
+    honoured: Flag
     """`false` while the workspace is not trusted: remembered grants then ask again."""
 
 
@@ -55,7 +55,7 @@ class GrantRevokeParams(WireModel):
 class GrantRevokeResult(WireModel):
     """Whether it was remembered."""
 
-    revoked: bool
+    revoked: Flag
     """`false`: no such grant (already revoked, or never remembered)."""
 
 

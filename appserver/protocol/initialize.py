@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import Field
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.editor_fs import AcpExtensionsCapability
 from appserver.protocol.limits import Name
 from appserver.protocol.node_repl import BrowserUseCapability, NodeReplCapability
@@ -26,18 +26,18 @@ class ClientInfo(WireModel):
 class ClientCapabilities(OpenWireModel):
     """What the client can do. Unknown members are kept (and ignored)."""
 
-    approval_support: bool = True
+    approval_support: Flag = True
     """The client answers `item/approval/request`; without it approvals follow the thread's policy.
     """
-    streaming_support: bool = True
+    streaming_support: Flag = True
     """Send `*/delta` notifications; `false`: only completed items."""
-    command_execution_streaming: bool = False
+    command_execution_streaming: Flag = False
     """Send `item/commandExecution/outputDelta` as a command runs."""
-    tool_execution_lifecycle: bool = False
+    tool_execution_lifecycle: Flag = False
     """Send `toolExecution` items around tool runs."""
-    background_terminals: bool = False
+    background_terminals: Flag = False
     """Send the `terminal/*` notifications (background terminals started, output, ended)."""
-    config_change: bool = True
+    config_change: Flag = True
     """Send `workspace/configChanged`."""
     opt_out_notification_methods: list[str] = Field(default_factory=list)
     """Notification methods this connection never receives."""

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, field_validator, model_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.base import Empty, Flag, WireModel
 from appserver.protocol.limits import MAX_SERVER_CONFIG_BYTES, check_encoded_size
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -39,7 +39,7 @@ class McpServerConfig(WireModel):
 
     name: str
     """The server's name; its tools are named after it."""
-    enabled: bool = True
+    enabled: Flag = True
     """Whether the server is started."""
     transport: McpTransport = "stdio"
     """`stdio` (start `command`) or `streamableHttp` (connect to `url`)."""
@@ -67,7 +67,7 @@ class McpServerConfig(WireModel):
     """Seconds a tool call may take."""
     origin: McpServerOrigin | None = None
     """Where the server comes from (output only)."""
-    read_only: bool | None = None
+    read_only: Flag | None = None
     """The server comes from a plugin and cannot be edited here (output only)."""
 
     @model_validator(mode="before")
@@ -97,7 +97,7 @@ class McpServerStatus(WireModel):
 
     name: str
     """The server's name."""
-    enabled: bool
+    enabled: Flag
     """Whether the server is enabled."""
     startup_state: StartupState
     """Where the server is in its start-up."""
@@ -113,7 +113,7 @@ class McpServerStatus(WireModel):
     """`stdio` or `streamableHttp`."""
     origin: McpServerOrigin | None = None
     """Where the server comes from."""
-    read_only: bool | None = None
+    read_only: Flag | None = None
     """The server comes from a plugin and cannot be edited here."""
 
 
@@ -175,7 +175,7 @@ class McpServerResult(WireModel):
 
 
 class McpRemoveResult(WireModel):
-    removed: bool
+    removed: Flag
     """Whether the server existed and was removed."""
 
 
@@ -187,7 +187,7 @@ class McpStatusListResult(WireModel):
 class McpTestResult(WireModel):
     """A probe's outcome; failures are results, not JSON-RPC errors (as in DotCraft)."""
 
-    success: bool
+    success: Flag
     """Whether the server started and listed its tools."""
     tool_count: int | None = None
     """Tools it listed."""

@@ -9,7 +9,7 @@ See docs/tools.md.
 
 from pydantic import Field
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -28,7 +28,7 @@ class BrowserUseCapability(OpenWireModel):
     """The browser backend (DotCraft Desktop: `desktop-iab`); informational."""
     protocol_version: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """The browser-use protocol version (DotCraft's is `2`); informational."""
-    supports_cancel: bool | None = None
+    supports_cancel: Flag | None = None
     """The client handles `ext/nodeRepl/cancel` (it is sent in any case: an error answer is
     ignored)."""
 
@@ -86,7 +86,7 @@ class NodeReplCancelParams(WireModel):
 class NodeReplCancelResult(OpenWireModel):
     """Whether an evaluation was stopped (`{ok}`; the answer is not used)."""
 
-    ok: bool | None = None
+    ok: Flag | None = None
     """`false`: no such evaluation was running."""
 
 

@@ -5,7 +5,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.limits import Name
 from appserver.protocol.mcp import McpTransport
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
@@ -70,7 +70,7 @@ class PluginSkill(WireModel):
     """Name to show."""
     short_description: str | None = None
     """One-line description."""
-    enabled: bool
+    enabled: Flag
     """Whether the skill is enabled."""
 
 
@@ -83,9 +83,9 @@ class PluginMcpServer(WireModel):
     """The name it runs under: `<pluginId>:<name>`."""
     transport: McpTransport
     """`stdio` or `streamableHttp`."""
-    enabled: bool
+    enabled: Flag
     """Whether it is enabled."""
-    active: bool
+    active: Flag
     """Whether it is in the runtime server list."""
     shadowed_by: Literal["workspace", "plugin"] | None = None
     """What hides it: `workspace` or `plugin` (a server of the same name)."""
@@ -102,13 +102,13 @@ class PluginInfo(WireModel):
     """What the plugin does."""
     version: str | None = None
     """The plugin's version, from its manifest."""
-    enabled: bool
+    enabled: Flag
     """Whether the plugin is enabled."""
-    installed: bool
+    installed: Flag
     """Whether the plugin is in the workspace."""
-    installable: bool
+    installable: Flag
     """Whether `plugin/install` can install it (a built-in catalog entry not yet installed)."""
-    removable: bool
+    removable: Flag
     """Whether `plugin/remove` can remove it."""
     source: Literal["workspace", "builtin"]
     """Where it was found: `workspace` or `builtin`."""
@@ -127,7 +127,7 @@ class PluginInfo(WireModel):
 
 
 class PluginListParams(WireModel):
-    include_disabled: bool = True
+    include_disabled: Flag = True
     """Include disabled plugins."""
 
 
@@ -159,7 +159,7 @@ class PluginSetEnabledParams(PluginIdParams):
         json_schema_extra={"examples": [{"id": "workspace-tools", "enabled": False}]}
     )
 
-    enabled: bool
+    enabled: Flag
     """`true` to enable, `false` to disable."""
 
 

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import ConfigDict
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 PromptSectionKind = Literal["base", "environment", "projectInstructions", "agentInstructions"]
@@ -47,7 +47,7 @@ class PromptReadResult(WireModel):
     """The whole system text, the sections joined by blank lines."""
     sections: list[PromptSection]
     """Its parts."""
-    truncated: bool
+    truncated: Flag
     """Project instructions were cut to fit their 32 KiB cap (the text says where)."""
 
 

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.limits import Name
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -37,11 +37,11 @@ class SkillInfo(WireModel):
     """Whether its requirements (programs, environment variables) are met."""
     unavailable_reason: str | None = None
     """Why it is not available."""
-    enabled: bool
+    enabled: Flag
     """Whether it is enabled."""
     path: str  # absolute path of SKILL.md
     """Absolute path of its SKILL.md."""
-    has_variant: bool = False
+    has_variant: Flag = False
     """Whether a workspace variant overrides the original."""
     icon_small_data_url: str | None = None
     """Small icon as a `data:` URL."""
@@ -66,7 +66,7 @@ class _Named(WireModel):
 
 
 class SkillsListParams(WireModel):
-    include_unavailable: bool = True
+    include_unavailable: Flag = True
     """Include skills whose requirements are not met."""
 
 
@@ -98,12 +98,12 @@ class SkillsViewResult(WireModel):
 class SkillsRestoreOriginalResult(WireModel):
     name: str
     """The skill's name."""
-    restored: bool
+    restored: Flag
     """Whether a variant existed and was removed."""
 
 
 class SkillsSetEnabledParams(_Named):
-    enabled: bool
+    enabled: Flag
     """`true` to enable, `false` to disable."""
 
 
@@ -115,7 +115,7 @@ class SkillsSetEnabledResult(WireModel):
 class SkillsUninstallResult(WireModel):
     name: str
     """The skill's name."""
-    uninstalled: bool
+    uninstalled: Flag
     """Whether it was removed."""
     source: SkillSource
     """Where it came from."""

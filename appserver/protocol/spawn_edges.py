@@ -6,7 +6,7 @@ parent's children) send edges.
 
 from typing import Literal
 
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 
 EdgeStatus = Literal["open", "closed"]
 
@@ -14,11 +14,11 @@ EdgeStatus = Literal["open", "closed"]
 class SubAgentCapabilities(WireModel):
     """What a parent may do with a child (native children: everything)."""
 
-    supports_send_input: bool = True
+    supports_send_input: Flag = True
     """`SendInput` may start another turn on the child."""
-    supports_resume: bool = True
+    supports_resume: Flag = True
     """`subagent/resume` / `ResumeAgent` may reopen it."""
-    supports_close: bool = True
+    supports_close: Flag = True
     """`subagent/close` / `CloseAgent` may close it."""
 
 

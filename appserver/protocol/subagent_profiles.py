@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.base import Empty, Flag, WireModel
 from appserver.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_SERVER_CONFIG_BYTES,
@@ -46,9 +46,9 @@ class SubAgentProfileWrite(WireModel):
     """Names of this server's environment variables copied to the command when set."""
     working_directory_mode: str = "workspace"
     """`workspace` (the workspace root) or `specified` (the spawn call names an existing one)."""
-    supports_streaming: bool | None = None
+    supports_streaming: Flag | None = None
     """Stored and echoed only."""
-    supports_model_selection: bool | None = None
+    supports_model_selection: Flag | None = None
     """Stored and echoed only."""
     input_format: str | None = None
     """Stored and echoed only."""
@@ -56,7 +56,7 @@ class SubAgentProfileWrite(WireModel):
     """Stored and echoed only (`trusted`, `prompt`, `restricted`)."""
     sanitization_rules: dict[str, Any] | None = None
     """Stored and echoed only."""
-    supports_resume: bool | None = None
+    supports_resume: Flag | None = None
     """The command can continue a saved session (needs `resumeArgTemplate` and an id extractor)."""
     input_mode: str | None = None
     """`arg` (default: the task is the last argument), `stdin`, `arg-template` or `env`."""
@@ -76,9 +76,9 @@ class SubAgentProfileWrite(WireModel):
     """Dotted path of the total token count (used as output when the other two are 0)."""
     output_file_arg_template: str | None = None
     """Arguments with a `{path}` placeholder: a temporary file the command writes its answer to."""
-    read_output_file: bool | None = None
+    read_output_file: Flag | None = None
     """Prefer the output file over stdout."""
-    delete_output_file_after_read: bool | None = None
+    delete_output_file_after_read: Flag | None = None
     """Delete the output file once read."""
     resume_arg_template: str | None = None
     """Arguments with a `{sessionId}` placeholder, to continue a session."""
@@ -98,11 +98,11 @@ class SubAgentProfileWrite(WireModel):
 class SubAgentProfileDiagnostic(WireModel):
     """Whether the main agent is offered the profile, and why not."""
 
-    enabled: bool
+    enabled: Flag
     """Not disabled by the workspace."""
-    binary_resolved: bool
+    binary_resolved: Flag
     """A `cli-oneshot` profile whose `bin` is found (on PATH or as a path)."""
-    hidden_from_prompt: bool
+    hidden_from_prompt: Flag
     """The main agent is not told about this profile."""
     hidden_reason: str | None = None
     """Why it is hidden (reasons joined with `; `)."""
@@ -115,15 +115,15 @@ class SubAgentProfileEntry(WireModel):
 
     name: str
     """The profile's name (names match case-insensitively)."""
-    is_built_in: bool
+    is_built_in: Flag
     """One of the server's own profiles."""
-    is_template: bool
+    is_template: Flag
     """`custom-cli-oneshot` without a workspace override: a starting point, never offered."""
-    has_workspace_override: bool
+    has_workspace_override: Flag
     """The workspace's config.json defines it (for a built-in: replaces the built-in)."""
-    is_default: bool
+    is_default: Flag
     """The default profile (`native`)."""
-    enabled: bool
+    enabled: Flag
     """Not listed in the workspace's disabled profiles (`native` always is)."""
     definition: SubAgentProfileWrite
     """The effective definition: the workspace's override, else the built-in."""
@@ -136,7 +136,7 @@ class SubAgentProfileEntry(WireModel):
 class SubAgentSettings(WireModel):
     """The workspace's SubAgent settings."""
 
-    external_cli_session_resume_enabled: bool
+    external_cli_session_resume_enabled: Flag
     """External command-line children may continue their saved sessions."""
     model: str | None = None
     """The model of child agents (absent: the parent's)."""
@@ -158,7 +158,7 @@ class SubAgentSettingsUpdateParams(WireModel):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"model": "gpt-4.1-mini"}]})
 
-    external_cli_session_resume_enabled: bool | None = None
+    external_cli_session_resume_enabled: Flag | None = None
     """Let external command-line children continue their saved sessions."""
     model: str | None = None
     """The child agents' model; `null` or blank clears it (the key's presence counts)."""
@@ -180,7 +180,7 @@ class SubAgentProfileSetEnabledParams(WireModel):
 
     name: str = ""
     """The profile's name."""
-    enabled: bool = False
+    enabled: Flag = False
     """Offer it to the agent (`true`) or not."""
 
 
@@ -237,7 +237,7 @@ class SubAgentProfileRemoveParams(WireModel):
 class SubAgentProfileRemoveResult(WireModel):
     """Always `{removed: true}` (an unknown name is an error)."""
 
-    removed: bool
+    removed: Flag
     """`true`."""
 
 

@@ -9,7 +9,7 @@ edge change is broadcast as ``subagent/graphChanged``.
 from pydantic import ConfigDict
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.spawn_edges import SubAgentCapabilities, ThreadSpawnEdge
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import Thread
@@ -24,9 +24,9 @@ class SubAgentChildrenListParams(WireModel):
 
     parent_thread_id: str = ""
     """The parent thread (required)."""
-    include_closed: bool = False
+    include_closed: Flag = False
     """Include closed edges."""
-    include_threads: bool = False
+    include_threads: Flag = False
     """Also send each child thread (the `thread/read` shape, without turns)."""
 
 
@@ -104,7 +104,7 @@ class SubAgentProgressEntry(WireModel):
     """Input tokens of the child's turn so far."""
     output_tokens: int = 0
     """Output tokens of the child's turn so far."""
-    is_completed: bool = False
+    is_completed: Flag = False
     """The child's turn has ended (however it ended)."""
 
 

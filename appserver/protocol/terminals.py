@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Flag, WireModel
 from appserver.protocol.limits import INT64_MAX
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -56,7 +56,7 @@ class BackgroundTerminal(WireModel):
     """Milliseconds from start to end (to now while it runs)."""
     original_output_chars: int
     """How many characters of output it has written in all (trailing newlines not counted)."""
-    truncated: bool
+    truncated: Flag
     """`output` leaves out earlier characters (`originalOutputChars` is larger)."""
     background_reason: str | None = None
     """Why it runs in the background: `runInBackground` (the tool call asked for it)."""

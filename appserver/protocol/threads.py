@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.dynamic_tools import DynamicToolSpec
 from appserver.protocol.limits import (
     INT64_MAX,
@@ -63,7 +63,7 @@ class ThreadConfiguration(OpenWireModel):
     """Directory the agent works in instead of the workspace."""
     tool_profile: str | None = None
     """Named set of tools to offer."""
-    use_tool_profile_only: bool | None = None
+    use_tool_profile_only: Flag | None = None
     """Offer only the tools of `toolProfile`."""
     agent_instructions: str | None = None
     """Extra system instructions."""
@@ -71,9 +71,9 @@ class ThreadConfiguration(OpenWireModel):
     """`default` (ask), `autoApprove` or `interrupt` (end the turn instead of asking)."""
     automation_task_directory: str | None = None
     """Directory of an automation's task files."""
-    require_approval_outside_workspace: bool | None = None
+    require_approval_outside_workspace: Flag | None = None
     """Ask before touching files outside the workspace."""
-    auto_approve_read_only_commands: bool | None = None
+    auto_approve_read_only_commands: Flag | None = None
     """Run shell commands known to only read (`ls`, `git status`, ...) without asking (default
     true); `false` asks for them too."""
 
@@ -81,11 +81,11 @@ class ThreadConfiguration(OpenWireModel):
 class ThreadRuntimeState(WireModel):
     """What a thread is doing right now."""
 
-    running: bool = False
+    running: Flag = False
     """A turn is running."""
-    waiting_on_approval: bool = False
+    waiting_on_approval: Flag = False
     """The running turn waits for an approval."""
-    waiting_on_plan_confirmation: bool = False
+    waiting_on_plan_confirmation: Flag = False
     """The running turn waits for a plan to be confirmed."""
 
 
@@ -305,18 +305,18 @@ class ThreadResumeParams(TurnPaging):
 class ThreadReadParams(TurnPaging):
     thread_id: str
     """The thread."""
-    include_turns: bool = False
+    include_turns: Flag = False
     """Include the thread's turns and items."""
 
 
 class ThreadListParams(WireModel):
     identity: SessionIdentity
     """Whose threads: the workspace, user and channel context to match (not `channelName`)."""
-    include_archived: bool = False
+    include_archived: Flag = False
     """Include archived threads."""
-    include_sub_agents: bool = False
+    include_sub_agents: Flag = False
     """Include threads of sub-agents."""
-    include_internal: bool = False
+    include_internal: Flag = False
     """Include the server's internal helper threads (welcome and commit-message suggestions,
     `metadata["dotcraft.internal"]`), as DotCraft v0.2.15; they are hidden otherwise."""
     cross_channel_origins: list[str] | None = None
@@ -352,7 +352,7 @@ class ThreadRollbackParams(WireModel):
 class ThreadSubscribeParams(WireModel):
     thread_id: str
     """The thread."""
-    replay_recent: bool = False
+    replay_recent: Flag = False
     """First replay the thread's last 32 notifications."""
     # Beyond DotCraft: replay every notification with a larger seq (from
     # SQLite; streaming items as one coalesced delta), then continue live.

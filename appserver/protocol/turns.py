@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from appserver.protocol.base import OpenWireModel, WireModel
+from appserver.protocol.base import Flag, OpenWireModel, WireModel
 from appserver.protocol.threads import Item, Turn
 
 # --- input parts ---------------------------------------------------------------
@@ -366,7 +366,7 @@ class ToolResultPayload(WireModel):
     """The tool call it answers (the `toolCall` item's `callId`)."""
     result: str
     """What the model is told."""
-    success: bool
+    success: Flag
     """Whether the call succeeded (a failure's reason is in `result`)."""
     changes: list[FileChange] | None = None
     """For file tools that changed files (`write_file`, `edit_file`, `apply_patch`): what

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, WireModel
+from appserver.protocol.base import Empty, Flag, WireModel
 from appserver.protocol.limits import Name, PathText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -41,7 +41,7 @@ class ModelCatalogItem(WireModel):
 class ModelListResult(WireModel):
     """``model/list``: provider failures are in-band (``success: false``), never RPC errors."""
 
-    success: bool
+    success: Flag
     """Whether the provider answered."""
     models: list[ModelCatalogItem] = Field(default_factory=list)
     """The models."""
@@ -63,7 +63,7 @@ class ConfigSchemaField(WireModel):
     """Label to show."""
     type: str  # "text", "password", "select", "number", "bool", ...
     """Editor to show: `text`, `password`, `select`, `number`, `bool`, ..."""
-    sensitive: bool = False  # the value is a secret: shown masked, never in clear
+    sensitive: Flag = False  # the value is a secret: shown masked, never in clear
     """The value is a secret (mask it)."""
     options: list[str] | None = None  # for "select"
     """Allowed values (`select`)."""
@@ -121,7 +121,7 @@ class WorkspaceConfigUpdateParams(WireModel):
     """Approval policy of new threads: `default` or `autoApprove`."""
     provider: Name | None = None  # extension: "offline" | "openai" | "anthropic" | null
     """The model provider; `null` or `""` removes it."""
-    welcome_suggestions_enabled: bool | None = None
+    welcome_suggestions_enabled: Flag | None = None
     """Whether turns refresh the welcome suggestions (`welcome/suggestions`); `null` removes the
     setting (the workspace's `.craft/config.json`, else on)."""
 
@@ -139,7 +139,7 @@ class WorkspaceConfigUpdateResult(WireModel):
     """Approval policy of new threads."""
     provider: str | None = None
     """The model provider."""
-    welcome_suggestions_enabled: bool | None = None
+    welcome_suggestions_enabled: Flag | None = None
     """The welcome suggestions setting of the user's settings for this workspace (absent: unset)."""
 
 
@@ -151,7 +151,7 @@ class WorkspaceTrustParams(WireModel):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{}, {"trusted": True}]})
 
-    trusted: bool | None = None
+    trusted: Flag | None = None
     """`true` trusts the workspace (recorded in the user's settings, outside it), `false`
     withdraws that from the next start on; absent only reads."""
 
@@ -159,7 +159,7 @@ class WorkspaceTrustParams(WireModel):
 class WorkspaceTrustResult(WireModel):
     """Whether the workspace's own files may run code, and why."""
 
-    trusted: bool
+    trusted: Flag
     """`false`: its MCP servers, plugins, cron jobs, periodic heartbeat and `autoApprove`
     threads stay off until it is trusted."""
     reason: str
@@ -184,7 +184,7 @@ class WorkspaceStatusResult(WireModel):
     """The provider's API address, when it has one."""
     default_approval_policy: str
     """The approval policy of threads that set none (`default`, `autoApprove`, `interrupt`)."""
-    trusted: bool
+    trusted: Flag
     """Whether the workspace's own files may run code (`workspace/trust`)."""
     version: str
     """The server's version."""

@@ -159,7 +159,7 @@ class Router:
             await self.swarm_control.announce_status(request_id, swarm)
         elif command.command == "swarm_terminate":
             swarm = self._swarm(command)
-            self.swarm_control.start_terminating(request_id, swarm, owner)
+            await self.swarm_control.start_terminating(request_id, swarm, owner)
         elif command.command == "approvals_list":
             snapshot = await self.approvals.snapshot()
             self.broadcast("approvals_list", {"request_id": request_id, **snapshot})

@@ -134,23 +134,34 @@ class SwarmControl:
             },
         )
 
-    def start_terminating(self, request_id: str, swarm: Swarm, owner: object = None) -> None:
-        """``swarm_terminate``, run beside the next commands (it waits for turns);
+    async def start_terminating(self, request_id: str, swarm: Swarm, owner: object = None) -> None:
+        """``swarm_terminate``: the swarm is ``terminating`` (answered) before the
+        next command is read, so a ``swarm_status`` or ``inject`` sent after it
+        sees it so; the rest runs beside the next commands (it waits for turns).
         ``owner`` is the connection that asked."""
         self.terminating += 1
         self.terminating_for[owner] += 1
-        self.tg.start_soon(self.terminate, request_id, swarm, owner)
-
-    async def terminate(self, request_id: str, swarm: Swarm, owner: object = None) -> None:
-        """Queued injections fail, running turns are interrupted, then
-        ``swarm_terminated``. Threads and history stay."""
-        mailboxes = self.mailboxes
-        pruned = False  # this call ended the swarm (a repeated terminate only waits)
+        began = swarm.status == "running"
         try:
-            if swarm.status == "running":
+            if began:
                 swarm.status = "terminating"
                 await self.announce_status(request_id, swarm)
                 await self._save()
+        except BaseException:
+            self._done_terminating(owner)
+            raise
+        self.tg.start_soon(self.terminate, request_id, swarm, owner, began)
+
+    async def terminate(
+        self, request_id: str, swarm: Swarm, owner: object = None, began: bool = False
+    ) -> None:
+        """Queued injections fail, running turns are interrupted, then
+        ``swarm_terminated``. Threads and history stay. ``began``: this
+        terminate turned the swarm to ``terminating`` (a repeated one only waits)."""
+        mailboxes = self.mailboxes
+        pruned = False  # this call ended the swarm (a repeated terminate only waits)
+        try:
+            if began:
                 mine = [node for node in mailboxes.nodes.values() if node.job_id == swarm.job_id]
                 for node in mine:
                     mailboxes.fail_queued(node, f"swarm {swarm.swarm_id} terminated")
@@ -177,8 +188,11 @@ class SwarmControl:
             log.exception("terminating swarm %s failed", swarm.swarm_id)
             self.reject(request_id, "internal error while terminating")
         finally:
-            self.terminating -= 1
-            self.terminating_for[owner] -= 1
-            if not self.terminating_for[owner]:
-                del self.terminating_for[owner]
-            mailboxes.notify()
+            self._done_terminating(owner)
+
+    def _done_terminating(self, owner: object) -> None:
+        self.terminating -= 1
+        self.terminating_for[owner] -= 1
+        if not self.terminating_for[owner]:
+            del self.terminating_for[owner]
+        self.mailboxes.notify()

@@ -155,6 +155,7 @@ def scan_custom(roots: list[tuple[str, Path]]) -> dict[str, CustomCommand]:
 
 def _command_files(root: Path) -> list[tuple[str, Path]]:
     files: list[tuple[str, Path]] = []
+    inside = root.resolve()
     # os.walk does not follow symlinked directories: no loops, no escaping the root.
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
@@ -165,8 +166,11 @@ def _command_files(root: Path) -> list[tuple[str, Path]]:
             if not dot or ext.lower() != "md" or not stem or stem.startswith("."):
                 continue
             name = ":".join((*prefix, stem)).lower()
-            if _NAME.match(name):
-                files.append((name, base / filename))
+            # Nor does a file: a link must stay in the root and name a regular file
+            # (a checkout's .craft/commands/x.md -> ~/.ssh/id_rsa is not read).
+            real = (base / filename).resolve()
+            if _NAME.match(name) and real.is_relative_to(inside) and real.is_file():
+                files.append((name, real))
     return files
 
 

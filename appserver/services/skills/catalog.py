@@ -109,13 +109,24 @@ def _skill_dirs(root: Path) -> list[Path]:
     return [
         child
         for child in children
-        if not child.name.startswith(".") and child.is_dir() and (child / SKILL_FILE).is_file()
+        if not child.name.startswith(".") and child.is_dir() and _skill_file(child) is not None
     ]
+
+
+def _skill_file(directory: Path) -> Path | None:
+    """The skill's SKILL.md, when it is a regular file inside the skill's own
+    directory (followed, if a link): a checkout's ``SKILL.md -> ~/.ssh/id_rsa``
+    is not read."""
+    real = (directory / SKILL_FILE).resolve()
+    return real if real.is_relative_to(directory.resolve()) and real.is_file() else None
 
 
 def load_skill(directory: Path, root: SkillRoot) -> Skill | None:
     """Read one skill directory; ``None`` (logged) if SKILL.md is unusable."""
-    path = directory / SKILL_FILE
+    path = _skill_file(directory)
+    if path is None:
+        log.warning("skipping skill %s: no %s of its own", directory, SKILL_FILE)
+        return None
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_SKILL_BYTES + 1)

@@ -795,14 +795,25 @@ async def test_swarm_commands_as_the_codeswarm_cli_sends_them(workspace: Path) -
             await cli.send(inject(job_id, 0, "?stream 200\n?delay 50", request_id="long"))
             await cli.send(inject(job_id, 0, "queued", request_id="queued"))
             await cli.frames.until(is_event("assistant_delta"))
-            await cli.stream.send(
-                json.dumps(cli_command("swarm_terminate", {"swarm_id": swarm_id}, "end")).encode()
-                + b"\n"
-            )
+            # With a status request and an injection right behind it, in one write:
+            # both see the swarm terminating (answered in order).
+            behind = [
+                cli_command("swarm_terminate", {"swarm_id": swarm_id}, "end"),
+                cli_command("swarm_status", {"swarm_id": swarm_id}, "check"),
+                cli_command("inject", {"swarm_id": swarm_id, "content": "x"}, "after"),
+            ]
+            await cli.stream.send(b"".join(json.dumps(c).encode() + b"\n" for c in behind))
             ending = await cli.frames.until(is_event("swarm_terminated"))
             kinds = names(ending)  # deltas of the long turn may come first
             terminating = ending[kinds.index("swarm_status")]["data"]
             assert (terminating["request_id"], terminating["status"]) == ("end", "terminating")
+            statuses = [e["data"] for e in ending if e["event"] == "swarm_status"]
+            assert [(d["request_id"], d["status"]) for d in statuses[:2]] == [
+                ("end", "terminating"),
+                ("check", "terminating"),
+            ]
+            (after,) = [e for e in ending if e["data"].get("request_id") == "after"]
+            assert after["event"] == "command_rejected"
             assert kinds.index("swarm_status") < kinds.index("inject_failed")
             assert kinds.index("swarm_status") < kinds.index("turn_complete")
             failed = next(e["data"] for e in ending if e["event"] == "inject_failed")
