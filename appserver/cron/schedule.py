@@ -229,11 +229,11 @@ def next_run(schedule: Schedule, now_ms: int) -> int:
 
 
 def _fixed_time(expr: str) -> bool:
-    """Whether a cron expression runs at fixed wall times: its minute and hour
-    fields name times (no ``*`` or step), as ``30 1 * * *`` does and
-    ``*/15 * * * *`` does not (that one runs in both copies of a repeated hour)."""
+    """Whether a cron expression runs at fixed wall times, by Vixie cron's rule:
+    neither its minute nor its hour field starts with ``*``, as in ``30 1 * * *``
+    or ``0-59/30 1 * * *``; ``*/15 * * * *`` runs in both copies of a repeated hour."""
     fields = expr.split()  # five, validated
-    return not any(mark in field for field in fields[:2] for mark in "*/")
+    return not any(field.startswith("*") for field in fields[:2])
 
 
 def _repeated(moment: datetime) -> bool:

@@ -84,6 +84,8 @@ def test_a_fixed_time_expression_runs_once_on_fall_back_night() -> None:
     assert next_run(cron("0 1-2 * * *", "America/New_York"), first) == epoch_ms(
         "2030-11-03T07:00:00"
     )
+    ranged = cron("0-59/30 1 * * *", "America/New_York")  # Vixie: no leading *, fixed
+    assert next_run(ranged, first) == epoch_ms("2030-11-04T06:00:00")
     # An expression that runs at intervals runs in both copies of the hour.
     quarters = cron("*/30 * * * *", "America/New_York")
     assert next_run(quarters, epoch_ms("2030-11-03T05:40:00")) == epoch_ms("2030-11-03T06:00:00")
