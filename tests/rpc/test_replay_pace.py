@@ -4,7 +4,6 @@ client's pace (Outbox.put_source) instead of closing the connection."""
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,8 @@ import anyio
 
 from appserver.rpc.connection import Connection, Limits
 from appserver.rpc.outbox import Outbox
-from appserver.transport.base import TransportClosed
 from appserver.transport.outbox import SOURCE_BATCH_BYTES
+from tests.rpc.test_outbox import StuckTransport
 from tests.support.servers import running_server
 from tests.support.turns import new_thread, run_turn
 
@@ -56,34 +55,19 @@ async def test_an_empty_source_is_skipped_and_closing_drains_past_it() -> None:
 # --- a connection ---------------------------------------------------------------------
 
 
-class ReadingTransport:
+class ReadingTransport(StuckTransport):
     """A client that reads everything, a batch at a time."""
 
-    kind = "memory"
-
     def __init__(self) -> None:
-        self.to_server, self._inbox = anyio.create_memory_object_stream[str](math.inf)
+        super().__init__()
         self.frames: list[dict[str, Any]] = []
         self.changed = anyio.Event()
-
-    async def receive(self) -> str:
-        try:
-            return await self._inbox.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError) as exc:
-            raise TransportClosed from exc
-
-    def try_send(self, frame: str) -> bool:
-        return False  # every frame goes through the outbox
 
     async def send_batch(self, frames: list[str]) -> None:
         await anyio.sleep(0)  # the socket takes it
         self.frames.extend(json.loads(frame) for frame in frames)
         self.changed.set()
         self.changed = anyio.Event()
-
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        self._inbox.close()
-        self.to_server.close()
 
 
 async def test_a_history_larger_than_the_budget_is_replayed_whole(workspace: Path) -> None:

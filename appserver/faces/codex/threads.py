@@ -112,9 +112,12 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
         thread_id=record.id,
         created_at=record.created_at,
         updated_at=record.last_active_at,
-        # One thread asked about: another process's turn on it counts too.
+        # One thread asked about: another process's turn on it counts too (a
+        # thread without turns, one just started, cannot have one: no query).
         status=_status(
-            session, record.id, await session.runtime.threads.running_anywhere(record.id)
+            session,
+            record.id,
+            record.turn_count > 0 and await session.runtime.threads.running_anywhere(record.id),
         ),
         cwd=session.workspace,
         model_provider=session.runtime.engine.provider.name,
