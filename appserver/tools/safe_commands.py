@@ -13,8 +13,9 @@ command line runs unasked only when all of this holds:
 * every word that may name a file (the positional words, and the values of
   flags that name a file) resolves inside the workspace, from the working
   directory, symlinks followed (``tools.sandbox.in_workspace``);
-* for ``git``: the workspace is trusted (``storage/trust.py``), since git
-  runs programs named in the repository's own config (``core.fsmonitor``,
+* for ``git``: the workspace is trusted (``storage/trust.py``), and the
+  repository's own config names no program and it has no hook that a read
+  runs (``tools.safe_git``): git runs programs named there (``core.fsmonitor``,
   diff drivers) even to read.
 
 :func:`classify` answers with ``None`` (read-only) or the reason it asks.
@@ -82,14 +83,14 @@ _RG_LONG = _set(
     "hidden no-ignore no-ignore-vcs no-ignore-parent no-ignore-dot no-ignore-global "
     "no-ignore-files type-list files files-with-matches files-without-match count count-matches "
     "ignore-case smart-case case-sensitive word-regexp line-regexp fixed-strings invert-match "
-    "line-number no-line-number with-filename no-filename heading no-heading color column "
+    "line-number no-line-number with-filename no-filename heading no-heading column "
     "no-column byte-offset null multiline multiline-dotall only-matching json vimgrep stats "
     "trim quiet text pcre2 no-messages max-columns-preview passthru unrestricted "
     "glob-case-insensitive one-file-system crlf no-unicode sort-files pretty no-config"
 )
 _RG_VALUES = _set(
-    "glob iglob type type-not colors context after-context before-context max-count max-depth "
-    "max-filesize replace sort sortr regexp file encoding threads engine ignore-file "
+    "glob iglob type type-not color colors context after-context before-context max-count "
+    "max-depth max-filesize replace sort sortr regexp file encoding threads engine ignore-file "
     "max-columns context-separator field-match-separator path-separator"
 )
 _GIT_READ = _set(
@@ -100,10 +101,12 @@ _GIT_READ = _set(
     "no-renames find-renames check exit-code quiet full-index binary short long branch "
     "porcelain untracked-files ignored show-stash verbose show-current list remotes "
     "no-column abbrev no-abbrev merged no-merged ahead-behind no-ahead-behind"
+    # git takes a value for these only when attached (`--pretty=oneline`, `--unified=5`):
+    # the next word is not theirs, so it is judged as a word of its own
+    " pretty format unified"
 )
-_GIT_READ_VALUES = _set(
-    "max-count skip since after until before author committer grep format pretty unified "
-    "contains no-contains sort date diff-filter"
+_GIT_LOG_VALUES = _set(
+    "max-count skip since after until before author committer grep date diff-filter"
 )
 _GIT_DENIED = {
     "--output": "writes: --output",
@@ -112,9 +115,10 @@ _GIT_DENIED = {
 }
 _GIT_LOG = Rule(
     short="pMCwbqsz",
-    short_values="nUSG",
+    short_values="nSG",
+    short_attached="U",  # `-U5`; a bare -U leaves the next word alone
     long=_GIT_READ,
-    long_values=_GIT_READ_VALUES,
+    long_values=_GIT_LOG_VALUES,
     denied=_GIT_DENIED,
     numbers=True,
 )
@@ -124,7 +128,6 @@ GIT_RULES: dict[str, Rule] = {
         short="sbvz",
         short_attached="u",
         long=_GIT_READ,
-        long_values=_GIT_READ_VALUES,
         denied=_GIT_DENIED,
     ),
     "log": _GIT_LOG,
@@ -133,7 +136,7 @@ GIT_RULES: dict[str, Rule] = {
     "branch": Rule(
         short="arlvi",
         long=_GIT_READ | _set("ignore-case omit-empty"),
-        long_values=_GIT_READ_VALUES | _set("points-at"),
+        long_values=_set("contains no-contains sort points-at"),
         denied=_GIT_DENIED,
     ),
 }
@@ -306,6 +309,15 @@ _UNTRUSTED_GIT = (
 )
 
 
+def _odd_value(flag: str, value: str) -> str | None:
+    """Why a next word taken as ``flag``'s value asks: one that looks like a
+    flag (a program that does not take it there reads it as one; ``-`` and
+    numbers such as ``-5`` pass)."""
+    if value.startswith("-") and value != "-" and not _NUMBER.match(value):
+        return f"takes {value} as the value of {flag}"
+    return None
+
+
 def _flags(name: str, rule: Rule, words: list[str], call: Call) -> str | None:
     """Walk ``words`` (after the command name) against ``rule``; why it asks, or ``None``."""
     parsed = Parsed()
@@ -332,6 +344,9 @@ def _flags(name: str, rule: Rule, words: list[str], call: Call) -> str | None:
                 if not has_value:
                     if index >= len(words):
                         return f"{flag} lacks its value"
+                    why = _odd_value(flag, words[index])
+                    if why:
+                        return why
                     index += 1
                 value = word.partition("=")[2] if has_value else words[index - 1]
                 parsed.flags.append((flag, value))
@@ -355,6 +370,9 @@ def _flags(name: str, rule: Rule, words: list[str], call: Call) -> str | None:
                     if index >= len(words):
                         return f"{flag} lacks its value"
                     value = words[index]
+                    why = _odd_value(flag, value)
+                    if why:
+                        return why
                     index += 1
                 parsed.flags.append((flag, value))
                 if flag in rule.files:
@@ -410,7 +428,7 @@ def _sed(words: list[str], call: Call) -> str | None:
 def _git(words: list[str], call: Call, trusted: bool) -> str | None:
     if words and words[0].startswith("-") and words[0] != "--no-pager":
         return "git with global options (-c, -C, --git-dir, ...) is asked"
-    if words[0] == "--no-pager":
+    if words and words[0] == "--no-pager":
         words = words[1:]
     rule = GIT_RULES.get(words[0]) if words else None
     if rule is None:
@@ -422,6 +440,10 @@ def _git(words: list[str], call: Call, trusted: bool) -> str | None:
     named = any(not word.startswith("-") for word in words[1:])
     if why is None and words[0] == "branch" and named and not listing:
         return "git branch with a name creates a branch"
+    if why is None:
+        from appserver.tools.safe_git import repository_asks  # only for a git command
+
+        why = repository_asks(call.cwd)
     return why
 
 

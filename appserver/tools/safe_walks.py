@@ -16,8 +16,9 @@ workspace. Such a command runs unasked only when its walk cannot get there:
   ``--hidden``, ``-.``, ``-u``, ``--unrestricted``), no ``--ignore-file``, every
   whitelist glob of a shape that surely cannot match ``.craft`` (``*.py``, a
   plain name, a path under a plain name), a ``.git`` directory (not a
-  worktree's file), and no ``!`` (a re-inclusion) in the root's ignore files,
-  which could bring a hidden directory back;
+  worktree's file), and no ``!`` (a re-inclusion) in the ignore files of the
+  root or of any directory above it (rg reads those too), which could bring a
+  hidden directory back;
 * ``diff``: every file a directory argument holds (``diff`` compares them one
   level deep, following links) lies inside the workspace.
 """
@@ -33,7 +34,8 @@ from pathlib import Path
 from appserver.tools.sandbox import STATE_DIR, in_workspace
 
 _STATE = f"reads the workspace's {STATE_DIR}/ (the server's config and database)"
-# Ignore files rg reads in the directory it searches (a "!" line re-includes).
+# Ignore files rg reads in the directory it searches and those above it (a "!" line
+# re-includes).
 _IGNORE_FILES = (".ignore", ".rgignore", ".gitignore", ".git/info/exclude")
 # A directory argument of diff with more entries than this is asked, not listed.
 _DIFF_MAX_ENTRIES = 1000
@@ -103,11 +105,13 @@ def _rg(parsed: Parsed, call: Call) -> str | None:
         pattern = str(glob)
         if not pattern.startswith("!") and not _cannot_match_state(pattern):
             return _STATE
-    if (call.root / ".git").is_file():  # a worktree's: its exclude file is elsewhere
-        return f"{_STATE}: .git is a file (its ignore files may re-include)"
-    for name in _IGNORE_FILES:
-        if _reincludes(call.root / name):
-            return f"{_STATE}: {name} re-includes files (a `!` line)"
+    # rg reads the ignore files of every directory above the one it searches too.
+    for directory in (call.root, *call.root.parents):
+        if (directory / ".git").is_file():  # a worktree's: its exclude file is elsewhere
+            return f"{_STATE}: {directory / '.git'} is a file (its ignore files may re-include)"
+        for name in _IGNORE_FILES:
+            if _reincludes(directory / name):
+                return f"{_STATE}: {directory / name} re-includes files (a `!` line)"
     return None
 
 
@@ -140,7 +144,8 @@ def _reincludes(path: Path) -> bool:
     """Whether an ignore file has a ``!`` line (or cannot be read: assume so)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as lines:
-            return any(line.lstrip().startswith("!") for line in lines)
+            # A byte-order mark is stripped too: newer rg ignores one.
+            return any(line.lstrip("\ufeff \t").startswith("!") for line in lines)
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError:

@@ -4,8 +4,9 @@
 shell syntax: ``ls; rm x`` splits into harmless-looking words. So the line
 is scanned once first, tracking quotes, and any character that bash would
 treat as syntax or expansion outside single quotes (a pipe, a list, a
-redirection, a substitution, a variable, a glob, a brace, a leading ``~`` or
-``#``, a newline) ends the matter: :class:`NotSimple` says which, in words
+redirection, a substitution, a variable, a glob, a brace, a ``~`` that bash
+expands (leading, or after ``=`` or ``:``), a leading ``#``, a newline) ends
+the matter: :class:`NotSimple` says which, in words
 a person reads in the approval prompt. Only a line free of all of them is
 split into words.
 """
@@ -65,6 +66,7 @@ def simple_words(command: str) -> list[str]:
         raise NotSimple("spans several lines")
     quote = ""  # the open quote character, if any
     word_start = True
+    previous = ""  # the character before this one in the word, quoted or not
     index = 0
     while index < len(command):
         char = command[index]
@@ -81,6 +83,7 @@ def simple_words(command: str) -> list[str]:
                 raise NotSimple(_SYNTAX["`"])
         elif char in " \t":
             word_start = True
+            previous = ""
             index += 1
             continue
         elif char == "\\":
@@ -91,13 +94,17 @@ def simple_words(command: str) -> list[str]:
             raise NotSimple(_operator(command, index))
         elif char == "$":
             raise NotSimple(_dollar(command, index))
-        elif char == "{" and command[index + 1 : index + 2] == "}":
-            index += 1  # `{}` expands to itself (find's placeholder)
+        elif char == "{" and word_start and command[index + 1 : index + 3] in ("}", "} ", "}\t"):
+            index += 1  # a `{}` word expands to itself (find's placeholder); `''{},a}` does not
         elif char in _SYNTAX:
             raise NotSimple(_SYNTAX[char])
         elif word_start and char in _WORD_START:
             raise NotSimple(_WORD_START[char])
+        elif char == "~" and previous in ("=", ":"):
+            # bash expands `a=~/x` and `a:~/x` in a word that looks like an assignment
+            raise NotSimple(_WORD_START["~"])
         word_start = False
+        previous = command[index]
         index += 1
     try:
         words = shlex.split(command, posix=True)
