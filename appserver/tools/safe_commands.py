@@ -136,7 +136,7 @@ GIT_RULES: dict[str, Rule] = {
     "branch": Rule(
         short="arlvi",
         long=_GIT_READ | _set("ignore-case omit-empty"),
-        long_values=_set("contains no-contains sort points-at"),
+        long_values=_set("contains no-contains sort points-at format"),
         denied=_GIT_DENIED,
     ),
 }
@@ -304,6 +304,8 @@ _FIND_DENIED = {
 }
 _SED_RANGE = re.compile(r"^\d+(,\d+)?p$")
 _NUMBER = re.compile(r"^[-+]\d+$")
+# tail's obsolete form `+5f` (or `+f`, `+2lf`): a follow, like -f
+_OBSOLETE_FOLLOW = re.compile(r"^[-+]\d*[bcl]?f$")
 _UNTRUSTED_GIT = (
     "git runs programs named in the repository's config, and this workspace is not trusted"
 )
@@ -328,6 +330,8 @@ def _flags(name: str, rule: Rule, words: list[str], call: Call) -> str | None:
     while index < len(words):
         word = words[index]
         index += 1
+        if rule.numbers and "-f" in rule.denied and _OBSOLETE_FOLLOW.match(word):
+            return rule.denied["-f"]
         if only_positional or word == "-" or not word.startswith("-"):
             positional.append(word)
             continue

@@ -14,9 +14,10 @@ is built (:func:`appserver.transport.websocket.start_listener`):
 * The first connection's request is only peeked at (``MSG_PEEK``). Unless it is
   a plain upgrade that :class:`~appserver.transport.ws_admission.Admission` and
   the library would both accept without a question (``GET`` of ``/ws`` or
-  ``/``, HTTP/1.1, no ``Origin``, no token configured, the WebSocket headers
-  well formed), it stays unread and the library does the whole handshake,
-  admission checks included, as for any connection.
+  ``/``, HTTP/1.1, no ``Origin``, no token configured, ``Host`` naming
+  ``localhost`` or an IP address, the WebSocket headers well formed), it
+  stays unread and the library does the whole handshake, admission checks
+  included, as for any connection.
 * A plain upgrade is answered with the library's ``101`` (no extension, no
   subprotocol, as the listener is configured); then the first frame is peeked
   at the same way. Only a complete, masked, unfragmented text frame that is a
@@ -34,6 +35,7 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import ipaddress
 import select
 import socket
 import struct
@@ -224,6 +226,8 @@ def _upgrade_key(request: bytes) -> bytes | None:
         headers.setdefault(name.lower(), []).append(value.strip())
     if "origin" in headers or "authorization" in headers or len(headers.get("host", [])) != 1:
         return None  # a browser page, a token offered, not one Host: Admission decides
+    if not _names_a_local_host(headers["host"][0]):
+        return None  # Admission decides what a name in Host may be
     if "content-length" in headers or "transfer-encoding" in headers:
         return None  # a body: the library refuses it
     connection = {
@@ -244,6 +248,22 @@ def _upgrade_key(request: bytes) -> bytes | None:
     except ValueError:
         return None
     return keys[0].encode("ascii")
+
+
+def _names_a_local_host(host: str) -> bool:
+    """Whether a ``Host`` header is ``localhost`` or an IP literal (a port
+    aside): what a loopback listener's admission accepts whatever else it allows."""
+    try:
+        name = urlsplit(f"http://{host}").hostname
+    except ValueError:
+        return False
+    if name == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name or "")
+    except ValueError:
+        return False
+    return True
 
 
 def _switching_protocols(key: bytes) -> bytes:

@@ -64,10 +64,31 @@ def endpoint(options: ListenerOptions, port: int) -> str:
     return f"ws://{host}:{port}{WS_PATH}"
 
 
+# A token that guards a listener other hosts can reach: at least this long (the
+# lockout lets ~20 guesses a second through; secrets.token_urlsafe(32) gives 43).
+MIN_NETWORK_TOKEN = 16
+
+
 def check_options(options: ListenerOptions) -> None:
-    """Raise :class:`ListenerError` for options the listener refuses."""
-    if not options.token and not is_loopback(options.host):
+    """Raise :class:`ListenerError` for options the listener refuses: a token
+    that is empty (``--token ''`` would otherwise mean none at all), one shorter
+    than :data:`MIN_NETWORK_TOKEN` on a non-loopback address or none there, and
+    ``null`` as an allowed origin (every sandboxed frame and ``data:`` page sends it)."""
+    if options.token is not None and not options.token.strip():
+        raise ListenerError("the token is empty: give one, or no --token at all")
+    if not is_loopback(options.host):
+        if not options.token:
+            raise ListenerError(
+                f"refusing to listen on non-loopback address {options.host!r} without a token "
+                "(pass --token or set APPSERVER_TOKEN)"
+            )
+        if len(options.token) < MIN_NETWORK_TOKEN:
+            raise ListenerError(
+                f"refusing a token of {len(options.token)} characters on non-loopback address "
+                f"{options.host!r}: use at least {MIN_NETWORK_TOKEN} (docs/websocket.md shows "
+                "how to make one)"
+            )
+    if any(origin.strip().lower() == "null" for origin in options.allowed_origins):
         raise ListenerError(
-            f"refusing to listen on non-loopback address {options.host!r} without a token "
-            "(pass --token or set APPSERVER_TOKEN)"
+            "refusing --allow-origin null: every sandboxed frame and data: page sends that origin"
         )

@@ -21,7 +21,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from appserver.transport.listen_options import WS_PATH, WS_PATHS, ListenerOptions
+from appserver.transport.listen_options import WS_PATH, WS_PATHS, ListenerOptions, is_loopback
 from appserver.transport.lockout import TokenLockout, peer_key
 from appserver.transport.webclient import WebClient
 
@@ -73,6 +73,8 @@ class Admission:
         self.is_ready = is_ready
         self._token = options.token.encode() if options.token else None
         self._origins = {origin.rstrip("/").lower() for origin in options.allowed_origins}
+        # The hosts those origins name: a page there addresses us by that name.
+        self._hosts = {urlsplit(origin).hostname or "" for origin in self._origins} - {""}
         self.lockout = TokenLockout(clock=clock)
         self.web = (
             WebClient.load(token_required=self._token is not None)
@@ -90,6 +92,8 @@ class Admission:
             )
         if len(request.headers.get_all("Host")) != 1:  # HTTP/1.1 answers 400 (RFC 9112 3.2)
             return _json_response(HTTPStatus.BAD_REQUEST, {"error": "one Host header is required"})
+        if not self.host_allowed(request):
+            return _json_response(HTTPStatus.MISDIRECTED_REQUEST, {"error": "host not served"})
         url = urlsplit(request.path)
         origins = request.headers.get_all("Origin")
         if len(origins) > 1:  # a browser sends one; two is not a page we can trust
@@ -118,6 +122,28 @@ class Admission:
             offered = parse_qs(url.query).get("token", [""])[0] or _bearer(request)
             return self._check_token(self._token, peer_key(connection.remote_address), offered)
         return None
+
+    def host_allowed(self, request: Request) -> bool:
+        """Whether a request names this machine in its ``Host``, on a loopback
+        listener: ``localhost``, an IP literal, the address we listen on or a
+        host named by ``--allow-origin``. A page of ``evil.example`` whose name
+        was re-pointed at 127.0.0.1 (DNS rebinding) sends ``Host: evil.example``
+        and would otherwise read every plain GET (``/healthz``, the page's
+        files) as if it were ours. A listener on another address is reached by
+        whatever name its users give it, and needs a token."""
+        if not is_loopback(self.options.host):
+            return True
+        host = self._host(request)
+        name = urlsplit(f"http://{host}").hostname if host else None
+        if not name:
+            return False
+        if name in ("localhost", self.options.host.lower().strip("[]")) or name in self._hosts:
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
 
     def origin_allowed(self, origin: str, request: Request) -> bool:
         """Whether a browser page at ``origin`` may use this listener.

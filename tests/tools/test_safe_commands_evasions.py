@@ -34,6 +34,10 @@ CASES: list[tuple[str, str]] = [
     # rg's --color takes a value: the words after it are not shifted
     ("rg --color never -. FAKE", "reads the workspace's .craft/"),
     ("rg --color always --hidden sk-", "reads the workspace's .craft/"),
+    # tail's obsolete `+Nf` follows, as -f does
+    ("tail +1f README.md", "never ends"),
+    ("tail +f README.md", "never ends"),
+    ("tail +2lf README.md", "never ends"),
     # no subcommand at all
     ("git", "not a known read-only git command"),
     ("git --no-pager", "not a known read-only git command"),
@@ -42,6 +46,8 @@ STILL_UNASKED = [
     "git log HEAD~1 -U5 -p",
     "git log --pretty=oneline --since 2.weeks -3",
     "head -n -5 README.md",
+    "tail +3 README.md",
+    "git branch -l --format '%(refname:short)'",
     "cut -d - -f1 README.md",
     "rg --color=never foo",
     "rg --color never foo src",

@@ -172,6 +172,25 @@ def test_a_rebound_name_is_not_the_pages_origin() -> None:
     assert allowed.origin_allowed("https://agent.example", request("127.0.0.1:9100", "x"))
 
 
+def test_a_rebound_name_reads_nothing_on_loopback() -> None:
+    """DNS rebinding without a WebSocket: a page of evil.example re-pointed at
+    127.0.0.1 fetches plain GETs with ``Host: evil.example``; a loopback
+    listener answers them 421 (the health checks and the page's files too)."""
+    gate = admission(host="127.0.0.1", port=9100, allowed_origins=["http://devbox.test:9100"])
+    connection = SimpleNamespace(remote_address=("127.0.0.1", 5555))
+    for path in ("/healthz", "/readyz", "/", "/assets/app.js", "/ws"):
+        for host in ("evil.example:9100", "attacker.com", "127.0.0.1.nip.io:9100"):
+            answer = gate(connection, Request(path, Headers([("Host", host)])))  # type: ignore[arg-type]
+            assert answer is not None and answer.status_code == 421, (path, host)
+    for host in ("127.0.0.1:9100", "localhost:9100", "[::1]:9100", "devbox.test:9100"):
+        answer = gate(connection, Request("/healthz", Headers([("Host", host)])))  # type: ignore[arg-type]
+        assert answer is not None and answer.status_code == 200, host
+    # A listener other hosts reach is addressed by whatever name they give it.
+    network = admission(host="0.0.0.0", port=9100, token="x" * 16)
+    answer = network(connection, Request("/healthz", Headers([("Host", "agent.example")])))  # type: ignore[arg-type]
+    assert answer is not None and answer.status_code == 200
+
+
 def test_only_get_is_served() -> None:
     gate = admission(host="127.0.0.1", port=9100)
     connection = SimpleNamespace(remote_address=("127.0.0.1", 5555))

@@ -219,6 +219,48 @@ async def test_non_loopback_without_token_is_refused_before_binding(workspace: P
         assert "endpoints" not in lock
 
 
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"token": ""}, "token is empty"),
+        ({"token": "   "}, "token is empty"),
+        ({"host": "0.0.0.0", "token": "short"}, "at least 16"),
+        ({"host": "0.0.0.0", "token": "   " * 6}, "token is empty"),
+        ({"allowed_origins": ["null"]}, "--allow-origin null"),
+    ],
+)
+async def test_a_token_that_guards_nothing_is_refused(
+    workspace: Path, options: dict[str, Any], refusal: str
+) -> None:
+    """``--token ''`` once meant no authentication at all; a short token on a
+    network address falls to guessing; ``null`` is every sandboxed page's origin."""
+    async with AppServer.open(ServerConfig(workspace=workspace)) as app:
+        with pytest.raises(ListenerError, match=refusal):
+            async with app.listen_websocket(ListenerOptions(**{"port": 0, **options})):
+                pytest.fail("listener started")
+
+
+async def test_cli_refuses_an_empty_token(workspace: Path) -> None:
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from appserver.cli import main; sys.exit(main(sys.argv[1:]))",
+        "app-server",
+        "--listen",
+        "ws://127.0.0.1:0",
+        "--token",
+        "",
+        "--workspace",
+        str(workspace),
+    ]
+    with anyio.fail_after(20):
+        done = await anyio.run_process(
+            command, env=child_env(), check=False, stdin=subprocess.DEVNULL
+        )
+    assert done.returncode != 0 and b"token is empty" in done.stderr
+    assert done.stdout == b""
+
+
 async def test_cli_refuses_non_loopback_without_token(workspace: Path) -> None:
     command = [
         sys.executable,
