@@ -23,7 +23,6 @@ from appserver.protocol import errors as rpc_errors
 from appserver.protocol.base import WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN, PathText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
-from appserver.protocol.threads import SessionIdentity
 
 MAX_WELCOME_ITEMS = 4
 DEFAULT_COMMIT_TIMEOUT_MS = 120_000
@@ -31,6 +30,20 @@ MAX_COMMIT_TIMEOUT_MS = 600_000
 MAX_COMMIT_PATHS = 1_000
 
 # --- welcome/suggestions --------------------------------------------------------------------
+
+
+class WorkspaceOfIdentity(WireModel):
+    """A `SessionIdentity` of which only the workspace is read: its other fields
+    may be absent (DotCraft reads none of them here)."""
+
+    channel_name: str | None = None
+    """Ignored here."""
+    user_id: str | None = None
+    """Ignored here."""
+    channel_context: str | None = None
+    """Ignored here."""
+    workspace_path: PathText | None = None
+    """The workspace asked about; absent or empty: this server's."""
 
 
 class WelcomeSuggestionsParams(WireModel):
@@ -42,7 +55,7 @@ class WelcomeSuggestionsParams(WireModel):
         }
     )
 
-    identity: SessionIdentity | None = None
+    identity: WorkspaceOfIdentity | None = None
     """Whose new thread; only its `workspacePath` is used (absent or empty: this server's)."""
     max_items: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """At most this many items (absent or not positive: 4; never more than 4)."""

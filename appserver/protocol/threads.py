@@ -315,7 +315,8 @@ class ThreadListParams(WireModel):
     include_archived: Flag = False
     """Include archived threads."""
     include_sub_agents: Flag = False
-    """Include threads of sub-agents."""
+    """Include SubAgent child threads; they match on the workspace and `userId` only (their
+    `channelContext` is their parent's id)."""
     include_internal: Flag = False
     """Include the server's internal helper threads (welcome and commit-message suggestions,
     `metadata["dotcraft.internal"]`), as DotCraft v0.2.15; they are hidden otherwise."""

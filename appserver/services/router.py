@@ -125,6 +125,10 @@ def parse_params(model: type[P], params: Any) -> P:
         raise rpc_errors.invalid_params(describe_validation_error(exc)) from None
 
 
+# What a switched-off family's methods answer "Method not found: ..." with, by capability
+# (DotCraft names the family; automations are the family a workspace can switch off).
+_FAMILY_NAMES = {"automations": "automation/*"}
+
 class _Registrations(NamedTuple):
     """What a router holds that a family's install adds to."""
 
@@ -364,7 +368,9 @@ class Router:
             self._installs[ctx.method]()
             handler = self.handlers.get(ctx.method)
         if spec is None or handler is None:
-            raise RpcError(rpc_errors.METHOD_NOT_FOUND, f"Method not found: {ctx.method}")
+            # A family switched off is named as DotCraft names it ("automation/*").
+            name = _FAMILY_NAMES.get(spec.capability or "", ctx.method) if spec else ctx.method
+            raise RpcError(rpc_errors.METHOD_NOT_FOUND, f"Method not found: {name}")
         # Long-running ("detached") requests, e.g. a terminal/read that waits, do not
         # count: background warm-up waits only for requests a client is waiting on now.
         counted = spec.access != "detached"

@@ -174,6 +174,13 @@ class ThreadRepository:
             owner.insert(0, "user_id = ?")
             args.insert(0, query.user_id)
         owner_sql = " AND ".join(owner)
+        if query.include_sub_agents:
+            # Children match on the workspace and the user only: their channel
+            # context is their parent's id, which the listing client never names.
+            children = "source_kind = 'subagent'" + (" AND user_id = ?" if query.user_id else "")
+            owner_sql = f"({owner_sql}) OR ({children})"
+            if query.user_id:
+                args.append(query.user_id)
         if query.cross_channel_origins:
             marks = ", ".join("?" for _ in query.cross_channel_origins)
             owner_sql = f"({owner_sql}) OR origin_channel IN ({marks})"

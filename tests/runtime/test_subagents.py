@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 
 from tests.conftest import BOTH_STORES
+from tests.support.helpers import IDENTITY
 from tests.support.servers import ServerUnderTest
 from tests.support.turns import (
     Approver,
@@ -173,3 +174,23 @@ async def test_send_input_close_resume_and_a_wait_that_times_out(server: ServerU
             assert statuses == ["completed", "cancelled"]
             reopened = await tool(call("ResumeAgent", childThreadId=child))
             assert reopened["status"] == "open"
+
+
+async def test_thread_list_includes_children_by_user_when_asked(server: ServerUnderTest) -> None:
+    """Children match on the workspace and user only (their channel context is the
+    parent's id), and only with ``includeSubAgents`` (dotcraft-parity-2 §2.9)."""
+    with anyio.fail_after(40):
+        async with server.connect() as client:
+            parent = await new_thread(client)
+            turn_id, _ = await run_turn(client, parent, spawn("report"))
+            child = (await tool_answer(client, parent, turn_id))["childThreadId"]
+            identity = {**IDENTITY}
+
+            async def listed(**extra: Any) -> set[str]:
+                result = await client.request("thread/list", {"identity": identity, **extra})
+                return {thread["id"] for thread in result["data"]}
+
+            assert await listed() == {parent}
+            assert await listed(includeSubAgents=True) == {parent, child}
+            identity["userId"] = "someone-else"
+            assert child not in await listed(includeSubAgents=True)

@@ -2712,7 +2712,7 @@ export interface ThreadListParams {
    */
   includeArchived?: boolean;
   /**
-   * Include threads of sub-agents.
+   * Include SubAgent child threads; they match on the workspace and `userId` only (their `channelContext` is their parent's id).
    *
    * Default: `false`.
    */
@@ -3360,7 +3360,7 @@ export interface WelcomeSuggestion {
 /** `welcome/suggestions`: the suggestions for a new thread in this workspace. */
 export interface WelcomeSuggestionsParams {
   /** Whose new thread; only its `workspacePath` is used (absent or empty: this server's). */
-  identity?: SessionIdentity | null;
+  identity?: WorkspaceOfIdentity | null;
   /** At most this many items (absent or not positive: 4; never more than 4). */
   maxItems?: number | null;
 }
@@ -3431,6 +3431,21 @@ export interface WorkspaceConfigUpdateResult {
   provider?: string | null;
   /** The welcome suggestions setting of the user's settings for this workspace (absent: unset). */
   welcomeSuggestionsEnabled?: boolean | null;
+}
+
+/**
+ * A `SessionIdentity` of which only the workspace is read: its other fields
+ * may be absent (DotCraft reads none of them here).
+ */
+export interface WorkspaceOfIdentity {
+  /** Ignored here. */
+  channelName?: string | null;
+  /** Ignored here. */
+  userId?: string | null;
+  /** Ignored here. */
+  channelContext?: string | null;
+  /** The workspace asked about; absent or empty: this server's. */
+  workspacePath?: string | null;
 }
 
 /** What the server works on and with: for a header, a status line, `/status`. */

@@ -263,6 +263,7 @@ __all__ = [
     "WorkspaceConfigSchemaResult",
     "WorkspaceConfigUpdateParams",
     "WorkspaceConfigUpdateResult",
+    "WorkspaceOfIdentity",
     "WorkspaceStatusResult",
     "WorkspaceTrustParams",
     "WorkspaceTrustResult",
@@ -2515,7 +2516,7 @@ class WelcomeSuggestion(TypedDict):
 class WelcomeSuggestionsParams(TypedDict):
     """``welcome/suggestions``: the suggestions for a new thread in this workspace."""
 
-    identity: NotRequired[SessionIdentity | None]
+    identity: NotRequired[WorkspaceOfIdentity | None]
     maxItems: NotRequired[int | None]
 
 
@@ -2568,6 +2569,17 @@ class WorkspaceConfigUpdateResult(TypedDict):
     defaultApprovalPolicy: NotRequired[str | None]
     provider: NotRequired[str | None]
     welcomeSuggestionsEnabled: NotRequired[bool | None]
+
+
+class WorkspaceOfIdentity(TypedDict):
+    """A `SessionIdentity` of which only the workspace is read: its other fields
+    may be absent (DotCraft reads none of them here).
+    """
+
+    channelName: NotRequired[str | None]
+    userId: NotRequired[str | None]
+    channelContext: NotRequired[str | None]
+    workspacePath: NotRequired[str | None]
 
 
 class WorkspaceStatusResult(TypedDict):
@@ -4190,7 +4202,7 @@ class GeneratedMethods:
     async def welcome_suggestions(
         self,
         *,
-        identity: SessionIdentity | None = None,
+        identity: WorkspaceOfIdentity | None = None,
         max_items: int | None = None,
         timeout: float | None = None,
     ) -> WelcomeSuggestionsResult:
