@@ -129,6 +129,7 @@ def parse_params(model: type[P], params: Any) -> P:
 # (DotCraft names the family; automations are the family a workspace can switch off).
 _FAMILY_NAMES = {"automations": "automation/*"}
 
+
 class _Registrations(NamedTuple):
     """What a router holds that a family's install adds to."""
 
