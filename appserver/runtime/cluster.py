@@ -99,6 +99,7 @@ class ClusterNode:
         self._idle_signals: dict[str, anyio.Event] = {}
         self._down_since: float | None = None  # when the feed went down (Unix seconds)
         self._askers: RemoteAskers | None = None  # set by wire_approvals
+        self._questions: RemoteQuestions | None = None  # the same
         # Whether this node runs the turn (thread, turn); set by the runtime.
         self.runs_turn: Callable[[str, str], bool] = lambda _thread, _turn: True
         # Who watched a turn of this node whose end it could not store; set by the runtime.
@@ -123,7 +124,7 @@ class ClusterNode:
         broker.remote_askers.append(remote)
         broker.settle_listeners.append(remote.settle)
         broker.before_asking.append(remote.refresh)
-        questions = RemoteQuestions(self, broker, self.journal.bus.subscribers)
+        questions = self._questions = RemoteQuestions(self, broker, self.journal.bus.subscribers)
 
         async def joined(body: dict[str, Any]) -> None:
             # A node that joins is asked what is open here, as if it had been
@@ -250,8 +251,9 @@ class ClusterNode:
         restart = starting and not self.store.remote
         peers = await self.store.live_peers(self.silence)
         self.peers = len(peers)
-        if self._askers is not None:
+        if self._askers is not None and self._questions is not None:
             self._askers.gone(set(peers))  # a node asked that died will not answer
+            self._questions.gone(set(peers))  # nor ask any more
         failed = 0
         for thread_id, turn_id in await self.store.claim_orphaned_turns(self.silence):
             try:

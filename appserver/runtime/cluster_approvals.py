@@ -166,6 +166,16 @@ class RemoteQuestions:
         self.broker = broker
         self.subscribers = subscribers
         self._pending: dict[str, PendingApproval[ApprovalRequestParams]] = {}
+        self._askers: dict[str, str] = {}  # request id -> the node that asked
+
+    def gone(self, alive: set[str]) -> None:
+        """End the questions of nodes not in ``alive``: a node that died asks
+        nothing any more (a sweep fails its turn), and its question must not be
+        offered to clients that subscribe later, nor hide a live one."""
+        for request_id, asker in list(self._askers.items()):
+            pending = self._pending.get(request_id)
+            if asker not in alive and pending is not None:
+                pending.resolve(_SETTLED, None)
 
     async def on_ask(self, body: dict[str, Any]) -> None:
         params = ApprovalRequestParams.model_validate_json(body["params"])
@@ -183,14 +193,18 @@ class RemoteQuestions:
             timeout = float(body.get("timeout") or self.broker.timeout)
             pending = PendingApproval(params, task_group, timeout, self.broker.reconnect_grace)
             self._pending[request_id] = pending
-            # Here too a client that subscribes meanwhile is asked (broker.offer).
-            self.broker.pending.setdefault(params.thread_id, pending)
+            self._askers[request_id] = asker
+            # Here too a client that subscribes meanwhile is asked (broker.offer). A
+            # thread runs one turn at a time in the cluster: a question still
+            # registered for it is one whose end never came, and the new one wins.
+            self.broker.pending[params.thread_id] = pending
             try:
                 for participant in capable:
                     pending.ask(participant)
                 decision, _reason = await pending.wait()
             finally:
                 self._pending.pop(request_id, None)
+                self._askers.pop(request_id, None)
                 if self.broker.pending.get(params.thread_id) is pending:
                     del self.broker.pending[params.thread_id]
             if decision == _SETTLED:

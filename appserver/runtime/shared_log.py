@@ -439,8 +439,8 @@ class SharedLog:
         self, thread_id: str, participant: Participant, after_seq: int | None
     ) -> list[Event]:
         """Events a subscriber missed (``after_seq``; none when ``None``), and
-        from now on skip in live delivery what this replay covered. Call
-        under the journal's thread lock."""
+        from now on skip in live delivery what this replay covered (nothing
+        without one). Call under the journal's thread lock."""
         feed = self._feed(thread_id)
         # What other nodes announce from now on is fetched for this subscriber,
         # even before the bus knows it subscribed.
@@ -453,11 +453,15 @@ class SharedLog:
                 stored, last = await self.store.replay(thread_id, after_seq)
         finally:
             feed.subscribing -= 1
-        floors = self.floors.get(id(participant))
-        if floors is None:
-            floors = self.floors[id(participant)] = {}
-            weakref.finalize(participant, self.floors.pop, id(participant), None)
-        floors[thread_id] = last
+        if after_seq is not None:
+            # What the replay covered is not sent again live. Without a replay
+            # there is nothing to skip: an event this node has yet to deliver
+            # (another node's broadcast, say) still reaches the new subscriber.
+            floors = self.floors.get(id(participant))
+            if floors is None:
+                floors = self.floors[id(participant)] = {}
+                weakref.finalize(participant, self.floors.pop, id(participant), None)
+            floors[thread_id] = last
         if feed.delivered is None and not feed.local and not feed.queue:
             feed.delivered = last
             feed.followed_from = last + 1

@@ -285,10 +285,15 @@ class ClusterStore:
             lease_seconds,
         )
         if rows:
-            # Dead nodes' rows go too, so the next sweep does not look at them.
+            # Dead nodes' rows go too, so the next sweep does not look at them,
+            # and what was sent to them: nobody takes it any more.
             await self.pool.execute(
                 "DELETE FROM cluster_nodes WHERE heartbeat_at < now() - make_interval(secs => $1)",
                 lease_seconds,
+            )
+            await self.pool.execute(
+                "DELETE FROM cluster_commands"
+                " WHERE node_id NOT IN (SELECT node_id FROM cluster_nodes)"
             )
         return [(row[0], row[1]) for row in rows]
 

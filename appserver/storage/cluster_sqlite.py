@@ -445,6 +445,11 @@ def _prune(conn: sqlite3.Connection, older_than_seconds: float) -> int:
     return cursor.rowcount
 
 
+_DROP_ORPHAN_COMMANDS = (
+    "DELETE FROM cluster_commands WHERE node_id NOT IN (SELECT node_id FROM cluster_nodes)"
+)
+
+
 def _claim_orphans(
     conn: sqlite3.Connection, node_id: str, lease_seconds: float, dead: list[str]
 ) -> list[tuple[str, str]]:
@@ -460,6 +465,9 @@ def _claim_orphans(
     if rows:
         # Dead processes' rows go too, so the next sweep does not look at them.
         conn.execute(f"DELETE FROM cluster_nodes WHERE heartbeat_at < {_NOW} - ?", (lease_seconds,))
+    if rows or dead:
+        # ... and what was sent to them: nobody takes it any more.
+        conn.execute(_DROP_ORPHAN_COMMANDS)
     return [(row[0], row[1]) for row in rows]
 
 

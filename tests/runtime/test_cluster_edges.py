@@ -292,3 +292,32 @@ async def test_an_input_steered_into_a_turn_whose_node_died_goes_back_to_the_que
             done = await wait_terminal(on_b, second, thread_id=thread_id)
         users = [i for i in done["params"]["turn"]["items"] if i["type"] == "userMessage"]
         assert users[0]["payload"]["text"] == "steered first"
+
+
+async def test_a_dead_node_s_question_is_not_asked_again(
+    workspace: Path, postgres_url: str
+) -> None:
+    """The node that asked died: its turn is failed, and its question is over on
+    every node. A client that subscribes later is not asked it, and it does not
+    hide the next turn's question (docs/scale-out.md, "Approvals across nodes")."""
+    async with two_nodes(workspace, postgres_url, LEASE) as (a, b, on_a, on_b):
+        Approver(on_a, None)
+        watcher = Approver(on_b, None)
+        thread_id = await new_thread(on_a)
+        await on_b.request("thread/subscribe", {"threadId": thread_id})
+        first = await start_turn(on_a, thread_id, "!touch first")
+        with anyio.fail_after(30):
+            await watcher.wait_request()
+            a.kill()
+            terminal = await wait_terminal(on_b, first, 25, thread_id=thread_id)
+            assert terminal["method"] == "turn/failed"
+            async with b.connect("late") as late:
+                asked = Approver(late, "decline")
+                await late.request("thread/subscribe", {"threadId": thread_id})
+                second = await start_turn(late, thread_id, "!touch second")
+                request = await asked.wait_request(timeout=20)
+                assert request["params"]["turnId"] == second
+                ended = await wait_terminal(late, second, 20, thread_id=thread_id)
+        assert ended["method"] == "turn/completed"
+        assert [r["params"]["turnId"] for r in asked.requests] == [second]
+        assert not (workspace / "first").exists() and not (workspace / "second").exists()

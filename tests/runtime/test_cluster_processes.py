@@ -115,3 +115,20 @@ async def test_a_clean_exit_leaves_the_other_process_s_turn_running(workspace: P
         # ...and finishes normally.
         ended = await wait_terminal(keeper, turn_id, timeout=20, start=mark)
         assert ended["method"] == "turn/completed"
+
+
+async def test_a_subscribe_right_after_another_process_s_broadcast_still_gets_it(
+    workspace: Path,
+) -> None:
+    """A subscribe without ``afterSeq`` replays nothing, so it skips nothing: a
+    ``thread/started`` the other process stored just before (not yet delivered
+    here) still reaches the subscriber, as it reaches every connection."""
+    async with stdio_server(workspace) as (_, first), stdio_server(workspace) as (_, second):
+        await second.request("thread/list", {"identity": IDENTITY})  # its runtime runs
+        for _ in range(3):
+            thread = await first.request("thread/start", {"identity": IDENTITY})
+            thread_id = thread["thread"]["id"]
+            await second.request("thread/subscribe", {"threadId": thread_id})
+            await second.notification(
+                "thread/started", where=lambda p, t=thread_id: p["thread"]["id"] == t, timeout=10
+            )

@@ -58,8 +58,11 @@ async def test_a_process_whose_node_lock_is_free_is_dead_before_its_lease_ends(
         # heartbeat row stays fresh, yet the turn is claimed at once.
         assert runner._node_lock is not None
         runner._node_lock.release()
+        await sweeper.send("runner", "approval/answer", {"requestId": "r1"})
         assert await sweeper.claim_orphaned_turns(3600.0) == [("t1", "turn_001")]
         assert await sweeper.live_peers(3600.0) == []
+        # What was sent to the dead process goes with it: nobody would take it.
+        assert await sweeper_db.fetch("SELECT node_id FROM cluster_commands", ()) == []
         await sweeper.close()
     finally:
         await runner_db.close()
