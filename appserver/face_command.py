@@ -85,10 +85,11 @@ def face_command(args: argparse.Namespace) -> int:
         )
         return open_host(other)
 
+    terminated = _sigterm_as_interrupt()
     try:
         code: int = anyio.run(module.main, args, options, host, stdin, stdout)
     except KeyboardInterrupt:
-        return 130
+        return 143 if terminated else 130  # the shell's 128 + the signal's number
     except Exception as error:
         from appserver.transport.base import AddressInUse, ListenerError
 
@@ -108,3 +109,21 @@ def face_command(args: argparse.Namespace) -> int:
             return 1
         raise
     return code
+
+
+def _sigterm_as_interrupt() -> list[bool]:
+    """Make SIGTERM stop the face as SIGINT does: the turns in flight are
+    stored cancelled (a supervisor's stop is not a crash; it left them running,
+    to be failed at the next start). A face that handles SIGTERM itself (the
+    router, ``codex exec``) overrides this while it runs. Returns a flag set
+    when SIGTERM came."""
+    import signal
+
+    terminated = [False]
+
+    def interrupt(signum: int, frame: object) -> None:
+        terminated[0] = True
+        signal.raise_signal(signal.SIGINT)  # asyncio's runner cancels the main task
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return terminated

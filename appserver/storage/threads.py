@@ -29,6 +29,11 @@ from appserver.storage.records import (
 THREAD_CACHE_SIZE = 1024
 
 
+# Longer than any thread's name or id; its LIKE pattern (escapes doubling it at
+# most) stays within SQLite's 50,000-byte limit.
+MAX_SEARCH_CHARS = 10_000
+
+
 @dataclass
 class ThreadQuery:
     """``thread/list`` filters, already normalised by the service."""
@@ -167,7 +172,10 @@ class ThreadRepository:
         return tools if isinstance(tools, list) else []
 
     async def list_threads(self, query: ThreadQuery) -> tuple[list[ThreadRecord], str | None]:
-        """Matching threads, newest activity first, and the next page's cursor."""
+        """Matching threads, newest activity first, and the next page's cursor.
+        A search term longer than :data:`MAX_SEARCH_CHARS` matches nothing."""
+        if query.search_term and len(query.search_term) > MAX_SEARCH_CHARS:
+            return [], None  # no name or id is that long (and SQLite's LIKE refuses it)
         owner = ["channel_context IS ?"]
         args: list[Any] = [query.channel_context]
         if query.user_id:

@@ -59,15 +59,21 @@ class ReviewMode:
         return [{"type": "exitedReviewMode", "id": f"{self.key}:reviewed", "review": review}]
 
 
+_MAX_REVISION = 1024  # a revision or branch name; far longer ones overflow git's argv
+
+
 def _field(target: Message, name: str, what: str) -> str:
     value = target.get(name)
     if not isinstance(value, str):
         raise CodexError(f"Invalid request: missing field `{name}`")
-    if not value.strip():
+    value = value.strip()  # what git is given: judged as given (" --output=x" is an option)
+    if not value:
         raise CodexError(f"{what} must not be empty")
     if value.startswith("-"):  # never an option of git's
         raise CodexError(f"Invalid request: {what} {value!r} is not a git revision")
-    return value.strip()
+    if len(value) > _MAX_REVISION:
+        raise CodexError(f"Invalid request: {what} is longer than {_MAX_REVISION} characters")
+    return value
 
 
 def hint_of(target: Any) -> str:

@@ -124,6 +124,9 @@ class CodexSession:
         if pending is None:
             log.warning("an answer to no request of ours: id %r", request_id)
             return
+        if pending.done.is_set():
+            log.warning("request %r was already answered (the first answer counts)", request_id)
+            return
         result = message.get("result")
         pending.answer = result if isinstance(result, dict) else {}
         pending.done.set()

@@ -53,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     io.add_argument("-r", "--resume", nargs="?", const="", metavar="ID", help="resume a session")
     io.add_argument("-c", "--continue", dest="continue_session", action="store_true")
-    add_backlog_argument(io)
+    # A prompt of up to a line's 16 MiB comes back in its `assistant` and `result`
+    # frames (an echo, or a model that quotes it), queued at once.
+    add_backlog_argument(io, default=2 * MAX_LINE_BYTES + 16 * 1024 * 1024)
     io.add_argument("--fork-session", action="store_true", help="not supported (refused)")
     io.add_argument("--max-session-turns", type=int, metavar="N", help="model calls per prompt")
     io.add_argument(
@@ -182,7 +184,22 @@ async def read_text(stdin: IO[bytes]) -> bytes:
     """All of stdin (``--input-format text``), at most :data:`MAX_TEXT_BYTES` + 1."""
     import anyio
 
-    return await anyio.to_thread.run_sync(stdin.read, MAX_TEXT_BYTES + 1)
+    return await anyio.to_thread.run_sync(_read_to_end, stdin, MAX_TEXT_BYTES + 1)
+
+
+def _read_to_end(stdin: IO[bytes], limit: int) -> bytes:
+    """Read until end of input or ``limit`` bytes: one read of a raw pipe
+    returns what one write put there (64 KiB, or the first part of a prompt
+    written in pieces), not the whole of it."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = stdin.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 async def main(

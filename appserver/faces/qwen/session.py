@@ -59,7 +59,7 @@ class Settings:
     resume: str | None = None  # "" when given without an id
     continue_session: bool = False
     model: str | None = None
-    max_backlog: int = DEFAULT_MAX_BYTES  # --max-client-backlog
+    max_backlog: int = 3 * DEFAULT_MAX_BYTES  # --max-client-backlog (command.py's default)
 
 
 class SessionError(Exception):

@@ -3,7 +3,10 @@ without ``"jsonrpc"``, answers without it, Codex's refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +118,102 @@ def test_a_large_prompt_does_not_drop_a_client_that_reads(workspace: Path) -> No
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_the_first_of_two_answers_to_an_approval_counts(workspace: Path) -> None:
+    """As on the DotCraft door: a second answer to a request already answered
+    is ignored (it decided the command once it was declined)."""
+    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=workspace,
+        env=child_env(),
+        text=True,
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+
+        def send(*frames: dict[str, Any]) -> None:
+            assert server.stdin is not None
+            server.stdin.write("".join(json.dumps(frame) + "\n" for frame in frames))
+            server.stdin.flush()
+
+        def until(match: Any) -> dict[str, Any]:
+            assert server.stdout is not None
+            for line in server.stdout:
+                frame: dict[str, Any] = json.loads(line)
+                if match(frame):
+                    return frame
+            raise AssertionError("the server ended")
+
+        send({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}})
+        until(lambda f: f.get("id") == 1)
+        send({"id": 2, "method": "thread/start", "params": {"approvalPolicy": "untrusted"}})
+        thread_id = until(lambda f: f.get("id") == 2)["result"]["thread"]["id"]
+        text = "!touch twice-answered"
+        send({"id": 3, "method": "turn/start", "params": {"threadId": thread_id, "input": [
+            {"type": "text", "text": text}]}})  # fmt: skip
+        asked = until(lambda f: f.get("method") == "item/commandExecution/requestApproval")
+        send(
+            {"id": asked["id"], "result": {"decision": "decline"}},
+            {"id": asked["id"], "result": {"decision": "accept"}},
+        )
+        until(lambda f: f.get("method") == "turn/completed")
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+    assert not (workspace / "twice-answered").exists()
+
+
+def test_a_search_term_too_long_to_match_finds_nothing(workspace: Path) -> None:
+    out = _exchange(
+        workspace,
+        '{"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}}',
+        '{"id": 2, "method": "thread/start", "params": {}}',
+        '{"id": 3, "method": "thread/list", "params": {"searchTerm": "%s"}}' % ("%" * 50_010),
+        '{"id": 4, "method": "thread/list", "params": {"searchTerm": "%s"}}' % ("a" * 9_000),
+    )
+    by_id = {frame.get("id"): frame for frame in out if "id" in frame}
+    assert by_id[3]["result"] == {"data": [], "nextCursor": None}
+    assert by_id[4]["result"] == {"data": [], "nextCursor": None}
+
+
+def test_sigterm_stores_the_turn_in_flight_as_cancelled(workspace: Path) -> None:
+    """A supervisor's stop is SIGINT's: the turn is stored cancelled (it was left
+    running, as after kill -9, to be failed at the next start), exit 143."""
+    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=workspace,
+        env=child_env(),
+        text=True,
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+        frames = [
+            {"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}},
+            {"id": 2, "method": "thread/start", "params": {}},
+        ]
+        server.stdin.write("".join(json.dumps(frame) + "\n" for frame in frames))
+        server.stdin.flush()
+        thread_id = None
+        for line in server.stdout:
+            frame = json.loads(line)
+            if frame.get("id") == 2:
+                thread_id = frame["result"]["thread"]["id"]
+                slow = {"type": "text", "text": "?stream 400\n?delay 20"}
+                start = {"threadId": thread_id, "input": [slow]}
+                server.stdin.write(json.dumps({"id": 3, "method": "turn/start", "params": start}))
+                server.stdin.write("\n")
+                server.stdin.flush()
+            if frame.get("method") == "item/agentMessage/delta":
+                server.send_signal(signal.SIGTERM)
+                break
+        assert server.wait(timeout=30) == 143
+    database = sqlite3.connect(workspace / ".craft" / "appserver.db")
+    with contextlib.closing(database):
+        statuses = database.execute("SELECT status FROM turns").fetchall()
+    assert statuses == [("cancelled",)]

@@ -905,6 +905,12 @@ async def test_input_format_text(workspace: Path) -> None:
     assert only_flag.stdout == b"You said: just this\n"
     empty = await run_once(workspace, "--input-format", "text", "--output-format", "text")
     assert empty.returncode == 1 and b"No input provided" in empty.stderr
+    # All of it: a pipe's one read gives 64 KiB (it was cut there).
+    long = b"word " * 40_000
+    whole = await run_once(
+        workspace, "--input-format", "text", "--output-format", "text", stdin=long
+    )
+    assert (whole.returncode, whole.stdout) == (0, b"You said: " + long.strip() + b"\n")
     failed = await run_once(workspace, "--output-format", "text", stdin=b"?fail auth bad key")
     assert failed.returncode == 1 and failed.stdout == b"" and b"bad key" in failed.stderr
     streamed = await run_once(workspace, "--output-format", "stream-json", stdin=b"hi\n")
@@ -1005,3 +1011,23 @@ async def test_an_exclusion_keeps_the_agent_control_tools(workspace: Path) -> No
         tools = frames[0]["tools"]
         assert "edit_file" not in tools and "read_file" in tools
         assert tools[-5:] == ["SpawnAgent", "SendInput", "WaitAgent", "ResumeAgent", "CloseAgent"]
+
+
+async def test_a_large_prompt_comes_back_to_a_client_that_reads(workspace: Path) -> None:
+    """A prompt of 9 MiB is echoed in both the `assistant` and `result` frames,
+    queued at once: more than 16 MiB, within the 48 MiB bound (the client was
+    dropped at 8 MiB)."""
+    text = "x" * (9 * 1024 * 1024)
+    line = {"type": "user", "session_id": "", "message": {"role": "user", "content": text}}
+    done = await run_once(
+        workspace,
+        "--input-format",
+        "stream-json",
+        "--output-format",
+        "stream-json",
+        stdin=json.dumps(line).encode() + b"\n",
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    frames = [json.loads(frame) for frame in done.stdout.splitlines()]
+    (result,) = of(frames, "result")
+    assert result["result"] == f"You said: {text}"
