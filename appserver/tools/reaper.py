@@ -30,11 +30,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import IO
 
 log = logging.getLogger("appserver.tools")
 
 _EXIT_WAIT = 2.0  # seconds a normal exit waits for the watchdog to end (it needs milliseconds)
+# How often groups a finished command left running are looked at: once such a group
+# is empty its id is free, and a process of someone else's may take it (it must not
+# be killed as ours).
+PRUNE_INTERVAL = 0.5
+_MAX_RESTARTS = 3  # watchdogs started again after one died (a command may kill it)
 
 
 class ProcessReaper:
@@ -42,34 +48,60 @@ class ProcessReaper:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._failed = False
         self._stalled = False
+        self._restarts = 0
+        self._tracked: set[int] = set()  # what the watchdog lists (sent again to a new one)
         # Groups whose command finished but left processes running ("cmd &"):
-        # still tracked, dropped once they are gone.
+        # still tracked, dropped once they are gone (looked at by a thread while any).
         self._lingering: set[int] = set()
+        self._pruner: threading.Thread | None = None
 
     def track(self, pgid: int) -> None:
         """Record a running process group: it is killed if the server dies."""
-        self._prune()
-        self._send(f"+{pgid}\n")
+        with self._lock:
+            self._tracked.add(pgid)
+            self._send(f"+{pgid}\n")
 
     def untrack(self, pgid: int) -> None:
         """The group was ended: forget it."""
-        self._lingering.discard(pgid)
-        self._send(f"-{pgid}\n")
+        with self._lock:
+            self._lingering.discard(pgid)
+            self._tracked.discard(pgid)
+            self._send(f"-{pgid}\n")
 
     def finished(self, pgid: int) -> None:
         """The group's command exited: forget the group, unless processes it
         started in the background still run (they die with the server too)."""
-        if group_alive(pgid):
+        with self._lock:
+            if not group_alive(pgid):
+                self.untrack(pgid)
+                return
             self._lingering.add(pgid)
-        else:
-            self.untrack(pgid)
+            if self._pruner is None:
+                self._pruner = threading.Thread(
+                    target=self._prune_while_lingering, name="appserver-reaper", daemon=True
+                )
+                self._pruner.start()
 
-    def _prune(self) -> None:
-        for pgid in [pgid for pgid in self._lingering if not group_alive(pgid)]:
-            self.untrack(pgid)
+    def lingers(self, pgid: int) -> bool:
+        """Whether ``pgid`` is a group a finished command left running, still
+        ours: never empty since (an empty group's id may be someone else's now)."""
+        with self._lock:
+            if pgid in self._lingering and not group_alive(pgid):
+                self.untrack(pgid)
+            return pgid in self._lingering
+
+    def _prune_while_lingering(self) -> None:
+        while True:
+            time.sleep(PRUNE_INTERVAL)
+            with self._lock:
+                for pgid in [pgid for pgid in self._lingering if not group_alive(pgid)]:
+                    self.untrack(pgid)
+                if not self._lingering:
+                    self._pruner = None
+                    return
 
     def _send(self, line: str) -> None:
         with self._lock:
@@ -84,8 +116,25 @@ class ProcessReaper:
                     self._stalled = True
                     log.warning("the process watchdog is not reading; commands may outlive a crash")
             except OSError:
-                log.warning("the process watchdog is gone; commands may outlive a crash")
-                self._process, self._failed = None, True
+                self._watchdog_gone()
+
+    def _watchdog_gone(self) -> None:
+        """The watchdog died (a command can kill it): start another and list
+        the running groups to it, a few times at most."""
+        self._process = None
+        if self._restarts >= _MAX_RESTARTS:
+            log.warning("the process watchdog is gone; commands may outlive a crash")
+            self._failed = True
+            return
+        self._restarts += 1
+        log.warning("the process watchdog is gone; starting another")
+        fd = self._pipe()
+        if fd is None:
+            return
+        try:
+            os.write(fd, "".join(f"+{pgid}\n" for pgid in self._tracked).encode())
+        except OSError:
+            self._watchdog_gone()
 
     def _pipe(self) -> int | None:
         if self._process is None and not self._failed:
@@ -105,7 +154,8 @@ class ProcessReaper:
                 )
                 assert self._process.stdin is not None
                 os.set_blocking(self._process.stdin.fileno(), False)
-                atexit.register(self._end_with_process)
+                if not self._restarts:  # the first watchdog; a later one ends the same way
+                    atexit.register(self._end_with_process)
             except OSError as exc:
                 log.warning(
                     "cannot start the process watchdog (%s); commands may outlive a crash", exc

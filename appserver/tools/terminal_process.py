@@ -27,7 +27,7 @@ from anyio.abc import Process, TaskGroup
 
 from appserver.protocol.ids import now_iso
 from appserver.tools.groups import kill_process_group, open_group_process
-from appserver.tools.reaper import REAPER, group_alive
+from appserver.tools.reaper import REAPER
 from appserver.tools.terminal_files import KEPT_CHARS, TerminalFiles
 from appserver.tools.terminal_snapshots import DEFAULT_MAX_OUTPUT_CHARS, limit_output
 
@@ -227,7 +227,7 @@ class RunningTerminal:
                     REAPER.untrack(process.pid)
                 else:
                     REAPER.finished(process.pid)  # still watched while leftovers run
-                    leftovers = group_alive(process.pid)
+                    leftovers = REAPER.lingers(process.pid)
                 self._end(exit_code)
                 await on_end(leftovers)
 

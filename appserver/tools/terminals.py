@@ -43,7 +43,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from appserver.tools.groups import KILL_GRACE_S, kill_process_group
-from appserver.tools.reaper import REAPER, group_alive
+from appserver.tools.reaper import REAPER
 from appserver.tools.terminal_files import TerminalFiles
 from appserver.tools.terminal_process import (
     DRAIN_GRACE_S,
@@ -394,7 +394,7 @@ class TerminalManager:
         group (``cmd &``); a process that left the group (``setsid``) escapes,
         as it would a terminal."""
         pgid = self._leftovers.pop(session_id, None)
-        if pgid is not None and group_alive(pgid):
+        if pgid is not None and REAPER.lingers(pgid):  # not a group that emptied since
             await kill_process_group(pgid, self.kill_grace_s)
             REAPER.untrack(pgid)
 
