@@ -50,7 +50,7 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from appserver.warm_common import (
     CHUNK,
@@ -186,8 +186,13 @@ def _hand_over(connection: _socket.socket, argv: Sequence[str]) -> int | None:
         if ready is None or ready[0] != b"ready":
             return None
         handed = array.array("i", (0, 1, 2, directory))
+        # From "go" the server may answer on our streams before we know its pid:
+        # a signal meanwhile (a supervisor's stop once it saw an answer) is held
+        # and passed on then, not our default death.
+        _hold_signals()
         connection.sendmsg([b"go\n"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, handed)])
     except OSError:  # a timeout too, or a closed standard stream
+        _release_signals_to(None)
         return None
     finally:
         os.close(directory)
@@ -198,11 +203,13 @@ def _hand_over(connection: _socket.socket, argv: Sequence[str]) -> int | None:
     except OSError:
         answer = None
     if answer is None:
+        _release_signals_to(None)
         return _lost(None)
     words, received, server = answer
     if words[:1] != [b"pid"] or len(words) != 2:
         if server is not None:
             os.close(server)
+        _release_signals_to(None)
         return None  # refused: nothing ran
     _hide_secrets(argv)
     return _follow(connection, received, int(words[1]), server)
@@ -250,6 +257,7 @@ def _follow(connection: _socket.socket, received: bytearray, pid: int, server: i
 
     for forwarded in FORWARDED:
         signal.signal(forwarded, pass_on)
+    _release_signals_to(pass_on)
     while True:
         try:
             line = read_line(connection, received)
@@ -268,6 +276,30 @@ def _follow(connection: _socket.socket, received: bytearray, pid: int, server: i
                 signal.signal(ended_by, signal.SIG_DFL)
             os.kill(os.getpid(), ended_by)
             return 128 + ended_by  # a signal that does not end a process by default
+
+
+_held: list[int] = []
+_before: dict[int, object] = {}  # the handlers the hold replaced
+
+
+def _hold_signals() -> None:
+    """Record the forwarded signals instead of acting on them."""
+    for forwarded in FORWARDED:
+        _before[forwarded] = signal.signal(forwarded, lambda signum, frame: _held.append(signum))
+
+
+def _release_signals_to(handler: Callable[[int, object], None] | None) -> None:
+    """Hand what was held to ``handler`` (``None``: the handlers before the
+    hold, back in place; the process then acts on them as it would have)."""
+    held, _held[:] = list(dict.fromkeys(_held)), []
+    if handler is None:
+        for forwarded, before in _before.items():
+            signal.signal(forwarded, before)  # type: ignore[arg-type]
+        for signum in held:
+            signal.raise_signal(signum)
+        return
+    for signum in held:
+        handler(signum, None)
 
 
 def _lost(server: int | None) -> int:

@@ -146,6 +146,24 @@ def test_the_acp_face_answers_initialize_early_without_the_acp_package(tmp_path:
     assert len(door.stdout) == 2 and "ERROR" not in door.stderr
 
 
+def test_a_bad_line_right_after_the_early_answer_gets_its_own_error(tmp_path: Path) -> None:
+    """The face may refuse the second line before it answers the first: its
+    answer to the first is still the one left out (it was sent twice, and the
+    refusal lost)."""
+    lines = [
+        json.dumps(
+            {"jsonrpc": "2.0", "id": "hs", "method": "initialize", "params": {"protocolVersion": 1}}
+        ),
+        "42",
+    ]
+    door = run_door("main", ["acp", "--workspace", str(tmp_path)], lines, tmp_path)
+    assert door.modules is not None, "no early answer"
+    frames = [json.loads(frame) for frame in door.stdout]
+    assert [frame["id"] for frame in frames] == ["hs", None], frames
+    assert frames[1]["error"]["code"] == -32600
+    assert "ERROR" not in door.stderr
+
+
 def test_the_qwen_face_answers_initialize_early(tmp_path: Path) -> None:
     """The early answer is the one the face gives a second ``initialize`` itself,
     with the session id the face then uses."""

@@ -391,3 +391,39 @@ print(all(sys.modules[name].__file__ in stamps for name in (
 )))
 """
     assert fresh_process(code, tmp_path).strip() == "True"
+
+
+def test_a_signal_before_the_server_s_pid_is_known_is_passed_on_then(tmp_path: Path) -> None:
+    """From ``go`` the server may answer on the launcher's streams before the
+    launcher has its pid: a SIGTERM then (a supervisor that saw an answer) is
+    held and passed on, not the launcher's default death; if the parent
+    refuses after all, the signal acts as it would have."""
+    script = textwrap.dedent(
+        """
+        import os, signal, sys
+        from appserver import warm_launch
+        got = []
+        warm_launch._hold_signals()
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("held", flush=True)
+        if sys.argv[1] == "passed":
+            warm_launch._release_signals_to(lambda signum, frame: got.append(signum))
+        else:
+            warm_launch._release_signals_to(None)
+        print(got, flush=True)
+        """
+    )
+
+    def run(how: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", script, how],
+            capture_output=True,
+            text=True,
+            timeout=WAIT,
+            cwd=tmp_path,
+        )
+
+    passed = run("passed")
+    assert (passed.returncode, passed.stdout) == (0, f"held\n[{int(signal.SIGTERM)}]\n")
+    refused = run("refused")
+    assert (refused.returncode, refused.stdout) == (-signal.SIGTERM, "held\n")

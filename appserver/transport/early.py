@@ -56,19 +56,38 @@ class Answered:
 
     def __init__(self, early: EarlyAnswer | None) -> None:
         self.answer = None if early is None else early.answer
+        self._id = None if self.answer is None else json.loads(self.answer).get("id")
 
     def drop(self, frames: list[str]) -> list[str]:
-        """``frames`` less the door's answer, if it is among them (the first)."""
-        answered, self.answer = self.answer, None
-        if answered is None or not frames:
+        """``frames`` less the door's answer, wherever it comes: a door may
+        refuse a bad line sent right after the first request before it
+        answers that request."""
+        if self.answer is None:
             return frames
-        if frames[0] != answered:
-            log.error(
-                "the first answer differs from the one written early: %.200s instead of %.200s",
-                frames[0],
-                answered,
-            )
-        return frames[1:]
+        for index, frame in enumerate(frames):
+            if frame == self.answer or self._answers_the_request(frame):
+                if frame != self.answer:
+                    log.error(
+                        "the answer differs from the one written early: %.200s instead of %.200s",
+                        frame,
+                        self.answer,
+                    )
+                self.answer = None
+                return frames[:index] + frames[index + 1 :]
+        return frames
+
+    def _answers_the_request(self, frame: str) -> bool:
+        try:
+            message = json.loads(frame)
+        except ValueError:
+            return False
+        return (
+            isinstance(message, dict)
+            and "method" not in message
+            and ("result" in message or "error" in message)
+            and message.get("id") == self._id
+            and type(message.get("id")) is type(self._id)
+        )
 
 
 def plain_id(value: Any) -> bool:
