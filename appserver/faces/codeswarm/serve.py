@@ -33,7 +33,10 @@ from appserver.transport.stdio import LineReader, StdioTransport
 log = logging.getLogger("appserver.faces.codeswarm")
 
 FLUSH_TIMEOUT = 3.0  # seconds to write the last events to clients at exit
-_READ_CHUNK = 1 << 16
+# asyncio's socket transport reads 256 KiB at a time: a smaller receive splits
+# each read into a slice and a copy of the rest, and under a flood of bytes that
+# pattern kept gigabytes in the process (glibc's heap does not give them back).
+_READ_CHUNK = 1 << 18
 
 Signals = AsyncIterator[signal.Signals]
 
