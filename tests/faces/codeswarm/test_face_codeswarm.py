@@ -967,4 +967,4 @@ def test_tcp_reads_take_what_asyncio_read_whole() -> None:
 
     from appserver.faces.codeswarm import serve
 
-    assert serve._READ_CHUNK == _SelectorSocketTransport.max_size
+    assert _SelectorSocketTransport.max_size == serve._READ_CHUNK
