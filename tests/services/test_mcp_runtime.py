@@ -13,8 +13,10 @@ import anyio
 import pytest
 
 from appserver.protocol import errors as rpc_errors
+from appserver.tools.reaper import group_alive
 from tests.support.client import RpcClient
 from tests.support.mcp_helpers import (
+    ECHO_SERVER,
     ECHO_TOOLS,
     STARTUP,
     broken_config,
@@ -357,3 +359,16 @@ async def test_status_list_before_anything_is_configured(server: ServerUnderTest
         assert await client.request("mcp/status/list") == {"servers": []}
         failure = await client.fail("mcp/get", {"name": "nothing"})
         assert failure.code == rpc_errors.MCP_SERVER_NOT_FOUND
+
+
+async def test_what_a_server_left_in_its_group_ends_with_its_session(workspace: Path) -> None:
+    """The SDK kills a server's group only if the server outlives its grace; one
+    that exits at once left its children running, holding its stderr pipe."""
+    script = 'trap "" TERM; sleep 300 & exec "$0" "$1"'
+    config = echo_config(command="sh", args=["-c", script, sys.executable, ECHO_SERVER])
+    async with running_server("memory", workspace) as sut, sut.connect() as client:
+        await upsert(client, config)
+        group = int((await call(client, "mcp__echo__pid"))["result"])  # its own session
+        await client.request("mcp/remove", {"name": "echo"})
+        await client.request("mcp/status/list")  # the stopped session is closed by now
+        assert not group_alive(group)

@@ -186,6 +186,10 @@ async def _enter_client(
     info = mcp_types.Implementation(name="appserver", version=__version__)
     if spec.transport == "stdio":
         assert stderr is not None
+        from appserver.services.mcp import process_groups
+
+        process_groups.install()
+        await stack.enter_async_context(process_groups.ended())
         params = StdioServerParameters(
             command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd
         )
