@@ -101,8 +101,12 @@ class ToolCallAssembler:
         if pending is None:
             ordinal = len(self._pending)
             # Some OpenAI-compatible servers omit ids; the engine still needs one to
-            # pair the result with the call.
-            pending = _Pending(ordinal, call_id or f"{self._id_prefix}{ordinal}", name or "")
+            # pair the result with the call. One that repeats an earlier call's id
+            # gets its own: sent back twice, it is refused by the API at every
+            # later turn of the thread.
+            if call_id is None or any(p.call_id == call_id for p in self._pending.values()):
+                call_id = f"{call_id or self._id_prefix}{'_' if call_id else ''}{ordinal}"
+            pending = _Pending(ordinal, call_id, name or "")
             self._pending[key] = pending
             pending.parts.append(arguments)
             return ToolCallDelta(ordinal, arguments, call_id=pending.call_id, name=pending.name)
@@ -169,6 +173,11 @@ def status_message(status: int, api_message: str | None, fallback: str) -> str:
     return f"HTTP {status}: {api_message or fallback}"
 
 
+# The longest event line taken (a model's delta is a few bytes; a reply of this
+# size in one line is a broken server): a longer one fails the call.
+MAX_SSE_LINE = 8 * 1024 * 1024
+
+
 async def server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tuple[str, str]]:
     """``(event name or "", data)`` for each event of a ``text/event-stream``
     body given as byte chunks (httpx's ``aiter_bytes``).
@@ -182,8 +191,25 @@ async def server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tupl
     event = ""
     data: list[str] = []
     pending = b""
+    partial: list[bytes] = []  # pieces of a line longer than one chunk, joined at its end
+    partial_size = 0
     async for chunk in chunks:
+        if b"\n" not in chunk and b"\r" not in chunk:
+            # Kept aside, not added to what is split: a line of megabytes
+            # re-split at every chunk cost the square of its length.
+            partial.append(chunk)
+            partial_size += len(chunk)
+            if partial_size + len(pending) > MAX_SSE_LINE:
+                raise ValueError(f"an event line longer than {MAX_SSE_LINE} bytes")
+            continue
+        if partial:
+            pending += b"".join(partial)
+            partial, partial_size = [], 0
         pending += chunk
+        if len(pending) > MAX_SSE_LINE and (
+            max(map(len, pending.splitlines(keepends=True))) > MAX_SSE_LINE
+        ):
+            raise ValueError(f"an event line longer than {MAX_SSE_LINE} bytes")
         if b"\r" in pending:
             # A CR at the very end may be the first half of a CRLF: keep it.
             keep = pending.endswith(b"\r")
@@ -205,6 +231,7 @@ async def server_sent_events(chunks: AsyncIterable[bytes]) -> AsyncIterator[tupl
                 event, data = "", []
             elif line.startswith(b"event:"):
                 event = line[6:].decode("utf-8", "replace").removeprefix(" ")
+    pending += b"".join(partial)
     if pending.startswith(b"data:"):
         data.append(pending[6 if pending.startswith(b"data: ") else 5 :].decode("utf-8", "replace"))
     if data:

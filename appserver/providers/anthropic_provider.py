@@ -45,7 +45,7 @@ from appserver.providers.base import (
     Usage,
 )
 from appserver.providers.hosted import HostedProvider, count
-from appserver.providers.http import ERROR_TYPES
+from appserver.providers.http import ERROR_TYPES, ApiError, check_stream, finish_body
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -107,20 +107,29 @@ class AnthropicProvider(HostedProvider):
         reader = _EventReader()
         try:
             async with self.api.stream("/v1/messages", self.request_body(request)) as response:
-                async for name, data in server_sent_events(response.aiter_bytes()):
+                await check_stream(response)
+                events = server_sent_events(response.aiter_bytes())
+                async for name, data in events:
                     if name == "error":
                         yield _stream_error(data)
                         return
-                    if not name or name == "ping":
-                        continue  # as the SDK does: unnamed events carry nothing for us
+                    if name not in _EVENTS:
+                        continue  # as the SDK does: ping, unnamed and unknown events
+                    if name == "message_stop":
+                        # The answer is whole: a body left open after it is not waited for.
+                        reader.stopped = True
+                        await finish_body(response, events)
+                        break
                     event = json.loads(data)
                     if isinstance(event, dict):
                         for item in reader.read(event):
                             yield item
+            if not reader.stopped:
+                raise ApiError("unavailable", "the model's stream ended before its answer did")
             for done in reader.assembler.finish_all():
                 yield done
-            if reader.input_tokens is not None or reader.output_tokens is not None:
-                yield Usage(reader.input_tokens or 0, reader.output_tokens or 0)
+            if reader.input_tokens is not None and reader.output_tokens is not None:
+                yield Usage(reader.input_tokens, reader.output_tokens)
             yield Stop(_stop_reason(reader.stop_reason, tool_calls=reader.assembler.started))
         except Exception as exc:
             yield self.failure(exc)
@@ -170,6 +179,7 @@ class _EventReader:
         self.tool_inputs: dict[int, dict[str, Any]] = {}  # open tool_use blocks by index
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self.stopped = False  # message_stop came
         self.stop_reason: str | None = None
 
     def read(self, event: dict[str, Any]) -> list[ModelEvent]:
@@ -242,13 +252,29 @@ class _EventReader:
         return []
 
 
-def _input_tokens(usage: dict[str, Any]) -> int:
+# The events of a Messages stream this reads (others are skipped, as the SDK does).
+_EVENTS = frozenset(
+    [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+)
+
+
+def _input_tokens(usage: dict[str, Any]) -> int | None:
     # Input including cache reads and writes: what the context really held.
-    return (
-        count(usage.get("input_tokens"))
-        + count(usage.get("cache_creation_input_tokens"))
-        + count(usage.get("cache_read_input_tokens"))
+    given = count(usage.get("input_tokens"))
+    if given is None:
+        return None
+    cache = (
+        count(usage.get(name))
+        for name in ("cache_creation_input_tokens", "cache_read_input_tokens")
     )
+    return given + sum(tokens or 0 for tokens in cache)
 
 
 def _stream_error(data: str) -> ProviderError:

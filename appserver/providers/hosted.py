@@ -106,6 +106,10 @@ class HostedProvider:
         ]
 
 
-def count(value: Any) -> int:
-    """A token count from an API's usage object (``0`` when it is not one)."""
-    return value if isinstance(value, int) else 0
+def count(value: Any) -> int | None:
+    """A token count from an API's usage object, or ``None`` when it is not one
+    (absent, not an integer, negative, or past what JSON carries exactly): the
+    turn then estimates, rather than report a made-up 0 or a negative total."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        return None
+    return value

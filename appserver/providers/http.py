@@ -63,6 +63,13 @@ ERROR_TYPES: dict[str, ErrorKind] = {
 }
 
 
+# An error answer's body is read up to this many bytes, and its message cut to
+# this many characters: it ends up in a turn's error (sent and stored, maybe
+# several times), and a proxy's error page can be megabytes of HTML.
+ERROR_BODY_BYTES = 64 * 1024
+ERROR_MESSAGE_CHARS = 2000
+
+
 class ApiError(Exception):
     """A model API call that failed; ``kind`` is what turns and faces report."""
 
@@ -229,7 +236,7 @@ class HttpApi:
                 if response.status_code < 300:
                     yield response
                     return
-                await response.aread()
+                await response.aread(ERROR_BODY_BYTES)
                 if not self._should_retry(response, attempt):
                     raise _status_error(response)
             finally:
@@ -285,6 +292,27 @@ async def finish_body(response: HttpResponse, rest: AsyncIterator[object]) -> No
                 pass
 
 
+# What a streamed answer may say it is: servers that send events without the
+# name (or under a generic one) are read as a stream, as before.
+_STREAM_TYPES = frozenset(("", "text/event-stream", "text/plain", "application/octet-stream"))
+
+
+async def check_stream(response: HttpResponse) -> None:
+    """Raise :class:`ApiError` when a successful answer is plainly not an event
+    stream (a whole completion, a proxy's page, an error in a 200): read as one
+    it was an empty, successful answer."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind in _STREAM_TYPES:
+        return
+    body = (await response.aread(ERROR_BODY_BYTES)).decode("utf-8", "replace")
+    try:
+        said = api_message(json.loads(body))
+    except ValueError:
+        said = None
+    detail = said or body.strip()[:ERROR_MESSAGE_CHARS] or "no body"
+    raise ApiError("other", f"the model API answered {kind}, not an event stream: {detail}")
+
+
 def _status_error(response: HttpResponse) -> ApiStatusError:
     try:
         body: Any = response.json()
@@ -292,6 +320,8 @@ def _status_error(response: HttpResponse) -> ApiStatusError:
         body = response.text
     status = response.status_code
     message = api_message(body) or (body if isinstance(body, str) and body else None)
+    if message is not None and len(message) > ERROR_MESSAGE_CHARS:
+        message = message[:ERROR_MESSAGE_CHARS] + " … (cut)"
     # The URL tried: most failures of a new setup are a wrong --base-url.
     text = (
         f"HTTP {status} from {response.method} {response.url}: "

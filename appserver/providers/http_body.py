@@ -157,6 +157,11 @@ class _Deflate:
     def flush(self) -> bytes:
         return self._inner.flush()
 
+    @property
+    def eof(self) -> bool:
+        """Whether the compressed stream reached its end."""
+        return self._inner.eof
+
 
 def decoder(encoding: str) -> zlib._Decompress | _Deflate | None:
     name = encoding.strip().lower()

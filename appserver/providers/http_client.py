@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ssl
 import time
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 
 from appserver.providers.http_body import RemoteProtocolError, body_pieces, decoder
@@ -154,7 +155,7 @@ class HttpResponse:
         framed = framed or "content-length" in self.headers
         return framed and self.headers.get("connection", "").lower() != "close"
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+    async def aiter_bytes(self) -> AsyncGenerator[bytes, None]:
         """The body, decoded, in the pieces the network delivers it."""
         if self._content is not None:
             yield self._content
@@ -175,14 +176,26 @@ class HttpResponse:
                     yield data
             if unpack is not None and (rest := unpack.flush()):
                 yield rest
+            if unpack is not None and not unpack.eof:
+                # The body ended inside the compressed stream (no gzip trailer).
+                raise RemoteProtocolError("a compressed body that was cut short")
         except zlib.error as exc:
             raise RemoteProtocolError(f"a body that does not decompress: {exc}") from None
         self._end(connection)
 
-    async def aread(self) -> bytes:
-        """The whole body (read once, then kept)."""
+    async def aread(self, limit: int | None = None) -> bytes:
+        """The whole body (read once, then kept); with ``limit``, at most that
+        many bytes of it (an error page of megabytes is not kept whole)."""
         if self._content is None:
-            self._content = b"".join([piece async for piece in self.aiter_bytes()])
+            pieces: list[bytes] = []
+            size = 0
+            async with contextlib.aclosing(self.aiter_bytes()) as body:
+                async for piece in body:
+                    pieces.append(piece)
+                    size += len(piece)
+                    if limit is not None and size >= limit:
+                        break  # the rest is never read: aclose() closes the connection
+            self._content = b"".join(pieces)[:limit]
         return self._content
 
     @property

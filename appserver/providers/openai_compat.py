@@ -49,7 +49,9 @@ from appserver.providers.base import (
 from appserver.providers.hosted import HostedProvider, count
 from appserver.providers.http import (
     ERROR_TYPES,
+    ApiError,
     ApiStatusError,
+    check_stream,
     finish_body,
 )
 
@@ -126,8 +128,10 @@ class OpenAIProvider(HostedProvider):
         try:
             async with self.api.stream("/chat/completions", self.request_body(request)) as response:
                 events = server_sent_events(response.aiter_bytes())
+                await check_stream(response)
                 async for _event, data in events:
                     if data.startswith("[DONE]"):
+                        reader.done = True
                         await finish_body(response, events)  # so the connection is kept
                         break
                     chunk = json.loads(data)
@@ -138,6 +142,10 @@ class OpenAIProvider(HostedProvider):
                         return
                     for event in reader.read(chunk):
                         yield event
+            if not reader.done and reader.finish is None:
+                # A body that ends without [DONE] or a finish reason was cut off
+                # (a proxy, a crashed server): not an answer to take as complete.
+                raise ApiError("unavailable", "the model's stream ended before its answer did")
             for done in reader.assembler.finish_all():
                 yield done
             if reader.usage is not None:
@@ -182,13 +190,17 @@ class _ChunkReader:
         self.assembler = ToolCallAssembler("call_")
         self.finish: str | None = None
         self.usage: Usage | None = None
+        self.done = False  # [DONE] came
 
     def read(self, chunk: dict[str, Any]) -> list[ModelEvent]:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
-            self.usage = Usage(
-                count(usage.get("prompt_tokens")), count(usage.get("completion_tokens"))
+            prompt, completion = (
+                count(usage.get("prompt_tokens")),
+                count(usage.get("completion_tokens")),
             )
+            if prompt is not None and completion is not None:
+                self.usage = Usage(prompt, completion)
         events: list[ModelEvent] = []
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
