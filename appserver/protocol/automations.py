@@ -14,7 +14,7 @@ again under ``task`` (the spec), and ``automation/task/create`` answers
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Flag, WireModel
+from appserver.protocol.base import Flag, Int, WireModel
 from appserver.protocol.limits import (
     INT64_MAX,
     INT64_MIN,
@@ -44,15 +44,15 @@ class AutomationSchedule(WireModel):
 
     kind: Name = "once"
     """`once`, `every`, `at` or `daily`."""
-    at_ms: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    at_ms: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """The one run, in Unix milliseconds (`at`)."""
-    every_ms: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    every_ms: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Interval in milliseconds (`every`, at least 1000)."""
-    initial_delay_ms: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    initial_delay_ms: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Delay before the first run (`every`); absent: the first run comes at once."""
-    daily_hour: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    daily_hour: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Hour of the day, 0-23 (`daily`)."""
-    daily_minute: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    daily_minute: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Minute of the hour, 0-59 (`daily`, default 0)."""
     expr: Label | None = None
     """Kept as written; no kind that reads it is accepted."""

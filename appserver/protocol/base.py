@@ -8,6 +8,9 @@ from pydantic.alias_generators import to_camel
 #: A JSON boolean, and only that: lax validation would read "no" as false and
 #: 1 as true (a client's mistyped flag is -32602, as the docs say).
 Flag = Annotated[bool, Strict()]
+# A client's integer: a JSON number without fraction, never `true` (pydantic reads
+# `true` as 1 otherwise: `timeoutMs: true` was one millisecond).
+Int = Annotated[int, Strict()]
 
 
 class WireModel(BaseModel):

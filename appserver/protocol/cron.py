@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, Flag, WireModel
+from appserver.protocol.base import Empty, Flag, Int, WireModel
 from appserver.protocol.limits import MAX_NAME_CHARS, Label, LongText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import ApprovalPolicy
@@ -100,15 +100,15 @@ class CronSchedule(WireModel):
 
     kind: ScheduleKind
     """`every`, `at`, `daily` or `cron`."""
-    every_ms: int | None = Field(default=None, ge=MIN_EVERY_MS, le=MAX_DURATION_MS)
+    every_ms: Int | None = Field(default=None, ge=MIN_EVERY_MS, le=MAX_DURATION_MS)
     """Interval in milliseconds (`kind: "every"`, at least 1000)."""
-    at_ms: int | None = Field(default=None, ge=0, le=MAX_AT_MS)
+    at_ms: Int | None = Field(default=None, ge=0, le=MAX_AT_MS)
     """The one run, in Unix milliseconds (`kind: "at"`)."""
-    initial_delay_ms: int | None = Field(default=None, ge=0, le=MAX_DURATION_MS)
+    initial_delay_ms: Int | None = Field(default=None, ge=0, le=MAX_DURATION_MS)
     """Delay before the first run (`kind: "every"`); default one interval."""
-    daily_hour: int | None = Field(default=None, ge=0, le=23)
+    daily_hour: Int | None = Field(default=None, ge=0, le=23)
     """Hour of the day, 0-23 (`kind: "daily"`)."""
-    daily_minute: int | None = Field(default=None, ge=0, le=59)
+    daily_minute: Int | None = Field(default=None, ge=0, le=59)
     """Minute of the hour, 0-59 (`kind: "daily"`)."""
     tz: str | None = Field(default=None, max_length=MAX_NAME_CHARS)
     """IANA time zone of `daily` and `cron` schedules; the server's local zone when absent."""

@@ -16,7 +16,7 @@ tools needs of them).
 
 from pydantic import Field
 
-from appserver.protocol.base import Flag, OpenWireModel, WireModel
+from appserver.protocol.base import Flag, Int, OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -49,7 +49,7 @@ class UnitySceneQueryParams(WireModel):
     """Keep GameObjects whose name or path contains this (case-insensitive)."""
     include_components: Flag = False
     """List each GameObject's component type names."""
-    max_depth: int = Field(default=10, ge=1, le=INT64_MAX)
+    max_depth: Int = Field(default=10, ge=1, le=INT64_MAX)
     """How deep to walk the hierarchy (default 10)."""
 
 
@@ -61,7 +61,7 @@ class UnityConsoleLogsParams(WireModel):
     """The thread whose agent asks."""
     types: list[str] | None = None
     """Only these types: `error`, `warning`, `log` (absent: all)."""
-    limit: int = Field(default=50, ge=1, le=INT64_MAX)
+    limit: Int = Field(default=50, ge=1, le=INT64_MAX)
     """At most this many, the newest (default 50)."""
 
 
@@ -80,7 +80,7 @@ class UnityGameObject(OpenWireModel):
     """Its name."""
     path: str | None = None
     """Its hierarchy path (`/Parent/Child`)."""
-    instance_id: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    instance_id: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Unity's instance id."""
     active: Flag | None = None
     """Whether it is active itself."""
@@ -113,7 +113,7 @@ class UnityConsoleLogEntry(OpenWireModel):
     """The message."""
     stack_trace: str | None = None
     """Its stack trace."""
-    count: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    count: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """How many times it repeated."""
 
 

@@ -14,7 +14,7 @@ understood too, so a bridge can forward the IDE's answer as it is.
 
 from pydantic import Field
 
-from appserver.protocol.base import Flag, OpenWireModel, WireModel
+from appserver.protocol.base import Flag, Int, OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -66,7 +66,7 @@ class EditorTerminalWaitParams(WireModel):
 class EditorTerminalExitStatus(OpenWireModel):
     """ACP's exit status (accepted in answers; DotCraft answers `exitCode` directly)."""
 
-    exit_code: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    exit_code: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """The command's exit code (absent: killed by a signal)."""
     signal: str | None = None
     """The signal that ended the command."""
@@ -78,7 +78,7 @@ class EditorTerminalOutputResult(OpenWireModel):
 
     output: str | None = None
     """Everything the command printed so far (the editor may have cut its start)."""
-    exit_code: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    exit_code: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """The exit code; absent while the command runs."""
     truncated: Flag | None = None
     """The editor cut the output (ACP)."""

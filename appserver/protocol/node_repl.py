@@ -9,7 +9,7 @@ See docs/tools.md.
 
 from pydantic import Field
 
-from appserver.protocol.base import Flag, OpenWireModel, WireModel
+from appserver.protocol.base import Flag, Int, OpenWireModel, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -26,7 +26,7 @@ class BrowserUseCapability(OpenWireModel):
 
     backend: str | None = None
     """The browser backend (DotCraft Desktop: `desktop-iab`); informational."""
-    protocol_version: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    protocol_version: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """The browser-use protocol version (DotCraft's is `2`); informational."""
     supports_cancel: Flag | None = None
     """The client handles `ext/nodeRepl/cancel` (it is sent in any case: an error answer is
@@ -44,7 +44,7 @@ class NodeReplEvaluateParams(WireModel):
     code: str
     """The JavaScript the model wrote (top-level `await` and state that persists between
     calls, as the client's REPL allows)."""
-    timeout_ms: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    timeout_ms: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """How long the evaluation may run (the tool's `timeoutSeconds`, 1-120 s, default 30);
     the server waits this long plus a margin (5 s) for the answer."""
 

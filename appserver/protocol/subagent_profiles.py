@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, Flag, WireModel
+from appserver.protocol.base import Empty, Flag, Int, WireModel
 from appserver.protocol.limits import (
     MAX_NAME_CHARS,
     MAX_SERVER_CONFIG_BYTES,
@@ -87,9 +87,9 @@ class SubAgentProfileWrite(WireModel):
     resume_session_id_regex: str | None = None
     """A regular expression finding the session id in stdout (named group `sessionId`, else
     group 1)."""
-    max_output_bytes: int | None = Field(default=None, ge=_INT32_MIN, le=_INT32_MAX)
+    max_output_bytes: Int | None = Field(default=None, ge=_INT32_MIN, le=_INT32_MAX)
     """The answer is cut at this many bytes (default 1 MiB)."""
-    timeout: int | None = Field(default=None, ge=_INT32_MIN, le=_INT32_MAX)
+    timeout: Int | None = Field(default=None, ge=_INT32_MIN, le=_INT32_MAX)
     """Seconds before the command is stopped (default 300; 0 or less: none)."""
     permission_mode_mapping: dict[str, str] | None = None
     """`interactive`, `auto-approve`, `restricted` -> extra arguments for that approval mode."""

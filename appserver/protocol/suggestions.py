@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import WireModel
+from appserver.protocol.base import Int, WireModel
 from appserver.protocol.limits import INT64_MAX, INT64_MIN, PathText
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -57,7 +57,7 @@ class WelcomeSuggestionsParams(WireModel):
 
     identity: WorkspaceOfIdentity | None = None
     """Whose new thread; only its `workspacePath` is used (absent or empty: this server's)."""
-    max_items: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    max_items: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """At most this many items (absent or not positive: 4; never more than 4)."""
 
 
@@ -104,9 +104,9 @@ class CommitMessageSuggestParams(WireModel):
     """The thread whose conversation explains the change (its messages are the context)."""
     paths: list[PathText] = Field(default_factory=list, max_length=MAX_COMMIT_PATHS)
     """Workspace-relative paths of the changed files (tracked or untracked)."""
-    max_diff_chars: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    max_diff_chars: Int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     """Cut the diff the model reads to this many characters (absent or not positive: 100000)."""
-    timeout_ms: int | None = Field(default=None, ge=1, le=MAX_COMMIT_TIMEOUT_MS)
+    timeout_ms: Int | None = Field(default=None, ge=1, le=MAX_COMMIT_TIMEOUT_MS)
     """Ours: give up after this many milliseconds (default 120000) with `-32603`, reason
     `timeout`, so a client with its own deadline gets an answer before it."""
 

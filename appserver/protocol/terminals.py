@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Flag, WireModel
+from appserver.protocol.base import Flag, Int, WireModel
 from appserver.protocol.limits import INT64_MAX
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
@@ -88,9 +88,9 @@ class TerminalReadParams(WireModel):
 
     session_id: str = Field(min_length=1)
     """The terminal's `sessionId`."""
-    wait_ms: int = Field(default=0, ge=0, le=INT64_MAX)
+    wait_ms: Int = Field(default=0, ge=0, le=INT64_MAX)
     """Wait up to this many milliseconds for it to end before answering (at most 30000)."""
-    max_output_chars: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    max_output_chars: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """Return at most this many trailing characters of output (default 10000; 0: as many as
     are kept, 1 MiB of text)."""
 
@@ -103,10 +103,10 @@ class TerminalWriteParams(WireModel):
     input: str = ""
     """Text for its standard input (include `\\n` for Enter). Empty: only wait and read. Only a
     terminal started with `interactive` has its standard input open."""
-    yield_time_ms: int = Field(default=1000, ge=0, le=INT64_MAX)
+    yield_time_ms: Int = Field(default=1000, ge=0, le=INT64_MAX)
     """Milliseconds to wait after writing before answering, less if it ends (0: 1000; at most
     30000)."""
-    max_output_chars: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    max_output_chars: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """Return at most this many trailing characters of output (default 10000)."""
 
 

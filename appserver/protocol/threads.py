@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from appserver.protocol.base import Flag, OpenWireModel, WireModel
+from appserver.protocol.base import Flag, Int, OpenWireModel, WireModel
 from appserver.protocol.dynamic_tools import DynamicToolSpec
 from appserver.protocol.limits import (
     INT64_MAX,
@@ -291,7 +291,7 @@ class ThreadResult(WireModel):
 class TurnPaging(WireModel):
     """Optional turn paging shared by ``thread/read`` and ``thread/resume``."""
 
-    turn_limit: int | None = Field(default=None, ge=1, le=1000)
+    turn_limit: Int | None = Field(default=None, ge=1, le=1000)
     """Return at most this many turns, the newest."""
     turns_cursor: str | None = None
     """`nextTurnsCursor` of the previous call: the turns before it."""
@@ -326,7 +326,7 @@ class ThreadListParams(WireModel):
     """Only threads started from this channel (case-insensitive)."""
     # Beyond DotCraft and Codex: keyset pagination. Without ``limit`` every
     # matching thread is returned, as DotCraft clients expect.
-    limit: int | None = Field(default=None, ge=1, le=1000)
+    limit: Int | None = Field(default=None, ge=1, le=1000)
     """Page size; absent: every matching thread (pages still end at the size limit)."""
     cursor: str | None = None
     """`nextCursor` of the previous page."""
@@ -346,7 +346,7 @@ class ThreadListResult(WireModel):
 class ThreadRollbackParams(WireModel):
     thread_id: str
     """The thread."""
-    num_turns: int = Field(ge=1, le=INT64_MAX)
+    num_turns: Int = Field(ge=1, le=INT64_MAX)
     """How many of the latest turns to drop."""
 
 
@@ -357,7 +357,7 @@ class ThreadSubscribeParams(WireModel):
     """First replay the thread's last 32 notifications."""
     # Beyond DotCraft: replay every notification with a larger seq (from
     # SQLite; streaming items as one coalesced delta), then continue live.
-    after_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    after_seq: Int | None = Field(default=None, ge=0, le=INT64_MAX)
     """First replay every notification with a larger `seq` (from storage), then continue live."""
 
 

@@ -366,3 +366,18 @@ async def test_thread_turns_page_before_the_answer_passes_its_byte_budget(
                     break
             assert pages >= 3
             assert seen == turn_ids  # every turn once, in order
+
+
+async def test_an_integer_param_takes_no_boolean_nor_fraction(sut: ServerUnderTest) -> None:
+    """`true` was read as 1 (`timeoutMs: true` was one millisecond), `2.5` cut to 2."""
+    async with sut.connect() as client:
+        thread_id = await new_thread(client)
+        for value in (True, False, 2.5, "3"):
+            detail = await invalid_params(
+                client, "thread/subscribe", {"threadId": thread_id, "afterSeq": value}
+            )
+            assert "afterSeq" in detail, detail
+            detail = await invalid_params(
+                client, "workspace/commitMessage/suggest", {"paths": [], "timeoutMs": value}
+            )
+            assert "timeoutMs" in detail, detail

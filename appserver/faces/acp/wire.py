@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +67,11 @@ def error_reply(request_id: Any, code: int, message: str, detail: str) -> Messag
 
 def _valid_id(value: Any) -> bool:
     return value is None or isinstance(value, str) or (type(value) is int)
+
+
+def _cancels_a_session(message: Message) -> bool:
+    params = message.get("params")
+    return isinstance(params, dict) and isinstance(params.get("sessionId"), str)
 
 
 def check(line: str) -> tuple[Message | None, Message | None]:
@@ -108,6 +114,11 @@ def check(line: str) -> tuple[Message | None, Message | None]:
                 "Invalid request",
                 "'method' must be a non-empty string",
             )
+        if not has_id and method == "session/cancel" and not _cancels_a_session(value):
+            # A notification gets no answer: a line here, not the library's
+            # traceback of its model's validation.
+            log.warning("dropped a session/cancel without a string sessionId: %.200s", line)
+            return None, None
         return value, None
     if has_id and ("result" in value or "error" in value):
         return value, None  # the answer to one of our requests
@@ -162,12 +173,14 @@ class LineTransport:
             lines.send_batch, max_bytes=max_backlog, on_stall=on_stall, try_send=lines.try_send
         )
         self._closed = False
-        self.unanswered: set[Any] = set()  # ids of requests received and not yet answered
+        # Ids of requests received and not yet answered, counted: a client may
+        # reuse an id before its first request is answered.
+        self.unanswered: Counter[Any] = Counter()
         self._answered = anyio.Event()
 
     async def drained(self) -> None:
         """Return once every request received so far has been answered."""
-        while self.unanswered:
+        while self.unanswered.total():
             self._answered = anyio.Event()
             await self._answered.wait()
 
@@ -187,8 +200,8 @@ class LineTransport:
                 self._closed = True
                 raise ConnectionError("stdout is closed")
         finally:
-            if "method" not in message and message.get("id") in self.unanswered:
-                self.unanswered.discard(message["id"])  # written (or never will be)
+            if "method" not in message and self.unanswered[message.get("id")] > 0:
+                self.unanswered[message["id"]] -= 1  # written (or never will be)
                 self._answered.set()
 
     async def receive(self) -> Message | None:
@@ -205,7 +218,7 @@ class LineTransport:
                 await self._reply(reply)  # both: told, and passed on (see check)
             if message is not None:
                 if "method" in message and "id" in message:
-                    self.unanswered.add(message["id"])
+                    self.unanswered[message["id"]] += 1
                 return message
             if reply is not None:
                 await self._reply(reply)
