@@ -315,6 +315,12 @@ class SubAgents:
             external = await self.external.again(
                 edge.profile_name or "", child.workspace_path, message, label
             )
+            if not edge.supports_send_input:
+                # Resuming was switched on since the spawn: the edge says so now.
+                edge = edge.model_copy(
+                    update={"supports_send_input": True, "supports_resume": True}
+                )
+                await self.edges.upsert(edge)
         if await self.threads.running_anywhere(child_id):
             raise TurnInProgress(child_id)
         await self._start_child(parent_id, child_id, message, label, external)

@@ -300,3 +300,30 @@ async def test_the_agent_is_told_the_profiles_it_may_use(
                 assert tool is not None
                 described = tool.input_schema["properties"]["profile"]["description"]
                 assert "appserver-zene" in described and "here" in described
+
+
+async def test_a_child_spawned_before_resuming_was_on_says_so_once_continued(
+    server: ServerUnderTest,
+) -> None:
+    """SendInput is judged by the setting now; the edge it answers with follows."""
+    with anyio.fail_after(90):
+        async with server.connect() as client:
+            parent = await new_thread(client, approvalPolicy="autoApprove")
+            spawned = await answer(
+                client, parent, spawn("first task", profile="appserver-codex", agentRole="worker")
+            )
+            assert spawned["supportsSendInput"] is False
+            child = spawned["childThreadId"]
+            await answer(client, parent, call("WaitAgent", childThreadId=child))
+            await client.request(
+                "subagent/settings/update", {"externalCliSessionResumeEnabled": True}
+            )
+            sent = await answer(
+                client, parent, call("SendInput", childThreadId=child, message="second task")
+            )
+            assert sent["status"] == "running"
+            assert sent["supportsSendInput"] is True and sent["supportsResume"] is True
+            listed = await client.request("subagent/children/list", {"parentThreadId": parent})
+            (entry,) = listed["data"]
+            assert entry["edge"]["supportsSendInput"] is True
+            await answer(client, parent, call("WaitAgent", childThreadId=child))
