@@ -279,7 +279,11 @@ async def test_an_input_steered_into_a_turn_whose_node_died_goes_back_to_the_que
             a.kill()
             terminal = await wait_terminal(on_b, turn_id, timeout=20, thread_id=thread_id)
             assert terminal["method"] == "turn/failed"
-            update = await on_b.notification("thread/queue/updated", start=mark)
+            # The sweep's update, the one that pauses the queue: the steer's own
+            # (guidancePending) may reach this node after the mark.
+            update = await on_b.notification(
+                "thread/queue/updated", start=mark, where=lambda p: p.get("paused") is not None
+            )
             assert [(q["id"], q["status"]) for q in update["queuedInputs"]] == [
                 (steered["id"], "queued")
             ]

@@ -80,6 +80,8 @@ class CodexSession:
         self.client_name = "codex"
         self.initialized = False
         self.client_known = False  # initialize was answered
+        # Notification methods the client opted out of at initialize (exact names).
+        self.opted_out: frozenset[str] = frozenset()
         self.ended = False
         self.seat = CodexSeat(self)
         self.streams = Streams(
@@ -98,7 +100,8 @@ class CodexSession:
         self.writer.put(wire.encode(message))
 
     def notify(self, method: str, params: Message) -> None:
-        self.send(wire.notification(method, params))
+        if method not in self.opted_out:
+            self.send(wire.notification(method, params))
 
     async def request(
         self, method: str, params: Message, thread_id: str, timeout: float

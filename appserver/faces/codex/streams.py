@@ -92,6 +92,7 @@ class Streams:
         # path of a streamed turn): (thread id, item id, kind) -> (before, after,
         # turn key). Item ids are unique in their thread only.
         self.send_frame = send_frame
+        self.opted_out: frozenset[str] = frozenset()  # set at initialize
         self.delta_frames: dict[tuple[str, str, str], tuple[str, str, str]] = {}
         self.turns: dict[tuple[str, str], TurnItems] = {}
         self.usage: dict[tuple[str, str], Usage] = {}
@@ -226,6 +227,8 @@ class Streams:
         if len(notes) != 1:
             return
         method, body = notes[0]
+        if method in self.opted_out:
+            return  # the slow path leaves it out (CodexSession.notify)
         frame = wire.encode(wire.notification(method, {**body, **ids}))
         parts = frame.split(dumps_text(DELTA_MARK))
         if len(parts) == 2:

@@ -35,6 +35,14 @@ async def initialize(session: CodexSession, params: Message) -> Message:
         raise CodexError("Already initialized")
     session.client_name = client_name(params)
     session.client_known = True
+    capabilities = params.get("capabilities")
+    opted = (
+        capabilities.get("optOutNotificationMethods") if isinstance(capabilities, dict) else None
+    )
+    if isinstance(opted, list):
+        session.opted_out = session.streams.opted_out = frozenset(
+            method for method in opted if isinstance(method, str)
+        )
     return initialize_result(params, session.workspace)
 
 

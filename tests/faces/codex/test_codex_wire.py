@@ -217,3 +217,42 @@ def test_sigterm_stores_the_turn_in_flight_as_cancelled(workspace: Path) -> None
     with contextlib.closing(database):
         statuses = database.execute("SELECT status FROM turns").fetchall()
     assert statuses == [("cancelled",)]
+
+
+def test_opted_out_notifications_are_not_sent(workspace: Path) -> None:
+    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
+    quiet = ["item/agentMessage/delta", "thread/started", "thread/status/changed"]
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=workspace,
+        env=child_env(),
+        text=True,
+    ) as server:
+        assert server.stdin is not None and server.stdout is not None
+        hello = {
+            "clientInfo": {"name": "probe"},
+            "capabilities": {"optOutNotificationMethods": quiet},
+        }
+        server.stdin.write(json.dumps({"id": 1, "method": "initialize", "params": hello}) + "\n")
+        server.stdin.write(json.dumps({"id": 2, "method": "thread/start", "params": {}}) + "\n")
+        server.stdin.flush()
+        seen: list[dict[str, Any]] = []
+        for line in server.stdout:
+            frame = json.loads(line)
+            seen.append(frame)
+            if frame.get("id") == 2:
+                text = {"type": "text", "text": "?stream 3"}
+                start = {"threadId": frame["result"]["thread"]["id"], "input": [text]}
+                server.stdin.write(json.dumps({"id": 3, "method": "turn/start", "params": start}))
+                server.stdin.write("\n")
+                server.stdin.flush()
+            if frame.get("method") == "turn/completed":
+                break
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+    methods = {frame.get("method") for frame in seen}
+    assert not methods & set(quiet), methods
+    assert {"turn/started", "item/completed", "turn/completed"} <= methods
