@@ -288,6 +288,10 @@ class Streams:
             error=message,
             error_code=code,
         )
+        answers = [i for i in (items.finished if items else []) if i.get("type") == "agentMessage"]
+        if shape["status"] == "completed" and answers:
+            # Codex ends a completed turn with its final answer (itemsView "summary").
+            shape.update(items=[answers[-1]], itemsView="summary")
         # Codex tells the thread idle before it ends the turn (its recorded sessions).
         self.idle_told.add(thread_id)
         self.notify("thread/status/changed", {"threadId": thread_id, "status": {"type": "idle"}})

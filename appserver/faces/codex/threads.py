@@ -303,24 +303,46 @@ async def thread_read(session: CodexSession, params: Message) -> Message:
     return {"thread": await codex_thread(session, record, with_turns=include)}
 
 
+def _listed_here(session: CodexSession, params: Message, provider: str) -> bool:
+    """Whether ``thread/list``'s filters can match this server's threads at all:
+    each has the workspace as its ``cwd``, ``appServer`` as its source kind and
+    this server's model provider."""
+    cwd = params.get("cwd")
+    if isinstance(cwd, str) and cwd and os.path.realpath(cwd) != session.workspace:
+        return False
+    kinds = params.get("sourceKinds")
+    if isinstance(kinds, list) and kinds and "appServer" not in kinds:
+        return False
+    providers = params.get("modelProviders")
+    return not (isinstance(providers, list) and providers and provider not in providers)
+
+
 async def thread_list(session: CodexSession, params: Message) -> Message:
     from appserver.storage.threads import ThreadQuery
 
     limit = params.get("limit")
     cursor = params.get("cursor")
     search = params.get("searchTerm")
+    provider = session.runtime.engine.provider
+    if not _listed_here(session, params, provider.name):
+        return {"data": [], "nextCursor": None}
+    excluded = params.get("excludedThreadIds")
+    excluded_ids = (
+        {i for i in excluded if isinstance(i, str)} if isinstance(excluded, list) else set()
+    )
     query = ThreadQuery(
         workspace_path=session.workspace,
         user_id=None,
         channel_context=None,
         include_archived=params.get("archived") is True,
-        limit=min(limit, LIST_LIMIT) if type(limit) is int and limit > 0 else LIST_LIMIT,
+        # Codex lists at least one (`limit: 0` is one), at most LIST_LIMIT.
+        limit=max(1, min(limit, LIST_LIMIT)) if type(limit) is int else LIST_LIMIT,
         cursor=cursor if isinstance(cursor, str) else None,
         search_term=search if isinstance(search, str) and search else None,
     )
     summaries, next_cursor = await session.runtime.threads.list(query)
+    summaries = [summary for summary in summaries if summary.id not in excluded_ids]
     archived = params.get("archived") is True
-    provider = session.runtime.engine.provider
     data = [
         thread_shape(
             thread_id=summary.id,

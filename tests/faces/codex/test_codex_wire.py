@@ -256,3 +256,37 @@ def test_opted_out_notifications_are_not_sent(workspace: Path) -> None:
     methods = {frame.get("method") for frame in seen}
     assert not methods & set(quiet), methods
     assert {"turn/started", "item/completed", "turn/completed"} <= methods
+    # As Codex ends a completed turn: with its final answer, itemsView "summary".
+    (ended,) = [
+        frame["params"]["turn"] for frame in seen if frame.get("method") == "turn/completed"
+    ]
+    assert ended["itemsView"] == "summary"
+    assert [item["type"] for item in ended["items"]] == ["agentMessage"]
+    assert ended["items"][0]["text"] == "chunk 1 chunk 2 chunk 3 "
+
+
+def test_thread_list_filters_as_codex_does(workspace: Path) -> None:
+    lines = [
+        '{"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}}',
+        '{"id": 2, "method": "thread/start", "params": {}}',
+        '{"id": 3, "method": "thread/start", "params": {}}',
+    ]
+    asks = {
+        10: {"cwd": "/"},
+        11: {"cwd": str(workspace)},
+        12: {"sourceKinds": ["cli", "vscode"]},
+        13: {"sourceKinds": ["appServer"]},
+        14: {"modelProviders": ["someone-else"]},
+        15: {"limit": 0},
+        16: {"excludedThreadIds": ["EXCLUDED"]},
+    }
+    first = _exchange(workspace, *lines)  # the threads, then list them in a second process
+    excluded = next(f["result"]["thread"]["id"] for f in first if f.get("id") == 2)
+    asks[16] = {"excludedThreadIds": [excluded]}
+    out = _exchange(
+        workspace,
+        lines[0],
+        *(json.dumps({"id": i, "method": "thread/list", "params": p}) for i, p in asks.items()),
+    )
+    counts = {frame["id"]: len(frame["result"]["data"]) for frame in out if frame.get("id") in asks}
+    assert counts == {10: 0, 11: 2, 12: 0, 13: 2, 14: 0, 15: 1, 16: 1}
