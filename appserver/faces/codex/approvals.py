@@ -92,6 +92,8 @@ async def ask(
             availableDecisions=["accept", "acceptForSession", "decline", "cancel"],
         )
     elif request.approval_type == "file" and request.operation in ("write", "edit"):
+        if request.target in session.file_grants.get(thread_id, ()):
+            return "accept"  # acceptForSession of this file, earlier in this thread
         method = "item/fileChange/requestApproval"
     else:
         wanted = permissions(request.approval_type, request.operation, request.target)
@@ -108,7 +110,13 @@ async def ask(
         raise QuestionRefused("the Codex client is gone")
     if method == "item/permissions/requestApproval":
         return permissions_decision(answer, request.approval_type, request.target)
-    return decision(answer)
+    decided = decision(answer)
+    if method == "item/fileChange/requestApproval" and decided == "acceptForSession":
+        # Codex: "future changes to the same files" (not, as our grant would,
+        # every write in the workspace): kept here, per thread and path.
+        session.file_grants.setdefault(thread_id, set()).add(request.target)
+        return "accept"
+    return decided
 
 
 def permissions(approval_type: str, operation: str, target: str) -> dict[str, Any] | None:

@@ -88,6 +88,8 @@ class CodexSession:
             runtime, self.seat, self.notify, self.workspace, send_frame=self.writer.put
         )
         self.policies: dict[str, tuple[Any, str]] = {}  # thread -> (Codex policy, reviewer)
+        # thread -> files an acceptForSession of a file change covers (Codex's rule)
+        self.file_grants: dict[str, set[str]] = {}
         self._next_request = 0
         self._pending: dict[int, Pending] = {}
         self._running = 0  # requests being answered

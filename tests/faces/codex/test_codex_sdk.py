@@ -192,3 +192,30 @@ def test_an_approved_file_write_is_one_file_change_with_its_diff(
     assert change.changes[0].kind.root.type == "add"
     assert "+hello" in change.changes[0].diff
     assert diffs and "+hello" in diffs[-1]
+
+
+def test_accept_for_session_of_a_file_change_covers_that_file_only(
+    config: CodexConfig, workspace: Path
+) -> None:
+    """Codex: "future changes to the same files"; a write to another file asks."""
+    asked: list[str] = []
+
+    def handler(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        asked.append(method)
+        return {"decision": "acceptForSession"}
+
+    def run(client: CodexClient, thread_id: str, text: str) -> None:
+        turn = client.turn_start(thread_id, text).turn
+        while client.next_turn_notification(turn.id).method != "turn/completed":
+            pass
+
+    with CodexClient(config, approval_handler=handler) as client:
+        client.initialize()
+        thread_id = client.thread_start({"approvalPolicy": "untrusted"}).thread.id
+        run(client, thread_id, ">notes.txt\nhello")
+        run(client, thread_id, ">notes.txt\nagain")
+        assert len(asked) == 1
+        run(client, thread_id, ">other.txt\nelsewhere")
+        assert len(asked) == 2
+    assert (workspace / "notes.txt").read_text() == "again\n"
+    assert (workspace / "other.txt").read_text() == "elsewhere\n"
