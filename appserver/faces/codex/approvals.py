@@ -21,6 +21,7 @@ own approval kind) are declined.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -95,6 +96,10 @@ async def ask(
         if request.target in session.file_grants.get(thread_id, ()):
             return "accept"  # acceptForSession of this file, earlier in this thread
         method = "item/fileChange/requestApproval"
+        if call is not None:
+            inside = os.path.commonpath([request.target, session.workspace]) == session.workspace
+            shown = os.path.relpath(request.target, session.workspace) if inside else request.target
+            session.streams.start_file_change(thread_id, turn_id, call, shown, request.diff)
     else:
         wanted = permissions(request.approval_type, request.operation, request.target)
         if wanted is None:

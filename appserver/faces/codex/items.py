@@ -96,6 +96,9 @@ class Call:
     exit_code: int | None = None
     duration_ms: int | None = None
     mcp: tuple[str, str] | None = None  # (server, tool) of an MCP tool's call
+    # A file change starts (item/started) with what it would change, as Codex's
+    # does: at its approval request, or with its result when none was asked.
+    started: bool = True
 
     def item(self, status: str, result: Json | None = None) -> Json:
         if self.tool == "shell":
@@ -280,7 +283,8 @@ class TurnItems:
                 self.pending.remove(call)
                 if self.live:
                     call.timed()
-                return self._done(call.finish(payload))
+                finished = call.finish(payload)
+                return [*self._started(call, finished), *self._done(finished)]
         if item is None:
             return []
         return self._done(item)
@@ -300,7 +304,26 @@ class TurnItems:
         )
         self.calls[call_id] = call
         self.pending.append(call)
+        if tool in FILE_TOOLS:
+            call.started = False
+            return []
         return [("item/started", {"item": call.item("inProgress")})]
+
+    def start_proposed(self, call: Call, path: str, diff: str | None) -> list[tuple[str, Json]]:
+        """A file change's ``item/started``, with the change its approval shows."""
+        if call.started:
+            return []
+        call.started = True
+        kind = "add" if (diff or "").startswith("--- /dev/null") else "update"
+        proposed = {"path": path, "kind": kind, "diff": diff or ""}
+        return [("item/started", {"item": call.item("inProgress", {"changes": [proposed]})})]
+
+    def _started(self, call: Call, item: Json) -> list[tuple[str, Json]]:
+        """``item/started`` of a file change that ends without having started."""
+        if call.started:
+            return []
+        call.started = True
+        return [("item/started", {"item": {**item, "status": "inProgress"}})]
 
     def _done(self, item: Json) -> list[tuple[str, Json]]:
         self.finished.append(item)
@@ -311,6 +334,7 @@ class TurnItems:
         notes: list[tuple[str, Json]] = []
         for call in self.pending:
             dynamic = call.tool != "shell" and call.tool not in FILE_TOOLS
-            notes += self._done(call.item("failed" if dynamic else status))
+            item = call.item("failed" if dynamic else status)
+            notes += [*self._started(call, item), *self._done(item)]
         self.pending.clear()
         return notes

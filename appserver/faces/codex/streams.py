@@ -127,6 +127,17 @@ class Streams:
         items = self.turns.get((thread_id, turn_id))
         return items.gated.get(item_id) if items is not None else None
 
+    def start_file_change(
+        self, thread_id: str, turn_id: str, call: Call, path: str, diff: str | None
+    ) -> None:
+        """Send a file change's ``item/started`` with the change its approval asks
+        about, before the request (as Codex does: the dialog shows the item)."""
+        items = self.turns.get((thread_id, turn_id))
+        if items is not None:
+            ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
+            for method, body in items.start_proposed(call, path, diff):
+                self._emit(method, body, ids)
+
     async def pump(self) -> None:
         async for event in self.seat.events():
             try:

@@ -165,6 +165,7 @@ def test_an_approved_file_write_is_one_file_change_with_its_diff(
     config: CodexConfig, workspace: Path
 ) -> None:
     asked: list[str] = []
+    proposed: list[Any] = []
 
     def handler(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         asked.append(method)
@@ -178,6 +179,8 @@ def test_an_approved_file_write_is_one_file_change_with_its_diff(
         diffs = []
         while True:
             note = client.next_turn_notification(turn.id)
+            if note.method == "item/started" and note.payload.item.root.type == "fileChange":  # type: ignore[union-attr]
+                proposed.append(note.payload.item.root)  # type: ignore[union-attr]
             if note.method == "turn/diff/updated":
                 diffs.append(note.payload.diff)  # type: ignore[union-attr]
             if note.method == "item/completed" and note.payload.item.root.type == "fileChange":  # type: ignore[union-attr]
@@ -185,6 +188,11 @@ def test_an_approved_file_write_is_one_file_change_with_its_diff(
             if note.method == "turn/completed":
                 break
     assert asked == ["item/fileChange/requestApproval"]
+    # As Codex's: the item starts with the change the approval is about (the IDE's
+    # dialog shows it), before the request.
+    [started] = proposed
+    assert started.changes[0].path == "notes.txt" and "+hello" in started.changes[0].diff
+    assert started.changes[0].kind.root.type == "add"
     assert (workspace / "notes.txt").read_text() == "hello\n"
     [change] = changes
     assert change.status.value == "completed"
