@@ -447,7 +447,7 @@ def _git(words: list[str], call: Call, trusted: bool) -> str | None:
     if why is None:
         from appserver.tools.safe_git import repository_asks  # only for a git command
 
-        why = repository_asks(call.cwd)
+        why = repository_asks(call.cwd, call.root, words[0])
     return why
 
 

@@ -9,13 +9,18 @@ starts ``core.fsmonitor``, ``git diff`` a ``diff.<driver>.textconv`` or a
 trusts may still hold a repository unpacked from elsewhere, ``.git/`` and all,
 so before a git command runs unasked:
 
+* the repository's work tree, git directory and object store lie in the
+  workspace (a ``.git`` file, a workspace inside a bigger repository or
+  ``objects/info/alternates`` would let git read outside it);
+* it has no submodules (git reads their own config and runs their hooks);
 * every setting of the repository's own config (``.git/config``, its worktree
   config and what they include: git's ``local`` and ``worktree`` scopes) must be
   one known to name no program (:data:`_SAFE`); the user's own (``system``,
   ``global``) are theirs and not judged;
-* the ``post-index-change`` hook must not be there.
+* the hooks a read runs (``post-index-change``, ``pre-auto-gc``) are not there.
 
-Anything else, or git failing to answer, asks.
+Outside a repository only ``git diff`` runs (comparing files, walking
+directories): it asks. Anything else, or git failing to answer, asks.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+
+from appserver.tools.sandbox import in_workspace
 
 
 def _names(text: str) -> frozenset[str]:
@@ -40,11 +47,10 @@ _SAFE: dict[str, frozenset[str]] = {
         "commentchar compression loosecompression multipackindex commitgraph fscache "
         "longpaths hidedotfiles protecthfs protectntfs"
     ),
-    "extensions": frozenset({"*"}),
-    "remote.*": _names(
-        "url pushurl fetch push mirror tagopt prune prunetags promisor partialclonefilter "
-        "skipdefaultupdate skipfetchall"
-    ),
+    # Not partialclone (nor remote.*.promisor): a read of a missing object would
+    # fetch, and a fetch runs `git maintenance --auto` and its hook.
+    "extensions": _names("objectformat worktreeconfig"),
+    "remote.*": _names("url pushurl fetch push mirror tagopt prune prunetags skipdefaultupdate"),
     "branch.*": _names("remote merge rebase pushremote description"),
     "submodule.*": _names("url active branch ignore shallow fetchrecursesubmodules"),
     "user": _names("name email signingkey useconfigonly"),
@@ -65,12 +71,14 @@ _SAFE: dict[str, frozenset[str]] = {
     "merge": _names("conflictstyle ff log renames renamelimit"),
     "rerere": _names("enabled autoupdate"),
     "index": _names("version skiphash sparse"),
-    "gc": frozenset({"*"}),
     "pack": frozenset({"*"}),
     "feature": frozenset({"*"}),
     "lfs": frozenset({"repositoryformatversion"}),
 }
 _TIMEOUT_S = 5.0
+# Hooks a read can run: `git status` refreshes the index (post-index-change); an
+# automatic gc runs pre-auto-gc.
+_READ_HOOKS = ("post-index-change", "pre-auto-gc")
 
 
 def _is_safe(key: str) -> bool:
@@ -99,15 +107,39 @@ def _git(cwd: Path, *args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def repository_asks(cwd: Path) -> str | None:
-    """Why a read-only git command run in ``cwd`` asks because of the
-    repository's own settings or hooks, or ``None`` when they name no program.
-    Outside any repository git reads no repository config: ``None``."""
-    hook = _git(cwd, "rev-parse", "--git-path", "hooks/post-index-change")
-    if hook is None:
-        return None  # not in a repository (git diff then compares files)
-    if os.access(cwd / hook.strip(), os.X_OK):
-        return "the repository has a post-index-change hook, which git status runs"
+def repository_asks(cwd: Path, root: Path, subcommand: str) -> str | None:
+    """Why the read-only ``git subcommand`` run in ``cwd`` asks because of the
+    repository: where it is, its own settings, hooks and submodules; or
+    ``None`` when it stays in the workspace ``root`` and names no program."""
+    found = _git(
+        cwd,
+        "rev-parse",
+        "--show-toplevel",
+        "--absolute-git-dir",
+        "--git-common-dir",
+        "--git-path",
+        "hooks",
+    )
+    if found is None:
+        if subcommand == "diff":
+            # Outside a repository `git diff` compares files and walks directories
+            # (the workspace root's .craft/ among them).
+            return "git diff outside a repository compares files and directories"
+        return None  # git refuses the others outside a repository
+    lines = found.splitlines()
+    if len(lines) != 4:
+        return "git could not say where the repository is"
+    top, git_dir, common_dir, hooks = (Path(os.path.realpath(cwd / line)) for line in lines)
+    for place, what in ((top, "work tree"), (git_dir, "git directory"), (common_dir, "objects")):
+        if not in_workspace(root, place):
+            return f"the repository's {what} is outside the workspace ({place})"
+    if (common_dir / "objects" / "info" / "alternates").exists():
+        return "the repository borrows objects from elsewhere (objects/info/alternates)"
+    if (top / ".gitmodules").exists() or (common_dir / "modules").exists():
+        return "the repository has submodules, whose own config and hooks git reads"
+    for hook in _READ_HOOKS:
+        if os.access(hooks / hook, os.X_OK):
+            return f"the repository has a {hook} hook, which a read may run"
     listed = _git(cwd, "config", "--list", "--show-scope", "--includes", "-z")
     if listed is None:
         return "git could not list the repository's config"

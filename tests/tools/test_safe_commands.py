@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -169,6 +171,7 @@ def workspace(tmp_path: Path) -> Path:
     os.symlink("/etc/passwd", root / "links" / "x")  # diff follows it
     (root / "plain" / "x").write_text("")
     (root / "other" / "y").write_text("")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)  # git reads a repository
     return Path(os.path.realpath(root))
 
 
@@ -198,6 +201,7 @@ def test_rg_from_the_root_asks_when_an_ignore_file_re_includes(workspace: Path) 
 
 def test_rg_from_the_root_asks_in_a_worktree(workspace: Path) -> None:
     """A ``.git`` file (a worktree's) names a git directory whose exclude file rg reads."""
+    shutil.rmtree(workspace / ".git")
     (workspace / ".git").write_text("gitdir: sub/gd\n")
     reason = classify("rg foo", workspace, workspace)
     assert reason is not None and ".git is a file" in reason

@@ -129,7 +129,9 @@ def test_git_asks_when_the_repository_config_names_a_program(
 ) -> None:
     _git(repository, "config", key, value)
     reason = classify("git status", repository, repository)
-    assert reason is not None and f"sets {key.lower()}" in reason
+    # core.worktree=/ is caught first: the work tree is then outside the workspace.
+    assert reason is not None
+    assert f"sets {key.lower()}" in reason or "work tree is outside" in reason, reason
     assert not (repository / "pwned").exists()
 
 
@@ -146,3 +148,43 @@ def test_git_asks_when_the_repository_has_a_post_index_change_hook(repository: P
     hook.chmod(0o755)
     reason = classify("git status", repository, repository)
     assert reason is not None and "post-index-change" in reason
+
+
+def test_git_asks_for_a_repository_outside_or_borrowing_from_outside(
+    repository: Path, tmp_path: Path
+) -> None:
+    """A `.git` file naming another repository, or a workspace inside a bigger
+    one, lets git read what lies outside; so do alternates."""
+    other = tmp_path / "other"
+    other.mkdir()
+    _git(other, "init", "-q")
+    inner = repository / "src"
+    assert classify("git log -1", inner, inner) is not None  # the work tree is above the root
+    pointer = tmp_path / "pointer"
+    pointer.mkdir()
+    (pointer / ".git").write_text(f"gitdir: {other / '.git'}\n")
+    reason = classify("git status", pointer, Path(os.path.realpath(pointer)))
+    assert reason is not None and "git directory is outside" in reason
+    alternates = repository / ".git" / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.write_text(str(other / ".git" / "objects") + "\n")
+    assert "alternates" in str(classify("git log -1", repository, repository))
+
+
+def test_git_asks_with_submodules_and_outside_a_repository(
+    repository: Path, tmp_path: Path
+) -> None:
+    (repository / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n')
+    assert "submodules" in str(classify("git status", repository, repository))
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    root = Path(os.path.realpath(plain))
+    assert "outside a repository" in str(classify("git diff . src", root, root))
+    assert classify("git log", root, root) is None  # git refuses it there
+
+
+def test_git_asks_for_a_partial_clone(repository: Path) -> None:
+    """Reading a missing object of a partial clone fetches, and a fetch runs
+    `git maintenance --auto` and its hook."""
+    _git(repository, "config", "remote.origin.promisor", "true")
+    assert "remote.origin.promisor" in str(classify("git log -p", repository, repository))
