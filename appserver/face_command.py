@@ -120,6 +120,10 @@ def _sigterm_as_interrupt() -> list[bool]:
     import signal
 
     terminated = [False]
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        # SIGINT ignored (a background job of a shell) or taken: asyncio would not
+        # act on it, so SIGTERM keeps its default action.
+        return terminated
 
     def interrupt(signum: int, frame: object) -> None:
         terminated[0] = True

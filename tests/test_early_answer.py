@@ -229,3 +229,21 @@ def test_the_router_answers_other_first_lines_itself(tmp_path: Path) -> None:
     assert door.modules is None
     (frame,) = map(json.loads, door.stdout)
     assert frame["event"] == "command_rejected" and "timestamp" in frame["data"]["reason"]
+
+
+def test_the_early_answer_is_left_out_wherever_it_comes_and_only_it() -> None:
+    from appserver.transport.early import Answered, EarlyAnswer
+
+    answer = '{"jsonrpc":"2.0","id":"hs","result":{}}'
+    refusal = '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid request"}}'
+    answered = Answered(EarlyAnswer(b"{}", answer))
+    assert answered.drop([refusal]) == [refusal]  # before the answer: passed on
+    assert answered.drop(["x", answer, "y"]) == ["x", "y"]
+    assert answered.answer is None and answered.drop([answer]) == [answer]
+    # Sent with other bytes (an error logged): still the answer to that request.
+    other = Answered(EarlyAnswer(b"{}", answer))
+    assert other.drop(['{"id":"hs","result":{"more":1}}']) == []
+    # A door that never gives it (no JSON-RPC id): given up after its first frames.
+    never = Answered(EarlyAnswer(b"{}", answer))
+    frames = [f'{{"type":"event","n":{n}}}' for n in range(40)]
+    assert never.drop(frames) == frames and never.answer is None

@@ -49,6 +49,9 @@ class EarlyAnswer(NamedTuple):
     answer: str | None = None
 
 
+_LOOKS = 16  # a door answers its first request among its first frames
+
+
 class Answered:
     """A door's transport's memory of an early answer: the door's own answer to
     that first request, the first frame it sends, is not sent again (and an error
@@ -57,14 +60,20 @@ class Answered:
     def __init__(self, early: EarlyAnswer | None) -> None:
         self.answer = None if early is None else early.answer
         self._id = None if self.answer is None else json.loads(self.answer).get("id")
+        self._looks = _LOOKS  # frames looked at for it, at most
 
     def drop(self, frames: list[str]) -> list[str]:
-        """``frames`` less the door's answer, wherever it comes: a door may
-        refuse a bad line sent right after the first request before it
-        answers that request."""
+        """``frames`` less the door's answer, wherever it comes among its first
+        few: a door may refuse a bad line sent right after the first request
+        before it answers that request."""
         if self.answer is None:
             return frames
         for index, frame in enumerate(frames):
+            self._looks -= 1
+            if self._looks < 0:
+                log.error("the door never gave the answer written early: %.200s", self.answer)
+                self.answer = None
+                return frames
             if frame == self.answer or self._answers_the_request(frame):
                 if frame != self.answer:
                     log.error(

@@ -256,9 +256,8 @@ class StdioTransport:
         await self._protocol.drain()
 
     def try_send(self, frame: str) -> bool:
-        if self._answered.answer is not None:
-            self._answered.drop([frame])
-            return True
+        if self._answered.answer is not None and not self._answered.drop([frame]):
+            return True  # the answer written early: not written again
         writer, protocol = self._writer, self._protocol
         if writer is None or protocol is None or protocol.paused or writer.is_closing():
             return False

@@ -100,9 +100,8 @@ class WebSocketTransport:
             pending.append(frame)
             self._pending_size = size
             return True
-        if self._answered.answer is not None:
-            self._answered.drop([frame])
-            return True
+        if self._answered.answer is not None and not self._answered.drop([frame]):
+            return True  # the answer written early: not written again
         ws = self._ws
         # `paused` is set while the socket's write buffer is above its high-water
         # mark: then the frame waits in the outbox, where it can be coalesced.

@@ -86,7 +86,7 @@ def settings(args: argparse.Namespace, options: Any) -> str:
     return "default" if codex_policy == "untrusted" or sandbox == "read-only" else "autoApprove"
 
 
-def _prompt(args: argparse.Namespace, stdin: IO[bytes]) -> tuple[str | None, str]:
+async def _prompt(args: argparse.Namespace, stdin: IO[bytes]) -> tuple[str | None, str]:
     """``(resume thread id or None, prompt)``."""
     words = list(args.words)
     thread_id = None
@@ -96,7 +96,10 @@ def _prompt(args: argparse.Namespace, stdin: IO[bytes]) -> tuple[str | None, str
         thread_id, words = words[1], words[2:]
     if words and words != ["-"]:
         return thread_id, " ".join(words)
-    return thread_id, stdin.read().decode("utf-8", errors="replace")
+    from appserver.faces.whole_input import read_in_daemon
+
+    read = await read_in_daemon(stdin.read)  # a stop does not wait for the end of input
+    return thread_id, read.decode("utf-8", errors="replace")
 
 
 async def main(
@@ -114,7 +117,7 @@ async def main(
     try:
         policy = settings(args, options)
         schema = read_schema(args.output_schema) if args.output_schema else None
-        thread_id, prompt = _prompt(args, stdin)
+        thread_id, prompt = await _prompt(args, stdin)
         if not prompt.strip() and not args.image:
             raise ExecFailed("no prompt given on stdin")
         options.warm_provider = False  # one turn, then exit

@@ -182,9 +182,10 @@ def configure(args: argparse.Namespace, options: Any) -> Any:
 
 async def read_text(stdin: IO[bytes]) -> bytes:
     """All of stdin (``--input-format text``), at most :data:`MAX_TEXT_BYTES` + 1."""
-    import anyio
+    from appserver.faces.whole_input import read_in_daemon
 
-    return await anyio.to_thread.run_sync(_read_to_end, stdin, MAX_TEXT_BYTES + 1)
+    # A stop (SIGINT, SIGTERM) does not wait for the end of input.
+    return await read_in_daemon(lambda: _read_to_end(stdin, MAX_TEXT_BYTES + 1))
 
 
 def _read_to_end(stdin: IO[bytes], limit: int) -> bytes:
