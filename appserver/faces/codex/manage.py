@@ -151,6 +151,12 @@ async def turn_steer(session: CodexSession, params: Message) -> Message:
     active = session.runtime.engine.active.get(thread_id)
     if owner != thread_id or active is None or active.record.id != turn_id:
         raise CodexError("no active turn to steer")
+    return {"turnId": turn_key(thread_id, await steer_input(session, thread_id, turn_id, parts))}
+
+
+async def steer_input(session: CodexSession, thread_id: str, turn_id: str, parts: Any) -> str:
+    """Put ``parts`` into the running turn ``turn_id`` (``turn/steer``, and a
+    ``turn/start`` while a turn runs, as Codex takes it); the turn's id."""
     from appserver.runtime.errors import Refusal
 
     turns = session.runtime.turns
@@ -163,7 +169,7 @@ async def turn_steer(session: CodexSession, params: Message) -> Message:
         with contextlib.suppress(Refusal):
             await turns.remove_queued(thread_id, entry.id, session.seat)
         raise CodexError("no active turn to steer") from None
-    return {"turnId": turn_key(thread_id, steered)}
+    return steered
 
 
 async def model_list(session: CodexSession, params: Message) -> Message:

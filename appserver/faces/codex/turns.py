@@ -114,7 +114,9 @@ async def apply_overrides(session: CodexSession, thread_id: str, params: Message
 
 
 async def turn_start(session: CodexSession, params: Message) -> Message:
+    from appserver.faces.codex.manage import steer_input
     from appserver.protocol.errors import RpcError
+    from appserver.runtime.errors import TurnInProgress
 
     thread_id = text_param(params, "threadId", required=True)
     assert thread_id is not None
@@ -126,6 +128,14 @@ async def turn_start(session: CodexSession, params: Message) -> Message:
         active = await session.runtime.turns.start(thread_id, parts, origin=session.seat)
     except RpcError as exc:  # a skills family's refusal (unknown or disabled skill)
         raise CodexError(f"Invalid request: {exc.message}") from None
+    except TurnInProgress:
+        running = session.runtime.engine.active.get(thread_id)
+        if running is None:
+            raise  # it runs in another process: refused as before
+        # Codex takes a second turn/start as more input for the running turn and
+        # answers with that turn (its SDK's thread.turn() while one runs).
+        steered = await steer_input(session, thread_id, running.record.id, parts)
+        return {"turn": turn_shape(thread_id, steered, "running")}
     return {"turn": turn_shape(thread_id, active.record.id, "running")}
 
 

@@ -229,3 +229,23 @@ def test_command_exec_is_off_in_an_untrusted_workspace(
         with pytest.raises(InvalidRequestError, match="workspace is not trusted"):
             client._request_raw("command/exec", {"command": ["touch", "made"]})
     assert not (workspace / "made").exists()
+
+
+def test_a_turn_start_while_a_turn_runs_is_more_input_for_it(config: CodexConfig) -> None:
+    """As Codex 0.169: the answer is the running turn, and the input is the
+    model's within it (the SDK's thread.turn() while one runs)."""
+    with CodexClient(config) as client:
+        client.initialize()
+        thread_id = client.thread_start({}).thread.id
+        running = client.turn_start(thread_id, "?stream 200\n?delay 20").turn
+        again = client.turn_start(thread_id, "and this too").turn
+        assert again.id == running.id
+        while client.next_turn_notification(running.id).method != "turn/completed":
+            pass
+        (turn,) = client.thread_read(thread_id, include_turns=True).thread.turns
+        texts = [
+            item.root.content[0].root.text  # type: ignore[union-attr]
+            for item in turn.items
+            if item.root.type == "userMessage"
+        ]
+        assert texts == ["?stream 200\n?delay 20", "and this too"]
