@@ -12,12 +12,11 @@ so a change made by a DotCraft client is announced the same way.
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 from appserver.faces.codex.shapes import split_turn_key, turn_key
 from appserver.faces.codex.threads import codex_thread
-from appserver.faces.codex.turns import input_parts
+from appserver.faces.codex.turns import input_parts, steer_input
 from appserver.faces.codex.wire import CodexError, Message, Reply, text_param
 
 if TYPE_CHECKING:
@@ -152,24 +151,6 @@ async def turn_steer(session: CodexSession, params: Message) -> Message:
     if owner != thread_id or active is None or active.record.id != turn_id:
         raise CodexError("no active turn to steer")
     return {"turnId": turn_key(thread_id, await steer_input(session, thread_id, turn_id, parts))}
-
-
-async def steer_input(session: CodexSession, thread_id: str, turn_id: str, parts: Any) -> str:
-    """Put ``parts`` into the running turn ``turn_id`` (``turn/steer``, and a
-    ``turn/start`` while a turn runs, as Codex takes it); the turn's id."""
-    from appserver.runtime.errors import Refusal
-
-    turns = session.runtime.turns
-    entry, _queue = await turns.enqueue(thread_id, parts, session.seat)
-    try:
-        steered, _queue = await turns.steer(thread_id, turn_id, entry.id, session.seat, keep=True)
-    except Refusal:
-        # The turn ended meanwhile: the input must not wait in a queue the Codex
-        # client cannot see, to run later as a turn it never started.
-        with contextlib.suppress(Refusal):
-            await turns.remove_queued(thread_id, entry.id, session.seat)
-        raise CodexError("no active turn to steer") from None
-    return steered
 
 
 async def model_list(session: CodexSession, params: Message) -> Message:

@@ -14,6 +14,7 @@ changes nothing (our boundary is the workspace with approvals, reported as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +115,6 @@ async def apply_overrides(session: CodexSession, thread_id: str, params: Message
 
 
 async def turn_start(session: CodexSession, params: Message) -> Message:
-    from appserver.faces.codex.manage import steer_input
     from appserver.protocol.errors import RpcError
     from appserver.runtime.errors import TurnInProgress
 
@@ -157,3 +157,21 @@ async def turn_interrupt(session: CodexSession, params: Message) -> Message:
     except TurnNotRunning:
         raise CodexError("no active turn to interrupt") from None
     return {}
+
+
+async def steer_input(session: CodexSession, thread_id: str, turn_id: str, parts: Any) -> str:
+    """Put ``parts`` into the running turn ``turn_id`` (``turn/steer``, and a
+    ``turn/start`` while a turn runs, as Codex takes it); the turn's id."""
+    from appserver.runtime.errors import Refusal
+
+    turns = session.runtime.turns
+    entry, _queue = await turns.enqueue(thread_id, parts, session.seat)
+    try:
+        steered, _queue = await turns.steer(thread_id, turn_id, entry.id, session.seat, keep=True)
+    except Refusal:
+        # The turn ended meanwhile: the input must not wait in a queue the Codex
+        # client cannot see, to run later as a turn it never started.
+        with contextlib.suppress(Refusal):
+            await turns.remove_queued(thread_id, entry.id, session.seat)
+        raise CodexError("no active turn to steer") from None
+    return steered
