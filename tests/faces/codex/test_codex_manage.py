@@ -104,8 +104,12 @@ def test_steered_input_goes_with_an_interrupted_turn(codex: Codex, workspace: Pa
     not come back later as a turn of its own."""
     thread = codex.thread_start()
     turn = thread.turn("?stream 200\n?delay 20")
+    steered = False
     for note in turn.stream():
-        if note.method == "item/agentMessage/delta":
+        # Once: a delta already on its way after the interrupt would steer into a
+        # turn that has ended (refused, as it should be).
+        if note.method == "item/agentMessage/delta" and not steered:
+            steered = True
             turn.steer("never mind")
             turn.interrupt()
         if note.method == "turn/completed":
