@@ -28,6 +28,7 @@ Json = dict[str, Any]
 McpNames = Callable[[str], "tuple[str, str] | None"]
 
 FILE_TOOLS = frozenset({"write_file", "edit_file", "apply_patch"})
+NO_OUTPUT = "(no output)"  # what our shell tool says of a command that printed nothing
 _EXIT_CODE = re.compile(r"^exit code: (-?\d+)", re.M)
 
 
@@ -110,7 +111,13 @@ class Call:
                 "cwd": self.cwd,
                 "status": status,
                 "commandActions": [{"type": "unknown", "command": command}],
-                "aggregatedOutput": self.output if status != "inProgress" else None,
+                # Codex: null, not a placeholder, when the command printed nothing
+                # (or never ran: declined).
+                "aggregatedOutput": (
+                    self.output
+                    if status != "inProgress" and self.output not in ("", NO_OUTPUT)
+                    else None
+                ),
                 "exitCode": self.exit_code,
                 "durationMs": self.duration_ms,
                 "source": "agent",

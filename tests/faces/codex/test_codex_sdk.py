@@ -143,6 +143,12 @@ def test_approvals_are_codex_requests(config: CodexConfig, workspace: Path) -> N
         ]
         assert statuses == ["declined"]
         assert declined[-1].payload.turn.status.value == "completed"  # type: ignore[union-attr]
+        outputs = [
+            n.payload.item.root.aggregated_output  # type: ignore[union-attr]
+            for n in declined
+            if n.method == "item/completed" and n.payload.item.root.type == "commandExecution"  # type: ignore[union-attr]
+        ]
+        assert outputs == [None]  # as Codex: null, not "" or a placeholder
         assert [m for m, _ in asked] == ["item/commandExecution/requestApproval"] * 2
     assert os.environ.get("APPSERVER_READ_ONLY_COMMANDS") == "ask"
 
