@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
-import ipaddress
 import select
 import socket
 import struct
@@ -46,7 +45,7 @@ from urllib.parse import urlsplit
 
 from appserver.transport.base import AddressInUse, ListenerError
 from appserver.transport.early import FIRST_LINE_LIMIT, FIRST_LINE_WAIT, EarlyAnswer, one_line
-from appserver.transport.listen_options import WS_PATHS, ListenerOptions
+from appserver.transport.listen_options import WS_PATHS, ListenerOptions, names_this_machine
 
 REQUEST_LIMIT = 16 * 1024  # an upgrade request larger than this is left to the library
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's, for Sec-WebSocket-Accept
@@ -226,7 +225,7 @@ def _upgrade_key(request: bytes) -> bytes | None:
         headers.setdefault(name.lower(), []).append(value.strip())
     if "origin" in headers or "authorization" in headers or len(headers.get("host", [])) != 1:
         return None  # a browser page, a token offered, not one Host: Admission decides
-    if not _names_a_local_host(headers["host"][0]):
+    if not names_this_machine(headers["host"][0]):
         return None  # Admission decides what a name in Host may be
     if "content-length" in headers or "transfer-encoding" in headers:
         return None  # a body: the library refuses it
@@ -248,22 +247,6 @@ def _upgrade_key(request: bytes) -> bytes | None:
     except ValueError:
         return None
     return keys[0].encode("ascii")
-
-
-def _names_a_local_host(host: str) -> bool:
-    """Whether a ``Host`` header is ``localhost`` or an IP literal (a port
-    aside): what a loopback listener's admission accepts whatever else it allows."""
-    try:
-        name = urlsplit(f"http://{host}").hostname
-    except ValueError:
-        return False
-    if name == "localhost":
-        return True
-    try:
-        ipaddress.ip_address(name or "")
-    except ValueError:
-        return False
-    return True
 
 
 def _switching_protocols(key: bytes) -> bytes:

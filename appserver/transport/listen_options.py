@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from appserver.transport.base import ListenerError
 
@@ -20,6 +21,26 @@ DEFAULT_CLOSE_TIMEOUT = 5.0
 WS_PATH = "/ws"
 # Upgrades are accepted on both: clients and READMEs write ws://HOST:PORT.
 WS_PATHS = frozenset({WS_PATH, "/"})
+
+
+def names_this_machine(authority: str | None, listen_host: str = "") -> bool:
+    """Whether a ``Host`` header (``HOST[:PORT]``) names this machine as a
+    browser cannot be tricked into naming it: ``localhost``, an IP literal or
+    the address listened on; any other name may have been re-pointed here
+    (DNS rebinding)."""
+    try:
+        name = urlsplit(f"http://{authority}").hostname if authority else None
+    except ValueError:
+        return False
+    if not name:
+        return False
+    if name in ("localhost", listen_host.lower().strip("[]")):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def is_loopback(host: str) -> bool:

@@ -6,7 +6,6 @@ every upgrade."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import logging
 import math
@@ -21,7 +20,13 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from appserver.transport.listen_options import WS_PATH, WS_PATHS, ListenerOptions, is_loopback
+from appserver.transport.listen_options import (
+    WS_PATH,
+    WS_PATHS,
+    ListenerOptions,
+    is_loopback,
+    names_this_machine,
+)
 from appserver.transport.lockout import TokenLockout, peer_key
 from appserver.transport.webclient import WebClient
 
@@ -134,16 +139,9 @@ class Admission:
         if not is_loopback(self.options.host):
             return True
         host = self._host(request)
-        name = urlsplit(f"http://{host}").hostname if host else None
-        if not name:
-            return False
-        if name in ("localhost", self.options.host.lower().strip("[]")) or name in self._hosts:
+        if host is not None and urlsplit(f"http://{host}").hostname in self._hosts:
             return True
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
-            return False
-        return True
+        return names_this_machine(host, self.options.host)
 
     def origin_allowed(self, origin: str, request: Request) -> bool:
         """Whether a browser page at ``origin`` may use this listener.
@@ -161,16 +159,7 @@ class Admission:
         host = self._host(request)
         if host is None or wanted != f"http://{host}".lower():
             return False
-        name = urlsplit(f"http://{host}").hostname or ""
-        if not name:
-            return False
-        if name in ("localhost", self.options.host.lower().strip("[]")):
-            return True
-        try:
-            ipaddress.ip_address(name)
-        except ValueError:
-            return False
-        return True
+        return names_this_machine(host, self.options.host)
 
     def root_page(self, request: Request) -> Response:
         """A plain GET of ``/`` (a browser, ``curl``): the web client, or where
