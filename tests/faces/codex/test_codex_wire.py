@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,63 @@ def _exchange(workspace: Path, *frames: str) -> list[dict[str, object]]:
     )
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+class CodexProcess:
+    """A live ``appserver codex app-server`` on pipes: frames in, frames out."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process, self.stdin, self.stdout = process, process.stdin, process.stdout
+        self.seen: list[dict[str, Any]] = []
+
+    def send(self, *frames: dict[str, Any]) -> None:
+        self.stdin.write("".join(json.dumps(frame) + "\n" for frame in frames))
+        self.stdin.flush()
+
+    def until(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The next frame ``match`` takes (each frame read is kept in ``seen``)."""
+        for line in self.stdout:
+            frame: dict[str, Any] = json.loads(line)
+            self.seen.append(frame)
+            if match(frame):
+                return frame
+        raise AssertionError("the server ended")
+
+    def answer(self, request_id: int) -> dict[str, Any]:
+        return self.until(lambda frame: frame.get("id") == request_id and "method" not in frame)
+
+    def thread(self, hello: dict[str, Any] | None = None, **start: Any) -> str:
+        """``initialize`` (``hello`` its params) and ``thread/start``; the thread's id."""
+        params = hello or {"clientInfo": {"name": "probe"}}
+        self.send({"id": 1, "method": "initialize", "params": params})
+        self.send({"id": 2, "method": "thread/start", "params": start})
+        return str(self.answer(2)["result"]["thread"]["id"])
+
+    def turn(self, thread_id: str, text: str) -> None:
+        parts = [{"type": "text", "text": text}]
+        self.send(
+            {"id": 3, "method": "turn/start", "params": {"threadId": thread_id, "input": parts}}
+        )
+
+
+@contextlib.contextmanager
+def codex_process(workspace: Path) -> Iterator[CodexProcess]:
+    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=workspace,
+        env=child_env(),
+        text=True,
+    ) as process:
+        try:
+            yield CodexProcess(process)
+        finally:
+            if process.poll() is None:  # a test that failed midway
+                process.kill()
 
 
 def test_requests_without_jsonrpc_are_answered_without_it(workspace: Path) -> None:
@@ -123,46 +181,16 @@ def test_a_large_prompt_does_not_drop_a_client_that_reads(workspace: Path) -> No
 def test_the_first_of_two_answers_to_an_approval_counts(workspace: Path) -> None:
     """As on the DotCraft door: a second answer to a request already answered
     is ignored (it decided the command once it was declined)."""
-    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
-    with subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=workspace,
-        env=child_env(),
-        text=True,
-    ) as server:
-        assert server.stdin is not None and server.stdout is not None
-
-        def send(*frames: dict[str, Any]) -> None:
-            assert server.stdin is not None
-            server.stdin.write("".join(json.dumps(frame) + "\n" for frame in frames))
-            server.stdin.flush()
-
-        def until(match: Any) -> dict[str, Any]:
-            assert server.stdout is not None
-            for line in server.stdout:
-                frame: dict[str, Any] = json.loads(line)
-                if match(frame):
-                    return frame
-            raise AssertionError("the server ended")
-
-        send({"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}})
-        until(lambda f: f.get("id") == 1)
-        send({"id": 2, "method": "thread/start", "params": {"approvalPolicy": "untrusted"}})
-        thread_id = until(lambda f: f.get("id") == 2)["result"]["thread"]["id"]
-        text = "!touch twice-answered"
-        send({"id": 3, "method": "turn/start", "params": {"threadId": thread_id, "input": [
-            {"type": "text", "text": text}]}})  # fmt: skip
-        asked = until(lambda f: f.get("method") == "item/commandExecution/requestApproval")
-        send(
+    with codex_process(workspace) as codex:
+        codex.turn(codex.thread(approvalPolicy="untrusted"), "!touch twice-answered")
+        asked = codex.until(lambda f: f.get("method") == "item/commandExecution/requestApproval")
+        codex.send(
             {"id": asked["id"], "result": {"decision": "decline"}},
             {"id": asked["id"], "result": {"decision": "accept"}},
         )
-        until(lambda f: f.get("method") == "turn/completed")
-        server.stdin.close()
-        assert server.wait(timeout=30) == 0
+        codex.until(lambda f: f.get("method") == "turn/completed")
+        codex.stdin.close()
+        assert codex.process.wait(timeout=30) == 0
     assert not (workspace / "twice-answered").exists()
 
 
@@ -182,37 +210,11 @@ def test_a_search_term_too_long_to_match_finds_nothing(workspace: Path) -> None:
 def test_sigterm_stores_the_turn_in_flight_as_cancelled(workspace: Path) -> None:
     """A supervisor's stop is SIGINT's: the turn is stored cancelled (it was left
     running, as after kill -9, to be failed at the next start), exit 143."""
-    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
-    with subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=workspace,
-        env=child_env(),
-        text=True,
-    ) as server:
-        assert server.stdin is not None and server.stdout is not None
-        frames = [
-            {"id": 1, "method": "initialize", "params": {"clientInfo": {"name": "probe"}}},
-            {"id": 2, "method": "thread/start", "params": {}},
-        ]
-        server.stdin.write("".join(json.dumps(frame) + "\n" for frame in frames))
-        server.stdin.flush()
-        thread_id = None
-        for line in server.stdout:
-            frame = json.loads(line)
-            if frame.get("id") == 2:
-                thread_id = frame["result"]["thread"]["id"]
-                slow = {"type": "text", "text": "?stream 400\n?delay 20"}
-                start = {"threadId": thread_id, "input": [slow]}
-                server.stdin.write(json.dumps({"id": 3, "method": "turn/start", "params": start}))
-                server.stdin.write("\n")
-                server.stdin.flush()
-            if frame.get("method") == "item/agentMessage/delta":
-                server.send_signal(signal.SIGTERM)
-                break
-        assert server.wait(timeout=30) == 143
+    with codex_process(workspace) as codex:
+        codex.turn(codex.thread(), "?stream 400\n?delay 20")
+        codex.until(lambda f: f.get("method") == "item/agentMessage/delta")
+        codex.process.send_signal(signal.SIGTERM)
+        assert codex.process.wait(timeout=30) == 143
     database = sqlite3.connect(workspace / ".craft" / "appserver.db")
     with contextlib.closing(database):
         statuses = database.execute("SELECT status FROM turns").fetchall()
@@ -220,39 +222,14 @@ def test_sigterm_stores_the_turn_in_flight_as_cancelled(workspace: Path) -> None
 
 
 def test_opted_out_notifications_are_not_sent(workspace: Path) -> None:
-    command = [sys.executable, "-m", "appserver", "codex", "app-server", "--provider", "offline"]
     quiet = ["item/agentMessage/delta", "thread/started", "thread/status/changed"]
-    with subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        cwd=workspace,
-        env=child_env(),
-        text=True,
-    ) as server:
-        assert server.stdin is not None and server.stdout is not None
-        hello = {
-            "clientInfo": {"name": "probe"},
-            "capabilities": {"optOutNotificationMethods": quiet},
-        }
-        server.stdin.write(json.dumps({"id": 1, "method": "initialize", "params": hello}) + "\n")
-        server.stdin.write(json.dumps({"id": 2, "method": "thread/start", "params": {}}) + "\n")
-        server.stdin.flush()
-        seen: list[dict[str, Any]] = []
-        for line in server.stdout:
-            frame = json.loads(line)
-            seen.append(frame)
-            if frame.get("id") == 2:
-                text = {"type": "text", "text": "?stream 3"}
-                start = {"threadId": frame["result"]["thread"]["id"], "input": [text]}
-                server.stdin.write(json.dumps({"id": 3, "method": "turn/start", "params": start}))
-                server.stdin.write("\n")
-                server.stdin.flush()
-            if frame.get("method") == "turn/completed":
-                break
-        server.stdin.close()
-        assert server.wait(timeout=30) == 0
+    hello = {"clientInfo": {"name": "probe"}, "capabilities": {"optOutNotificationMethods": quiet}}
+    with codex_process(workspace) as codex:
+        codex.turn(codex.thread(hello), "?stream 3")
+        codex.until(lambda f: f.get("method") == "turn/completed")
+        codex.stdin.close()
+        assert codex.process.wait(timeout=30) == 0
+    seen = codex.seen
     methods = {frame.get("method") for frame in seen}
     assert not methods & set(quiet), methods
     assert {"turn/started", "item/completed", "turn/completed"} <= methods
