@@ -240,42 +240,31 @@ async def test_a_token_that_guards_nothing_is_refused(
                 pytest.fail("listener started")
 
 
-async def test_cli_refuses_an_empty_token(workspace: Path) -> None:
+async def cli_refusal(workspace: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    """``appserver app-server ARGS --workspace WORKSPACE`` run to its end."""
     command = [
         sys.executable,
         "-c",
         "import sys; from appserver.cli import main; sys.exit(main(sys.argv[1:]))",
         "app-server",
-        "--listen",
-        "ws://127.0.0.1:0",
-        "--token",
-        "",
+        *args,
         "--workspace",
         str(workspace),
     ]
     with anyio.fail_after(20):
-        done = await anyio.run_process(
+        return await anyio.run_process(
             command, env=child_env(), check=False, stdin=subprocess.DEVNULL
         )
+
+
+async def test_cli_refuses_an_empty_token(workspace: Path) -> None:
+    done = await cli_refusal(workspace, "--listen", "ws://127.0.0.1:0", "--token", "")
     assert done.returncode != 0 and b"token is empty" in done.stderr
     assert done.stdout == b""
 
 
 async def test_cli_refuses_non_loopback_without_token(workspace: Path) -> None:
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from appserver.cli import main; sys.exit(main(sys.argv[1:]))",
-        "app-server",
-        "--listen",
-        "ws://0.0.0.0:0",
-        "--workspace",
-        str(workspace),
-    ]
-    with anyio.fail_after(20):
-        done = await anyio.run_process(
-            command, env=child_env(), check=False, stdin=subprocess.DEVNULL
-        )
+    done = await cli_refusal(workspace, "--listen", "ws://0.0.0.0:0")
     assert done.returncode != 0
     assert b"non-loopback" in done.stderr and b"token" in done.stderr
     assert done.stdout == b""

@@ -916,15 +916,9 @@ async def test_the_documented_client_example_runs(tmp_path: Path) -> None:
     assert "You said:" in done.stdout.decode()
 
 
-def test_a_reused_request_id_is_answered_each_time_before_the_end(workspace: Path) -> None:
-    """Input ends right after two requests with one id: both are answered (the
-    first answer used to count for both, and the second was never written)."""
-    lines = [
-        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
-        {"jsonrpc": "2.0", "id": "X", "method": "no/such", "params": {}},
-        {"jsonrpc": "2.0", "id": "X", "method": "session/list", "params": {}},
-    ]
-    done = subprocess.run(
+def run_lines(workspace: Path, lines: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    """``appserver acp`` given ``lines`` and then the end of its input."""
+    return subprocess.run(
         acp_command(workspace),
         input="".join(json.dumps(line) + "\n" for line in lines),
         capture_output=True,
@@ -934,6 +928,17 @@ def test_a_reused_request_id_is_answered_each_time_before_the_end(workspace: Pat
         timeout=60,
         check=False,
     )
+
+
+def test_a_reused_request_id_is_answered_each_time_before_the_end(workspace: Path) -> None:
+    """Input ends right after two requests with one id: both are answered (the
+    first answer used to count for both, and the second was never written)."""
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": "X", "method": "no/such", "params": {}},
+        {"jsonrpc": "2.0", "id": "X", "method": "session/list", "params": {}},
+    ]
+    done = run_lines(workspace, lines)
     answers = [json.loads(line) for line in done.stdout.splitlines()]
     to_x = [answer for answer in answers if answer.get("id") == "X"]
     assert [("error" in answer, "result" in answer) for answer in to_x] == [
@@ -948,15 +953,6 @@ def test_a_malformed_cancel_is_one_line_on_stderr(workspace: Path) -> None:
         {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": 5}},
         {"jsonrpc": "2.0", "method": "session/cancel", "params": "x"},
     ]
-    done = subprocess.run(
-        acp_command(workspace),
-        input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        cwd=workspace,
-        timeout=60,
-        check=False,
-    )
+    done = run_lines(workspace, lines)
     assert done.returncode == 0 and "Traceback" not in done.stderr
     assert done.stderr.count("dropped a session/cancel without a string sessionId") == 2
