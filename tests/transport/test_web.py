@@ -18,7 +18,7 @@ import pytest
 from websockets.datastructures import Headers
 from websockets.http11 import Request
 
-from appserver.transport.listen_options import ListenerOptions
+from appserver.transport.listen_options import ListenerOptions, names_this_machine
 from appserver.transport.webclient import WEB_ROOT, WebClient, load_assets
 from appserver.transport.ws_admission import Admission
 from tests.support.helpers import IDENTITY
@@ -333,3 +333,12 @@ def test_the_docs_name_tests_that_exist() -> None:
     # Each screenshot docs/web.md shows is in the repository (the browser tests write them).
     for picture in re.findall(r"\]\((web/[\w-]+\.png)\)", doc):
         assert (root / "docs" / picture).is_file(), picture
+
+
+def test_what_names_this_machine() -> None:
+    """The one rule the Host check, the page's origin and the early upgrade share."""
+    for host in ("localhost:9100", "127.0.0.1", "[::1]:80", "10.0.0.7:1", "devbox:9", None):
+        expected = host not in ("devbox:9", None)
+        assert names_this_machine(host) is expected, host
+    assert names_this_machine("devbox:9", "devbox")  # the name listened on
+    assert not names_this_machine("evil.example:9100", "127.0.0.1")

@@ -267,3 +267,21 @@ def test_thread_list_filters_as_codex_does(workspace: Path) -> None:
     )
     counts = {frame["id"]: len(frame["result"]["data"]) for frame in out if frame.get("id") in asks}
     assert counts == {10: 0, 11: 2, 12: 0, 13: 2, 14: 0, 15: 1, 16: 1}
+
+
+def test_a_command_that_printed_nothing_has_no_output(workspace: Path) -> None:
+    """As Codex: `aggregatedOutput` is null, not our "(no output)"."""
+    with codex_process(workspace) as codex:
+        codex.turn(codex.thread(approvalPolicy="untrusted"), "!true")
+        asked = codex.until(lambda f: f.get("method") == "item/commandExecution/requestApproval")
+        codex.send({"id": asked["id"], "result": {"decision": "accept"}})
+        done = codex.until(
+            lambda f: (
+                f.get("method") == "item/completed"
+                and f["params"]["item"]["type"] == "commandExecution"
+            )
+        )
+        codex.stdin.close()
+        assert codex.process.wait(timeout=30) == 0
+    item = done["params"]["item"]
+    assert (item["status"], item["exitCode"], item["aggregatedOutput"]) == ("completed", 0, None)
