@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from appserver import __version__, startup
-from appserver.protocol.turn_models import EVERY_TURN
 from appserver.providers import ProviderSettings, key_variables, make_provider, resolve_settings
 from appserver.providers.base import Provider, ProviderConfigError
 from appserver.runtime.host import Runtime
@@ -169,8 +168,10 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
             startup.ready()
             if options.warm_provider:
                 warm_provider(tg, provider)
-                # What every turn builds, built ahead (a one-shot leaves it to
-                # its turn, as it does the provider).
+                # The models of what every turn says, built ahead for a door that
+                # reads them typed (a one-shot reads data: it imports none).
+                from appserver.protocol.turn_models import EVERY_TURN
+
                 tg.start_soon(build_models, EVERY_TURN)
             try:
                 yield runtime

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, QuestionRefused
+
+if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
 
 # Opt-in item types and their deltas, as for JSON-RPC clients that did not ask.
 HIDDEN_TOPICS = frozenset({"item:commandExecution"})

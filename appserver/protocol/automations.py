@@ -14,15 +14,8 @@ again under ``task`` (the spec), and ``automation/task/create`` answers
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Flag, Int, WireModel
-from appserver.protocol.limits import (
-    INT64_MAX,
-    INT64_MIN,
-    Label,
-    LongText,
-    Name,
-    PathText,
-)
+from appserver.protocol.base import Flag, Int, Label, LongText, Name, PathText, WireModel
+from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 

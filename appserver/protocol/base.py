@@ -2,8 +2,15 @@
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Strict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 from pydantic.alias_generators import to_camel
+
+from appserver.protocol.limits import (
+    MAX_LABEL_CHARS,
+    MAX_NAME_CHARS,
+    MAX_PATH_CHARS,
+    MAX_TEXT_CHARS,
+)
 
 #: A JSON boolean, and only that: lax validation would read "no" as false and
 #: 1 as true (a client's mistyped flag is -32602, as the docs say).
@@ -11,6 +18,12 @@ Flag = Annotated[bool, Strict()]
 # A client's integer: a JSON number without fraction, never `true` (pydantic reads
 # `true` as 1 otherwise: `timeoutMs: true` was one millisecond).
 Int = Annotated[int, Strict()]
+
+# Stored strings, bounded (protocol/limits.py says which is which).
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+Label = Annotated[str, Field(max_length=MAX_LABEL_CHARS)]
+PathText = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+LongText = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
 
 
 class WireModel(BaseModel):

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, Flag, Int, WireModel
-from appserver.protocol.limits import MAX_NAME_CHARS, Label, LongText
+from appserver.protocol.base import Empty, Flag, Int, Label, LongText, WireModel
+from appserver.protocol.limits import MAX_NAME_CHARS
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 from appserver.protocol.threads import ApprovalPolicy
 

@@ -7,9 +7,10 @@ params of its notification are the same text.
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+if TYPE_CHECKING:  # only its method is called: importing pydantic costs a one-shot ~35 ms
+    from pydantic import BaseModel
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 # The same, for messages that may hold values JSON has no form for (text then).
@@ -82,6 +83,6 @@ def dumps_lenient(value: Any) -> str:
     return finish(_lenient.encode(value))
 
 
-def model_json(value: BaseModel) -> str:
+def model_json(value: "BaseModel") -> str:
     """A wire model as compact JSON (camelCase, nulls left out)."""
     return finish(value.model_dump_json(by_alias=True, exclude_none=True))

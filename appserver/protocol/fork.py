@@ -5,8 +5,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from appserver.protocol.base import Flag, WireModel
-from appserver.protocol.limits import Label
+from appserver.protocol.base import Flag, Label, WireModel
 from appserver.protocol.threads import SessionIdentity, ThreadConfiguration, config_size
 
 

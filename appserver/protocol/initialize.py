@@ -4,9 +4,8 @@ from typing import Any
 
 from pydantic import Field
 
-from appserver.protocol.base import Flag, OpenWireModel, WireModel
+from appserver.protocol.base import Flag, Name, OpenWireModel, WireModel
 from appserver.protocol.editor_fs import AcpExtensionsCapability
-from appserver.protocol.limits import Name
 from appserver.protocol.node_repl import BrowserUseCapability, NodeReplCapability
 
 

@@ -14,11 +14,12 @@ the JSON Schema (``minimum``/``maximum``/``maxLength``) and in
 ``docs/protocol.md``.
 """
 
-from typing import Annotated
-
-from pydantic import BaseModel, Field
+from typing import TYPE_CHECKING
 
 from appserver.protocol.encoding import model_json
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 # --- integers ------------------------------------------------------------------------
 
@@ -40,10 +41,8 @@ MAX_PATH_CHARS = 8_192
 MAX_TEXT_CHARS = 100_000
 """Stored free text that is not turn input: a cron job's message."""
 
-Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
-Label = Annotated[str, Field(max_length=MAX_LABEL_CHARS)]
-PathText = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
-LongText = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+# Their field types (``Name``, ``Label``, ``PathText``, ``LongText``) are in
+# ``protocol/base.py``, beside pydantic: this module is read without it.
 
 # --- stored objects, by encoded size ---------------------------------------------------
 
@@ -68,12 +67,12 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode())
 
 
-def encoded_size(model: BaseModel) -> int:
+def encoded_size(model: "BaseModel") -> int:
     """Bytes of ``model`` as wire JSON (UTF-8)."""
     return utf8_size(model_json(model))
 
 
-def check_encoded_size(model: BaseModel, limit: int) -> None:
+def check_encoded_size(model: "BaseModel", limit: int) -> None:
     """Raise ``ValueError`` (-> ``-32602``) when ``model`` encodes to more than ``limit`` bytes."""
     size = encoded_size(model)
     if size > limit:

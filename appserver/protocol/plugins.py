@@ -5,8 +5,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Flag, WireModel
-from appserver.protocol.limits import Name
+from appserver.protocol.base import Flag, Name, WireModel
 from appserver.protocol.mcp import McpTransport
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 

@@ -9,8 +9,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Flag, WireModel
-from appserver.protocol.limits import Name
+from appserver.protocol.base import Flag, Name, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 SkillSource = Literal["workspace", "plugin", "builtin", "user"]

@@ -20,8 +20,8 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Int, WireModel
-from appserver.protocol.limits import INT64_MAX, INT64_MIN, PathText
+from appserver.protocol.base import Int, PathText, WireModel
+from appserver.protocol.limits import INT64_MAX, INT64_MIN
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 MAX_WELCOME_ITEMS = 4

@@ -5,16 +5,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from appserver.protocol.base import Flag, Int, OpenWireModel, WireModel
+from appserver.protocol.base import Flag, Int, Label, Name, OpenWireModel, PathText, WireModel
 from appserver.protocol.dynamic_tools import DynamicToolSpec
-from appserver.protocol.limits import (
-    INT64_MAX,
-    MAX_THREAD_CONFIG_BYTES,
-    Label,
-    Name,
-    PathText,
-    check_encoded_size,
-)
+from appserver.protocol.limits import INT64_MAX, MAX_THREAD_CONFIG_BYTES, check_encoded_size
 from appserver.protocol.plans import Plan
 from appserver.protocol.spawn_edges import ThreadSpawnEdge
 

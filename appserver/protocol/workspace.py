@@ -17,8 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from appserver.protocol import errors as rpc_errors
-from appserver.protocol.base import Empty, Flag, WireModel
-from appserver.protocol.limits import Name, PathText
+from appserver.protocol.base import Empty, Flag, Name, PathText, WireModel
 from appserver.protocol.spec import MethodSpec, NotificationSpec, ServerRequestSpec
 
 ReloadBehavior = Literal["hot", "subsystemRestart", "processRestart"]

@@ -35,13 +35,11 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol.base import WireModel
-from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.events import Participant, QuestionRefused, QuestionUnanswered
 from appserver.runtime.grant_keys import (  # the keys are importable from here too
     grant_key,
@@ -52,6 +50,10 @@ from appserver.runtime.grant_keys import (  # the keys are importable from here 
 )
 from appserver.storage.events import EventRepository
 from appserver.tools.base import ApprovalNeed, one_line
+
+if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
+    from appserver.protocol.turns import ApprovalRequestParams
 
 log = logging.getLogger("appserver.approvals")
 
@@ -114,7 +116,7 @@ class Verdict:
         return self.decision in ("accept", "acceptForSession", "acceptAlways")
 
 
-P = TypeVar("P", bound=WireModel)
+P = TypeVar("P", bound="WireModel")
 
 
 @dataclass

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Set
+from typing import TYPE_CHECKING, Any
 
-from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, Participant, deliver_to
 from appserver.runtime.fanout import Fanout
+
+if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
 
 _NOBODY: frozenset[Participant] = frozenset()
 
@@ -138,7 +141,7 @@ class EventBus:
     def publish(
         self,
         kind: str,
-        params: WireModel,
+        params: WireModel | dict[str, Any],
         *,
         broadcast: bool = False,
         include: Iterable[Participant] = (),

@@ -21,7 +21,6 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from appserver.protocol.threads import ThreadRuntimeChangedNotification
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.cluster_approvals import RemoteAskers, RemoteQuestions
 from appserver.runtime.events import Event, Participant
@@ -307,11 +306,11 @@ class ClusterNode:
     def _remote_event(self, event: Event) -> None:
         # Another node runs the thread's turn: its runtime flags hold here too.
         if event.kind == "thread/runtimeChanged":
-            params = event.params
-            assert isinstance(params, ThreadRuntimeChangedNotification)
-            self.states.adopt(params.thread_id, params.runtime)
-            if not params.runtime.running:
-                self._signal_idle(params.thread_id)
+            params = event.data
+            thread_id, runtime = str(params.get("threadId")), params.get("runtime") or {}
+            self.states.adopt(thread_id, runtime)
+            if not runtime.get("running"):
+                self._signal_idle(thread_id)
 
     def _signal_idle(self, thread_id: str) -> None:
         signal = self._idle_signals.pop(thread_id, None)

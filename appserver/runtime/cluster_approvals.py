@@ -10,16 +10,18 @@ while a question is open is asked too (:meth:`RemoteAskers.joined`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
 
 from appserver.protocol.encoding import model_json
-from appserver.protocol.turns import ApprovalRequestParams
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import Participant, QuestionUnanswered
 from appserver.storage.cluster_common import NodeStore
+
+if TYPE_CHECKING:
+    from appserver.protocol.turns import ApprovalRequestParams
 
 
 class NodeLink(Protocol):
@@ -178,6 +180,8 @@ class RemoteQuestions:
                 pending.resolve(_SETTLED, None)
 
     async def on_ask(self, body: dict[str, Any]) -> None:
+        from appserver.protocol.turns import ApprovalRequestParams  # another node asks
+
         params = ApprovalRequestParams.model_validate_json(body["params"])
         asker, request_id = str(body["from"]), params.request_id
         capable = [

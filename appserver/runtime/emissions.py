@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from appserver.protocol.base import WireModel
 from appserver.runtime.events import Participant
 from appserver.storage.events import companion_statements
 from appserver.storage.records import ItemRecord, TurnRecord
+
+if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Emission:
     <appserver.runtime.journal.ThreadJournal.emit>`."""
 
     kind: str
-    params: WireModel
+    params: WireModel | dict[str, Any]  # a typed model, or its wire form (events.Event)
     broadcast: bool = False
     include: tuple[Participant, ...] = ()
     topic: str | None = None

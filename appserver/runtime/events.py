@@ -9,20 +9,30 @@ another protocol encodes its own frames, or answers by policy.
 Event kinds are named after DotCraft's notification methods (``turn/started``,
 ``item/agentMessage/delta``): that vocabulary is the runtime's, and the params
 are the protocol package's typed models (``protocol.turns``,
-``protocol.threads``). A front door reads ``event.params`` (typed) or
-``event.params_json()`` (the stored JSON text), whichever it needs.
+``protocol.threads``). A front door reads ``event.params`` (typed),
+``event.data`` (the params as JSON data) or ``event.params_json()`` (the
+stored JSON text), whichever it needs.
+
+The runtime hands an event either form: a typed model, or its JSON data (a
+dict shaped as the model's wire form, built without pydantic). The events
+every turn makes are data (:mod:`appserver.runtime.wire`), so a door that
+reads data or JSON (a face's one-shot, the DotCraft door's notifications)
+never builds their models, nor imports pydantic for them; ``params`` parses
+the data on first use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, runtime_checkable
 
-from pydantic import BaseModel
+from appserver.protocol.encoding import dumps, model_json
 
-from appserver.protocol.base import WireModel
-from appserver.protocol.encoding import model_json
-from appserver.protocol.turns import DeltaNotification
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from appserver.protocol.base import WireModel
+    from appserver.protocol.turns import DeltaNotification
 
 T = TypeVar("T")
 
@@ -44,6 +54,8 @@ def params_model(kind: str) -> type[BaseModel]:
     the method table: importing the table (every family's wire models) on a
     front door's first delta cost a face's first turn 30-50 ms."""
     if kind in DELTA_KINDS:
+        from appserver.protocol.turns import DeltaNotification
+
         return DeltaNotification
     from appserver.protocol.table import notification_spec  # one entry of the table
 
@@ -66,6 +78,7 @@ class Event:
     """
 
     __slots__ = (
+        "_data",
         "_json",
         "_memo",
         "_params",
@@ -81,7 +94,7 @@ class Event:
     def __init__(
         self,
         kind: str,
-        params: WireModel | None,
+        params: WireModel | dict[str, Any] | None,
         *,
         thread_id: str | None = None,
         seq: int | None = None,
@@ -92,7 +105,12 @@ class Event:
         turn_id: str | None = None,
     ) -> None:
         self.kind = kind
-        self._params = params
+        if type(params) is dict:
+            self._params: WireModel | None = None
+            self._data: dict[str, Any] | None = params
+        else:
+            self._params = params  # type: ignore[assignment]
+            self._data = None
         self.thread_id = thread_id
         self.seq = seq
         self.topic = topic
@@ -110,10 +128,29 @@ class Event:
         """The typed params (parsed on first use when the event was read back)."""
         params = self._params
         if params is None:
-            parsed = params_model(self.kind).model_validate_json(self._json or "{}")
-            assert isinstance(parsed, WireModel)
-            params = self._params = parsed
+            model = params_model(self.kind)
+            if self._data is not None:
+                parsed = model.model_validate(self._data)
+            else:
+                parsed = model.model_validate_json(self._json or "{}")
+            params = self._params = parsed  # type: ignore[assignment]
+        assert params is not None
         return params
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The params as JSON data (wire form; parsed from the JSON text on first
+        use when the event was read back). Shared by every reader: not to be changed."""
+        data = self._data
+        if data is None:
+            if self._params is not None:
+                data = self._params.to_wire()
+            else:
+                import json
+
+                data = json.loads(self._json or "{}")
+            self._data = data
+        return data
 
     def delta(self) -> tuple[str, str]:
         """A delta's item id and text: as the runtime handed them when it did
@@ -126,8 +163,11 @@ class Event:
     def params_json(self) -> str:
         """The params as compact JSON text (the form stored in the event log)."""
         if self._json is None:
-            assert self._params is not None
-            self._json = model_json(self._params)
+            if self._data is not None:
+                self._json = dumps(self._data)
+            else:
+                assert self._params is not None
+                self._json = model_json(self._params)
         return self._json
 
     def encoded(self, key: object, encode: Callable[[Event], T]) -> T:
@@ -187,7 +227,7 @@ def delta_event(
     thread_id: str,
     item_id: str,
     kind: str,
-    params: DeltaNotification | None,
+    params: DeltaNotification | dict[str, Any] | None,
     params_json: str | None,
     topic: str | None,
     turn_id: str | None,

@@ -12,9 +12,12 @@ and every key outside the workspace names its place. The rules for using them li
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
-from appserver.protocol.turns import SessionScope
 from appserver.tools.base import ApprovalNeed, one_line
+
+if TYPE_CHECKING:
+    from appserver.protocol.turns import SessionScope
 
 
 def _place_key(need: ApprovalNeed) -> str:
@@ -108,6 +111,8 @@ def session_scopes(need: ApprovalNeed) -> list[SessionScope]:
     input. A file operation: one scope,
     the operation anywhere in the workspace (or on that one path outside).
     """
+    from appserver.protocol.turns import SessionScope
+
     if need.kind == "shell" and need.terminal is not None:
         return [
             SessionScope(

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from appserver.protocol.turns import ChatMessage
 from appserver.providers.base import ImagePart, Message, ToolCall
 from appserver.runtime.inputs import load_image
 from appserver.runtime.tool_output import DEFAULT_TOOL_OUTPUT_MAX_BYTES, tool_message
 from appserver.storage.records import ItemRecord
 from appserver.tools.images import viewed_image
 from appserver.tools.view_image import VIEW_IMAGE_MAX_BYTES
+
+if TYPE_CHECKING:
+    from appserver.protocol.turns import ChatMessage
 
 INTERRUPTED_RESULT = "The tool call did not complete (the turn ended first)."
 IMAGE_GONE = "[the image is no longer available as it was viewed]"

@@ -15,6 +15,10 @@ time, so DNS rebinding cannot sneak past), with a timeout and size cap, and
 stores the bytes once under ``.craft/attachments/images/``. Any failure
 becomes a text placeholder (``[image:<url>]``, ``[localImage:<path>]``),
 as in DotCraft, so a bad attachment never fails the turn.
+
+Parts are ``protocol.turns`` models, except that a text part may come as its
+wire data (``{"type": "text", "text": ...}``): a face that sends only text
+builds no model, and its one-shot loads no pydantic.
 """
 
 from __future__ import annotations
@@ -25,24 +29,19 @@ import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.protocol.turns import (
-    CommandRefPart,
-    FileRefPart,
-    ImageUrlPart,
-    LocalImagePart,
-    SkillRefPart,
-    TextPart,
-)
 from appserver.providers.base import ImagePart
 from appserver.runtime.errors import InvalidInput
 from appserver.tools.base import ToolError
 from appserver.tools.images import image_part, read_image, sniff_image
 from appserver.tools.nofollow import PathChanged, open_regular
 from appserver.tools.sandbox import ResolvedPath, Sandbox
+
+if TYPE_CHECKING:
+    from appserver.protocol.turns import FileRefPart, LocalImagePart
 
 log = logging.getLogger("appserver.inputs")
 
@@ -84,12 +83,34 @@ class InputMaterializer:
 
     def reject_unsupported(self, parts: Iterable[Any]) -> None:
         """:class:`InvalidInput` for reference parts no installed family can resolve."""
-        for part in parts:
+        models = [part for part in parts if not _is_text_data(part)]
+        if not models:
+            return
+        from appserver.protocol.turns import CommandRefPart, SkillRefPart
+
+        for part in models:
             if isinstance(part, SkillRefPart | CommandRefPart) and part.type not in self.resolvers:
                 what = "skills" if isinstance(part, SkillRefPart) else "commands"
                 raise InvalidInput(f"{part.type} '{part.name}': {what} are not available")
 
     async def materialize(self, parts: list[Any]) -> Materialized:
+        if all(_is_text_data(part) for part in parts):
+            texts = [str(part["text"]) for part in parts]
+            return Materialized(
+                display_text=" ".join(texts).strip(),
+                native_parts=[{"type": "text", "text": text} for text in texts],
+                materialized_parts=[{"type": "text", "text": text} for text in texts],
+            )
+        from appserver.protocol.turns import (
+            CommandRefPart,
+            FileRefPart,
+            ImageUrlPart,
+            LocalImagePart,
+            SkillRefPart,
+            TextPart,
+        )
+
+        parts = [TextPart(type="text", text=p["text"]) if _is_text_data(p) else p for p in parts]
         native = [part.to_wire() for part in parts]
         display = " ".join(part.text for part in parts if isinstance(part, TextPart)).strip()
         result = Materialized(display_text=display, native_parts=native)
@@ -222,3 +243,8 @@ def load_image(image: dict[str, Any]) -> ImagePart | None:
     if sniffed is None:
         return None
     return image_part(data, sniffed[0])
+
+
+def _is_text_data(part: Any) -> bool:
+    """A text part given as its wire data (see the module's docstring)."""
+    return type(part) is dict and part.get("type") == "text" and isinstance(part.get("text"), str)

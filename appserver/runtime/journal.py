@@ -23,9 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
-from appserver.protocol.turns import DeltaNotification
 from appserver.runtime import broadcast_records
 from appserver.runtime.bounded import make_room
 from appserver.runtime.broadcast_records import BroadcastRecords
@@ -38,6 +36,8 @@ from appserver.storage.events import EventRepository
 from appserver.storage.records import ItemRecord, TurnRecord
 
 if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
+    from appserver.protocol.turns import DeltaNotification
     from appserver.runtime.shared_log import SharedLog
 
 _SMALL_SEEN = 8  # up to this many seen seqs per (connection, thread) are a plain tuple
@@ -109,7 +109,7 @@ class ThreadJournal:
         self,
         thread_id: str,
         kind: str,
-        params: WireModel,
+        params: WireModel | dict[str, Any],
         *,
         broadcast: bool = False,
         include: Iterable[Participant] = (),
@@ -231,7 +231,7 @@ class ThreadJournal:
         thread_id: str,
         item_id: str,
         kind: str,
-        params: DeltaNotification | None,
+        params: DeltaNotification | dict[str, Any] | None,
         *,
         params_json: str | None = None,
         include: Iterable[Participant] = (),
@@ -480,11 +480,11 @@ def merge_runs(entries: list[Event]) -> list[Event]:
 
 def merge_deltas(first: Event, second: Event) -> Event:
     """One delta event carrying both texts and the newer ``seq``."""
-    head, tail = first.params, second.params
-    assert isinstance(head, DeltaNotification) and isinstance(tail, DeltaNotification)
+    merged = dict(first.data)
+    merged["delta"] = f"{first.data.get('delta', '')}{second.data.get('delta', '')}"
     return Event(
         second.kind,
-        head.model_copy(update={"delta": f"{head.delta}{tail.delta}"}),
+        merged,
         thread_id=second.thread_id,
         seq=second.seq,
         topic=second.topic,

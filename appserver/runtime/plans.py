@@ -10,10 +10,14 @@ joining broadcasts). Each participant's opt-outs apply (``wants``).
 
 from __future__ import annotations
 
-from appserver.protocol.plans import Plan, PlanUpdatedNotification
+from typing import TYPE_CHECKING
+
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns import TurnEngine
 from appserver.storage.plans import PlanRepository
+
+if TYPE_CHECKING:
+    from appserver.protocol.plans import Plan, PlanUpdatedNotification
 
 
 class ThreadPlans:
@@ -35,7 +39,14 @@ class ThreadPlans:
         await self.journal.emit(
             thread_id,
             "plan/updated",
-            PlanUpdatedNotification.of(thread_id, plan),
+            _plan_updated(thread_id, plan),
             broadcast=True,
             include=active.watchers if active is not None else (),
         )
+
+
+def _plan_updated(thread_id: str, plan: Plan) -> PlanUpdatedNotification:
+    # Imported when a plan changes: a turn without one loads no plan models.
+    from appserver.protocol.plans import PlanUpdatedNotification
+
+    return PlanUpdatedNotification.of(thread_id, plan)

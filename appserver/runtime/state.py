@@ -1,17 +1,22 @@
 """Live per-thread runtime flags (running, waiting on approval, ...).
 
 The snapshot rides on ``Thread``/``ThreadSummary`` as ``runtime`` and is
-broadcast as ``thread/runtimeChanged`` only when it actually changes.
+broadcast as ``thread/runtimeChanged`` only when it actually changes. It is
+``ThreadRuntimeState``'s wire form (:data:`RuntimeFlags`): one shared dict per
+combination of flags, never changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from appserver.protocol.threads import ThreadRuntimeChangedNotification, ThreadRuntimeState
 from appserver.runtime.emissions import Emission
 from appserver.runtime.journal import ThreadJournal
+
+#: A thread's runtime flags as ``ThreadRuntimeState``'s wire form.
+RuntimeFlags = dict[str, bool]
 
 
 @dataclass
@@ -20,7 +25,7 @@ class _Flags:
     pending_approvals: int = 0
     waiting_on_plan_confirmation: bool = False
 
-    def snapshot(self) -> ThreadRuntimeState:
+    def snapshot(self) -> RuntimeFlags:
         return _SNAPSHOTS[
             self.running, self.pending_approvals > 0, self.waiting_on_plan_confirmation
         ]
@@ -34,19 +39,22 @@ def _set_running(flags: _Flags, running: bool) -> None:
         flags.pending_approvals = 0
 
 
-def _changed(thread_id: str, runtime: ThreadRuntimeState) -> Emission:
+def _changed(thread_id: str, runtime: RuntimeFlags) -> Emission:
     """The ``thread/runtimeChanged`` saying ``runtime`` (to everyone)."""
-    params = ThreadRuntimeChangedNotification(thread_id=thread_id, runtime=runtime)
-    return Emission("thread/runtimeChanged", params, broadcast=True)
-
-
-# Every snapshot there can be, made once and shared (wire models are never mutated
-# after creation): a turn takes ~8 snapshots and compares them, and one of these
-# is compared by identity, not field by field.
-_SNAPSHOTS = {
-    (running, waiting, planning): ThreadRuntimeState(
-        running=running, waiting_on_approval=waiting, waiting_on_plan_confirmation=planning
+    return Emission(
+        "thread/runtimeChanged", {"threadId": thread_id, "runtime": runtime}, broadcast=True
     )
+
+
+# Every snapshot there can be, made once and shared (never changed): a turn
+# takes ~8 snapshots and compares them, and one of these is compared by
+# identity, not field by field.
+_SNAPSHOTS: dict[tuple[bool, bool, bool], RuntimeFlags] = {
+    (running, waiting, planning): {
+        "running": running,
+        "waitingOnApproval": waiting,
+        "waitingOnPlanConfirmation": planning,
+    }
     for running in (False, True)
     for waiting in (False, True)
     for planning in (False, True)
@@ -63,7 +71,7 @@ class RuntimeStates:
         self._journal = journal
         self._flags: dict[str, _Flags] = {}
 
-    def snapshot(self, thread_id: str) -> ThreadRuntimeState:
+    def snapshot(self, thread_id: str) -> RuntimeFlags:
         flags = self._flags.get(thread_id)
         return flags.snapshot() if flags else _IDLE
 
@@ -98,7 +106,7 @@ class RuntimeStates:
         if after is None:
             return
         said = announced.params if announced is not None else None
-        if not isinstance(said, ThreadRuntimeChangedNotification) or said.runtime != after:
+        if not isinstance(said, dict) or said.get("runtime") != after:
             await self._announce(thread_id, after)
 
     async def approval_pending(self, thread_id: str, delta: int) -> None:
@@ -107,16 +115,19 @@ class RuntimeStates:
 
         await self._change(thread_id, change)
 
-    def adopt(self, thread_id: str, runtime: ThreadRuntimeState) -> None:
-        """Take another node's announced flags as this thread's (nodes sharing
-        a database: the turn runs there, ``thread/read`` is answered here)."""
-        if runtime == _IDLE:
+    def adopt(self, thread_id: str, runtime: Mapping[str, Any]) -> None:
+        """Take another node's announced flags (wire form) as this thread's
+        (nodes sharing a database: the turn runs there, ``thread/read`` is
+        answered here)."""
+        flags = _Flags(
+            running=bool(runtime.get("running")),
+            pending_approvals=1 if runtime.get("waitingOnApproval") else 0,
+            waiting_on_plan_confirmation=bool(runtime.get("waitingOnPlanConfirmation")),
+        )
+        if flags.snapshot() is _IDLE:
             self._flags.pop(thread_id, None)  # idle is the default: keep nothing
-            return
-        flags = self._flags.setdefault(thread_id, _Flags())
-        flags.running = runtime.running
-        flags.pending_approvals = 1 if runtime.waiting_on_approval else 0
-        flags.waiting_on_plan_confirmation = runtime.waiting_on_plan_confirmation
+        else:
+            self._flags[thread_id] = flags
 
     async def announce_idle(self, thread_id: str) -> None:
         """Say the thread is idle even if this node thought so already (a dead
@@ -132,12 +143,10 @@ class RuntimeStates:
         if after is not None:
             await self._announce(thread_id, after)
 
-    async def _announce(self, thread_id: str, runtime: ThreadRuntimeState) -> None:
+    async def _announce(self, thread_id: str, runtime: RuntimeFlags) -> None:
         await self._journal.emit_all(thread_id, [_changed(thread_id, runtime)])
 
-    def _mutate(
-        self, thread_id: str, mutate: Callable[[_Flags], None]
-    ) -> ThreadRuntimeState | None:
+    def _mutate(self, thread_id: str, mutate: Callable[[_Flags], None]) -> RuntimeFlags | None:
         """Apply ``mutate``; the new snapshot if it changed the thread's flags."""
         flags = self._flags.setdefault(thread_id, _Flags())
         before = flags.snapshot()

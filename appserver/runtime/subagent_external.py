@@ -35,15 +35,15 @@ import anyio.to_thread
 
 from appserver.protocol.subagent_profiles import SubAgentProfileWrite
 from appserver.providers.base import Usage
-from appserver.runtime.subagent_cli import InvocationError, input_mode, split_arguments
-from appserver.runtime.subagent_cli_run import resolve_binary, run_profile
-from appserver.runtime.subagent_profiles import (
+from appserver.runtime.subagent_builtins import (
     CLI_RUNTIME,
     DEFAULT_PROFILE,
     KNOWN_RUNTIMES,
     NATIVE_RUNTIME,
-    view_profile,
 )
+from appserver.runtime.subagent_cli import InvocationError, input_mode, split_arguments
+from appserver.runtime.subagent_cli_run import resolve_binary, run_profile
+from appserver.runtime.subagent_profiles import view_profile
 from appserver.runtime.subagent_resume import ResumeSessions
 from appserver.runtime.threads import Threads
 from appserver.runtime.turns.engine import Work

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from appserver.runtime.subagent_profiles import DEFAULT_PROFILE, NATIVE_RUNTIME, view_profiles
+from appserver.runtime.subagent_builtins import DEFAULT_PROFILE, NATIVE_RUNTIME, built_in_offer
 from appserver.startup import file_stamp
-from appserver.storage.subagent_config import read_subagent_config
+from appserver.storage.subagent_config import PROFILES, SECTION
+from appserver.storage.workspace import get_value
 from appserver.storage.workspace_config import load_workspace_config
 from appserver.tools.sandbox import STATE_DIR
 
@@ -59,7 +60,24 @@ def offered_profiles(workspace: Path) -> tuple[OfferedProfile, ...]:
     now = time.monotonic()
     if cached is not None and cached[0] == key and now - cached[1] < CACHE_TTL_S:
         return cached[2]
-    config = read_subagent_config(load_workspace_config(craft))
+    document = load_workspace_config(craft)
+    defined = get_value(document, PROFILES)
+    if not isinstance(defined, dict) or not any(str(name).strip() for name in defined):
+        # No profiles of the workspace's own: the built-ins' data says it all.
+        disabled = get_value(document, SECTION, "DisabledProfiles")
+        names = (
+            [name for name in disabled if isinstance(name, str)]
+            if isinstance(disabled, list)
+            else []
+        )
+        offer = built_in_offer(names)
+        offered = tuple(OfferedProfile(name, external, needs) for name, external, needs in offer)
+        _cache[str(workspace)] = (key, now, offered)
+        return offered
+    from appserver.runtime.subagent_profiles import view_profiles
+    from appserver.storage.subagent_config import read_subagent_config
+
+    config = read_subagent_config(document)
     offered = tuple(
         OfferedProfile(
             name=view.name,

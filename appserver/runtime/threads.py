@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.protocol import threads as thread_wire
 from appserver.protocol.ids import new_thread_id, now_iso
-from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size
+from appserver.protocol.limits import LIST_PAGE_BYTES
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.bus import EventBus
 from appserver.runtime.errors import (
@@ -37,7 +36,7 @@ from appserver.runtime.plans import ThreadPlans
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.titles import name_untitled, renamed
 from appserver.runtime.turns import TurnEngine
-from appserver.runtime.wire import turn_to_wire
+from appserver.runtime.wire import new_thread_data, newest_within, turn_to_wire
 from appserver.storage.cursors import BadCursor, list_cursor
 from appserver.storage.cursors import turns_cursor as thread_turns_cursor
 from appserver.storage.plans import PlanRepository
@@ -50,6 +49,7 @@ from appserver.tools.plans import attach_plan_store
 RECENT_EVENTS = 32
 
 if TYPE_CHECKING:
+    from appserver.protocol import threads as thread_wire
     from appserver.runtime.cluster import ClusterNode
 
 
@@ -141,18 +141,17 @@ class Threads:
         turns_cursor: str | None = None,
         hidden_item_types: Collection[str] = (),
         byte_budget: int | None = None,
-        fresh: bool = False,
     ) -> thread_wire.ThreadResult:
         """The thread as a typed ``Thread`` (with turns and items on request,
-        leaving out ``hidden_item_types``). ``fresh``: a thread just made here
-        and not announced yet, so nothing can be queued, planned or spawned on
-        it (no other node knows its id): those are not read.
+        leaving out ``hidden_item_types``).
 
         With ``byte_budget``, the page of turns ends early (newest turns kept,
         at least one, ``next_turns_cursor`` set) once its encoded turns would
         pass that many bytes, so a long thread pages instead of making an
         answer larger than a frame.
         """
+        from appserver.protocol import threads as thread_wire
+
         turns: list[thread_wire.Turn] = []
         next_cursor = None
         if include_turns:
@@ -166,11 +165,11 @@ class Threads:
                 for turn in records
             ]
             if byte_budget is not None:
-                kept = _newest_within(turns, byte_budget)
+                kept = newest_within(turns, byte_budget)
                 if kept < len(turns):
                     turns = turns[len(turns) - kept :]
                     next_cursor = thread_turns_cursor(records[len(records) - kept].seq)
-        queue = [] if fresh else await self.engine.inputs.look(thread.id)
+        queue = await self.engine.inputs.look(thread.id)
         wire = thread_wire.Thread(
             id=thread.id,
             workspace_path=thread.workspace_path,
@@ -196,8 +195,6 @@ class Threads:
             queued_inputs=[entry.wire.to_wire() for entry in queue],
             turns=turns,
         )
-        if fresh:
-            return thread_wire.ThreadResult(thread=wire, next_turns_cursor=next_cursor)
         plan = await self.plans.load(thread.id)
         return thread_wire.ThreadResult(
             thread=wire,
@@ -208,6 +205,8 @@ class Threads:
 
     async def _sub_agents(self, thread_id: str) -> list[thread_wire.SubAgentChildSummary] | None:
         """The thread's SubAgent children, oldest first (``None``: it spawned none)."""
+        from appserver.protocol import threads as thread_wire
+
         edges = await self.edges.children(thread_id, include_closed=True)
         found = []
         for edge in sorted(edges, key=lambda edge: (edge.created_at, edge.child_thread_id)):
@@ -233,6 +232,8 @@ class Threads:
         )
 
     def summary(self, thread: ThreadRecord) -> thread_wire.ThreadSummary:
+        from appserver.protocol import threads as thread_wire
+
         return thread_wire.ThreadSummary(
             id=thread.id,
             display_name=thread.display_name,
@@ -264,21 +265,32 @@ class Threads:
     async def create(self, spec: NewThread, *, announce: bool = True) -> ThreadRecord:
         """Make a thread and announce ``thread/started`` to everyone (unless
         ``announce`` is false: then call :meth:`announce_started`)."""
-        if announce:
-            return (await self.create_viewed(spec))[0]
-        with anyio.CancelScope(shield=True):
-            thread = await self._store_new(spec)
-        return thread
+        return (await self._create(spec, announce))[0]
 
     async def create_viewed(self, spec: NewThread) -> tuple[ThreadRecord, thread_wire.ThreadResult]:
         """:meth:`create`, announced, and the view it announced (``thread/start``
         answers with it: a new thread is not viewed twice)."""
+        from appserver.protocol import threads as thread_wire
+
+        thread, data = await self._create(spec, True)
+        assert data is not None
+        return thread, thread_wire.ThreadResult(thread=thread_wire.Thread.model_validate(data))
+
+    async def _create(
+        self, spec: NewThread, announce: bool
+    ) -> tuple[ThreadRecord, dict[str, Any] | None]:
+        """Store a new thread; announced, with the ``Thread`` data it was announced with."""
         # Announced once stored, even if the caller is cancelled meanwhile (its client
-        # left during thread/start), so other clients hear of what they can list.
+        # left during thread/start), so other clients hear of what they can list. The
+        # data is built from the record (no models: a face's one-shot loads none).
         with anyio.CancelScope(shield=True):
             thread = await self._store_new(spec)
-            view = await self.announce_started(thread, fresh=True)
-        return thread, view
+            if not announce:
+                return thread, None
+            data = new_thread_data(thread, self.runtimes.snapshot(thread.id))
+            started = {"threadId": thread.id, "thread": data}
+            await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
+        return thread, data
 
     async def _store_new(self, spec: NewThread) -> ThreadRecord:
         reject_lone_surrogates(
@@ -316,12 +328,12 @@ class Threads:
             raise RuntimeError("could not allocate a unique thread id")
         return thread
 
-    async def announce_started(
-        self, thread: ThreadRecord, *, fresh: bool = False
-    ) -> thread_wire.ThreadResult:
-        """Broadcast ``thread/started``; returns the view it carried (``fresh``:
-        see :meth:`view`)."""
-        view = await self.view(thread, fresh=fresh)
+    async def announce_started(self, thread: ThreadRecord) -> thread_wire.ThreadResult:
+        """Broadcast ``thread/started`` of a thread made without announcing it;
+        returns the view it carried."""
+        from appserver.protocol import threads as thread_wire
+
+        view = await self.view(thread)
         started = thread_wire.ThreadStartedNotification(thread_id=thread.id, thread=view.thread)
         await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
         return view
@@ -340,6 +352,8 @@ class Threads:
         thread: a participant that does not would never see the request
         resolved or the turn end. Subscribing offers it (see ``subscribe``).
         """
+        from appserver.protocol import threads as thread_wire
+
         thread = await self.get(thread_id)
         if thread.status == "archived":
             raise ThreadNotActive(thread.id)
@@ -351,9 +365,7 @@ class Threads:
             thread, True, turn_limit, turns_cursor, hidden_item_types, LIST_PAGE_BYTES
         )
         if previous != "active":
-            changed = thread_wire.ThreadStatusChangedNotification(
-                thread_id=thread.id, previous_status=previous, new_status="active"
-            )
+            changed = {"threadId": thread.id, "previousStatus": previous, "newStatus": "active"}
             await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
         resumed = thread_wire.ThreadResumedNotification(
             thread_id=result.thread.id, thread=result.thread, resumed_by=by.name
@@ -394,9 +406,7 @@ class Threads:
     async def _set_status(self, thread: ThreadRecord, status: str) -> None:
         previous = thread.status
         await self.repo.update(thread.id, status=status)
-        changed = thread_wire.ThreadStatusChangedNotification(
-            thread_id=thread.id, previous_status=previous, new_status=status
-        )
+        changed = {"threadId": thread.id, "previousStatus": previous, "newStatus": status}
         await self.journal.emit(thread.id, "thread/statusChanged", changed, broadcast=True)
 
     async def pause(self, thread_id: str) -> None:
@@ -479,7 +489,7 @@ class Threads:
         if announce:
             self.bus.publish(
                 "thread/deleted",
-                thread_wire.ThreadDeletedNotification(thread_id=thread_id),
+                {"threadId": thread_id},
                 broadcast=True,
                 exclude=exclude,
             )
@@ -487,14 +497,3 @@ class Threads:
         self.journal.forget_thread(thread_id)
         self.runtimes.forget(thread_id)
         self.engine.forget_thread(thread_id)
-
-
-def _newest_within(turns: list[thread_wire.Turn], budget: int) -> int:
-    """How many of the newest ``turns`` encode within ``budget`` bytes (at least one)."""
-    used = kept = 0
-    for turn in reversed(turns):
-        used += encoded_size(turn) + 1  # and its comma
-        if kept and used > budget:
-            break
-        kept += 1
-    return kept

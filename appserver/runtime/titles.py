@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from appserver.protocol import threads as thread_wire
 from appserver.runtime.emissions import Emission
 from appserver.runtime.turns.model import ActiveTurn, UserInput
 from appserver.storage.threads import ThreadRepository, update_statement
@@ -33,7 +32,7 @@ def renamed(thread_id: str, name: str) -> Emission:
     """``thread/renamed`` to everyone, with the stored name it stands for."""
     return Emission(
         "thread/renamed",
-        thread_wire.ThreadRenamedNotification(thread_id=thread_id, display_name=name),
+        {"threadId": thread_id, "displayName": name},
         broadcast=True,
         rows=(update_statement(thread_id, display_name=name),),
     )

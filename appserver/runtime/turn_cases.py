@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import Message
 from appserver.runtime.errors import (
@@ -26,6 +25,7 @@ from appserver.runtime.turns.engine import TurnEngine, Work
 from appserver.runtime.turns.model import ActiveTurn, QueuedInput, UserInput
 
 if TYPE_CHECKING:
+    from appserver.protocol import turns as turn_wire
     from appserver.runtime.cluster import ClusterNode
 
 # Adjusts a just-reserved turn before it runs (attribution, userMessage extras).
@@ -143,6 +143,8 @@ class Turns:
             )
         materialized = await self.materializer.materialize(parts)
         running = self.engine.active.get(thread.id)
+        from appserver.protocol import turns as turn_wire  # a queue's entry
+
         wire = turn_wire.QueuedTurnInput(
             id=f"queued_{int(time.time() * 1000)}_{secrets.token_hex(3)}",
             thread_id=thread.id,

@@ -20,8 +20,8 @@ from appserver.protocol import subagent_profiles as profile_wire
 from appserver.protocol.base import Empty
 from appserver.protocol.errors import RpcError
 from appserver.rpc.connection import RequestContext
+from appserver.runtime.subagent_builtins import DEFAULT_PROFILE
 from appserver.runtime.subagent_profiles import (
-    DEFAULT_PROFILE,
     ProfileView,
     built_in_name,
     validation_warnings,

@@ -6,9 +6,13 @@ thread deletes its plan (``ON DELETE CASCADE``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from appserver.protocol.ids import now_iso
-from appserver.protocol.plans import Plan
 from appserver.storage.db import Database
+
+if TYPE_CHECKING:
+    from appserver.protocol.plans import Plan
 
 
 class PlanRepository:
@@ -22,7 +26,11 @@ class PlanRepository:
         rows = await self.db.lookup_or_fetch(
             "SELECT plan_json FROM thread_plans WHERE thread_id = ?", (thread_id,)
         )
-        return Plan.model_validate_json(rows[0][0]) if rows else None
+        if not rows:
+            return None
+        from appserver.protocol.plans import Plan  # a thread with a plan: its model
+
+        return Plan.model_validate_json(rows[0][0])
 
     async def put(self, thread_id: str, plan: Plan) -> None:
         """Store ``plan`` as the thread's plan, replacing the previous one."""

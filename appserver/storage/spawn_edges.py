@@ -7,11 +7,13 @@ CASCADE``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from appserver.protocol.ids import now_iso
-from appserver.protocol.spawn_edges import ThreadSpawnEdge
 from appserver.storage.db import Database
+
+if TYPE_CHECKING:
+    from appserver.protocol.spawn_edges import ThreadSpawnEdge
 
 _COLUMNS = (
     "parent_thread_id, child_thread_id, parent_turn_id, depth, agent_nickname, agent_role,"
@@ -21,6 +23,8 @@ _COLUMNS = (
 
 
 def _edge(row: Any) -> ThreadSpawnEdge:
+    from appserver.protocol.spawn_edges import ThreadSpawnEdge  # a thread with children
+
     return ThreadSpawnEdge(
         parent_thread_id=row[0],
         child_thread_id=row[1],

@@ -13,13 +13,14 @@ does the safe read-modify-write around them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from appserver.protocol.subagent_profiles import SubAgentProfileWrite
 from appserver.storage.workspace import find_key, get_value, set_value
+
+if TYPE_CHECKING:
+    from appserver.protocol.subagent_profiles import SubAgentProfileWrite
 
 SECTION = "SubAgent"
 PROFILES = "SubAgentProfiles"
@@ -44,21 +45,35 @@ class SubAgentConfig:
         return find_key(self.profiles, name)
 
 
-def _pascal(field: str) -> str:
-    alias = SubAgentProfileWrite.model_fields[field].alias or field
-    return alias[:1].upper() + alias[1:]
+@functools.cache
+def _pascal_names() -> dict[str, str]:
+    """Each profile field's stored (PascalCase) key, by Python name. Read at
+    first use: a turn that only asks which profiles are offered needs no model."""
+    from appserver.protocol.subagent_profiles import SubAgentProfileWrite
+
+    names = {}
+    for field, info in SubAgentProfileWrite.model_fields.items():
+        alias = info.alias or field
+        names[field] = alias[:1].upper() + alias[1:]
+    return names
 
 
-_PASCAL = {field: _pascal(field) for field in SubAgentProfileWrite.model_fields}
-_BY_LOWER = {pascal.lower(): field for field, pascal in _PASCAL.items()}
+@functools.cache
+def _fields_by_lower() -> dict[str, str]:
+    return {pascal.lower(): field for field, pascal in _pascal_names().items()}
 
 
 def profile_from_disk(stored: Any) -> SubAgentProfileWrite:
     """A stored profile object; a field of the wrong type is dropped, not fatal."""
+    from pydantic import ValidationError
+
+    from appserver.protocol.subagent_profiles import SubAgentProfileWrite
+
+    by_lower = _fields_by_lower()
     values = {}
     if isinstance(stored, dict):
         for key, value in stored.items():
-            field = _BY_LOWER.get(str(key).lower())
+            field = by_lower.get(str(key).lower())
             if field is not None and value is not None:
                 values[field] = value
     while True:
@@ -74,8 +89,9 @@ def profile_from_disk(stored: Any) -> SubAgentProfileWrite:
 
 def profile_to_disk(profile: SubAgentProfileWrite) -> dict[str, Any]:
     """The PascalCase object stored for ``profile`` (absent fields left out)."""
+    pascal = _pascal_names()
     return {
-        _PASCAL[field]: value
+        pascal[field]: value
         for field, value in profile.model_dump(mode="json", exclude_none=True).items()
     }
 

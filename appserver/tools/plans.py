@@ -16,15 +16,19 @@ pass a bound fails with a tool error and stores nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol, get_args
+from typing import TYPE_CHECKING, Any, Protocol
 
 from appserver.protocol.limits import MAX_LABEL_CHARS, MAX_NAME_CHARS, MAX_PLAN_BYTES, encoded_size
-from appserver.protocol.plans import Plan, PlanTodo, TodoPriority, TodoStatus
 from appserver.tools.args import check_keys, get_str, require_str
 from appserver.tools.base import Tool, ToolContext, ToolError, ToolOutcome, ToolPlan
 
-PRIORITIES: tuple[str, ...] = get_args(TodoPriority)
-STATUSES: tuple[str, ...] = get_args(TodoStatus)
+if TYPE_CHECKING:
+    from appserver.protocol.plans import Plan, PlanTodo
+
+# ``TodoPriority`` and ``TodoStatus``'s values (a test holds them to the types):
+# the tools are listed on every turn, the plan models loaded once a plan is written.
+PRIORITIES: tuple[str, ...] = ("high", "medium", "low")
+STATUSES: tuple[str, ...] = ("pending", "in_progress", "completed", "cancelled")
 MAX_TODOS = 100
 
 _MARKS = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "cancelled": "[-]"}
@@ -154,6 +158,8 @@ class CreatePlanTool(_PlanTool):
 
     def plan(self, arguments: dict[str, Any], ctx: ToolContext) -> ToolPlan:
         """Check the arguments and build the plan; no approval needed."""
+        from appserver.protocol.plans import Plan, PlanTodo
+
         check_keys(arguments, ("title", "overview", "content", "todos"))
         todos: list[PlanTodo] = []
         for position, entry in enumerate(_todo_entries(arguments), start=1):
@@ -252,6 +258,8 @@ class UpdateTodosTool(_PlanTool):
                 )
             if len(order) >= MAX_TODOS:
                 return ToolOutcome(False, f"Error: a plan holds at most {MAX_TODOS} todos")
+            from appserver.protocol.plans import PlanTodo
+
             todos[todo_id] = PlanTodo.model_validate(
                 {"priority": "medium", "status": "pending", **change}
             )

@@ -174,7 +174,6 @@ class Conversations:
     ) -> dict[str, Any]:
         import anyio
 
-        from appserver.protocol.turns import TextPart
         from appserver.runtime.errors import TurnInProgress
 
         runtime = self.runtime
@@ -186,7 +185,7 @@ class Conversations:
                 while turn_id is None:
                     try:
                         active = await runtime.turns.start(
-                            thread_id, [TextPart(type="text", text=request.prompt)], origin=seat
+                            thread_id, [{"type": "text", "text": request.prompt}], origin=seat
                         )
                     except TurnInProgress:
                         # Someone else runs a turn here (a WebSocket client, or the
@@ -217,26 +216,36 @@ async def _terminal(seat: Seat, turn_id: str) -> Event:
     """The terminal event of ``turn_id`` (skipping everything else)."""
     while True:
         event = await seat.next_event()
-        turn = getattr(event.params, "turn", None) if event.kind in _TERMINAL else None
-        if turn is not None and turn.id == turn_id:
+        # Read as data: a one-shot builds no wire model (and loads no pydantic).
+        turn = event.data.get("turn") if event.kind in _TERMINAL else None
+        if turn is not None and turn.get("id") == turn_id:
             return event
 
 
 def outcome(request: Request, terminal: Event) -> dict[str, Any]:
     """The response for a turn's terminal event."""
-    turn: Any = terminal.params.turn  # type: ignore[attr-defined]
-    items = list(turn.items or [])
-    tokens = turn.token_usage
-    usage = token_usage(tokens.input_tokens, tokens.output_tokens) if tokens else token_usage()
+    params = terminal.data
+    turn: dict[str, Any] = params["turn"]
+    items: list[dict[str, Any]] = list(turn.get("items") or [])
+    tokens = turn.get("tokenUsage")
+    usage = (
+        token_usage(int(tokens.get("inputTokens", 0)), int(tokens.get("outputTokens", 0)))
+        if tokens
+        else token_usage()
+    )
     if terminal.kind == "turn/failed":
-        errors = [item for item in items if item.type == "error"]
-        code = str(errors[-1].payload.get("code", "")) if errors else ""
-        message = str(getattr(terminal.params, "error", "") or "the turn failed")
+        errors = [item for item in items if item.get("type") == "error"]
+        code = str((errors[-1].get("payload") or {}).get("code", "")) if errors else ""
+        message = str(params.get("error") or "the turn failed")
         return failure(request, PROVIDER_CODES.get(code, INTERNAL), message, usage)
     if terminal.kind == "turn/cancelled":
-        reason = str(getattr(terminal.params, "reason", "") or "cancelled")
+        reason = str(params.get("reason") or "cancelled")
         return failure(request, INTERNAL, f"the turn was cancelled ({reason})", usage)
-    texts = [str(item.payload.get("text") or "") for item in items if item.type == "agentMessage"]
+    texts = [
+        str((item.get("payload") or {}).get("text") or "")
+        for item in items
+        if item.get("type") == "agentMessage"
+    ]
     text = next((t for t in reversed(texts) if t.strip()), "")
     if not text:
         return failure(request, INTERNAL, "empty response", usage)

@@ -11,21 +11,23 @@ settled here.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.approvals import ApprovalBroker, Verdict, session_scopes
 from appserver.runtime.bus import EventBus
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
-from appserver.runtime.wire import item_to_wire
+from appserver.runtime.wire import item_data
 from appserver.storage.records import ItemRecord
 from appserver.storage.threads import ThreadRepository
 from appserver.tools.base import ApprovalNeed
+
+if TYPE_CHECKING:
+    from appserver.protocol import turns as turn_wire
 
 
 class ApprovalConversation:
@@ -95,6 +97,8 @@ class ApprovalConversation:
         active.record.status = "waitingApproval"
         await self.repo.save_turn(active.record)
         await self.runtimes.approval_pending(active.thread_id, +1)
+        from appserver.protocol import turns as turn_wire  # asking: the request's model
+
         params = turn_wire.ApprovalRequestParams(
             thread_id=active.thread_id,
             turn_id=active.record.id,
@@ -132,9 +136,7 @@ class ApprovalConversation:
             await self.items.journal.emit(
                 active.thread_id,
                 "item/approval/resolved",
-                turn_wire.ApprovalResolvedNotification(
-                    thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
-                ),
+                {"threadId": active.thread_id, "turnId": active.record.id, "item": item_data(item)},
                 include=active.watchers,
             )
 
@@ -151,6 +153,8 @@ def _sub_agent(active: ActiveTurn) -> turn_wire.ApprovalSubAgent | None:
     block = (active.thread.source or {}).get("subAgent")
     if active.thread.source_kind != "subagent" or not isinstance(block, dict):
         return None
+    from appserver.protocol import turns as turn_wire
+
     return turn_wire.ApprovalSubAgent(
         child_thread_id=active.thread_id,
         parent_thread_id=str(block.get("parentThreadId") or ""),

@@ -26,12 +26,8 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import ValidationError
-
-from appserver.protocol.base import WireModel, first_error
-from appserver.protocol.dynamic_tools import ToolCallParams, ToolCallResult
 from appserver.providers.base import ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.bounded import make_room
@@ -44,6 +40,9 @@ from appserver.runtime.turns.model import ActiveTurn
 from appserver.runtime.turns.node_repl import NodeRepl
 from appserver.tools.base import ApprovalNeed, ToolError
 from appserver.tools.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
 
 log = logging.getLogger("appserver.turns")
 
@@ -91,7 +90,7 @@ class ClientTool:
 
 
 @dataclass
-class PendingToolCall(PendingApproval[WireModel]):
+class PendingToolCall(PendingApproval["WireModel"]):
     """An ``item/tool/call`` (or ``ext/channel/toolCall``) waiting for the
     owner's answer (the approval machinery: asked once per participant,
     timeout, reconnect grace)."""
@@ -384,6 +383,8 @@ class ClientToolCalls:
             assert self.channel_source is not None
             params = self.channel_source.channel_call_params(active, tool, call_id, args)
         else:
+            from appserver.protocol.dynamic_tools import ToolCallParams
+
             params = ToolCallParams(
                 thread_id=active.thread_id,
                 turn_id=active.record.id,
@@ -458,6 +459,11 @@ def _failure(code: str, message: str) -> dict[str, Any]:
 def parse_tool_result(answer: Mapping[str, object], method: str = DYNAMIC_METHOD) -> dict[str, Any]:
     """The client's answer as ``dynamicToolCall`` (``pluginFunctionCall``)
     payload fields; anything malformed is a failure (``invalidResult``)."""
+    from pydantic import ValidationError
+
+    from appserver.protocol.base import first_error
+    from appserver.protocol.dynamic_tools import ToolCallResult
+
     try:
         result = ToolCallResult.model_validate(dict(answer))
     except ValidationError as exc:

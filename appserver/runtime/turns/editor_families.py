@@ -23,10 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from appserver.protocol.acp_names import family_of
-from appserver.protocol.base import WireModel, first_error
 from appserver.providers.base import ToolSpec
 from appserver.runtime.subagent_roles import tool_offered
 from appserver.runtime.turns.editor_proxy import (
@@ -39,6 +36,8 @@ from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import ToolError, ToolOutcome
 
 if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
+
     # The families' wire models and tools load when a turn's editor serves a
     # family (most never do: a plain turn imports neither).
     from appserver.protocol.editor_families import AcpFamilyResult
@@ -75,6 +74,10 @@ async def ask_family(
     wire_method = f"ext/acp/{method}"
     answered, _ = await proxy.ask(active, wire_method, params, timeout)
     answer = dict(answered)
+    from pydantic import ValidationError
+
+    from appserver.protocol.base import first_error
+
     try:
         checked = result.model_validate(answer)
     except ValidationError as exc:
@@ -162,6 +165,10 @@ class EditorFamilyTools:
         """One call: bad arguments, a failed request or a bad answer are a failed
         outcome; the answer, as JSON, is the output."""
         args = arguments if isinstance(arguments, Mapping) else {}
+        from pydantic import ValidationError
+
+        from appserver.protocol.base import first_error
+
         try:
             params = tool.params(active.thread_id, args)
             answer = await ask_family(

@@ -21,9 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
-from pydantic import ValidationError
 
-from appserver.protocol.base import WireModel, first_error
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import (
     Participant,
@@ -35,6 +33,7 @@ from appserver.runtime.turns.model import ActiveTurn
 from appserver.tools.base import TerminalOutput, ToolError
 
 if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
     from appserver.protocol.editor_terminal import EditorTerminalParams
 
 # The editor requests' wire models are imported at the first request: most
@@ -56,7 +55,7 @@ class EditorRefused(ToolError):
 
 
 @dataclass
-class PendingEditorRequest(PendingApproval[WireModel]):
+class PendingEditorRequest(PendingApproval["WireModel"]):
     """An ``ext/acp/*`` request waiting for the editor's answer (asked once
     per participant, timeout, reconnect grace)."""
 
@@ -321,6 +320,9 @@ class ClientEditor:
 def _terminal_output(answer: Mapping[str, object], method: str) -> TerminalOutput:
     """An answer to ``getOutput`` / ``waitForExit`` in DotCraft's shape
     (``{output, exitCode?}``) or ACP's (``exitStatus``, ``signal``, ``truncated``)."""
+    from pydantic import ValidationError
+
+    from appserver.protocol.base import first_error
     from appserver.protocol.editor_terminal import EditorTerminalOutputResult
 
     try:

@@ -20,8 +20,6 @@ from typing import Any
 
 import anyio
 
-from appserver.protocol import turns as turn_wire
-from appserver.protocol.base import WireModel
 from appserver.protocol.ids import now_iso
 from appserver.runtime.emissions import Emission
 from appserver.runtime.events import Participant
@@ -31,7 +29,7 @@ from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn, TurnFailure
 from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.reservations import TurnReservations
-from appserver.runtime.wire import turn_to_wire
+from appserver.runtime.wire import turn_data
 
 # Turns whose end could not be stored, kept for a sweep to tell their watchers.
 _UNSTORED_KEPT = 100
@@ -184,26 +182,16 @@ class TurnEnding:
         }
         # One event goes to every watcher, so leave out the opt-in item type:
         # clients that asked for commandExecution items got them as events.
-        turn = turn_to_wire(
-            active.record, [i for i in active.items if i.type != "commandExecution"]
-        )
-        params: WireModel
+        turn = turn_data(active.record, [i for i in active.items if i.type != "commandExecution"])
+        params: dict[str, Any] = {"threadId": record.thread_id, "turn": turn}
         if record.status == "completed":
-            kind, params = (
-                "turn/completed",
-                turn_wire.TurnNotification(thread_id=turn.thread_id, turn=turn),
-            )
+            kind = "turn/completed"
         elif record.status == "failed":
             kind = "turn/failed"
-            params = turn_wire.TurnFailedNotification(
-                thread_id=turn.thread_id, turn=turn, error=record.error or "failed"
-            )
+            params["error"] = record.error or "failed"
         else:
-            reason = active.cancel_reason or "interrupted"
             kind = "turn/cancelled"
-            params = turn_wire.TurnCancelledNotification(
-                thread_id=turn.thread_id, turn=turn, reason=reason
-            )
+            params["reason"] = active.cancel_reason or "interrupted"
         for listener in self.closing_listeners:
             try:
                 listener(active)

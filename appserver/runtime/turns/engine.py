@@ -29,13 +29,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol import threads as thread_wire
-from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Provider
 from appserver.runtime.approvals import ApprovalBroker
 from appserver.runtime.emissions import Emission
@@ -57,11 +55,15 @@ from appserver.runtime.turns.queue import InputQueues
 from appserver.runtime.turns.recovery import recover
 from appserver.runtime.turns.reservations import TurnReservations
 from appserver.runtime.turns.tooling import ToolRunner
-from appserver.runtime.wire import turn_to_wire
+from appserver.runtime.wire import turn_data, turn_to_wire
 from appserver.storage.db import IntegrityError
 from appserver.storage.records import ThreadRecord
 from appserver.storage.threads import ThreadRepository
 from appserver.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from appserver.protocol import threads as thread_wire
+    from appserver.protocol import turns as turn_wire
 
 log = logging.getLogger("appserver.turns")
 
@@ -289,7 +291,7 @@ class TurnEngine:
     ) -> None:
         started = Emission(
             "turn/started",
-            turn_wire.TurnNotification(thread_id=active.thread_id, turn=self.turn_wire(active)),
+            {"threadId": active.thread_id, "turn": turn_data(active.record, active.items)},
             include=tuple(active.watchers),
             turn=active.record,
             new_turn=True,

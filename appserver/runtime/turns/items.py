@@ -15,15 +15,14 @@ from typing import Any
 
 import anyio
 
-from appserver.protocol import turns as turn_wire
-from appserver.protocol.encoding import dumps_text, model_json
+from appserver.protocol.encoding import dumps, dumps_text
 from appserver.protocol.ids import now_iso
 from appserver.providers.base import ToolCallDelta, Usage
 from appserver.runtime.emissions import Emission
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.streamed_text import append_text
 from appserver.runtime.turns.model import ActiveTurn, UserInput
-from appserver.runtime.wire import item_to_wire
+from appserver.runtime.wire import item_data
 from appserver.storage.records import ItemRecord
 from appserver.storage.threads import ThreadRepository
 
@@ -153,9 +152,7 @@ class ItemLog:
     def _emission(active: ActiveTurn, kind: str, item: ItemRecord) -> Emission:
         return Emission(
             kind,
-            turn_wire.ItemNotification(
-                thread_id=active.thread_id, turn_id=active.record.id, item=item_to_wire(item)
-            ),
+            {"threadId": active.thread_id, "turnId": active.record.id, "item": item_data(item)},
             include=tuple(active.watchers),
             topic=COMMAND_TOPIC if item.type == "commandExecution" else None,
             item=item,
@@ -252,18 +249,18 @@ class ItemLog:
         """The method and params (JSON) of ``item``'s text delta of ``text``."""
         method, delta_kind = DELTA_KINDS[item.type]
         # The hot path of a streamed turn: the params are the item's fixed
-        # fields around the text, spliced as text (the same JSON model_json
-        # writes; the typed params parse from it if a front door asks).
+        # fields around the text, spliced as text (a DeltaNotification's JSON;
+        # the typed params parse from it if a front door asks).
         last = self._delta_json
         if last is None or last[0] is not item:
-            template = model_json(
-                turn_wire.DeltaNotification(
-                    thread_id=active.thread_id,
-                    turn_id=active.record.id,
-                    item_id=item.id,
-                    delta="",
-                    delta_kind=delta_kind,
-                )
+            template = dumps(
+                {
+                    "threadId": active.thread_id,
+                    "turnId": active.record.id,
+                    "itemId": item.id,
+                    "delta": "",
+                    "deltaKind": delta_kind,
+                }
             )
             before, after = template.split('"delta":""', 1)
             last = self._delta_json = (item, before + '"delta":', after)
@@ -284,9 +281,9 @@ class ItemLog:
             item,
             "item/toolCall/argumentsDelta",
             event.arguments_delta,
-            delta_kind="toolCallArguments",
-            tool_name=event.name,
-            call_id=event.call_id,
+            deltaKind="toolCallArguments",
+            toolName=event.name,
+            callId=event.call_id,
         )
 
     async def output_delta(self, active: ActiveTurn, item: ItemRecord, chunk: str) -> None:
@@ -305,20 +302,22 @@ class ItemLog:
         topic: str | None = None,
         **fields: str | None,
     ) -> None:
-        """Number and send one delta of ``item`` (``fields``: the delta's extras)."""
+        """Number and send one delta of ``item`` (``fields``: the delta's extras,
+        by their wire names, in a DeltaNotification's order)."""
         if active.held:
             await self.flush(active)
+        params = {
+            "threadId": active.thread_id,
+            "turnId": active.record.id,
+            "itemId": item.id,
+            "delta": text,
+        }
+        params.update((name, value) for name, value in fields.items() if value is not None)
         await self.journal.emit_delta(
             active.thread_id,
             item.id,
             kind,
-            turn_wire.DeltaNotification(
-                thread_id=active.thread_id,
-                turn_id=active.record.id,
-                item_id=item.id,
-                delta=text,
-                **fields,
-            ),
+            params,
             include=active.watchers,
             topic=topic,
             turn_id=active.record.id,
@@ -333,14 +332,14 @@ class ItemLog:
         active.held.append(
             Emission(
                 "item/usage/delta",
-                turn_wire.UsageDeltaNotification(
-                    thread_id=active.thread_id,
-                    turn_id=active.record.id,
-                    input_tokens=usage.input_tokens,
-                    output_tokens=usage.output_tokens,
-                    total_input_tokens=active.input_tokens,
-                    total_output_tokens=active.output_tokens,
-                ),
+                {
+                    "threadId": active.thread_id,
+                    "turnId": active.record.id,
+                    "inputTokens": usage.input_tokens,
+                    "outputTokens": usage.output_tokens,
+                    "totalInputTokens": active.input_tokens,
+                    "totalOutputTokens": active.output_tokens,
+                },
                 include=tuple(active.watchers),
             )
         )

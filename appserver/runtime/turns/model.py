@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message
 from appserver.runtime.emissions import Emission
 from appserver.runtime.engine_config import EngineConfig as EngineConfig  # (its home)
 from appserver.runtime.events import Participant
 from appserver.runtime.turns.turn_diff import TurnDiff
 from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
+
+if TYPE_CHECKING:
+    from appserver.protocol import turns as turn_wire
 
 
 class TurnFailure(Exception):

@@ -31,9 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from pydantic import ValidationError
 
-from appserver.protocol.base import WireModel, first_error
 from appserver.providers.base import ImagePart, ToolCall, ToolSpec
 from appserver.runtime.approvals import ApprovalBroker, PendingApproval
 from appserver.runtime.events import (
@@ -48,6 +46,7 @@ from appserver.runtime.turns.items import ItemLog
 from appserver.runtime.turns.model import ActiveTurn
 
 if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel  # noqa: F401 (in a quoted base class)
     from appserver.protocol.node_repl import (
         NodeReplCancelParams,
         NodeReplEvaluateParams,
@@ -87,7 +86,7 @@ NODE_REPL_SPEC = ToolSpec(
 
 
 @dataclass
-class PendingEvaluation(PendingApproval[WireModel]):
+class PendingEvaluation(PendingApproval["WireModel"]):
     """An ``ext/nodeRepl/evaluate`` waiting for the client's answer (asked once
     per participant, timeout, reconnect grace)."""
 
@@ -294,6 +293,10 @@ class NodeRepl:
             )
         if decided == "refused":
             return _failure("NodeReplError", f"the client refused {EVALUATE}: {pending.error}")
+        from pydantic import ValidationError
+
+        from appserver.protocol.base import first_error
+
         try:
             result = NodeReplEvaluateResult.model_validate(dict(pending.answer or {}))
         except ValidationError as exc:

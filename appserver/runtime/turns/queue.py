@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TYPE_CHECKING
 
-from appserver.protocol import turns as turn_wire
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns.model import ActiveTurn, QueuedInput
+
+if TYPE_CHECKING:
+    from appserver.protocol import turns as turn_wire
 
 # Ends after which nobody is left to tell: the thread is gone, or the server stops
 # (its next start finds the queue waiting, as thread/read shows: idle with inputs).
@@ -62,6 +65,8 @@ class InputQueues:
         origins = {e.wire.id: e.origin for e in self.queues.get(thread_id, ())}
         queue = []
         for row in await self.journal.events.queue(thread_id):
+            from appserver.protocol import turns as turn_wire  # a queue's models, when one exists
+
             wire = turn_wire.QueuedTurnInput.model_validate(row["wire"])
             queue.append(
                 QueuedInput(
@@ -111,6 +116,8 @@ class InputQueues:
             for entry in steered:
                 entry.wire.status = "queued"
             if steered:
+                from appserver.protocol import turns as turn_wire
+
                 await self.changed(
                     thread_id, paused=turn_wire.QueuePause(turn_id=turn_id, reason="failed")
                 )
@@ -122,6 +129,8 @@ class InputQueues:
         paused: turn_wire.QueuePause | None = None,
     ) -> None:
         """Save the queue and announce ``thread/queue/updated`` (``paused``: why it waits)."""
+        from appserver.protocol import turns as turn_wire
+
         entries = self.queues.get(thread_id, [])
         await self.journal.events.save_queue(
             thread_id,
@@ -161,6 +170,8 @@ def pause_after(active: ActiveTurn) -> turn_wire.QueuePause | None:
     record = active.record
     if record.status == "completed":
         return None
+    from appserver.protocol import turns as turn_wire
+
     if record.status == "failed":
         return turn_wire.QueuePause(turn_id=record.id, reason="failed")
     reason = active.cancel_reason or "interrupted"

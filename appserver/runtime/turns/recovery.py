@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import logging
 
-from appserver.protocol import turns as turn_wire
 from appserver.protocol.ids import now_iso
 from appserver.runtime.events import Participant
 from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns.queue import InputQueues
-from appserver.runtime.wire import item_to_wire, turn_to_wire
+from appserver.runtime.wire import item_data, turn_data
 from appserver.storage.records import ItemRecord, TurnRecord
 from appserver.storage.threads import ThreadRepository
 
@@ -69,9 +68,7 @@ async def fail_interrupted(
         await journal.emit(
             turn.thread_id,
             "item/completed",
-            turn_wire.ItemNotification(
-                thread_id=turn.thread_id, turn_id=turn.id, item=item_to_wire(item)
-            ),
+            {"threadId": turn.thread_id, "turnId": turn.id, "item": item_data(item)},
             item=item,
             include=include or (),
         )
@@ -82,9 +79,7 @@ async def fail_interrupted(
     await journal.emit(
         turn.thread_id,
         "turn/failed",
-        turn_wire.TurnFailedNotification(
-            thread_id=turn.thread_id, turn=turn_to_wire(turn, items), error=turn.error
-        ),
+        {"threadId": turn.thread_id, "turn": turn_data(turn, items), "error": error},
         turn=turn,
         include=include or (),
     )

@@ -8,12 +8,16 @@ in one process, even when a caller's thread record is stale.
 
 from __future__ import annotations
 
-from appserver.protocol import turns as turn_wire
+from typing import TYPE_CHECKING
+
 from appserver.protocol.ids import now_iso
 from appserver.runtime.bounded import make_room
 from appserver.runtime.events import Participant
 from appserver.runtime.turns.model import ActiveTurn, initiator
 from appserver.storage.records import ThreadRecord, TurnRecord
+
+if TYPE_CHECKING:
+    from appserver.protocol import turns as turn_wire
 
 #: Threads whose numbers are kept; past it, the tenth least recently used goes
 #: (never a busy one). The guard is against a thread record read moments before

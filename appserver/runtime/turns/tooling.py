@@ -14,7 +14,6 @@ from typing import Any
 
 import anyio
 
-from appserver.protocol import turns as turn_wire
 from appserver.providers.base import Message, ToolCall, ToolSpec
 from appserver.runtime.read_only_setting import read_only_unasked
 from appserver.runtime.subagent_roles import tool_offered
@@ -131,9 +130,7 @@ class ToolRunner:
         await self.items.journal.emit(
             active.thread_id,
             "turn/diff/updated",
-            turn_wire.TurnDiffUpdatedNotification(
-                thread_id=active.thread_id, turn_id=active.record.id, diff=diff
-            ),
+            {"threadId": active.thread_id, "turnId": active.record.id, "diff": diff},
             include=active.watchers,
         )
 

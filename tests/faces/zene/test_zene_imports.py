@@ -1,5 +1,7 @@
-"""A cold Zene one-shot loads what its turn uses. The wire models and tools of
-what a plain turn never touches load with their first use: background
+"""A cold Zene one-shot loads what its turn uses. It loads no wire model, nor
+pydantic: the runtime hands its events as data and the face reads data
+(runtime/wire.py). The wire models and tools of what a plain turn never
+touches load with their first use: background
 terminals with the first terminal, an editor's request families with the
 first editor that serves one, SubAgents' runtime with the first control tool
 call (tests/runtime/test_editor_families.py, the terminal and SubAgent tests
@@ -23,6 +25,12 @@ from tests.faces.zene.test_face_zene import (
 from tests.faces.zene.test_zene_warm import PROBE
 
 LOADED_AT_FIRST_USE = {
+    "pydantic",
+    "appserver.protocol.base",
+    "appserver.protocol.threads",
+    "appserver.protocol.turns",
+    "appserver.protocol.plans",
+    "appserver.protocol.subagent_profiles",
     "appserver.protocol.editor_families",
     "appserver.protocol.terminals",
     "appserver.tools.editor_families",
