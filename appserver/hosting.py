@@ -67,6 +67,10 @@ class HostOptions:
     # would only compete with that turn, and delay the exit of one that never
     # calls the model (a replayed answer, a refusal).
     warm_provider: bool = True
+    # With warm_provider: build the models of what every turn says in the
+    # background, for a door that reads a turn's events typed. A door that reads
+    # them as data (the Codex face) builds none, and loads no pydantic for them.
+    build_turn_models: bool = True
     provider: Provider | None = None  # an already-built provider wins (tests)
     trust_workspace: bool = False  # --trust-workspace (storage/trust.py)
     # The workspace's lock and database, being taken and created ahead (a face
@@ -168,8 +172,7 @@ async def open_host(options: HostOptions) -> AsyncIterator[Runtime]:
             startup.ready()
             if options.warm_provider:
                 warm_provider(tg, provider)
-                # The models of what every turn says, built ahead for a door that
-                # reads them typed (a one-shot reads data: it imports none).
+            if options.warm_provider and options.build_turn_models:
                 from appserver.protocol.turn_models import EVERY_TURN
 
                 tg.start_soon(build_models, EVERY_TURN)

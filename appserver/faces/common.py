@@ -35,11 +35,11 @@ def turn_id_of(event: Event) -> str | None:
     """The turn a runtime event is about (``None`` for thread-level events)."""
     if event.turn_id is not None:  # a streamed text delta: no params parsed
         return event.turn_id
-    params = event.params
-    turn = getattr(params, "turn", None)
-    if turn is not None:
-        return str(turn.id)
-    turn_id = getattr(params, "turn_id", None)
+    params = event.data  # a turn's events are data: nothing parsed
+    turn = params.get("turn")
+    if isinstance(turn, dict) and turn.get("id") is not None:
+        return str(turn["id"])
+    turn_id = params.get("turnId")
     return str(turn_id) if turn_id is not None else None
 
 

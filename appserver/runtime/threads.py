@@ -267,14 +267,12 @@ class Threads:
         ``announce`` is false: then call :meth:`announce_started`)."""
         return (await self._create(spec, announce))[0]
 
-    async def create_viewed(self, spec: NewThread) -> tuple[ThreadRecord, thread_wire.ThreadResult]:
-        """:meth:`create`, announced, and the view it announced (``thread/start``
-        answers with it: a new thread is not viewed twice)."""
-        from appserver.protocol import threads as thread_wire
-
+    async def create_viewed(self, spec: NewThread) -> tuple[ThreadRecord, dict[str, Any]]:
+        """:meth:`create`, announced, and the ``Thread`` it announced, as data
+        (``thread/start`` answers with it: a new thread is not viewed twice)."""
         thread, data = await self._create(spec, True)
         assert data is not None
-        return thread, thread_wire.ThreadResult(thread=thread_wire.Thread.model_validate(data))
+        return thread, data
 
     async def _create(
         self, spec: NewThread, announce: bool

@@ -20,7 +20,7 @@ from appserver.protocol import threads as thread_wire
 from appserver.protocol.acp_names import family_of
 from appserver.protocol.base import Empty
 from appserver.protocol.dynamic_tools import DynamicToolSpec
-from appserver.protocol.encoding import model_json
+from appserver.protocol.encoding import dumps, model_json
 from appserver.protocol.limits import LIST_PAGE_BYTES, encoded_size, utf8_size
 from appserver.rpc.connection import RequestContext
 from appserver.rpc.framing import RawJSON
@@ -80,11 +80,13 @@ class ThreadService:
         # the bytes of the last answer.
         router.register("thread/read", self.read, answer_key=self._read_key)
 
-    async def start(self, ctx: RequestContext, params: thread_wire.ThreadStartParams) -> BaseModel:
+    async def start(
+        self, ctx: RequestContext, params: thread_wire.ThreadStartParams
+    ) -> BaseModel | RawJSON:
         identity = params.identity
         _check_acp_methods(params.dynamic_tools or [], peer_of(ctx))
         display_name = params.display_name.strip() if params.display_name else None
-        thread, view = await self.threads.create_viewed(
+        thread, data = await self.threads.create_viewed(
             NewThread(
                 user_id=identity.user_id,
                 channel_name=identity.channel_name,
@@ -106,7 +108,9 @@ class ThreadService:
             ],
             peer_of(ctx),
         )
-        return view  # as announced: binding its tools changes nothing of it
+        # As announced (binding its tools changes nothing of it), sent as the data
+        # it was announced with: a ThreadResult of the thread alone, no model built.
+        return RawJSON(dumps({"thread": data}))
 
     async def resume(
         self, ctx: RequestContext, params: thread_wire.ThreadResumeParams

@@ -11,10 +11,13 @@ from pydantic import BaseModel
 from appserver.protocol import threads as thread_wire
 from appserver.protocol import turns as turn_wire
 from appserver.protocol.base import Empty
+from appserver.protocol.encoding import dumps
 from appserver.rpc.connection import RequestContext
+from appserver.rpc.framing import RawJSON
 from appserver.runtime.history import messages_from_client
 from appserver.runtime.turn_cases import Turns
 from appserver.runtime.turns import ActiveTurn, UserInput
+from appserver.runtime.wire import turn_data
 from appserver.services.peer import peer_of
 from appserver.services.router import Router
 
@@ -42,7 +45,9 @@ class TurnService:
             router.register(method, handler)
         router.enable_feature("approvalFlow")
 
-    async def start(self, ctx: RequestContext, params: turn_wire.TurnStartParams) -> BaseModel:
+    async def start(
+        self, ctx: RequestContext, params: turn_wire.TurnStartParams
+    ) -> BaseModel | RawJSON:
         def prepare(active: ActiveTurn, user: UserInput) -> None:
             for hook in self.start_hooks:
                 hook(ctx, active, user)
@@ -56,8 +61,8 @@ class TurnService:
             prepare=prepare,
         )
         # DotCraft answers with `items: []`; the userMessage item (already
-        # stored) follows as item/started and item/completed.
-        return turn_wire.TurnResult(turn=self.turns.engine.turn_wire(active, include_items=False))
+        # stored) follows as item/started and item/completed. A TurnResult, as data.
+        return RawJSON(dumps({"turn": turn_data(active.record, [])}))
 
     async def compact(self, ctx: RequestContext, params: thread_wire.ThreadIdParams) -> BaseModel:
         active = await self.turns.compact(params.thread_id, peer_of(ctx))

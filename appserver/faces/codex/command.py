@@ -130,6 +130,7 @@ async def main(
         sys.stderr.write("appserver: --listen: stdio:// or ws://HOST:PORT, not both\n")
         return 2
     apply_config(args, options.provider_options)
+    options.build_turn_models = False  # its streams read a turn's events as data
     async with AsyncExitStack() as stack:
         try:
             runtime = await stack.enter_async_context(host())

@@ -10,7 +10,7 @@ Item, delta and turn notifications carry the Codex turn id
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -20,7 +20,7 @@ from appserver.faces.codex.items import TurnItems, mcp_server_tool, now_ms
 from appserver.faces.codex.shapes import turn_key, turn_shape
 from appserver.faces.codex.wire import Message
 from appserver.protocol.encoding import dumps_text
-from appserver.protocol.turns import DeltaNotification
+from appserver.runtime.events import DELTA_KINDS
 
 if TYPE_CHECKING:
     from appserver.faces.codex.items import Call
@@ -56,10 +56,11 @@ class Usage:
     def __init__(self) -> None:
         self.input = self.output = 0
 
-    def add(self, params: Any) -> Message:
-        last_in, last_out = int(params.input_tokens), int(params.output_tokens)
-        self.input = int(params.total_input_tokens or self.input + last_in)
-        self.output = int(params.total_output_tokens or self.output + last_out)
+    def add(self, params: Mapping[str, Any]) -> Message:
+        """Count an ``item/usage/delta`` (its data)."""
+        last_in, last_out = int(params["inputTokens"]), int(params["outputTokens"])
+        self.input = int(params.get("totalInputTokens") or self.input + last_in)
+        self.output = int(params.get("totalOutputTokens") or self.output + last_out)
         return {"total": _breakdown(self.input, self.output), "last": _breakdown(last_in, last_out)}
 
 
@@ -159,8 +160,8 @@ class Streams:
         kind, thread_id = event.kind, event.thread_id
         notify = self.notify
         if kind in THREAD_NOTES:
-            params = event.params
-            about = thread_id or getattr(params, "thread_id", None)
+            params = event.data
+            about = thread_id or params.get("threadId")
             if about is not None:
                 self._thread_note(kind, params, str(about))  # about any thread, as Codex broadcasts
             return
@@ -172,20 +173,23 @@ class Streams:
             if frame is not None and self.send_frame is not None:
                 self.send_frame(frame[0] + dumps_text(text) + frame[1])
                 return
-        params = event.params
-        if isinstance(params, DeltaNotification):  # straight to their frame
-            ids = {"threadId": thread_id, "turnId": turn_key(thread_id, params.turn_id)}
-            items = self._items(thread_id, params.turn_id)
-            for method, body in items.delta(kind, params.item_id, params.delta):
+        # Read as data: the runtime hands a turn's events so (runtime/wire.py), and
+        # no wire model is built for them here.
+        params = event.data
+        if kind in DELTA_KINDS:  # straight to their frame
+            turn_id, item_id = str(params["turnId"]), str(params["itemId"])
+            ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
+            items = self._items(thread_id, turn_id)
+            for method, body in items.delta(kind, item_id, str(params["delta"])):
                 self._emit(method, body, ids)
             if kind in TEXT_DELTAS and text is not None:
-                self._keep_delta_frame(kind, thread_id, params.item_id, ids)
+                self._keep_delta_frame(kind, thread_id, item_id, ids)
             return
         if kind == "thread/runtimeChanged":
-            runtime = params.runtime  # type: ignore[attr-defined]
+            runtime = params["runtime"]
             status: Message = {"type": "idle"}
-            if runtime.running:
-                flags = ["waitingOnApproval"] if runtime.waiting_on_approval else []
+            if runtime.get("running"):
+                flags = ["waitingOnApproval"] if runtime.get("waitingOnApproval") else []
                 status = {"type": "active", "activeFlags": flags}
                 self.idle_told.discard(thread_id)
             elif thread_id in self.idle_told:
@@ -193,41 +197,44 @@ class Streams:
                 return  # said already, before the turn's end
             notify("thread/status/changed", {"threadId": thread_id, "status": status})
             return
-        turn = getattr(params, "turn", None)
+        turn = params.get("turn")
         if kind == "turn/started" and turn is not None:
-            self._items(thread_id, turn.id)
-            shape = turn_shape(thread_id, turn.id, "running", started_at=turn.started_at)
+            started_id = str(turn["id"])
+            self._items(thread_id, started_id)
+            shape = turn_shape(thread_id, started_id, "running", started_at=turn["startedAt"])
             notify("turn/started", {"threadId": thread_id, "turn": shape})
-            bracket = self.brackets.get((thread_id, turn.id))
+            bracket = self.brackets.get((thread_id, started_id))
             if bracket is not None:
-                self._bracket_items(bracket.opening(), thread_id, turn.id)
+                self._bracket_items(bracket.opening(), thread_id, started_id)
             return
         if kind in TERMINAL and turn is not None:
-            self._finish(thread_id, turn, TERMINAL[kind], getattr(params, "error", None))
+            self._finish(thread_id, turn, TERMINAL[kind], params.get("error"))
             return
-        turn_id = getattr(params, "turn_id", None)
-        if turn_id is None:
+        about_turn = params.get("turnId")
+        if about_turn is None:
             return
+        turn_id = str(about_turn)
         ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
         items = self._items(thread_id, turn_id)
         notes: list[tuple[str, Message]] = []
         if kind in ("item/started", "item/completed"):
-            item = params.item  # type: ignore[attr-defined]
+            item = params["item"]
+            item_type, item_id, payload = str(item["type"]), str(item["id"]), item["payload"]
             if kind == "item/started":
-                notes = items.started(item.type, item.id, item.payload)
+                notes = items.started(item_type, item_id, payload)
             else:
                 for delta_kind in TEXT_DELTAS:
-                    self.delta_frames.pop((thread_id, item.id, delta_kind), None)
-                notes = items.completed(item.type, item.id, item.payload)
-                if item.type == "error" and item.payload.get("fatal"):
-                    self.failures[(thread_id, turn_id)] = str(item.payload.get("code") or "")
-                if item.type == "approvalRequest":
-                    self.gates.setdefault(item.id, anyio.Event()).set()
+                    self.delta_frames.pop((thread_id, item_id, delta_kind), None)
+                notes = items.completed(item_type, item_id, payload)
+                if item_type == "error" and payload.get("fatal"):
+                    self.failures[(thread_id, turn_id)] = str(payload.get("code") or "")
+                if item_type == "approvalRequest":
+                    self.gates.setdefault(item_id, anyio.Event()).set()
         elif kind == "item/usage/delta":
             usage = self.usage.setdefault((thread_id, turn_id), Usage())
             notes = [("thread/tokenUsage/updated", {"tokenUsage": usage.add(params)})]
         elif kind == "turn/diff/updated":
-            notes = [("turn/diff/updated", {"diff": params.diff})]  # type: ignore[attr-defined]
+            notes = [("turn/diff/updated", {"diff": params["diff"]})]
         for method, body in notes:
             self._emit(method, body, ids)
 
@@ -245,17 +252,17 @@ class Streams:
         if len(parts) == 2:
             self.delta_frames[(thread_id, item_id, kind)] = (parts[0], parts[1], str(ids["turnId"]))
 
-    def _thread_note(self, kind: str, params: Any, thread_id: str) -> None:
-        """Renames, archive changes and deletions, in Codex's words."""
+    def _thread_note(self, kind: str, params: Mapping[str, Any], thread_id: str) -> None:
+        """Renames, archive changes and deletions, in Codex's words (their data)."""
         if kind == "thread/renamed":
-            name = params.display_name
+            name = params.get("displayName")
             self.notify("thread/name/updated", {"threadId": thread_id, "threadName": name})
         elif kind == "thread/deleted":
             self.unwatch(thread_id)
             self.notify("thread/deleted", {"threadId": thread_id})
-        elif params.new_status == "archived" and params.previous_status != "archived":
+        elif params.get("newStatus") == "archived" and params.get("previousStatus") != "archived":
             self.notify("thread/archived", {"threadId": thread_id})
-        elif params.previous_status == "archived" and params.new_status != "archived":
+        elif params.get("previousStatus") == "archived" and params.get("newStatus") != "archived":
             self.notify("thread/unarchived", {"threadId": thread_id})
 
     def _emit(self, method: str, body: Message, ids: Message) -> None:
@@ -272,10 +279,11 @@ class Streams:
             self._emit("item/started", {"item": item}, ids)
             self._emit("item/completed", {"item": item}, ids)
 
-    def _finish(self, thread_id: str, turn: Any, status: str, error: Any) -> None:
-        items = self.turns.pop((thread_id, turn.id), None)
-        self.usage.pop((thread_id, turn.id), None)
-        ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn.id)}
+    def _finish(self, thread_id: str, turn: Mapping[str, Any], status: str, error: Any) -> None:
+        turn_id = str(turn["id"])
+        items = self.turns.pop((thread_id, turn_id), None)
+        self.usage.pop((thread_id, turn_id), None)
+        ids = {"threadId": thread_id, "turnId": turn_key(thread_id, turn_id)}
         if self.delta_frames:  # an item the turn left open
             ended = ids["turnId"]
             self.delta_frames = {
@@ -284,18 +292,18 @@ class Streams:
         if items is not None:
             for method, body in items.unfinished("failed"):
                 self._emit(method, body, ids)
-        bracket = self.brackets.pop((thread_id, turn.id), None)
+        bracket = self.brackets.pop((thread_id, turn_id), None)
         if bracket is not None:
             finished = items.finished if items is not None else []
-            self._bracket_items(bracket.closing(finished), thread_id, turn.id)
-        message = str(error or turn.error or "") or None
-        code = self.failures.pop((thread_id, turn.id), None)
+            self._bracket_items(bracket.closing(finished), thread_id, turn_id)
+        message = str(error or turn.get("error") or "") or None
+        code = self.failures.pop((thread_id, turn_id), None)
         shape = turn_shape(
             thread_id,
-            turn.id,
+            turn_id,
             status,
-            started_at=turn.started_at,
-            completed_at=turn.completed_at,
+            started_at=turn["startedAt"],
+            completed_at=turn.get("completedAt"),
             error=message,
             error_code=code,
         )

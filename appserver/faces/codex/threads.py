@@ -78,8 +78,13 @@ async def codex_thread(session: CodexSession, record: ThreadRecord, with_turns: 
     """Codex's Thread for ``record`` (its turns with their items when ``with_turns``)."""
     turns: list[Message] = []
     preview = ""
-    view = await session.runtime.threads.view(record, include_turns=True)
-    for turn in view.thread.turns:
+    # A thread without turns (one just started) has nothing to view.
+    stored = (
+        (await session.runtime.threads.view(record, include_turns=True)).thread.turns
+        if record.turn_count
+        else []
+    )
+    for turn in stored:
         items = TurnItems(session.workspace, session.streams.mcp_names)
         for item in turn.items or []:
             items.started(item.type, item.id, item.payload)

@@ -43,22 +43,23 @@ IGNORED = (
 def input_parts(value: Any, skills: bool = False) -> list[Any]:
     """Codex ``UserInput`` parts as ours. ``skill`` parts become our ``skillRef``
     when ``skills`` (a skills family resolves them), else they are left out."""
-    from appserver.protocol.turns import (
-        FileRefPart,
-        ImageUrlPart,
-        LocalImagePart,
-        SkillRefPart,
-        TextPart,
-    )
-
     if not isinstance(value, list):
         raise CodexError("Invalid request: missing field `input`")
     parts: list[Any] = []
     for part in value:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text" and isinstance(part.get("text"), str):
-            parts.append(TextPart(type="text", text=part["text"]))
-        elif kind == "localImage" and isinstance(part.get("path"), str):
+            # As data (runtime/inputs.py): a text turn builds no model.
+            parts.append({"type": "text", "text": part["text"]})
+            continue
+        from appserver.protocol.turns import (
+            FileRefPart,
+            ImageUrlPart,
+            LocalImagePart,
+            SkillRefPart,
+        )
+
+        if kind == "localImage" and isinstance(part.get("path"), str):
             parts.append(LocalImagePart(type="localImage", path=part["path"]))
         elif kind == "image" and isinstance(part.get("url"), str):
             parts.append(ImageUrlPart(type="image", url=part["url"]))
