@@ -6,16 +6,23 @@ params of its notification are the same text.
 """
 
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only its method is called: importing pydantic costs a one-shot ~35 ms
     from pydantic import BaseModel
 
-_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
+# JSON has no NaN or infinity: a value holding one (a model's tool arguments or a
+# client's answer, both parsed leniently) is written with ``null`` there, as the
+# wire models write it (pydantic's default), never as a bare ``NaN`` that strict
+# parsers (JavaScript's JSON.parse) refuse.
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, separators=(",", ":"), check_circular=False, allow_nan=False
+)
 # The same, for messages that may hold values JSON has no form for (text then).
 _lenient = json.JSONEncoder(
-    ensure_ascii=False, separators=(",", ":"), check_circular=False, default=str
+    ensure_ascii=False, separators=(",", ":"), check_circular=False, default=str, allow_nan=False
 )
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # What JSONEncoder.encode does for a str without ensure_ascii (C-accelerated).
@@ -66,8 +73,24 @@ def scrub_surrogates(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    """Compact single-line JSON for an already JSON-ready value."""
-    return finish(_encoder.encode(value))
+    """Compact single-line JSON for an already JSON-ready value (a float that is
+    not finite is written as ``null``)."""
+    try:
+        return finish(_encoder.encode(value))
+    except ValueError:  # a NaN or infinity somewhere: the rare path
+        return finish(_encoder.encode(finite(value)))
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every float that is not finite (walking dicts, lists and
+    tuples) replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(item) for item in value]
+    return value
 
 
 def dumps_text(text: str) -> str:
@@ -80,7 +103,10 @@ def dumps_lenient(value: Any) -> str:
     """As :func:`dumps`, but a value that is no JSON value becomes its text
     (never an error: a face's frame carries what the runtime handed it). One
     encoder for every frame: ``json.dumps`` with options builds one a call."""
-    return finish(_lenient.encode(value))
+    try:
+        return finish(_lenient.encode(value))
+    except ValueError:  # a float that is not finite: null, as in dumps
+        return finish(_lenient.encode(finite(value)))
 
 
 def model_json(value: "BaseModel") -> str:

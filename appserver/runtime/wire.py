@@ -46,9 +46,9 @@ _TOKEN_FIELDS = (
 )
 
 
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+def _python_name(wire: str) -> str:
+    """The Python field name of a camelCase wire name (``mcpServers`` -> ``mcp_servers``)."""
+    return "".join(f"_{char.lower()}" if char.isupper() else char for char in wire)
 
 
 def token_usage_data(usage: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,15 +98,23 @@ def turn_data(turn: TurnRecord, items: Sequence[ItemRecord] | None) -> dict[str,
 
 
 def _open_object(stored: Mapping[str, Any], known: Sequence[str]) -> dict[str, Any]:
-    """An open wire object: its known fields (by wire or Python name) in their
-    order, then the others as stored; nulls left out."""
-    wire: dict[str, Any] = {}
-    for key, value in stored.items():
-        if value is not None:
-            camel = _camel(key)
-            wire[camel if camel in known else key] = value
-    ordered = {key: wire.pop(key) for key in known if key in wire}
-    return {**ordered, **wire}
+    """An open wire object as its model writes it: the known fields in their
+    order, then the other keys as stored; nulls left out. A known field is read
+    from its wire name, else from its Python name (``populate_by_name``); a
+    Python name beside its wire name, like any other key, stays as it is."""
+    fields: dict[str, Any] = {}
+    taken: set[str] = set()
+    for wire in known:
+        if wire in stored:
+            fields[wire] = stored[wire]
+            taken.add(wire)
+        else:
+            python = _python_name(wire)
+            if python in stored:
+                fields[wire] = stored[python]
+                taken.add(python)
+    extras = {key: value for key, value in stored.items() if key not in taken}
+    return {key: value for key, value in {**fields, **extras}.items() if value is not None}
 
 
 def new_thread_data(thread: ThreadRecord, runtime: Mapping[str, Any]) -> dict[str, Any]:

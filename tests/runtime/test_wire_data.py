@@ -1,5 +1,6 @@
 """The runtime's wire data (``runtime/wire.py``, built without pydantic) is what
-the wire models write for the same records, byte for byte once encoded."""
+the wire models write for the same records: the same JSON once encoded (a
+float may be spelled otherwise: ``1e-07`` for pydantic's ``1e-7``)."""
 
 from __future__ import annotations
 
@@ -125,6 +126,33 @@ THREADS = [
     ThreadRecord(
         "thr_3", "/w", "u", "zene", "active", "t0", "t0", source={"x": "y"}, configuration={}
     ),
+    # A Python name beside its wire name stays an extra, as the open model keeps it;
+    # a key that merely camel-cases to a field is no field.
+    ThreadRecord(
+        "thr_4",
+        "/w",
+        "u",
+        "dotcraft",
+        "active",
+        "t0",
+        "t0",
+        configuration={
+            "approvalPolicy": "default",
+            "approval_policy": "autoApprove",
+            "mcp__servers": 1,
+            "use_tool_profile_only_": True,
+        },
+    ),
+    ThreadRecord(
+        "thr_5",
+        "/w",
+        "u",
+        "dotcraft",
+        "active",
+        "t0",
+        "t0",
+        configuration={"approvalPolicy": None, "approval_policy": "autoApprove"},
+    ),
 ]
 
 
@@ -156,3 +184,16 @@ def test_new_thread_data_is_the_models(thread: ThreadRecord) -> None:
 def test_configuration_fields_are_the_models() -> None:
     fields = thread_wire.ThreadConfiguration.model_fields
     assert tuple(field.alias for field in fields.values()) == wire.CONFIGURATION_FIELDS
+
+
+def test_floats_json_has_no_form_for_are_null_as_the_models_write_them() -> None:
+    payload = {"n": float("nan"), "i": [float("inf"), -float("inf")], "ok": 1.5}
+    item = ItemRecord("thr_1", "turn_1", "item_9", 9, "toolCall", "completed", "t0", "t1", payload)
+    event = Event(
+        "item/completed", {"threadId": "thr_1", "turnId": "turn_1", "item": wire.item_data(item)}
+    )
+    model = turn_wire.ItemNotification(
+        thread_id="thr_1", turn_id="turn_1", item=wire.item_to_wire(item)
+    )
+    assert event.params_json() == model_json(model)
+    assert '"n":null,"i":[null,null],"ok":1.5' in event.params_json()
