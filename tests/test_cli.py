@@ -197,11 +197,12 @@ async def test_the_wire_models_build_in_the_background() -> None:
 
 
 async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> None:
-    """Every notification and server request of turns with a command, an
-    approval and a file write has its model in the background build's list
-    (the rest build at first use)."""
+    """Every server request of turns with a command, an approval and a file
+    write has its model in the background build's list; their notifications go
+    out as the runtime's data, modelless (the next test checks that such turns
+    build nothing the background did not)."""
     from appserver.protocol.core_methods import models_in_first_use_order as first_use
-    from appserver.protocol.methods import NOTIFICATIONS, SERVER_REQUESTS
+    from appserver.protocol.methods import SERVER_REQUESTS
     from tests.support.servers import running_server
     from tests.support.turns import Approver, new_thread, run_turn
 
@@ -213,8 +214,7 @@ async def test_what_a_turn_sends_is_built_in_the_background(workspace: Path) -> 
                 _turn_id, terminal = await run_turn(client, thread_id, text)
                 assert terminal["method"] == "turn/completed"
     sent = {message["method"] for message in client.messages if "method" in message}
-    needed = {NOTIFICATIONS[name].params for name in sent if name in NOTIFICATIONS}
-    needed |= {SERVER_REQUESTS[name].params for name in sent if name in SERVER_REQUESTS}
+    needed = {SERVER_REQUESTS[name].params for name in sent if name in SERVER_REQUESTS}
     assert {"item/approval/request", "turn/diff/updated", "turn/completed"} <= sent
     assert needed <= set(first_use())
 
@@ -255,11 +255,9 @@ anyio.run(main)
 
 
 def test_a_face_runtime_builds_the_turn_models_in_the_background(tmp_path: Path) -> None:
-    """A face's lean runtime (hosting.open_host) builds what every turn builds,
-    without the DotCraft method table, once it is up; TURN_MODELS holds them."""
-    from appserver.protocol.turn_models import EVERY_TURN, TURN_MODELS
-
-    assert set(EVERY_TURN) <= set(TURN_MODELS)
+    """A face's lean runtime (hosting.open_host) builds the models of what every
+    turn says, for a face that reads them typed, without the DotCraft method
+    table, once it is up."""
     code = """
 import anyio, pathlib, sys
 from appserver.hosting import HostOptions, open_host

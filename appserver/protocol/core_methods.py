@@ -382,8 +382,9 @@ _FIRST_USED = (
 
 def models_in_first_use_order() -> list[type[BaseModel]]:
     """The wire models a session's turns need, in the order it first needs them:
-    its first requests', then what a turn sends and builds
-    (:data:`~appserver.protocol.turn_models.TURN_MODELS`), then the bundled
+    its first requests', then what a turn still makes typed (its notifications
+    go out as the runtime's data: :data:`~appserver.protocol.turn_models.TURN_MODELS`),
+    then the bundled
     plugins' manifests (read for a turn's tools). The other methods' (the
     families') and notifications' build at first use: most sessions never
     need them, and building them all cost ~60 ms of CPU a session
