@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from appserver.protocol.decoding import JsonRejected, loads_client
+from appserver.protocol.encoding import dumps_lenient
 from appserver.protocol.ids import now_iso
 
 PROTOCOL = "codeswarm.router.v1"
@@ -312,7 +313,8 @@ def parse_launch(command: Command, provider_ids: tuple[str, ...]) -> Launch:
 
 def event_frame(event: str, data: dict[str, Any]) -> str:
     """One event as a single line of compact JSON (no newline) that encodes
-    as UTF-8 (a lone surrogate in some text is escaped, not written raw)."""
+    as UTF-8 (a lone surrogate in some text is escaped, not written raw; a
+    float JSON has no form for is ``null``)."""
     message = {
         "protocol": PROTOCOL,
         "type": "event",
@@ -320,10 +322,5 @@ def event_frame(event: str, data: dict[str, Any]) -> str:
         "event": event,
         "data": data,
     }
-    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = json.dumps(message, separators=(",", ":"))
-    return text
+    # The shared encoder: lone surrogates escaped, NaN and infinities written null.
+    return dumps_lenient(message)

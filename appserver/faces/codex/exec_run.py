@@ -22,7 +22,6 @@ turn, so the thread is left idle, not running.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -35,6 +34,7 @@ import anyio
 from appserver.faces.codex.exec_events import ExecTurn, usage
 from appserver.faces.codex.exec_output import FinalAnswer, instruction, read_schema
 from appserver.faces.seat import Seat
+from appserver.protocol.encoding import dumps_lenient
 
 log = logging.getLogger("appserver.faces.codex")
 
@@ -111,7 +111,8 @@ async def main(
     from appserver.storage.lock import WorkspaceLocked
 
     def write(event: dict[str, Any]) -> None:
-        stdout.write(json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+        # The shared encoder: NaN and infinities (a model's tool arguments) are null.
+        stdout.write(dumps_lenient(event).encode() + b"\n")
         stdout.flush()
 
     try:

@@ -29,7 +29,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from referencing import Registry, Resource
 
 from appserver.cli import main as cli_main
-from appserver.faces.codeswarm.wire import COMMANDS, EVENTS
+from appserver.faces.codeswarm.wire import COMMANDS, EVENTS, event_frame
 from tests.support.helpers import IDENTITY
 from tests.support.json_lines import JsonLines
 from tests.support.processes import ws_client
@@ -968,3 +968,10 @@ def test_tcp_reads_take_what_asyncio_read_whole() -> None:
     from appserver.faces.codeswarm import serve
 
     assert _SelectorSocketTransport.max_size == serve._READ_CHUNK
+
+
+def test_an_event_frame_is_json_whatever_floats_it_carries() -> None:
+    # A model's tool arguments are parsed leniently (NaN reads as a float).
+    frame = event_frame("tool_call", {"arguments": {"a": float("nan"), "b": [float("inf")]}})
+    assert '"arguments":{"a":null,"b":[null]}' in frame
+    assert json.loads(frame, parse_constant=lambda word: pytest.fail(f"bare {word}"))

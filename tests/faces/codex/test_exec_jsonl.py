@@ -259,3 +259,14 @@ async def test_the_end_is_written_once_the_runtime_is_done_with_the_turn(tmp_pat
         others.set()
     assert codes == [1]
     assert written == [{"type": "turn.failed", "error": {"message": "boom"}}]
+
+
+def test_a_float_json_has_no_form_for_is_null_in_the_events(workspace: Path) -> None:
+    # The model's tool arguments are parsed leniently (NaN reads as a float): the
+    # JSONL the SDK parses with JSON.parse must stay JSON.
+    code, events, _ = run_exec(workspace, '?tool no_such_tool {"a": NaN, "b": [Infinity]}')
+    assert code == 0
+    lines = [json.dumps(event) for event in events]
+    assert not any("NaN" in line or "Infinity" in line for line in lines)
+    calls = [e["item"] for e in events if e["type"] == "item.completed"]
+    assert any(call.get("arguments") == {"a": None, "b": [None]} for call in calls), calls
