@@ -12,6 +12,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,34 @@ def turn_id_of(event: Event) -> str | None:
         return str(turn["id"])
     turn_id = params.get("turnId")
     return str(turn_id) if turn_id is not None else None
+
+
+@dataclass(frozen=True)
+class ItemData:
+    """The ``item`` of an ``item/*`` event, read from the event's data: the
+    fields a face's encoder uses, without the wire model."""
+
+    id: str
+    type: str
+    created_at: str
+    payload: dict[str, Any]
+
+
+def item_of(event: Event) -> ItemData | None:
+    """The item an event carries (``None`` for other events, and for a
+    streamed text delta, whose params are not read)."""
+    if event.text is not None:
+        return None
+    item = event.data.get("item")
+    if not isinstance(item, dict):
+        return None
+    payload = item.get("payload")
+    return ItemData(
+        id=str(item.get("id", "")),
+        type=str(item.get("type", "")),
+        created_at=str(item.get("createdAt", "")),
+        payload=payload if isinstance(payload, dict) else {},
+    )
 
 
 def positive_int(value: str) -> int:

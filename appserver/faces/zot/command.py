@@ -135,6 +135,7 @@ async def main(
 
     token = take_token()
     configure(args, options)
+    options.build_turn_models = False  # its streams read a turn's events as data
     async with AsyncExitStack() as stack:
         runtime = await open_runtime(stack, host, options.craft_dir)
         if isinstance(runtime, StartFailure):

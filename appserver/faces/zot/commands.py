@@ -60,8 +60,6 @@ class Commands:
         await self.session.respond(request_id, "ping", {"pong": True})
 
     async def _prompt(self, request_id: str | None, frame: Frame) -> None:
-        from appserver.protocol.turns import LocalImagePart, TextPart
-
         message = frame.get("message", "")
         if message is None:
             message = ""
@@ -75,8 +73,11 @@ class Commands:
             return
         parts: list[Any] = []
         if message or not images:
-            parts.append(TextPart(type="text", text=message))
-        parts += [LocalImagePart(type="localImage", path=path) for path in images]
+            parts.append({"type": "text", "text": message})  # as data: no model (inputs.py)
+        if images:
+            from appserver.protocol.turns import LocalImagePart
+
+            parts += [LocalImagePart(type="localImage", path=path) for path in images]
         await self.jobs.enqueue(Job("prompt", parts, id=request_id))
 
     async def _save_images(self, images: Any) -> list[str]:

@@ -8,9 +8,9 @@ write through the session's ``send``; usage is counted in the session's ``Totals
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from appserver.faces.common import turn_id_of
+from appserver.faces.common import item_of, turn_id_of
 from appserver.faces.zot.wire import ABORTED_RESULT, Frame, Totals, turn_end, user_blocks
 from appserver.runtime.streamed_text import append_attribute
 
@@ -28,12 +28,6 @@ TERMINAL = frozenset({"turn/completed", "turn/failed", "turn/cancelled"})
 
 #: How a stream writes a frame (``Session.send``).
 Send = Callable[[Frame], Awaitable[None]]
-
-
-def _item_of(event: Event) -> Any:
-    if event.text is not None:
-        return None  # a streamed text delta has no item (and its params are not parsed)
-    return getattr(event.params, "item", None)
 
 
 class PromptStream:
@@ -66,7 +60,7 @@ class PromptStream:
     async def handle(self, event: Event) -> bool:
         """Translate one event; ``True`` once the turn is over."""
         kind = event.kind
-        item = _item_of(event)
+        item = item_of(event)
         if kind == "item/completed" and item is not None and item.type == "userMessage":
             await self.emit(
                 {
@@ -86,13 +80,12 @@ class PromptStream:
         elif kind == "item/usage/delta":
             if not self.open:
                 await self.begin_step()
-            params = event.params
+            params = event.data  # a turn's events are read as data: no model built
             await self.emit(
                 {
                     "type": "usage",
                     **self.totals.add(
-                        int(getattr(params, "input_tokens", 0)),
-                        int(getattr(params, "output_tokens", 0)),
+                        int(params.get("inputTokens", 0)), int(params.get("outputTokens", 0))
                     ),
                 }
             )
@@ -114,10 +107,10 @@ class PromptStream:
                     }
                 )
         elif kind == "item/commandExecution/outputDelta":
-            item_id = str(getattr(event.params, "item_id", ""))
+            item_id = str(event.data.get("itemId", ""))
             command_call = self.commands.get(item_id)
             if command_call is not None:
-                delta = str(getattr(event.params, "delta", ""))
+                delta = str(event.data.get("delta", ""))
                 await self.emit({"type": "tool_progress", "id": command_call, "text": delta})
         elif kind in TERMINAL:
             await self.finish(event)
@@ -141,7 +134,7 @@ class PromptStream:
             append_attribute(self, "text", delta)
             await self.emit({"type": "text_delta", "delta": delta})
             return
-        item = _item_of(event)
+        item = item_of(event)
         if item is None:
             return
         if event.kind == "item/started" and item.type in ("agentMessage", "toolCall"):
@@ -199,14 +192,14 @@ class PromptStream:
                 await self.begin_step()  # a model call that streamed nothing
             await self.end_step("end_turn")
         elif kind == "turn/failed":
-            message = str(getattr(event.params, "error", "") or "the prompt failed")
+            message = str(event.data.get("error") or "the prompt failed")
             if self.open:
                 await self.close_step()
             await self.settle_running(f"failed: {message}")
             await self.emit(turn_end("error", message))
             await self.emit({"type": "error", "message": message})
         else:
-            reason = str(getattr(event.params, "reason", "") or "interrupted")
+            reason = str(event.data.get("reason") or "interrupted")
             if self.open:
                 await self.close_step()  # what the model said before the abort is kept
             await self.settle_running(ABORTED_RESULT)
@@ -232,17 +225,16 @@ class CompactStream:
             if turn_id_of(event) != self.turn_id:
                 continue
             kind = event.kind
-            item = _item_of(event)
+            item = item_of(event)
             if kind == "item/completed" and item is not None and item.type == "systemNotice":
                 if item.payload.get("kind") == "compacted":
                     self.summary = str(item.payload.get("summary", ""))
-            elif kind == "system/event" and getattr(event.params, "kind", "") == "compactSkipped":
-                self.skipped = str(getattr(event.params, "message", "") or "nothing to compact")
+            elif kind == "system/event" and event.data.get("kind") == "compactSkipped":
+                self.skipped = str(event.data.get("message") or "nothing to compact")
             elif kind == "item/usage/delta":
-                params = event.params
+                params = event.data
                 self.totals.add(
-                    int(getattr(params, "input_tokens", 0)),
-                    int(getattr(params, "output_tokens", 0)),
+                    int(params.get("inputTokens", 0)), int(params.get("outputTokens", 0))
                 )
             elif kind in TERMINAL:
                 break
@@ -252,10 +244,10 @@ class CompactStream:
             else:
                 await self.send({"type": "error", "message": self.skipped or "nothing to compact"})
         elif event.kind == "turn/failed":
-            message = str(getattr(event.params, "error", "") or "compaction failed")
+            message = str(event.data.get("error") or "compaction failed")
             await self.send({"type": "error", "message": message})
         else:
-            reason = str(getattr(event.params, "reason", "") or "interrupted")
+            reason = str(event.data.get("reason") or "interrupted")
             why = None if reason in ("interrupted", "serverShutdown") else reason
             await self.send(turn_end("aborted", why))
         await self.send({"type": "done"})
