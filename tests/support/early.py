@@ -80,6 +80,7 @@ HEAVY = (
 LIGHT = {
     "appserver.protocol",
     "appserver.protocol.decoding",
+    "appserver.protocol.encoding",  # json and re only (the router's frames use it)
     "appserver.protocol.ids",
     "appserver.storage",
     "appserver.storage.lock",
