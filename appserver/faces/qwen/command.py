@@ -221,6 +221,7 @@ async def main(
         )
         return 2
     settings = configure(args, options)
+    options.build_turn_models = False  # its turns read the runtime's events as data
     text: str | None = None
     if settings.input_format == "text":
         data = await read_text(stdin)

@@ -21,10 +21,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from appserver.faces.common import item_of
 from appserver.faces.qwen.annotations import confirmation, tool_display
 from appserver.faces.qwen.rules import (
     FILE_TOOLS,
@@ -35,8 +36,10 @@ from appserver.faces.qwen.rules import (
     local_decision,
 )
 from appserver.faces.seat import HIDDEN_TOPICS, Seat
-from appserver.protocol.base import WireModel
 from appserver.runtime.events import Event, QuestionRefused, QuestionUnanswered
+
+if TYPE_CHECKING:
+    from appserver.protocol.base import WireModel
 
 log = logging.getLogger("appserver.faces.qwen")
 
@@ -220,7 +223,7 @@ class QwenSeat(Seat):
         if self.closed:
             return
         self.delivered += 1
-        item = getattr(event.params, "item", None) if event.kind == "item/completed" else None
+        item = item_of(event) if event.kind == "item/completed" else None
         if item is not None:
             payload = item.payload
             if item.type == "toolCall":

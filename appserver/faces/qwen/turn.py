@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from appserver.faces.common import item_of
 from appserver.faces.qwen.annotations import (
     result_display,
     session_event,
@@ -127,16 +128,16 @@ class TurnStream:
             self.sent[item_id] = self.sent.get(item_id, "") + delta
             await self.block_text(block, delta)
             return None
-        item = getattr(event.params, "item", None)
+        item = item_of(event)  # a turn's events are read as data: no model built
         if kind == "item/usage/delta":
             self.open_call()
-            self.call_usage[0] += int(getattr(event.params, "input_tokens", 0))
-            self.call_usage[1] += int(getattr(event.params, "output_tokens", 0))
+            self.call_usage[0] += int(event.data.get("inputTokens", 0))
+            self.call_usage[1] += int(event.data.get("outputTokens", 0))
         elif kind == "system/event":
-            await self.system_event(event.params)
+            await self.system_event(event.params)  # made typed by the runtime
         elif kind == "item/commandExecution/outputDelta":
-            call_id = self.commands.get(str(getattr(event.params, "item_id", "")), "")
-            text = str(getattr(event.params, "delta", ""))
+            call_id = self.commands.get(str(event.data.get("itemId", "")), "")
+            text = str(event.data.get("delta", ""))
             await self.out.annotate(terminal(text, call_id, source="tool"))
         elif item is not None and kind in ("item/started", "item/completed"):
             await self.item(kind, item)
@@ -362,9 +363,10 @@ class TurnStream:
             await self.send_result_block(call_id, why, is_error=True)
             await self.display(call_id, "canceled", {"kind": "string", "text": why})
         self.tool_uses.clear()
-        usage = getattr(getattr(event.params, "turn", None), "token_usage", None)
-        if usage is not None and (usage.input_tokens or usage.output_tokens):
-            self.usage = [int(usage.input_tokens), int(usage.output_tokens)]
+        turn = event.data.get("turn")
+        usage = turn.get("tokenUsage") if isinstance(turn, dict) else None
+        if usage and (usage.get("inputTokens") or usage.get("outputTokens")):
+            self.usage = [int(usage.get("inputTokens", 0)), int(usage.get("outputTokens", 0))]
         if kind == "turn/completed":
             self.outcome = "completed"
             if self.compaction:
@@ -372,13 +374,13 @@ class TurnStream:
                 return self.result_frame(None, text)
             return self.result_frame(None, self.last_text)
         if kind == "turn/failed":
-            message = str(getattr(event.params, "error", "") or "the turn failed")
+            message = str(event.data.get("error") or "the turn failed")
             self.outcome = "max_turns" if self.error_code == "max_model_calls" else "failed"
             if self.outcome == "max_turns":
                 await self.out.annotate(session_event("MaxSessionTurns", message))
             extra = {"code": self.error_code} if self.error_code else {}
             return self.result_frame(message, **extra)
-        reason = str(getattr(event.params, "reason", "") or "interrupted")
+        reason = str(event.data.get("reason") or "interrupted")
         self.outcome = "cancelled"
         await self.out.annotate(session_event("USER_CANCELLED", CANCELLED))
         return self.result_frame(

@@ -56,19 +56,15 @@ class Job(FaceJob):
 
 
 def text_job(text: str) -> Job:
-    from appserver.protocol.turns import TextPart
-
     if not text.strip():
         return Job("empty")
     if text.strip() in COMPACT_COMMANDS:
         return Job("compact")
-    return Job("prompt", [TextPart(type="text", text=text)])
+    return Job("prompt", [{"type": "text", "text": text}])  # as data: no model (inputs.py)
 
 
 async def user_job(frame: Frame, workspace: Path) -> Job:
     """The job of a ``user`` message (``ValueError`` when it is unusable)."""
-    from appserver.protocol.turns import ImageUrlPart, LocalImagePart, TextPart
-
     message = frame.get("message")
     if not isinstance(message, dict):
         raise ValueError("a user message needs a 'message' object")
@@ -85,6 +81,8 @@ async def user_job(frame: Frame, workspace: Path) -> Job:
         if block.get("type") == "text" and isinstance(block.get("text"), str):
             texts.append(block["text"])
         elif block.get("type") == "image" and isinstance(block.get("source"), dict):
+            from appserver.protocol.turns import ImageUrlPart, LocalImagePart
+
             source = block["source"]
             if source.get("type") == "url" and isinstance(source.get("url"), str):
                 images.append(ImageUrlPart(type="image", url=source["url"]))
@@ -96,7 +94,7 @@ async def user_job(frame: Frame, workspace: Path) -> Job:
     text = "\n".join(part for part in texts if part)
     if not images:
         return text_job(text)
-    parts: list[Any] = [TextPart(type="text", text=text)] if text else []
+    parts: list[Any] = [{"type": "text", "text": text}] if text else []
     return Job("prompt", parts + images)
 
 
