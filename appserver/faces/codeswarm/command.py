@@ -111,4 +111,5 @@ async def main(
     """Serve the protocol (stdio or TCP, per ``--listen``); returns the exit code."""
     from appserver.faces.codeswarm.serve import serve
 
+    options.build_turn_models = False  # its relay reads a turn's events as data
     return await serve(args, host, stdin, stdout)

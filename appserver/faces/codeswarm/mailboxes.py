@@ -20,7 +20,6 @@ from appserver.faces.codeswarm.state import Injection, Node, SwarmIndex
 from appserver.faces.codeswarm.wire import FACE, Command, NodeInject, Rejected, parse_inject
 from appserver.faces.common import interrupt_quietly, wait_out_turn
 from appserver.faces.seat import Seat
-from appserver.protocol.turns import TextPart
 from appserver.runtime.errors import Refusal, ThreadNotFound, TurnInProgress
 from appserver.runtime.host import Runtime
 from appserver.runtime.turns.model import ActiveTurn
@@ -192,7 +191,7 @@ class Mailboxes:
 
     async def _start(self, node: Node, injection: Injection, seat: Seat) -> ActiveTurn | None:
         """Start the turn; ``None`` after reporting ``inject_failed``."""
-        parts = [TextPart(type="text", text=injection.content)]
+        parts = [{"type": "text", "text": injection.content}]  # as data: no model (inputs.py)
         rebound = False
         while True:
             why = self._stopped(node.job_id)

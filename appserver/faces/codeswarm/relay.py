@@ -11,14 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from appserver.faces.common import ItemData, item_of
 from appserver.faces.seat import Seat
-from appserver.protocol.threads import Item, TokenUsage
-from appserver.protocol.turns import (
-    ItemNotification,
-    TurnCancelledNotification,
-    TurnFailedNotification,
-    TurnNotification,
-)
 from appserver.runtime.events import Event
 
 #: The streamed texts, by the router event that carries each.
@@ -42,20 +36,20 @@ async def relay(seat: Seat, base: dict[str, Any], broadcast: Broadcast) -> None:
             _item_id, text = event.delta()
             broadcast(TEXT_DELTAS[kind], {**base, "content": text})
             continue
-        params = event.params
-        if kind == "turn/started" and isinstance(params, TurnNotification):
+        # Read as data: the runtime hands a turn's events so, and no model is built.
+        if kind == "turn/started":
+            turn = event.data["turn"]
             broadcast(
-                "turn_started",
-                {**base, "thread_id": params.turn.thread_id, "turn_id": params.turn.id},
+                "turn_started", {**base, "thread_id": turn["threadId"], "turn_id": turn["id"]}
             )
-        elif kind == "item/completed" and isinstance(params, ItemNotification):
-            error_code = _item(params.item, base, broadcast) or error_code
+        elif kind == "item/completed" and (item := item_of(event)) is not None:
+            error_code = _item(item, base, broadcast) or error_code
         elif kind in ("turn/completed", "turn/failed", "turn/cancelled"):
             _finish(event, base, error_code, broadcast)
             return
 
 
-def _item(item: Item, base: dict[str, Any], broadcast: Broadcast) -> str | None:
+def _item(item: ItemData, base: dict[str, Any], broadcast: Broadcast) -> str | None:
     """Events for a completed item; an error item's code is returned."""
     payload = item.payload
     if item.type == "agentMessage" and payload.get("text"):
@@ -89,32 +83,33 @@ def _item(item: Item, base: dict[str, Any], broadcast: Broadcast) -> str | None:
 
 
 def _finish(event: Event, base: dict[str, Any], error_code: str, broadcast: Broadcast) -> None:
-    params = event.params
+    params = event.data
+    turn = params["turn"]
     status = "completed"
     extra: dict[str, Any] = {}
-    if isinstance(params, TurnFailedNotification):
+    if event.kind == "turn/failed":
         status = "failed"
-        broadcast("agent_error", {**base, "message": params.error, "error_code": error_code})
-    elif isinstance(params, TurnCancelledNotification):
+        message = params.get("error", "")
+        broadcast("agent_error", {**base, "message": message, "error_code": error_code})
+    elif event.kind == "turn/cancelled":
         status = "cancelled"
-        extra["reason"] = params.reason
-    assert isinstance(params, TurnNotification | TurnFailedNotification | TurnCancelledNotification)
-    usage = params.turn.token_usage or TokenUsage()
+        extra["reason"] = params.get("reason", "")
+    usage = turn.get("tokenUsage") or {}
     broadcast(
         "usage",
         {
             **base,
-            "total_tokens": usage.total_tokens,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.get("totalTokens", 0),
+            "input_tokens": usage.get("inputTokens", 0),
+            "output_tokens": usage.get("outputTokens", 0),
         },
     )
     broadcast(
         "turn_complete",
         {
             **base,
-            "thread_id": params.turn.thread_id,
-            "turn_id": params.turn.id,
+            "thread_id": turn["threadId"],
+            "turn_id": turn["id"],
             "status": status,
             **extra,
         },
