@@ -36,7 +36,7 @@ from appserver.runtime.plans import ThreadPlans
 from appserver.runtime.state import RuntimeStates
 from appserver.runtime.titles import name_untitled, renamed
 from appserver.runtime.turns import TurnEngine
-from appserver.runtime.wire import new_thread_data, newest_within, turn_to_wire
+from appserver.runtime.wire import newest_within, thread_data, turn_data
 from appserver.storage.cursors import BadCursor, list_cursor
 from appserver.storage.cursors import turns_cursor as thread_turns_cursor
 from appserver.storage.plans import PlanRepository
@@ -152,7 +152,7 @@ class Threads:
         """
         from appserver.protocol import threads as thread_wire
 
-        turns: list[thread_wire.Turn] = []
+        turns: list[dict[str, Any]] = []
         next_cursor = None
         if include_turns:
             try:
@@ -161,7 +161,7 @@ class Threads:
                 raise InvalidInput("'turnsCursor' is not a cursor this server issued") from None
             items = await self.repo.items(thread.id, [turn.id for turn in records])
             turns = [
-                turn_to_wire(turn, [i for i in items[turn.id] if i.type not in hidden_item_types])
+                turn_data(turn, [i for i in items[turn.id] if i.type not in hidden_item_types])
                 for turn in records
             ]
             if byte_budget is not None:
@@ -170,31 +170,9 @@ class Threads:
                     turns = turns[len(turns) - kept :]
                     next_cursor = thread_turns_cursor(records[len(records) - kept].seq)
         queue = await self.engine.inputs.look(thread.id)
-        wire = thread_wire.Thread(
-            id=thread.id,
-            workspace_path=thread.workspace_path,
-            user_id=thread.user_id,
-            origin_channel=thread.origin_channel,
-            channel_context=thread.channel_context,
-            display_name=thread.display_name,
-            status=thread.status,
-            created_at=thread.created_at,
-            last_active_at=thread.last_active_at,
-            history_mode=thread.history_mode,
-            metadata=thread.metadata,
-            configuration=(
-                thread_wire.ThreadConfiguration.model_validate(thread.configuration)
-                if thread.configuration is not None
-                else None
-            ),
-            source=thread_wire.ThreadSource.model_validate(thread.source)
-            if thread.source
-            else None,
-            forked_from_id=thread.metadata.get("forkedFromId"),
-            runtime=self.runtimes.snapshot(thread.id),
-            queued_inputs=[entry.wire.to_wire() for entry in queue],
-            turns=turns,
-        )
+        queued = [entry.wire.to_wire() for entry in queue]
+        data = thread_data(thread, self.runtimes.snapshot(thread.id), queued, turns)
+        wire = thread_wire.Thread.model_validate(data)  # the one mapping: runtime/wire.py
         plan = await self.plans.load(thread.id)
         return thread_wire.ThreadResult(
             thread=wire,
@@ -285,7 +263,7 @@ class Threads:
             thread = await self._store_new(spec)
             if not announce:
                 return thread, None
-            data = new_thread_data(thread, self.runtimes.snapshot(thread.id))
+            data = thread_data(thread, self.runtimes.snapshot(thread.id))
             started = {"threadId": thread.id, "thread": data}
             await self.journal.emit(thread.id, "thread/started", started, broadcast=True)
         return thread, data

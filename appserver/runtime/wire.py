@@ -1,5 +1,5 @@
 """Stored records in their wire form: the JSON data of DotCraft's ``Item``,
-``Turn``, ``TokenUsage`` and a new ``Thread``, built without pydantic.
+``Turn``, ``TokenUsage`` and ``Thread``, built without pydantic.
 
 The events every turn makes carry this data (:class:`~appserver.runtime.events.Event`
 takes a model or its data): a door that reads data or JSON never builds the
@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from appserver.protocol.limits import encoded_size
+from appserver.protocol.encoding import dumps
+from appserver.protocol.limits import utf8_size
 from appserver.storage.records import ItemRecord, ThreadRecord, TurnRecord
 
 if TYPE_CHECKING:
@@ -117,9 +118,14 @@ def _open_object(stored: Mapping[str, Any], known: Sequence[str]) -> dict[str, A
     return {key: value for key, value in {**fields, **extras}.items() if value is not None}
 
 
-def new_thread_data(thread: ThreadRecord, runtime: Mapping[str, Any]) -> dict[str, Any]:
-    """A thread just made (no turns, nothing queued) as a ``Thread``, with its
-    ``runtime`` flags (wire form)."""
+def thread_data(
+    thread: ThreadRecord,
+    runtime: Mapping[str, Any],
+    queued: Sequence[Mapping[str, Any]] = (),
+    turns: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """``thread`` as a ``Thread``, with its ``runtime`` flags, ``queued`` inputs
+    and ``turns`` (all in wire form; a thread just made has neither of the last two)."""
     data: dict[str, Any] = {
         "id": thread.id,
         "workspacePath": thread.workspace_path,
@@ -143,9 +149,9 @@ def new_thread_data(thread: ThreadRecord, runtime: Mapping[str, Any]) -> dict[st
     forked_from = thread.metadata.get("forkedFromId")
     if forked_from is not None:
         data["forkedFromId"] = forked_from
-    data["queuedInputs"] = []
+    data["queuedInputs"] = list(queued)
     data["runtime"] = dict(runtime)
-    data["turns"] = []
+    data["turns"] = list(turns)
     return data
 
 
@@ -163,11 +169,12 @@ def turn_to_wire(turn: TurnRecord, items: list[ItemRecord] | None) -> thread_wir
     return thread_wire.Turn.model_validate(turn_data(turn, items))
 
 
-def newest_within(turns: list[thread_wire.Turn], budget: int) -> int:
-    """How many of the newest ``turns`` encode within ``budget`` bytes (at least one)."""
+def newest_within(turns: Sequence[Mapping[str, Any]], budget: int) -> int:
+    """How many of the newest ``turns`` (wire form) encode within ``budget``
+    bytes (at least one)."""
     used = kept = 0
     for turn in reversed(turns):
-        used += encoded_size(turn) + 1  # and its comma
+        used += utf8_size(dumps(turn)) + 1  # and its comma
         if kept and used > budget:
             break
         kept += 1

@@ -157,7 +157,7 @@ THREADS = [
 
 
 @pytest.mark.parametrize("thread", THREADS)
-def test_new_thread_data_is_the_models(thread: ThreadRecord) -> None:
+def test_thread_data_is_the_models(thread: ThreadRecord) -> None:
     runtime = thread_wire.ThreadRuntimeState(running=False)
     model = thread_wire.Thread(
         id=thread.id,
@@ -178,7 +178,7 @@ def test_new_thread_data_is_the_models(thread: ThreadRecord) -> None:
         forked_from_id=thread.metadata.get("forkedFromId"),
         runtime=runtime,
     )
-    _same(wire.new_thread_data(thread, runtime.to_wire()), model)
+    _same(wire.thread_data(thread, runtime.to_wire()), model)
 
 
 def test_configuration_fields_are_the_models() -> None:
@@ -197,3 +197,16 @@ def test_floats_json_has_no_form_for_are_null_as_the_models_write_them() -> None
     )
     assert event.params_json() == model_json(model)
     assert '"n":null,"i":[null,null],"ok":1.5' in event.params_json()
+
+
+def test_a_viewed_threads_data_with_turns_and_queue_is_the_models() -> None:
+    thread = THREADS[1]
+    runtime = {"running": True, "waitingOnApproval": False, "waitingOnPlanConfirmation": False}
+    turns = [wire.turn_data(turn, ITEMS) for turn in TURNS]
+    queued = [{"id": "queued_1", "status": "queued", "content": None}]
+    model = thread_wire.Thread.model_validate(
+        {**wire.thread_data(thread, runtime), "turns": turns, "queuedInputs": queued}
+    )
+    _same(wire.thread_data(thread, runtime, queued, turns), model)
+    assert wire.newest_within(turns, 1) == 1  # at least one, whatever the budget
+    assert wire.newest_within(turns, 10**6) == len(turns)

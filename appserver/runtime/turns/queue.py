@@ -18,7 +18,7 @@ from appserver.runtime.journal import ThreadJournal
 from appserver.runtime.turns.model import ActiveTurn, QueuedInput
 
 if TYPE_CHECKING:
-    from appserver.protocol import turns as turn_wire
+    pass
 
 # Ends after which nobody is left to tell: the thread is gone, or the server stops
 # (its next start finds the queue waiting, as thread/read shows: idle with inputs).
@@ -116,19 +116,16 @@ class InputQueues:
             for entry in steered:
                 entry.wire.status = "queued"
             if steered:
-                from appserver.protocol import turns as turn_wire
-
-                await self.changed(
-                    thread_id, paused=turn_wire.QueuePause(turn_id=turn_id, reason="failed")
-                )
+                await self.changed(thread_id, paused=(turn_id, "failed"))
 
     async def changed(
         self,
         thread_id: str,
         include: list[Participant] | None = None,
-        paused: turn_wire.QueuePause | None = None,
+        paused: tuple[str, str] | None = None,
     ) -> None:
-        """Save the queue and announce ``thread/queue/updated`` (``paused``: why it waits)."""
+        """Save the queue and announce ``thread/queue/updated`` (``paused``: the
+        turn and the reason it waits after)."""
         from appserver.protocol import turns as turn_wire
 
         entries = self.queues.get(thread_id, [])
@@ -153,7 +150,9 @@ class InputQueues:
             turn_wire.QueueUpdatedNotification(
                 thread_id=thread_id,
                 queued_inputs=[entry.wire for entry in entries],
-                paused=paused,
+                paused=(
+                    turn_wire.QueuePause(turn_id=paused[0], reason=paused[1]) if paused else None
+                ),
             ),
             include=include or [],
         )
@@ -164,20 +163,17 @@ class InputQueues:
         self.forget_lock(thread_id)
 
 
-def pause_after(active: ActiveTurn) -> turn_wire.QueuePause | None:
-    """Why the queue waits after ``active`` ended (``None``: it does not, or
-    nobody is left to tell)."""
+def pause_after(active: ActiveTurn) -> tuple[str, str] | None:
+    """The turn and the reason the queue waits after ``active`` ended (``None``:
+    it does not, or nobody is left to tell). No model: an interrupted one-shot's
+    end imports none (the import stalled its loop past its deadline)."""
     record = active.record
     if record.status == "completed":
         return None
-    from appserver.protocol import turns as turn_wire
-
     if record.status == "failed":
-        return turn_wire.QueuePause(turn_id=record.id, reason="failed")
+        return record.id, "failed"
     reason = active.cancel_reason or "interrupted"
-    return (
-        None if reason in _SILENT_ENDS else turn_wire.QueuePause(turn_id=record.id, reason=reason)
-    )
+    return None if reason in _SILENT_ENDS else (record.id, reason)
 
 
 @asynccontextmanager

@@ -55,3 +55,14 @@ async def test_a_plain_one_shot_loads_nothing_it_does_not_use(
     modules = set(done.stderr.decode().split("MODULES ")[1].split())
     assert "appserver.runtime.host" in modules  # a turn ran here, cold
     assert not modules & LOADED_AT_FIRST_USE
+
+
+async def test_a_timed_out_one_shot_loads_no_wire_model_either(tmp_path: Path) -> None:
+    # Its interrupted turn's end imported pydantic once, stalling the loop past the deadline.
+    request = clawbridge_request(prompt="?stream 1000\n?delay 20", timeout_ms=1000)
+    command = [sys.executable, "-c", PROBE, *host_command(tmp_path, *ONE_SHOT)[3:]]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(command, input=line(request), check=False, env=env())
+    assert json.loads(done.stdout)["error_code"] == "TIMEOUT"
+    modules = set(done.stderr.decode().split("MODULES ")[1].split())
+    assert "appserver.runtime.host" in modules and "pydantic" not in modules
